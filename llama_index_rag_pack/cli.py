@@ -1,0 +1,256 @@
+"""``rag-pack``: index documents, ask questions, run the offline demo.
+
+Errors that a user can fix (bad paths, empty corpora, unreachable Milvus, no LLM) are printed as
+one ``error:`` line with the fix, exit status 2; no traceback unless ``--verbose``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from llama_index_rag_pack.errors import RagPackError
+
+DEMO_TITLES = (
+    "Apollo 11",
+    "Albert Einstein",
+    "Aardvark",
+    "Abacus",
+    "Alchemy",
+    "Andre Agassi",
+    "Animal Farm",
+    "Atlantic Ocean",
+)
+DEMO_QUESTIONS = (
+    "Who were the astronauts of Apollo 11?",
+    "What does the aardvark eat?",
+    "Where was Albert Einstein born?",
+)
+
+
+# --------------------------------------------------------------------------- helpers
+def _out(text: str = "", **kwargs: Any) -> None:
+    print(text, **kwargs)  # noqa: T201 - the CLI prints
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr)  # noqa: T201
+
+
+@contextmanager
+def _step(name: str, timings: dict[str, float] | None = None) -> Iterator[None]:
+    _out(f"→ {name} ...", flush=True)
+    start = time.perf_counter()
+    yield
+    elapsed = time.perf_counter() - start
+    if timings is not None:
+        timings[name] = elapsed
+    _out(f"  done in {elapsed:.1f} s", flush=True)
+
+
+def _configure_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    logging.getLogger("llama_index_rag_pack").setLevel(logging.INFO if verbose else logging.WARNING)
+    for noisy in ("milvus_lite", "pymilvus", "grpc", "httpx", "sentence_transformers", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def _pack_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "uri": args.uri,
+        "collection_name": args.collection,
+        "token": args.token,
+        "llm": args.llm,
+        "embed_model": args.embed_model,
+    }
+
+
+def _print_models(pack: Any) -> None:
+    info = pack.describe()
+    _out(f"  embedding : {info['embedding']}")
+    _out(f"  store     : {info['vector_store']}")
+    _out(f"  llm       : {info['llm']}")
+
+
+def _source_label(node: Any) -> str:
+    meta = node.metadata or {}
+    return str(meta.get("title") or meta.get("file_name") or meta.get("file_path") or meta.get("url") or node.node_id)
+
+
+def _print_sources(source_nodes: Sequence[Any]) -> None:
+    if not source_nodes:
+        return
+    _out("\nSources:")
+    for i, nws in enumerate(source_nodes, 1):
+        score = f"{nws.score:.3f}" if nws.score is not None else "  -  "
+        snippet = " ".join(nws.node.get_content().split())[:110]
+        _out(f"  [{i}] {score}  {_source_label(nws.node)} — {snippet}…")
+
+
+def _answer(pack: Any, question: str, *, mode: str, stream: bool) -> None:
+    engine = pack.make_query_engine(mode, streaming=stream)
+    response = engine.query(question)
+    if stream and hasattr(response, "response_gen"):
+        for delta in response.response_gen:
+            _out(delta, end="", flush=True)
+        _out()
+    else:
+        _out(str(response))
+    _print_sources(response.source_nodes)
+
+
+# --------------------------------------------------------------------------- commands
+def cmd_index(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.ingest import load_documents
+    from llama_index_rag_pack.pack import RagPack
+
+    timings: dict[str, float] = {}
+    with _step("reading documents", timings):
+        documents = load_documents(args.paths, recursive=not args.no_recursive, show_progress=True)
+        _out(f"  {len(documents)} documents")
+    with _step("chunking, embedding and storing in Milvus", timings):
+        pack = RagPack(
+            documents,
+            overwrite=args.overwrite,
+            chunk_size=args.chunk_size,
+            chunk_overlap=args.chunk_overlap,
+            show_progress=True,
+            **{k: v for k, v in _pack_kwargs(args).items() if k != "llm"},
+        )
+    _out(f"Collection {pack.vector_store.collection_name!r} now holds {pack.count()} chunks.")
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.pack import RagPack
+
+    pack = RagPack.open(similarity_top_k=args.top_k, **_pack_kwargs(args))
+    llm = pack.llm  # resolve now, so the model in use is printed before the answer
+    if hasattr(llm, "load"):
+        llm.load()
+    _print_models(pack)
+    _out()
+    _answer(pack, args.question, mode=args.mode, stream=not args.no_stream)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
+    from llama_index_rag_pack.milvus import count_entities
+    from llama_index_rag_pack.pack import RagPack
+
+    timings: dict[str, float] = {}
+    kwargs = _pack_kwargs(args)
+    kwargs["uri"] = args.uri or os.path.join(os.environ.get("RAG_PACK_DATA_DIR", "rag_pack_data"), "demo.db")
+    kwargs["collection_name"] = args.collection or "demo_wikipedia"
+    titles = args.titles or list(DEMO_TITLES)
+    _out("rag-pack demo: Wikipedia articles shipped offline in the gensim wheel\n")
+    with _step(f"loading {len(titles)} Wikipedia articles", timings):
+        documents = load_wikipedia_documents(titles)
+        _out(f"  {sum(len(d.text) for d in documents):,} characters")
+    with _step("loading the embedding model and opening Milvus", timings):
+        pack = None
+        if not args.rebuild:
+            try:
+                pack = RagPack.open(similarity_top_k=args.top_k, **kwargs)
+                if count_entities(pack.vector_store) == 0:
+                    pack = None
+            except RagPackError:
+                pack = None
+    if pack is None:
+        with _step("chunking, embedding and indexing into Milvus", timings):
+            pack = RagPack(documents, overwrite=True, similarity_top_k=args.top_k, show_progress=True, **kwargs)
+    else:
+        _out("  reusing the existing index (pass --rebuild to index again)")
+    _out(f"  {pack.count()} chunks in collection {pack.vector_store.collection_name!r} at {kwargs['uri']}")
+    with _step("loading the LLM", timings):
+        llm = pack.llm
+        if hasattr(llm, "load"):
+            llm.load()
+    _print_models(pack)
+    for question in args.questions or DEMO_QUESTIONS:
+        _out(f"\nQ: {question}")
+        start = time.perf_counter()
+        _out("A: ", end="")
+        _answer(pack, question, mode=args.mode, stream=True)
+        timings[f"answer: {question}"] = time.perf_counter() - start
+    _out("\nTimings:")
+    for name, seconds in timings.items():
+        _out(f"  {seconds:7.1f} s  {name}")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rag-pack",
+        description="Advanced RAG over Milvus: index documents, ask questions, run the offline demo.",
+    )
+    parser.add_argument("--uri", default=None, help="Milvus Lite path (*.db) or server http://host:19530 "
+                        "(default: $RAG_PACK_MILVUS_URI or ./rag_pack_data/milvus.db)")
+    parser.add_argument("--collection", default=None, help="collection name (default: rag_pack)")
+    parser.add_argument("--token", default=None, help="Milvus server token")
+    parser.add_argument("--llm", default=None, help="auto (default), openai, local, or a .gguf path")
+    parser.add_argument("--embed-model", default=None, help="local sentence-transformers model path")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log details and show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("index", help="index files or directories (txt, md, pdf, html)")
+    p.add_argument("paths", nargs="+", help="files or directories")
+    p.add_argument("--overwrite", action="store_true", help="drop the collection first")
+    p.add_argument("--chunk-size", type=int, default=256, help="chunk size in tokens (default 256)")
+    p.add_argument("--chunk-overlap", type=int, default=32, help="chunk overlap in tokens (default 32)")
+    p.add_argument("--no-recursive", action="store_true", help="do not descend into subdirectories")
+    p.set_defaults(func=cmd_index)
+
+    modes = _mode_names()
+    p = sub.add_parser("ask", help="answer a question from the indexed collection")
+    p.add_argument("question")
+    p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
+    p.add_argument("--top-k", type=int, default=4, help="chunks retrieved (default 4)")
+    p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
+    p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser("demo", help="index shipped Wikipedia articles and answer questions, offline")
+    p.add_argument("--titles", nargs="+", default=None, help="article titles to index")
+    p.add_argument("--question", dest="questions", action="append", default=None, help="a question (repeatable)")
+    p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
+    p.add_argument("--top-k", type=int, default=3, help="chunks retrieved (default 3)")
+    p.add_argument("--rebuild", action="store_true", help="index again even if the demo index exists")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _mode_names() -> list[str]:
+    from llama_index_rag_pack.pack import RetrievalMode
+
+    return [m.value for m in RetrievalMode]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _configure_logging(args.verbose)
+    try:
+        return int(args.func(args) or 0)
+    except RagPackError as e:
+        if args.verbose:
+            logging.getLogger(__name__).exception("failed")
+        _err(f"error: {e}")
+        return 2
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

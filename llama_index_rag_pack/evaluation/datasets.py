@@ -1,0 +1,221 @@
+"""Corpora that ship offline inside Python packages, as LlamaIndex ``Document`` lists.
+
+* :func:`load_wikipedia_documents`: 206 pages of an English Wikipedia dump shipped in the
+  ``gensim`` wheel (``enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2``);
+  about 100 are real articles (the rest are redirects), many of them long (30k–180k characters
+  of wiki markup).
+* :func:`load_lee_documents`: the Lee news corpus (300 short Australian news articles), also in
+  the gensim wheel.
+
+Install them with ``pip install 'llama-index-rag-pack[data]'``. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import bz2
+import html
+import importlib.util
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from llama_index.core.schema import Document
+
+from llama_index_rag_pack.errors import ConfigurationError
+
+WIKI_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+LEE_BACKGROUND = "lee_background.cor"
+
+
+def gensim_test_data_dir() -> Path:
+    """Directory of the data files shipped in the gensim wheel (without importing gensim).
+
+    Raises:
+        ConfigurationError: gensim is not installed.
+    """
+    spec = importlib.util.find_spec("gensim")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigurationError(
+            "The offline corpora ship inside the gensim wheel: `pip install 'llama-index-rag-pack[data]'` "
+            "(or `pip install gensim`)."
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "test" / "test_data"
+
+
+# --------------------------------------------------------------------------- wiki markup
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_REF = re.compile(r"<ref[^>/]*/>|<ref[^>]*>.*?</ref>", re.S | re.I)
+_TAG = re.compile(r"</?[a-zA-Z][^>]*>")
+_FILE_LINK_START = re.compile(r"\[\[(?:File|Image|Category|Media):", re.I)
+_INTERWIKI = re.compile(r"\[\[[a-z]{2,3}(?:-[a-z]+)?:[^\]]*\]\]")
+_LINK = re.compile(r"\[\[(?:[^\]|]*\|)?([^\]]*)\]\]")
+_EXT_LINK = re.compile(r"\[(?:https?|ftp)://[^\s\]]+\s*([^\]]*)\]")
+_HEADING = re.compile(r"^(=+)\s*(.*?)\s*\1\s*$", re.M)
+_EMPHASIS = re.compile(r"'{2,}")
+_LIST_MARK = re.compile(r"^[*#:;]+\s*", re.M)
+_BLANKS = re.compile(r"\n{3,}")
+
+
+def _strip_balanced(text: str, opener: str, closer: str) -> str:
+    """Remove (possibly nested) ``opener ... closer`` spans in linear time."""
+    out: list[str] = []
+    depth = 0
+    i = 0
+    n = len(text)
+    lo, lc = len(opener), len(closer)
+    while i < n:
+        if text.startswith(opener, i):
+            depth += 1
+            i += lo
+        elif depth and text.startswith(closer, i):
+            depth -= 1
+            i += lc
+        else:
+            if not depth:
+                out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _strip_file_links(text: str) -> str:
+    """Remove ``[[File:...]]`` / ``[[Category:...]]`` links, whose captions nest other links."""
+    out: list[str] = []
+    pos = 0
+    for m in _FILE_LINK_START.finditer(text):
+        if m.start() < pos:
+            continue
+        out.append(text[pos : m.start()])
+        depth, i = 0, m.start()
+        while i < len(text):
+            if text.startswith("[[", i):
+                depth += 1
+                i += 2
+            elif text.startswith("]]", i):
+                depth -= 1
+                i += 2
+                if depth == 0:
+                    break
+            else:
+                i += 1
+        pos = i
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def clean_wiki_markup(text: str) -> str:
+    """Turn MediaWiki markup into readable plain text (templates, tables, refs removed)."""
+    text = html.unescape(text)
+    text = _COMMENT.sub("", text)
+    text = _REF.sub("", text)
+    text = _strip_balanced(text, "{{", "}}")
+    text = _strip_balanced(text, "{|", "|}")
+    text = _strip_file_links(text)
+    text = _INTERWIKI.sub("", text)
+    text = _LINK.sub(r"\1", text)
+    text = _EXT_LINK.sub(r"\1", text)
+    text = _TAG.sub("", text)
+    text = _HEADING.sub(lambda m: f"\n{m.group(2)}\n", text)
+    text = _EMPHASIS.sub("", text)
+    text = _LIST_MARK.sub("- ", text)
+    text = "\n".join(line.rstrip() for line in text.splitlines())
+    return _BLANKS.sub("\n\n", text).strip()
+
+
+def iter_wikipedia_pages(path: str | Path | None = None) -> Iterator[tuple[str, str]]:
+    """Yield ``(title, raw wiki markup)`` for each main-namespace page of the shipped dump."""
+    path = Path(path) if path else gensim_test_data_dir() / WIKI_DUMP
+    with bz2.open(path) as fh:
+        for _, el in ET.iterparse(fh):
+            if el.tag.rsplit("}", 1)[-1] != "page":
+                continue
+            ns = el.find("{*}ns")
+            title = el.find("{*}title")
+            body = el.find(".//{*}text")
+            if ns is not None and ns.text == "0" and title is not None and body is not None:
+                yield title.text or "", body.text or ""
+            el.clear()
+
+
+def load_wikipedia_documents(
+    titles: Iterable[str] | None = None,
+    *,
+    limit: int | None = None,
+    min_chars: int = 1000,
+    path: str | Path | None = None,
+) -> list[Document]:
+    """The Wikipedia articles shipped in the gensim wheel, cleaned to plain text.
+
+    Redirects and pages shorter than ``min_chars`` after cleaning are skipped.
+
+    Args:
+        titles: Only these article titles (in this order). Unknown titles raise an error.
+        limit: At most this many articles (in dump order).
+        min_chars: Skip pages shorter than this after cleaning.
+        path: Another MediaWiki XML ``.bz2`` dump.
+
+    Returns:
+        Documents with ``id_`` ``wiki:<title>`` and metadata ``title``, ``url``, ``source``.
+    """
+    wanted = list(titles) if titles is not None else None
+    found: dict[str, Document] = {}
+    for title, raw in iter_wikipedia_pages(path):
+        if raw.lstrip().upper().startswith("#REDIRECT"):
+            continue
+        if wanted is not None and title not in wanted:
+            continue
+        text = clean_wiki_markup(raw)
+        if len(text) < min_chars:
+            continue
+        url = "https://en.wikipedia.org/wiki/" + title.replace(" ", "_")
+        found[title] = Document(
+            id_=f"wiki:{title}",
+            text=f"{title}\n\n{text}",
+            metadata={"title": title, "url": url, "source": "wikipedia"},
+            excluded_embed_metadata_keys=["url", "source"],
+            excluded_llm_metadata_keys=["source"],
+        )
+        if wanted is None and limit is not None and len(found) >= limit:
+            break
+    if wanted is not None:
+        missing = [t for t in wanted if t not in found]
+        if missing:
+            raise ConfigurationError(
+                f"Not in the shipped Wikipedia dump (or too short): {missing}. "
+                "List the available titles with wikipedia_titles()."
+            )
+        docs = [found[t] for t in wanted]
+        return docs[:limit] if limit is not None else docs
+    return list(found.values())
+
+
+def wikipedia_titles(min_chars: int = 1000) -> list[str]:
+    """Titles of the usable articles in the shipped dump."""
+    return [d.metadata["title"] for d in load_wikipedia_documents(min_chars=min_chars)]
+
+
+def load_lee_documents(limit: int | None = None) -> list[Document]:
+    """The Lee background news corpus (300 articles, one per line) shipped in the gensim wheel."""
+    path = gensim_test_data_dir() / LEE_BACKGROUND
+    docs = []
+    with open(path, encoding="latin-1") as fh:
+        for i, line in enumerate(fh):
+            line = line.strip()
+            if not line:
+                continue
+            docs.append(
+                Document(id_=f"lee:{i}", text=line, metadata={"source": "lee_background", "line": i})
+            )
+            if limit is not None and len(docs) >= limit:
+                break
+    return docs
+
+
+__all__ = [
+    "clean_wiki_markup",
+    "gensim_test_data_dir",
+    "iter_wikipedia_pages",
+    "load_lee_documents",
+    "load_wikipedia_documents",
+    "wikipedia_titles",
+]

@@ -1,0 +1,242 @@
+"""Everything Milvus-specific for opening stores lives here.
+
+The same calls work on Milvus Lite (a local ``*.db`` directory, the default), a Milvus server
+(``http://host:19530``) and a Milvus cluster: only public pymilvus / MilvusVectorStore API is used.
+
+Milvus Lite pitfalls handled here:
+
+* a reopened database has its collections *released*: :func:`open_vector_store` loads them;
+* searches before ``flush()`` are slow: :func:`flush` after bulk inserts;
+* one process per database directory: a second process gets a clear error, not a hang.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from llama_index_rag_pack.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    MilvusUnavailableError,
+)
+from llama_index_rag_pack.settings import DEFAULT_EMBED_DIM, default_collection, default_milvus_uri
+
+logger = logging.getLogger(__name__)
+
+REMOTE_SCHEMES = ("http", "https", "tcp", "grpc", "unix")
+START_SERVER_HINT = (
+    "Start one with `milvus-lite server --data-dir ./milvus-data --host 127.0.0.1 --port 19530`, "
+    "check the uri, or use a local Milvus Lite path such as ./rag_pack_data/milvus.db"
+)
+
+
+def is_remote_uri(uri: str) -> bool:
+    """True for a Milvus server/cluster address, False for a Milvus Lite path."""
+    return urlparse(uri).scheme in REMOTE_SCHEMES
+
+
+def check_uri(uri: str, *, timeout: float = 3.0) -> None:
+    """Fail fast, with a helpful message, when ``uri`` cannot work.
+
+    Raises:
+        ConfigurationError: a local path that Milvus Lite cannot use.
+        MilvusUnavailableError: a server address where nothing answers.
+    """
+    if not uri:
+        raise ConfigurationError("Milvus uri is empty: give a *.db path or http://host:19530.")
+    if is_remote_uri(uri):
+        parsed = urlparse(uri)
+        host = parsed.hostname or "127.0.0.1"
+        port = parsed.port or (443 if parsed.scheme == "https" else 19530)
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                pass
+        except OSError as e:
+            raise MilvusUnavailableError(
+                f"Cannot reach Milvus at {uri} ({e.__class__.__name__}: {e}). {START_SERVER_HINT}."
+            ) from e
+        return
+    if not uri.endswith(".db"):
+        raise ConfigurationError(
+            f"Milvus Lite needs a path ending in '.db', got {uri!r} (e.g. ./rag_pack_data/milvus.db), "
+            "or give a server address http://host:19530."
+        )
+    path = Path(uri)
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(
+            f"{uri!r} exists but is not a Milvus Lite database directory. Choose another path."
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def open_client(uri: str | None = None, *, token: str | None = None) -> Any:
+    """Open a ``pymilvus.MilvusClient`` on ``uri`` with clear errors."""
+    from pymilvus import MilvusClient
+
+    uri = uri or default_milvus_uri()
+    check_uri(uri)
+    try:
+        return MilvusClient(uri=uri, token=token or "")
+    except Exception as e:  # pymilvus raises MilvusException / RuntimeError / OSError
+        raise _open_error(uri, e) from e
+
+
+def _open_error(uri: str, e: Exception) -> Exception:
+    text = str(e)
+    if not is_remote_uri(uri) and ("lock" in text.lower() or "another process" in text.lower()):
+        return MilvusUnavailableError(
+            f"Milvus Lite database {uri} is in use by another process (one process per database). "
+            "Close that process, or run a server on it and connect with uri=http://127.0.0.1:19530."
+        )
+    return MilvusUnavailableError(f"Could not open Milvus at {uri}: {text}. {START_SERVER_HINT}.")
+
+
+def open_vector_store(
+    uri: str | None = None,
+    collection_name: str | None = None,
+    *,
+    dim: int = DEFAULT_EMBED_DIM,
+    token: str | None = None,
+    overwrite: bool = False,
+    enable_bm25: bool = True,
+    must_exist: bool = False,
+    similarity_metric: str = "COSINE",
+    **store_kwargs: Any,
+) -> Any:
+    """Open (or create) a ``MilvusVectorStore`` ready to search.
+
+    Args:
+        uri: Milvus Lite path (``*.db``) or server address; default :func:`default_milvus_uri`.
+        collection_name: Default :func:`default_collection`.
+        dim: Embedding dimension of a new collection (384 for the bundled MiniLM).
+        token: Server token, if the server needs one.
+        overwrite: Drop an existing collection of that name first.
+        enable_bm25: Add Milvus' built-in BM25 function on the text field (sparse
+            ``sparse_embedding`` field), so dense, BM25 and hybrid search share one collection.
+        must_exist: Raise :class:`CollectionNotFoundError` instead of creating a new collection.
+        similarity_metric: ``COSINE`` (default, right for MiniLM), ``IP`` or ``L2``.
+        **store_kwargs: Passed on to ``MilvusVectorStore`` (index_config, search_config, ...).
+
+    Raises:
+        MilvusUnavailableError: Milvus cannot be reached or opened.
+        CollectionNotFoundError: ``must_exist`` and the collection is missing.
+        ConfigurationError: an existing collection has another dimension than ``dim``.
+    """
+    from llama_index.vector_stores.milvus import MilvusVectorStore
+
+    uri = uri or default_milvus_uri()
+    collection_name = collection_name or default_collection()
+    if similarity_metric.upper() not in ("COSINE", "IP", "L2"):
+        raise ConfigurationError(
+            f"similarity_metric must be one of COSINE, IP, L2; got {similarity_metric!r}."
+        )
+    client = open_client(uri, token=token)
+    exists = client.has_collection(collection_name)
+    if must_exist and not exists:
+        raise CollectionNotFoundError(
+            f"No collection {collection_name!r} in Milvus at {uri}. Index documents first "
+            "(`rag-pack index PATH` or RagPack(documents=...)), or check --uri/--collection."
+        )
+    if exists and not overwrite:
+        existing_dim = collection_dim(client, collection_name)
+        if existing_dim is not None and existing_dim != dim:
+            raise ConfigurationError(
+                f"Collection {collection_name!r} holds {existing_dim}-d vectors but the embedding "
+                f"model makes {dim}-d ones. Use the same embedding model, another collection name, "
+                "or overwrite=True to rebuild it."
+            )
+        enable_bm25 = enable_bm25 and has_bm25(client, collection_name)
+    kwargs: dict[str, Any] = dict(
+        uri=uri,
+        token=token or "",
+        collection_name=collection_name,
+        dim=dim,
+        overwrite=overwrite,
+        similarity_metric=similarity_metric.upper(),
+    )
+    if enable_bm25:
+        from llama_index.vector_stores.milvus.utils import BM25BuiltInFunction
+
+        kwargs.update(
+            enable_sparse=True,
+            sparse_embedding_function=BM25BuiltInFunction(),
+            hybrid_ranker="RRFRanker",
+            hybrid_ranker_params={"k": 60},
+        )
+    kwargs.update(store_kwargs)
+    try:
+        store = MilvusVectorStore(**kwargs)
+    except Exception as e:
+        raise _open_error(uri, e) from e
+    ensure_loaded(store.client, collection_name)
+    logger.info(
+        "Vector store: Milvus %s at %s, collection %r (%s)",
+        "server" if is_remote_uri(uri) else "Lite",
+        uri,
+        collection_name,
+        "existing" if exists and not overwrite else "new",
+    )
+    return store
+
+
+def ensure_loaded(client: Any, collection_name: str) -> None:
+    """Load a collection into memory if it exists (Milvus Lite releases them on reopen)."""
+    if client.has_collection(collection_name):
+        client.load_collection(collection_name)
+
+
+def flush(store_or_client: Any, collection_name: str | None = None) -> None:
+    """Flush inserts so later searches are fast (Milvus Lite is slow on unflushed segments)."""
+    client = getattr(store_or_client, "client", store_or_client)
+    name = collection_name or getattr(store_or_client, "collection_name", None)
+    if name and client.has_collection(name):
+        client.flush(name)
+
+
+def collection_dim(client: Any, collection_name: str, field: str = "embedding") -> int | None:
+    info = client.describe_collection(collection_name)
+    for f in info.get("fields", []):
+        if f.get("name") == field:
+            dim = f.get("params", {}).get("dim")
+            return int(dim) if dim is not None else None
+    return None
+
+
+def has_bm25(client: Any, collection_name: str) -> bool:
+    """True when the collection has a BM25 function (built by ``enable_bm25=True``)."""
+    info = client.describe_collection(collection_name)
+    return any(_function_type_name(fn.get("type")) == "BM25" for fn in info.get("functions", []))
+
+
+def _function_type_name(value: Any) -> str:
+    name = getattr(value, "name", None)  # pymilvus FunctionType enum
+    if name:
+        return str(name).upper()
+    return "BM25" if value in (1, "1") else str(value).upper()
+
+
+def count_entities(store_or_client: Any, collection_name: str | None = None) -> int:
+    """Number of rows in a collection (0 when it does not exist)."""
+    client = getattr(store_or_client, "client", store_or_client)
+    name = collection_name or getattr(store_or_client, "collection_name", None)
+    if not name or not client.has_collection(name):
+        return 0
+    ensure_loaded(client, name)
+    res = client.query(name, filter="", output_fields=["count(*)"])
+    return int(res[0]["count(*)"]) if res else 0
+
+
+__all__ = [
+    "check_uri",
+    "count_entities",
+    "ensure_loaded",
+    "flush",
+    "has_bm25",
+    "is_remote_uri",
+    "open_client",
+    "open_vector_store",
+]
