@@ -227,7 +227,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=3, help="chunks retrieved (default 3)")
     p.add_argument("--rebuild", action="store_true", help="index again even if the demo index exists")
     p.set_defaults(func=cmd_demo)
+    _register_subcommands(sub)
     return parser
+
+
+# Modules that add their own subcommands: each has ``register(subparsers)``.
+SUBCOMMAND_MODULES: tuple[str, ...] = ()
+
+
+def _register_subcommands(sub: Any) -> None:
+    import importlib
+
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(sub)
 
 
 def _mode_names() -> list[str]:

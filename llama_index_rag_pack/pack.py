@@ -238,7 +238,7 @@ class RagPack(BaseLlamaPack):
 
     def get_modules(self) -> dict[str, Any]:
         """The pack's parts: models, store, index, retrievers and query engine."""
-        return {
+        modules: dict[str, Any] = {
             "llm": self.llm,
             "embed_model": self.embed_model,
             "vector_store": self.vector_store,
@@ -246,6 +246,7 @@ class RagPack(BaseLlamaPack):
             "retriever": self.retriever(),
             "query_engine": self.query_engine,
         }
+        return modules
 
     def run(self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any) -> RESPONSE_TYPE:
         """Answer ``query`` with the query engine of ``mode``."""
