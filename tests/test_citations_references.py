@@ -325,7 +325,7 @@ def test_importable_without_llama_index() -> None:
                     raise ImportError("blocked " + name)
         sys.meta_path.insert(0, Block())
         spec = importlib.util.spec_from_file_location("refs", {str(path)!r})
-        refs = importlib.util.module_from_spec(spec)
+        refs = sys.modules["refs"] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(refs)
         print(refs.render_references("A [1](id=1)", ["x"], style="text").splitlines()[0])
         try:
