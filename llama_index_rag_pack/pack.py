@@ -44,6 +44,12 @@ class RetrievalMode(str, Enum):
     """Retrieval strategies :class:`RagPack` can answer with."""
 
     VECTOR = "vector"
+    BM25 = "bm25"
+    HYBRID = "hybrid"
+    HYBRID_WEIGHTED = "hybrid_weighted"
+    FUSION = "fusion"
+    HYDE = "hyde"
+    REWRITE = "rewrite"
 
     @classmethod
     def parse(cls, value: str | RetrievalMode) -> RetrievalMode:
@@ -214,6 +220,79 @@ class RagPack(BaseLlamaPack):
     def _build_vector_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
         return self.index.as_retriever(similarity_top_k=similarity_top_k or self.similarity_top_k)
 
+    # fusion / hybrid / query transforms (llama_index_rag_pack.fusion, .transforms)
+    def _milvus_hybrid(self, search_type: str, similarity_top_k: int | None, **kwargs: Any) -> BaseRetriever:
+        from llama_index_rag_pack.fusion import MilvusHybridRetriever
+
+        return MilvusHybridRetriever(
+            vector_store=self.vector_store,
+            embed_model=self.embed_model,
+            search_type=search_type,
+            similarity_top_k=similarity_top_k or self.similarity_top_k,
+            callback_manager=self.callback_manager,
+            **kwargs,
+        )
+
+    def _build_bm25_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
+        return self._milvus_hybrid("sparse", similarity_top_k)
+
+    def _build_hybrid_retriever(self, similarity_top_k: int | None = None, rrf_k: float = 60.0) -> BaseRetriever:
+        return self._milvus_hybrid("hybrid", similarity_top_k, ranker="rrf", rrf_k=rrf_k)
+
+    def _build_hybrid_weighted_retriever(
+        self, similarity_top_k: int | None = None, weights: tuple[float, float] = (0.7, 0.3)
+    ) -> BaseRetriever:
+        return self._milvus_hybrid("hybrid", similarity_top_k, ranker="weighted", weights=weights)
+
+    def _build_fusion_retriever(
+        self,
+        similarity_top_k: int | None = None,
+        num_queries: int = 4,
+        fusion_mode: str = "reciprocal_rank",
+        weights: tuple[float, ...] | None = None,
+    ) -> BaseRetriever:
+        from llama_index_rag_pack.fusion import FusionRetriever
+
+        top_k = similarity_top_k or self.similarity_top_k
+        per_list = max(2 * top_k, 10)
+        # MilvusHybridRetriever's dense search is not tied to one event loop (MilvusVectorStore's
+        # async client is), so the async fusion path also works across asyncio.run calls.
+        retrievers: dict[str, BaseRetriever] = {"dense": self._milvus_hybrid("dense", per_list)}
+        if milvus_utils.has_bm25(self.vector_store.client, self.vector_store.collection_name):
+            retrievers["bm25"] = self._build_bm25_retriever(per_list)
+        return FusionRetriever(
+            retrievers,
+            llm=self.llm,
+            num_queries=num_queries,
+            mode=fusion_mode,
+            weights=weights,
+            similarity_top_k=top_k,
+            callback_manager=self.callback_manager,
+        )
+
+    def _build_hyde_retriever(
+        self, similarity_top_k: int | None = None, num_hypotheses: int = 1, include_query: bool = False
+    ) -> BaseRetriever:
+        from llama_index_rag_pack.transforms import HyDERetriever
+
+        return HyDERetriever(
+            self._milvus_hybrid("dense", similarity_top_k),
+            llm=self.llm,
+            embed_model=self.embed_model,
+            num_hypotheses=num_hypotheses,
+            include_query=include_query,
+            callback_manager=self.callback_manager,
+        )
+
+    def _build_rewrite_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
+        from llama_index_rag_pack.transforms import RewriteRetriever
+
+        return RewriteRetriever(
+            self._milvus_hybrid("dense", similarity_top_k),
+            llm=self.llm,
+            callback_manager=self.callback_manager,
+        )
+
     def make_query_engine(
         self, mode: str | RetrievalMode = RetrievalMode.VECTOR, *, streaming: bool = False
     ) -> BaseQueryEngine:
@@ -246,6 +325,12 @@ class RagPack(BaseLlamaPack):
             "retriever": self.retriever(),
             "query_engine": self.query_engine,
         }
+        for mode in (RetrievalMode.BM25, RetrievalMode.HYBRID, RetrievalMode.FUSION,
+                     RetrievalMode.HYDE, RetrievalMode.REWRITE):
+            try:
+                modules[f"{mode.value}_retriever"] = self.retriever(mode)
+            except ConfigurationError as e:  # e.g. a collection indexed without BM25
+                logger.info("get_modules: no %s retriever (%s)", mode.value, e)
         return modules
 
     def run(self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any) -> RESPONSE_TYPE:
