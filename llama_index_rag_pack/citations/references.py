@@ -549,15 +549,19 @@ class ReferenceManager:
             return text
         return self._process(self._pending + text, final=False)
 
-    def finish(self) -> str:
-        """End of the stream: the held-back text, then the reference list."""
+    def finish(self, references: bool = True) -> str:
+        """End of the stream: the held-back text, then (unless ``references=False``) the list."""
         if self._finished:
             return ""
         out = "" if self._passthrough else self._process(self._pending, final=True)
         self._finished = True
-        if self._passthrough:
+        if self._passthrough or not references:
             return out
-        return out + self.style.format_references(self.citations)
+        return out + self.format_references()
+
+    def format_references(self) -> str:
+        """The reference list of the citations so far, in the manager's style."""
+        return "" if self._passthrough else self.style.format_references(self.citations)
 
     def stream(self, tokens: Iterable[Any]) -> Iterator[str]:
         """Rewrite a whole token iterator (non-empty pieces only), the reference list last."""
