@@ -87,12 +87,32 @@ def open_client(uri: str | None = None, *, token: str | None = None) -> Any:
 
 def _open_error(uri: str, e: Exception) -> Exception:
     text = str(e)
-    if not is_remote_uri(uri) and ("lock" in text.lower() or "another process" in text.lower()):
+    if not is_remote_uri(uri) and ("lock" in text.lower() or _lite_dir_locked(uri)):
         return MilvusUnavailableError(
             f"Milvus Lite database {uri} is in use by another process (one process per database). "
-            "Close that process, or run a server on it and connect with uri=http://127.0.0.1:19530."
+            "Close that process, or serve the directory with `milvus-lite server --data-dir "
+            f"{uri} --host 127.0.0.1 --port 19530` and connect every process to "
+            "uri=http://127.0.0.1:19530."
         )
     return MilvusUnavailableError(f"Could not open Milvus at {uri}: {text}. {START_SERVER_HINT}.")
+
+
+def _lite_dir_locked(uri: str) -> bool:
+    """True when another process holds the Milvus Lite directory lock."""
+    lock = Path(uri) / "LOCK"
+    if not lock.exists():
+        return False
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        return False
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return False
 
 
 def open_vector_store(

@@ -1,0 +1,154 @@
+"""Milvus store helpers: reopen, errors, server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from llama_index.core.schema import TextNode
+from llama_index.core.vector_stores.types import VectorStoreQuery
+
+from llama_index_rag_pack import milvus
+from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError, MilvusUnavailableError
+
+
+def _nodes(n: int = 5, dim: int = 8) -> list[TextNode]:
+    return [
+        TextNode(id_=f"n{i}", text=f"node number {i}", embedding=[1.0 if j == i % dim else 0.0 for j in range(dim)])
+        for i in range(n)
+    ]
+
+
+def _run(code: str, cwd: Path) -> dict:
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.integration
+def test_reopening_in_a_new_process_finds_data_without_reindexing(tmp_path: Path) -> None:
+    uri = str(tmp_path / "store.db")
+    write = f"""
+        import json
+        from llama_index.core import Document
+        from llama_index_rag_pack import RagPack
+        docs = [Document(id_="a", text="The aardvark eats ants and termites at night."),
+                Document(id_="b", text="Apollo 11 landed on the Moon in July 1969.")]
+        pack = RagPack(docs, uri={uri!r}, collection_name="reopen", llm="none")
+        print(json.dumps({{"count": pack.count()}}))
+    """
+    read = f"""
+        import json
+        from unittest import mock
+        from llama_index_rag_pack import RagPack
+        from llama_index.core.indices.vector_store import VectorStoreIndex
+        with mock.patch.object(VectorStoreIndex, "insert_nodes", side_effect=AssertionError("re-indexed")):
+            pack = RagPack.open(uri={uri!r}, collection_name="reopen", llm="none")
+            hits = pack.retriever().retrieve("When did astronauts land on the Moon?")
+        print(json.dumps({{"count": pack.count(), "top": hits[0].node.ref_doc_id, "text": hits[0].node.get_content()}}))
+    """
+    written = _run(write, tmp_path)
+    assert written["count"] == 2
+    reopened = _run(read, tmp_path)
+    assert reopened["count"] == 2
+    assert reopened["top"] == "b"
+    assert "Apollo 11" in reopened["text"]
+
+
+def test_reopened_collection_is_loaded_and_searchable(tmp_path: Path) -> None:
+    uri = str(tmp_path / "x.db")
+    store = milvus.open_vector_store(uri, "c", dim=8)
+    store.add(_nodes())
+    milvus.flush(store)
+    store.client.release_collection("c")  # what Milvus Lite does on reopen
+    again = milvus.open_vector_store(uri, "c", dim=8, must_exist=True)
+    result = again.query(VectorStoreQuery(query_embedding=[0, 0, 1.0, 0, 0, 0, 0, 0], similarity_top_k=1))
+    assert result.nodes[0].node_id == "n2"
+    assert milvus.count_entities(again) == 5
+    assert milvus.has_bm25(again.client, "c")
+
+
+def test_bm25_can_be_disabled(tmp_path: Path) -> None:
+    store = milvus.open_vector_store(str(tmp_path / "x.db"), "dense_only", dim=8, enable_bm25=False)
+    store.add(_nodes())
+    assert not milvus.has_bm25(store.client, "dense_only")
+
+
+def test_missing_collection_is_reported(tmp_path: Path) -> None:
+    with pytest.raises(CollectionNotFoundError, match="rag-pack index"):
+        milvus.open_vector_store(str(tmp_path / "x.db"), "nothing_here", dim=8, must_exist=True)
+
+
+def test_dimension_mismatch_is_reported(tmp_path: Path) -> None:
+    uri = str(tmp_path / "x.db")
+    store = milvus.open_vector_store(uri, "c", dim=8)
+    store.add(_nodes())
+    with pytest.raises(ConfigurationError, match="8-d vectors"):
+        milvus.open_vector_store(uri, "c", dim=384)
+
+
+def test_unreachable_server_fails_fast_with_the_fix() -> None:
+    start = time.perf_counter()
+    with pytest.raises(MilvusUnavailableError) as info:
+        milvus.open_vector_store("http://127.0.0.1:9", "c", dim=8)
+    assert time.perf_counter() - start < 5
+    assert "milvus-lite server" in str(info.value)
+
+
+@pytest.mark.parametrize("uri", ["./data/milvus", "", "store.sqlite"])
+def test_bad_lite_paths(uri: str) -> None:
+    with pytest.raises(ConfigurationError):
+        milvus.check_uri(uri)
+
+
+def test_a_file_where_the_database_directory_should_be(tmp_path: Path) -> None:
+    path = tmp_path / "taken.db"
+    path.write_text("not a database")
+    with pytest.raises(ConfigurationError, match="not a Milvus Lite database"):
+        milvus.check_uri(str(path))
+
+
+def test_bad_metric() -> None:
+    with pytest.raises(ConfigurationError, match="COSINE, IP, L2"):
+        milvus.open_vector_store("./unused.db", "c", similarity_metric="HAMMING")
+
+
+@pytest.mark.integration
+def test_database_locked_by_another_process(tmp_path: Path) -> None:
+    uri = str(tmp_path / "locked.db")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            from llama_index_rag_pack.milvus import open_vector_store
+            open_vector_store({uri!r}, "c", dim=8)
+            print("ready", flush=True)
+            time.sleep(60)
+        """)],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        with pytest.raises(MilvusUnavailableError, match="in use by another process"):
+            milvus.open_vector_store(uri, "c", dim=8)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.integration
+def test_same_code_against_a_milvus_server(milvus_server: str) -> None:
+    assert milvus.is_remote_uri(milvus_server)
+    store = milvus.open_vector_store(milvus_server, "server_c", dim=8, overwrite=True)
+    store.add(_nodes())
+    milvus.flush(store)
+    result = store.query(VectorStoreQuery(query_embedding=[0, 1.0, 0, 0, 0, 0, 0, 0], similarity_top_k=2))
+    assert result.nodes[0].node_id == "n1"
+    reopened = milvus.open_vector_store(milvus_server, "server_c", dim=8, must_exist=True)
+    assert milvus.count_entities(reopened) == 5

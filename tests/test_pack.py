@@ -1,0 +1,130 @@
+"""RagPack: the pack contract, indexing, answering (sync, async, streaming), bad input."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from llama_index.core import Document
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.base_retriever import BaseRetriever
+
+from llama_index_rag_pack import RagPack
+from llama_index_rag_pack._compat import BaseLlamaPack
+from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError, EmptyCorpusError
+
+DOCS = [
+    Document(id_="aardvark", text="The aardvark is a nocturnal mammal of Africa. It eats ants and termites.",
+             metadata={"title": "Aardvark"}),
+    Document(id_="apollo", text="Apollo 11 landed Neil Armstrong and Buzz Aldrin on the Moon in July 1969.",
+             metadata={"title": "Apollo 11"}),
+    Document(id_="abacus", text="The abacus is a calculating tool used since ancient times in Sumer and China.",
+             metadata={"title": "Abacus"}),
+]
+
+
+@pytest.fixture()
+def pack(milvus_uri, embed_model, scripted_llm):
+    llm = scripted_llm(default_reply="Neil Armstrong and Buzz Aldrin walked on the Moon.")
+    return RagPack(DOCS, uri=milvus_uri, collection_name="pack", llm=llm, embed_model=embed_model, similarity_top_k=2)
+
+
+def test_pack_contract(pack) -> None:
+    assert isinstance(pack, BaseLlamaPack)
+    modules = pack.get_modules()
+    assert {"llm", "embed_model", "vector_store", "index", "retriever", "query_engine"} <= set(modules)
+    assert isinstance(modules["retriever"], BaseRetriever)
+    assert isinstance(modules["query_engine"], BaseQueryEngine)
+    assert modules["vector_store"] is pack.vector_store
+
+
+def test_run_answers_from_retrieved_context(pack) -> None:
+    response = pack.run("Who walked on the Moon?")
+    assert "Armstrong" in str(response)
+    assert response.source_nodes[0].node.ref_doc_id == "apollo"
+    prompt = pack.llm.prompts[-1]
+    assert "Apollo 11 landed Neil Armstrong" in prompt
+    assert "Who walked on the Moon?" in prompt
+
+
+async def test_arun_never_calls_sync_llm_methods(milvus_uri, embed_model, scripted_llm) -> None:
+    llm = scripted_llm(default_reply="It eats ants and termites.", forbid_sync=True)
+    pack = RagPack(DOCS, uri=milvus_uri, collection_name="apack", llm=llm, embed_model=embed_model)
+    response = await pack.arun("What does the aardvark eat?")
+    assert str(response) == "It eats ants and termites."
+    assert response.source_nodes[0].node.ref_doc_id == "aardvark"
+
+
+def test_streaming_engine_streams_tokens(pack) -> None:
+    engine = pack.make_query_engine(streaming=True)
+    response = engine.query("Who walked on the Moon?")
+    deltas = list(response.response_gen)
+    assert len(deltas) > 3
+    assert "".join(deltas) == "Neil Armstrong and Buzz Aldrin walked on the Moon."
+
+
+def test_reindexing_a_document_replaces_its_chunks(pack) -> None:
+    before = pack.count()
+    pack.insert([Document(id_="apollo", text="Apollo 11 returned to Earth on July 24, 1969.")])
+    assert pack.count() == before
+    hits = pack.retriever().retrieve("Apollo 11")
+    texts = [h.node.get_content() for h in hits if h.node.ref_doc_id == "apollo"]
+    assert texts == ["Apollo 11 returned to Earth on July 24, 1969."]
+
+
+def test_reopen_in_same_process_without_documents(pack, milvus_uri, embed_model) -> None:
+    reopened = RagPack.open(uri=milvus_uri, collection_name="pack", embed_model=embed_model, llm="none")
+    assert reopened.count() == 3
+    assert reopened.retriever().retrieve("calculating tool")[0].node.ref_doc_id == "abacus"
+
+
+def test_reopening_a_missing_collection_says_to_index_first(milvus_uri, embed_model) -> None:
+    with pytest.raises(CollectionNotFoundError, match="Index documents first"):
+        RagPack.open(uri=milvus_uri, collection_name="never_indexed", embed_model=embed_model)
+
+
+def test_blank_documents_are_skipped_with_a_warning(milvus_uri, embed_model, caplog) -> None:
+    docs = [Document(id_="blank", text="   \n"), DOCS[0]]
+    with caplog.at_level(logging.WARNING):
+        pack = RagPack(docs, uri=milvus_uri, collection_name="blank", embed_model=embed_model, llm="none")
+    assert pack.count() == 1
+    assert "Skipping blank document" in caplog.text
+
+
+@pytest.mark.parametrize("docs", [[], [Document(text=""), Document(text=" ")]])
+def test_empty_corpus_is_a_clear_error(docs, milvus_uri, embed_model) -> None:
+    with pytest.raises(EmptyCorpusError):
+        RagPack(docs, uri=milvus_uri, collection_name="empty", embed_model=embed_model)
+
+
+def test_huge_document_is_chunked_and_fully_stored(milvus_uri, embed_model) -> None:
+    sentences = [f"Fact number {i} says that item {i} weighs {i * 3} grams." for i in range(3000)]
+    huge = Document(id_="huge", text=" ".join(sentences))  # ~170k characters
+    pack = RagPack([huge], uri=milvus_uri, collection_name="huge", embed_model=embed_model, llm="none")
+    assert pack.count() > 100
+    hit = pack.retriever(similarity_top_k=5).retrieve("Fact number 2718 says that item 2718 weighs")
+    assert any("item 2718 weighs 8154 grams" in h.node.get_content() for h in hit)
+
+
+def test_bad_arguments(milvus_uri, embed_model) -> None:
+    with pytest.raises(ConfigurationError, match="similarity_top_k must be > 0, got 0"):
+        RagPack(DOCS, uri=milvus_uri, similarity_top_k=0, embed_model=embed_model)
+    with pytest.raises(ConfigurationError, match="not both"):
+        RagPack(DOCS, input_dir=".", uri=milvus_uri, embed_model=embed_model)
+
+
+def test_empty_query_and_unknown_mode(pack) -> None:
+    with pytest.raises(ConfigurationError, match="empty"):
+        pack.run("   ")
+    with pytest.raises(ConfigurationError, match="valid modes: vector"):
+        pack.retriever("telepathy")
+
+
+def test_from_directory_reads_files(tmp_path, embed_model) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# Milvus\nMilvus is an open-source vector database.")
+    (tmp_path / "docs" / "b.txt").write_text("LlamaIndex connects LLMs to your data.")
+    pack = RagPack.from_directory(tmp_path / "docs", uri=str(tmp_path / "m.db"), embed_model=embed_model, llm="none")
+    assert pack.count() == 2
+    top = pack.retriever(similarity_top_k=1).retrieve("vector database")[0]
+    assert top.node.metadata["file_name"] == "a.md"

