@@ -124,6 +124,7 @@ class CitedResponse(Response):
         citations: Structured citations (number, source id, title, url, cited chunks).
         raw_answer: The LLM's text before rewriting.
         quotes: In ``quotes`` mode, the verdict on every quote (verified or flagged).
+        context_nodes: Every chunk the LLM was shown, in id order (cited or not).
     """
 
     answer: str = ""
@@ -131,6 +132,7 @@ class CitedResponse(Response):
     citations: list[Citation] = field(default_factory=list)
     raw_answer: str = ""
     quotes: list[QuoteCheck] = field(default_factory=list)
+    context_nodes: list[NodeWithScore] = field(default_factory=list)
 
 
 @dataclass
@@ -143,6 +145,7 @@ class CitedStreamingResponse(StreamingResponse):
 
     citations: list[Citation] = field(default_factory=list)
     quotes: list[QuoteCheck] = field(default_factory=list)
+    context_nodes: list[NodeWithScore] = field(default_factory=list)
 
 
 @dataclass
@@ -151,6 +154,7 @@ class CitedAsyncStreamingResponse(AsyncStreamingResponse):
 
     citations: list[Citation] = field(default_factory=list)
     quotes: list[QuoteCheck] = field(default_factory=list)
+    context_nodes: list[NodeWithScore] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -362,6 +366,7 @@ class CitedQueryEngine(BaseQueryEngine):
             citations=manager.citations,
             raw_answer=raw,
             quotes=list(quotes or []),
+            context_nodes=list(nodes),
         )
 
     def _as_stream(self, response: CitedResponse, asynchronous: bool) -> Any:
@@ -380,6 +385,7 @@ class CitedQueryEngine(BaseQueryEngine):
                 metadata=response.metadata,
                 citations=response.citations,
                 quotes=response.quotes,
+                context_nodes=response.context_nodes,
             )
 
         def gen() -> Generator[str, None, None]:
@@ -392,6 +398,7 @@ class CitedQueryEngine(BaseQueryEngine):
             metadata=response.metadata,
             citations=response.citations,
             quotes=response.quotes,
+            context_nodes=response.context_nodes,
         )
 
     def _finish_stream(self, target: Any, manager: ReferenceManager, raw: str, nodes: Sequence[NodeWithScore]) -> str:
@@ -405,7 +412,9 @@ class CitedQueryEngine(BaseQueryEngine):
     def _markers_stream(self, nodes: list[NodeWithScore], query: str) -> CitedStreamingResponse:
         manager = self._manager(nodes)
         tokens = self._llm.stream(self._qa_template, context_str=format_context(nodes), query_str=query)
-        response = CitedStreamingResponse(response_gen=iter(()), source_nodes=[], metadata={})
+        response = CitedStreamingResponse(
+            response_gen=iter(()), source_nodes=[], metadata={}, context_nodes=list(nodes)
+        )
 
         def gen() -> Generator[str, None, None]:
             raw: list[str] = []
@@ -425,7 +434,9 @@ class CitedQueryEngine(BaseQueryEngine):
         manager = self._manager(nodes)
         tokens = await self._llm.astream(self._qa_template, context_str=format_context(nodes), query_str=query)
 
-        response = CitedAsyncStreamingResponse(response_gen=_empty_agen(), source_nodes=[], metadata={})
+        response = CitedAsyncStreamingResponse(
+            response_gen=_empty_agen(), source_nodes=[], metadata={}, context_nodes=list(nodes)
+        )
 
         async def agen() -> AsyncGenerator[str, None]:
             raw: list[str] = []
