@@ -1,5 +1,12 @@
 """llama-index-rag-pack: advanced RAG for LlamaIndex over Milvus."""
 
+from llama_index_rag_pack.citations import (
+    CitationPostprocessor,
+    CitedQueryEngine,
+    ReferenceManager,
+    ReferenceStyle,
+    render_references,
+)
 from llama_index_rag_pack.errors import (
     CollectionNotFoundError,
     ConfigurationError,
@@ -17,23 +24,48 @@ from llama_index_rag_pack.fusion import (
     union_fusion,
 )
 from llama_index_rag_pack.pack import RagPack, RetrievalMode
+from llama_index_rag_pack.routing import (
+    FusionRouterRetriever,
+    LogicalSelector,
+    PromptRouter,
+    Route,
+    RoutedRagPack,
+    RouteSelection,
+    RoutingError,
+    RouteSource,
+    SemanticSelector,
+)
 from llama_index_rag_pack.transforms import HyDERetriever, RewriteRetriever
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CitationPostprocessor",
+    "CitedQueryEngine",
+    "ReferenceManager",
+    "ReferenceStyle",
+    "render_references",
     "CollectionNotFoundError",
     "ConfigurationError",
     "EmptyCorpusError",
     "FusionRetriever",
+    "FusionRouterRetriever",
     "HyDERetriever",
     "LLMNotConfiguredError",
+    "LogicalSelector",
     "MilvusHybridRetriever",
     "MilvusUnavailableError",
+    "PromptRouter",
     "RagPack",
     "RagPackError",
     "RetrievalMode",
     "RewriteRetriever",
+    "Route",
+    "RouteSelection",
+    "RoutedRagPack",
+    "RoutingError",
+    "RouteSource",
+    "SemanticSelector",
     "distribution_based_fusion",
     "reciprocal_rank_fusion",
     "relative_score_fusion",

@@ -133,6 +133,10 @@ def cmd_index(args: argparse.Namespace) -> int:
 def cmd_ask(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.pack import RagPack
 
+    if getattr(args, "route", False) or getattr(args, "routes", None) or args.mode == "route":
+        from llama_index_rag_pack.routing.cli import ask_routed
+
+        return ask_routed(args)
     pack = RagPack.open(similarity_top_k=args.top_k, **_pack_kwargs(args))
     llm = pack.llm  # resolve now, so the model in use is printed before the answer
     if hasattr(llm, "load"):
@@ -218,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
     p.add_argument("--top-k", type=int, default=4, help="chunks retrieved (default 4)")
     p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
+    p.add_argument("--route", action="store_true",
+                   help="route the question between collections and show which was chosen and why")
+    _add_route_options(p)
     p.set_defaults(func=cmd_ask)
 
     p = sub.add_parser("demo", help="index shipped Wikipedia articles and answer questions, offline")
@@ -232,7 +239,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Modules that add their own subcommands: each has ``register(subparsers)``.
-SUBCOMMAND_MODULES: tuple[str, ...] = ()
+SUBCOMMAND_MODULES: tuple[str, ...] = ("llama_index_rag_pack.routing.cli",)
+
+
+def _add_route_options(p: argparse.ArgumentParser) -> None:
+    from llama_index_rag_pack.routing.cli import add_route_options
+
+    add_route_options(p)
 
 
 def _register_subcommands(sub: Any) -> None:

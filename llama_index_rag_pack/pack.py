@@ -44,6 +44,7 @@ class RetrievalMode(str, Enum):
     """Retrieval strategies :class:`RagPack` can answer with."""
 
     VECTOR = "vector"
+    ROUTE = "route"
     BM25 = "bm25"
     HYBRID = "hybrid"
     HYBRID_WEIGHTED = "hybrid_weighted"
@@ -161,6 +162,16 @@ class RagPack(BaseLlamaPack):
         """Reopen an existing collection without re-indexing anything."""
         return cls(documents=None, **kwargs)
 
+    @classmethod
+    def from_sources(cls, sources: Sequence[Any], **kwargs: Any) -> RagPack:
+        """A pack over several named sources (collections) that routes every question between them.
+
+        See :class:`~llama_index_rag_pack.routing.pack.RoutedRagPack` for ``sources`` and options.
+        """
+        from llama_index_rag_pack.routing.pack import RoutedRagPack
+
+        return RoutedRagPack(sources, **kwargs)
+
     # ------------------------------------------------------------------ parts
     @property
     def llm(self) -> LLM:
@@ -219,6 +230,11 @@ class RagPack(BaseLlamaPack):
 
     def _build_vector_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
         return self.index.as_retriever(similarity_top_k=similarity_top_k or self.similarity_top_k)
+
+    def _build_route_retriever(self, **kwargs: Any) -> BaseRetriever:
+        from llama_index_rag_pack.routing.pack import build_route_retriever
+
+        return build_route_retriever(self, **kwargs)
 
     # fusion / hybrid / query transforms (llama_index_rag_pack.fusion, .transforms)
     def _milvus_hybrid(self, search_type: str, similarity_top_k: int | None, **kwargs: Any) -> BaseRetriever:
