@@ -96,8 +96,15 @@ def _print_sources(source_nodes: Sequence[Any]) -> None:
         _out(f"  [{i}] {score}  {_source_label(nws.node)} — {snippet}…")
 
 
-def _answer(pack: Any, question: str, *, mode: str, stream: bool) -> None:
-    engine = pack.make_query_engine(mode, streaming=stream)
+def _answer(
+    pack: Any, question: str, *, mode: str, stream: bool, fmt: str = "text", citations: bool = True
+) -> None:
+    """Print the answer (streamed as it comes); with citations, the rewritten answer and its
+    reference list in the ``fmt`` style (text, markdown, html)."""
+    if citations:
+        engine = pack.make_query_engine(mode, streaming=stream, citation_style=fmt)
+    else:
+        engine = pack.make_query_engine(mode, streaming=stream, citations=False)
     response = engine.query(question)
     if stream and hasattr(response, "response_gen"):
         for delta in response.response_gen:
@@ -105,7 +112,12 @@ def _answer(pack: Any, question: str, *, mode: str, stream: bool) -> None:
         _out()
     else:
         _out(str(response))
-    _print_sources(response.source_nodes)
+    context = getattr(response, "context_nodes", None)
+    if context is None:  # plain engine: list what was retrieved
+        _print_sources(response.source_nodes)
+    elif not response.source_nodes and context:
+        _out("\n(the answer cites no source; retrieved chunks:)")
+        _print_sources(context)
 
 
 # --------------------------------------------------------------------------- commands
@@ -143,7 +155,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         llm.load()
     _print_models(pack)
     _out()
-    _answer(pack, args.question, mode=args.mode, stream=not args.no_stream)
+    _answer(pack, args.question, mode=args.mode, stream=not args.no_stream, fmt=args.format,
+            citations=not args.no_citations)
     return 0
 
 
@@ -185,7 +198,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _out(f"\nQ: {question}")
         start = time.perf_counter()
         _out("A: ", end="")
-        _answer(pack, question, mode=args.mode, stream=True)
+        _answer(pack, question, mode=args.mode, stream=True, fmt=args.format, citations=not args.no_citations)
         timings[f"answer: {question}"] = time.perf_counter() - start
     _out("\nTimings:")
     for name, seconds in timings.items():
@@ -222,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
     p.add_argument("--top-k", type=int, default=4, help="chunks retrieved (default 4)")
     p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
+    _add_citation_options(p)
     p.add_argument("--route", action="store_true",
                    help="route the question between collections and show which was chosen and why")
     _add_route_options(p)
@@ -232,10 +246,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--question", dest="questions", action="append", default=None, help="a question (repeatable)")
     p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
     p.add_argument("--top-k", type=int, default=3, help="chunks retrieved (default 3)")
+    _add_citation_options(p)
     p.add_argument("--rebuild", action="store_true", help="index again even if the demo index exists")
     p.set_defaults(func=cmd_demo)
     _register_subcommands(sub)
     return parser
+
+
+def _add_citation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", default="text", choices=["text", "markdown", "html"],
+                   help="how citations and the reference list are written (default text)")
+    p.add_argument("--no-citations", action="store_true",
+                   help="plain answer without citations; list the retrieved chunks instead")
 
 
 # Modules that add their own subcommands: each has ``register(subparsers)``.

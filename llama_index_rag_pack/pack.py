@@ -310,25 +310,50 @@ class RagPack(BaseLlamaPack):
         )
 
     def make_query_engine(
-        self, mode: str | RetrievalMode = RetrievalMode.VECTOR, *, streaming: bool = False
+        self,
+        mode: str | RetrievalMode = RetrievalMode.VECTOR,
+        *,
+        streaming: bool = False,
+        citations: bool = True,
+        citation_style: Any = "markdown",
+        citation_mode: str = "markers",
     ) -> BaseQueryEngine:
-        """A query engine answering from ``mode``'s retriever with the pack's LLM."""
+        """A query engine answering from ``mode``'s retriever with the pack's LLM.
+
+        By default a :class:`~llama_index_rag_pack.citations.CitedQueryEngine`: the answer carries
+        renumbered citations in ``citation_style`` (``markdown``, ``text``, ``html``, ``empty`` or a
+        ``ReferenceStyle``) and ``source_nodes`` are the cited chunks. ``citations=False`` gives
+        core's plain ``RetrieverQueryEngine``.
+        """
         from llama_index.core.query_engine import RetrieverQueryEngine
 
         mode = RetrievalMode.parse(mode)
-        key = (mode, streaming)
+        style_key = citation_style if isinstance(citation_style, str) else id(citation_style)
+        key = (mode, streaming, citations, style_key, citation_mode) if citations else (mode, streaming)
         if key not in self._query_engines:
-            self._query_engines[key] = RetrieverQueryEngine.from_args(
-                self.retriever(mode),
-                llm=self.llm,
-                streaming=streaming,
-                callback_manager=self.callback_manager,
-            )
+            if citations:
+                from llama_index_rag_pack.citations import CitedQueryEngine
+
+                self._query_engines[key] = CitedQueryEngine(
+                    self.retriever(mode),
+                    llm=self.llm,
+                    mode=citation_mode,
+                    style=citation_style,
+                    streaming=streaming,
+                    callback_manager=self.callback_manager,
+                )
+            else:
+                self._query_engines[key] = RetrieverQueryEngine.from_args(
+                    self.retriever(mode),
+                    llm=self.llm,
+                    streaming=streaming,
+                    callback_manager=self.callback_manager,
+                )
         return self._query_engines[key]
 
     @property
     def query_engine(self) -> BaseQueryEngine:
-        """The default query engine."""
+        """The default query engine: answers with citations (``make_query_engine(citations=False)`` for none)."""
         return self.make_query_engine()
 
     def get_modules(self) -> dict[str, Any]:
@@ -347,6 +372,7 @@ class RagPack(BaseLlamaPack):
                 modules[f"{mode.value}_retriever"] = self.retriever(mode)
             except ConfigurationError as e:  # e.g. a collection indexed without BM25
                 logger.info("get_modules: no %s retriever (%s)", mode.value, e)
+        modules["plain_query_engine"] = self.make_query_engine(citations=False)
         return modules
 
     def run(self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any) -> RESPONSE_TYPE:
