@@ -13,6 +13,7 @@ Milvus Lite pitfalls handled here:
 from __future__ import annotations
 
 import logging
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,11 @@ START_SERVER_HINT = (
     "Start one with `milvus-lite server --data-dir ./milvus-data --host 127.0.0.1 --port 19530`, "
     "check the uri, or use a local Milvus Lite path such as ./rag_pack_data/milvus.db"
 )
+
+
+def default_token(token: str | None = None) -> str:
+    """``token`` or ``RAG_PACK_MILVUS_TOKEN`` (``user:password`` or an API key), else empty."""
+    return token or os.environ.get("RAG_PACK_MILVUS_TOKEN", "")
 
 
 def is_remote_uri(uri: str) -> bool:
@@ -80,7 +86,7 @@ def open_client(uri: str | None = None, *, token: str | None = None) -> Any:
     uri = uri or default_milvus_uri()
     check_uri(uri)
     try:
-        return MilvusClient(uri=uri, token=token or "")
+        return MilvusClient(uri=uri, token=default_token(token))
     except Exception as e:  # pymilvus raises MilvusException / RuntimeError / OSError
         raise _open_error(uri, e) from e
 
@@ -149,6 +155,7 @@ def open_vector_store(
     from llama_index.vector_stores.milvus import MilvusVectorStore
 
     uri = uri or default_milvus_uri()
+    token = default_token(token)
     collection_name = collection_name or default_collection()
     if similarity_metric.upper() not in ("COSINE", "IP", "L2"):
         raise ConfigurationError(
