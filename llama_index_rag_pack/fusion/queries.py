@@ -49,8 +49,9 @@ _PREFIX_RE = re.compile(
 )
 _QUOTES = "\"'`“”‘’«»"
 _PREAMBLE_RE = re.compile(
-    r"^(?:sure|certainly|okay|ok|of course|here (?:are|is)|below (?:are|is)|the following|"
-    r"these are|i (?:have|hope|can)|let me|note|queries|search queries|answer)\b",
+    r"^(?:(?:sure|certainly|okay|ok|of course)(?:[!,.:]|$)|here (?:are|is)\b|below (?:are|is)\b|"
+    r"the following\b|these are\b|i (?:have|hope|can)\b|let me\b|"
+    r"(?:note|queries|search queries|answer)\s*:)",
     re.IGNORECASE,
 )
 

@@ -1,0 +1,252 @@
+"""FusionRetriever over real Milvus Lite retrievers (dense + BM25) with scripted LLM replies."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+import pytest
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+
+from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.fusion import (
+    FusionRetriever,
+    MilvusHybridRetriever,
+    reciprocal_rank_fusion,
+    relative_score_fusion,
+)
+from llama_index_rag_pack.milvus import flush, open_vector_store
+from llama_index_rag_pack.testing import ScriptedLLM
+
+CORPUS = {
+    "milvus": "Milvus is an open-source vector database built for similarity search over embeddings.",
+    "bm25": "Okapi BM25 is a ranking function that search engines use to score keyword matches.",
+    "tfidf": "TF-IDF weighs a term by its frequency in a document and its rarity in the corpus.",
+    "cat": "The cat sat on the warm mat and purred quietly all afternoon.",
+    "hybrid": "Hybrid search combines dense semantic vectors with sparse keyword vectors.",
+    "paris": "Paris is the capital and largest city of France, on the river Seine.",
+    "rrf": "Reciprocal rank fusion merges ranked lists by summing one over k plus the rank.",
+    "volcano": "A volcano erupts when magma rises through the crust of the Earth.",
+}
+QUESTION = "How do search engines score keyword matches?"
+VARIANTS_REPLY = (
+    "Here are 3 alternative search queries:\n\n"
+    '1. "keyword relevance scoring in search engines"\n'
+    "2. **term frequency ranking function**\n"
+    "3. How do search engines score keyword matches?\n"  # the original echoed back
+    "4. combining keyword and vector search\n"
+)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, embed_model):
+    vs = open_vector_store(str(tmp_path_factory.mktemp("fusion") / "f.db"), "fusion_docs", dim=384)
+    nodes = [TextNode(id_=k, text=t, metadata={"topic": k}) for k, t in CORPUS.items()]
+    VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=vs),
+                     embed_model=embed_model)
+    flush(vs)
+    return vs
+
+
+@pytest.fixture(scope="module")
+def dense(store, embed_model):
+    return MilvusHybridRetriever(store, embed_model=embed_model, search_type="dense", similarity_top_k=5)
+
+
+@pytest.fixture(scope="module")
+def bm25(store):
+    return MilvusHybridRetriever(store, search_type="sparse", similarity_top_k=5)
+
+
+class Delayed(BaseRetriever):
+    """Wraps a real retriever, adding latency and counting searches in flight."""
+
+    def __init__(self, inner: BaseRetriever, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+        self.in_flight = self.max_in_flight = 0
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def _enter(self):
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _exit(self):
+        with self.lock:
+            self.in_flight -= 1
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        self._enter()
+        try:
+            time.sleep(self.delay)
+            return self.inner.retrieve(query_bundle)
+        finally:
+            self._exit()
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        self._enter()
+        try:
+            await asyncio.sleep(self.delay)
+            return await self.inner.aretrieve(query_bundle)
+        finally:
+            self._exit()
+
+
+def ids(nodes):
+    return [n.node.node_id for n in nodes]
+
+
+def test_fusion_searches_every_query_with_every_retriever(dense, bm25, scripted_llm):
+    llm = scripted_llm([VARIANTS_REPLY])
+    fusion = FusionRetriever({"dense": dense, "bm25": bm25}, llm=llm, num_queries=4, similarity_top_k=4)
+    nodes = fusion.retrieve(QUESTION)
+    assert llm.call_count == 1 and "Write 3 different search queries" in llm.prompts[0]
+    queries = [QUESTION, "keyword relevance scoring in search engines", "term frequency ranking function",
+               "combining keyword and vector search"]
+    # the reference: RRF over exactly these 4 x 2 searches
+    lists = [r.retrieve(q) for q in queries for r in (dense, bm25)]
+    expected = reciprocal_rank_fusion(lists, top_n=4)
+    assert ids(nodes) == ids(expected)
+    assert [n.score for n in nodes] == pytest.approx([n.score for n in expected])
+    assert ids(nodes)[0] == "bm25"
+    top = nodes[0].node.metadata
+    assert set(top["fusion_queries"]) <= set(queries) and QUESTION in top["fusion_queries"]
+    assert set(top["fusion_retrievers"]) == {"dense", "bm25"}
+    assert {"query", "retriever", "rank", "score"} == set(top["fusion_hits"][0])
+    # provenance stays out of what the LLM and the embedder see
+    assert "fusion_hits" not in nodes[0].node.get_content(MetadataMode.LLM)
+    assert "fusion_queries" not in nodes[0].node.get_content(MetadataMode.EMBED)
+
+
+async def test_async_path_is_async_and_matches_sync(dense, bm25, scripted_llm):
+    sync_llm = scripted_llm([VARIANTS_REPLY])
+    async_llm = scripted_llm([VARIANTS_REPLY], forbid_sync=True)
+    kwargs = dict(num_queries=4, similarity_top_k=5, mode="relative_score", weights=[0.6, 0.4])
+    sync_nodes = FusionRetriever({"dense": dense, "bm25": bm25}, llm=sync_llm, **kwargs).retrieve(QUESTION)
+    async_nodes = await FusionRetriever({"dense": dense, "bm25": bm25}, llm=async_llm,
+                                        **kwargs).aretrieve(QUESTION)
+    assert ids(sync_nodes) == ids(async_nodes)
+    assert [n.score for n in sync_nodes] == pytest.approx([n.score for n in async_nodes])
+    assert async_llm.call_count == 1
+
+
+@pytest.mark.parametrize("mode", ["reciprocal_rank", "relative_score", "dist_based_score", "union"])
+def test_every_mode_returns_fused_unique_nodes(dense, bm25, scripted_llm, mode):
+    fusion = FusionRetriever([dense, bm25], llm=scripted_llm([VARIANTS_REPLY]), mode=mode,
+                             similarity_top_k=6)
+    nodes = fusion.retrieve(QUESTION)
+    assert len(nodes) == len(set(ids(nodes))) == 6
+    assert [n.score for n in nodes] == sorted((n.score for n in nodes), reverse=True)
+    assert nodes[0].node.metadata["fusion_retrievers"]
+    assert set(fusion.retriever_names) == {"MilvusHybridRetriever_0", "MilvusHybridRetriever_1"}
+
+
+def test_weights_are_honoured(dense, bm25, scripted_llm):
+    # weight 0 on BM25: the fused ranking is the dense-only ranking
+    fusion = FusionRetriever({"dense": dense, "bm25": bm25}, llm=scripted_llm([]), num_queries=1,
+                             weights=[1.0, 0.0], similarity_top_k=5)
+    assert ids(fusion.retrieve("XQ rare keyword ranking")) == ids(dense.retrieve("XQ rare keyword ranking"))
+    fusion = FusionRetriever({"dense": dense, "bm25": bm25}, llm=scripted_llm([]), num_queries=1,
+                             mode="relative_score", weights=[0.2, 0.8], similarity_top_k=5)
+    q = "ranking function keyword"
+    expected = relative_score_fusion([dense.retrieve(q), bm25.retrieve(q)], weights=[0.2, 0.8], top_n=5)
+    assert ids(fusion.retrieve(q)) == ids(expected)
+
+
+async def test_searches_run_concurrently(dense, bm25, scripted_llm):
+    d, b = Delayed(dense, 0.2), Delayed(bm25, 0.2)
+    fusion = FusionRetriever([d, b], llm=scripted_llm([VARIANTS_REPLY] * 2), num_queries=4)
+    start = time.perf_counter()
+    await fusion.aretrieve(QUESTION)
+    elapsed = time.perf_counter() - start
+    assert d.max_in_flight == 4 and b.max_in_flight == 4  # 4 queries on each retriever at once
+    assert elapsed < 0.2 * 8 / 2  # well under the 1.6 s a sequential run takes
+    # sync path: threads
+    d.max_in_flight = b.max_in_flight = 0
+    start = time.perf_counter()
+    fusion.retrieve(QUESTION)
+    assert time.perf_counter() - start < 0.2 * 8 / 2
+    assert d.max_in_flight + b.max_in_flight >= 6
+
+
+async def test_max_concurrency_is_a_real_limit(dense, bm25, scripted_llm):
+    d, b = Delayed(dense, 0.05), Delayed(bm25, 0.05)
+    fusion = FusionRetriever([d, b], llm=scripted_llm([VARIANTS_REPLY] * 2), num_queries=4,
+                             max_concurrency=1)
+    await fusion.aretrieve(QUESTION)
+    fusion.retrieve(QUESTION)
+    assert d.max_in_flight == b.max_in_flight == 1
+
+
+def test_unusable_llm_reply_falls_back_to_original_query(dense, bm25, scripted_llm, caplog):
+    caplog.set_level(logging.WARNING)
+    fusion = FusionRetriever([dense, bm25], llm=scripted_llm(["Sure! Here are the queries:\n\n"]),
+                             similarity_top_k=3)
+    nodes = fusion.retrieve(QUESTION)
+    assert "nothing usable" in caplog.text
+    assert all(n.node.metadata["fusion_queries"] == [QUESTION] for n in nodes)
+    assert ids(nodes) == ids(reciprocal_rank_fusion([dense.retrieve(QUESTION), bm25.retrieve(QUESTION)],
+                                                    top_n=3))
+
+
+async def test_llm_error_falls_back_or_raises(dense, scripted_llm, caplog):
+    caplog.set_level(logging.WARNING)
+    fusion = FusionRetriever([dense], llm=scripted_llm([ConnectionError("server down")]))
+    nodes = await fusion.aretrieve(QUESTION)
+    assert nodes and "ConnectionError" in caplog.text
+    strict = FusionRetriever([dense], llm=scripted_llm([ConnectionError("server down")]),
+                             raise_on_failure=True)
+    with pytest.raises(ConnectionError):
+        await strict.aretrieve(QUESTION)
+
+
+def test_num_queries_one_makes_no_llm_call(dense, bm25):
+    llm = ScriptedLLM(replies=[])  # any call would raise ScriptExhaustedError
+    nodes = FusionRetriever([dense, bm25], llm=llm, num_queries=1, similarity_top_k=3).retrieve(QUESTION)
+    assert len(nodes) == 3 and llm.call_count == 0
+
+
+def test_generated_only_without_original(dense, scripted_llm):
+    llm = scripted_llm(["1. volcano magma eruption\n2. lava and the crust"])
+    fusion = FusionRetriever([dense], llm=llm, num_queries=2, include_original=False, similarity_top_k=2)
+    nodes = fusion.retrieve("tell me something")
+    assert ids(nodes)[0] == "volcano"
+    assert QUESTION not in nodes[0].node.metadata["fusion_queries"]
+    assert nodes[0].node.metadata["fusion_queries"] == ["volcano magma eruption", "lava and the crust"]
+
+
+def test_prompt_is_overridable(dense, scripted_llm):
+    llm = scripted_llm(["a query about cats"])
+    fusion = FusionRetriever([dense], llm=llm, num_queries=2)
+    fusion.update_prompts({"query_gen_prompt": fusion.get_prompts()["query_gen_prompt"].__class__(
+        "Give {num_queries} rewrites of: {query}")})
+    fusion.retrieve("cats")
+    assert llm.prompts == ["Give 1 rewrites of: cats"]
+
+
+def test_bad_input(dense, bm25, scripted_llm):
+    llm = scripted_llm([])
+    with pytest.raises(ConfigurationError, match="valid modes: reciprocal_rank, relative_score, "
+                                                 "dist_based_score, union"):
+        FusionRetriever([dense], llm=llm, mode="borda")
+    with pytest.raises(ConfigurationError, match="weights has 3 values for 2 retrievers"):
+        FusionRetriever([dense, bm25], llm=llm, weights=[1, 2, 3])
+    with pytest.raises(ConfigurationError, match=">= 0"):
+        FusionRetriever([dense, bm25], llm=llm, weights=[1, -2])
+    with pytest.raises(ConfigurationError, match="at least one retriever"):
+        FusionRetriever([], llm=llm)
+    with pytest.raises(ConfigurationError, match="num_queries must be an integer >= 1, got 0"):
+        FusionRetriever([dense], llm=llm, num_queries=0)
+    with pytest.raises(ConfigurationError, match="similarity_top_k must be > 0"):
+        FusionRetriever([dense], llm=llm, similarity_top_k=0)
+    with pytest.raises(ConfigurationError, match="BaseRetriever"):
+        FusionRetriever(["not a retriever"], llm=llm)
+    with pytest.raises(ConfigurationError, match="empty"):
+        FusionRetriever([dense], llm=llm).retrieve(" ")
+    with pytest.raises(ConfigurationError, match="empty"):
+        asyncio.run(FusionRetriever([dense], llm=llm).aretrieve(""))
