@@ -1,0 +1,104 @@
+"""RewriteRetriever (rewrite-retrieve-read) over real Milvus Lite with scripted LLM rewrites."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.schema import MetadataMode, TextNode
+
+from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.fusion import MilvusHybridRetriever
+from llama_index_rag_pack.milvus import flush, open_vector_store
+from llama_index_rag_pack.transforms import RewriteRetriever
+from llama_index_rag_pack.transforms.rewrite import parse_rewrite
+
+CORPUS = {
+    "philosophers": "Socrates, Plato and Aristotle are key figures of ancient Greek philosophy.",
+    "toothpaste": "Brush your teeth twice a day with a fluoride toothpaste.",
+    "cooker": "Never leave food on a hot cooker unattended; it can burn or catch fire.",
+    "news": "Morning news bulletins summarise the headlines of the day.",
+    "paris": "Paris is the capital and largest city of France, on the river Seine.",
+}
+NOISY = ("Today I woke up and brushed my teeth, then I sat down to read the news. But then I "
+         "forgot the food on the cooker. Who are some key figures in the ancient greek history "
+         "of philosophy?")
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory, embed_model):
+    vs = open_vector_store(str(tmp_path_factory.mktemp("rewrite") / "r.db"), "rewrite_docs", dim=384)
+    nodes = [TextNode(id_=k, text=t) for k, t in CORPUS.items()]
+    VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=vs),
+                     embed_model=embed_model)
+    flush(vs)
+    return MilvusHybridRetriever(vs, embed_model=embed_model, search_type="dense", similarity_top_k=2)
+
+
+def test_rewrite_focuses_a_noisy_query(dense, scripted_llm):
+    llm = scripted_llm(['Sure! A better search query would be:\n"key figures ancient Greek philosophy"**'])
+    rrr = RewriteRetriever(dense, llm=llm)
+    nodes = rrr.retrieve(NOISY)
+    assert nodes[0].node.node_id == "philosophers"
+    meta = nodes[0].node.metadata
+    assert meta["rewritten_query"] == "key figures ancient Greek philosophy"
+    assert meta["original_query"] == NOISY
+    assert "rewritten_query" not in nodes[0].node.get_content(MetadataMode.LLM)
+    assert NOISY in llm.prompts[0]
+    # the focused query matches the relevant chunk more closely than the noisy one did
+    noisy = {n.node.node_id: n.score for n in dense.retrieve(NOISY)}
+    assert nodes[0].score > noisy.get("philosophers", 0.0)
+
+
+async def test_async_path_never_calls_sync(dense, scripted_llm):
+    llm = scripted_llm(["Search query: ancient greek philosophers"], forbid_sync=True)
+    nodes = await RewriteRetriever(dense, llm=llm).aretrieve(NOISY)
+    assert nodes[0].node.node_id == "philosophers"
+    assert nodes[0].node.metadata["rewritten_query"] == "ancient greek philosophers"
+    sync_nodes = RewriteRetriever(dense, llm=scripted_llm(["Search query: ancient greek philosophers"])
+                                  ).retrieve(NOISY)
+    assert [n.node.node_id for n in sync_nodes] == [n.node.node_id for n in nodes]
+
+
+@pytest.mark.parametrize("reply", ["", "   \n", "Here is a better query:", ConnectionError("down")])
+def test_unusable_rewrite_falls_back_to_the_original(dense, scripted_llm, caplog, reply):
+    caplog.set_level(logging.WARNING)
+    rrr = RewriteRetriever(dense, llm=scripted_llm([reply]))
+    nodes = asyncio.run(rrr.aretrieve("capital of France"))
+    assert nodes[0].node.node_id == "paris"
+    assert nodes[0].node.metadata["rewritten_query"] == "capital of France"
+    assert "original query" in caplog.text
+
+
+def test_raise_on_failure(dense, scripted_llm):
+    with pytest.raises(ConnectionError):
+        RewriteRetriever(dense, llm=scripted_llm([ConnectionError("down")]), raise_on_failure=True
+                         ).retrieve(NOISY)
+
+
+@pytest.mark.parametrize(("reply", "expected"), [
+    ("ancient greek philosophers", "ancient greek philosophers"),
+    ('"ancient greek philosophers"**', "ancient greek philosophers"),
+    ("**ancient greek philosophers**", "ancient greek philosophers"),
+    ("Rewritten query: ancient greek philosophers\n\nThis query removes the unrelated details.",
+     "ancient greek philosophers"),
+    ("1. ancient greek philosophers", "ancient greek philosophers"),
+    ("", None),
+    ("Sure, here you go:", None),
+])
+def test_parse_rewrite(reply, expected):
+    assert parse_rewrite(reply) == expected
+
+
+def test_prompt_override_and_bad_input(dense, scripted_llm):
+    llm = scripted_llm(["paris"])
+    rrr = RewriteRetriever(dense, llm=llm, rewrite_prompt="Rewrite: {query}")
+    rrr.retrieve("where is the seine")
+    assert llm.prompts == ["Rewrite: where is the seine"]
+    assert "rewrite_prompt" in rrr.get_prompts()
+    with pytest.raises(ConfigurationError, match="empty"):
+        rrr.retrieve("")
+    with pytest.raises(ConfigurationError, match="BaseRetriever"):
+        RewriteRetriever("retriever", llm=llm)
