@@ -174,6 +174,47 @@ async def test_searches_run_concurrently(dense, bm25, scripted_llm):
     assert d.max_in_flight + b.max_in_flight >= 6
 
 
+class SyncOnly(BaseRetriever):
+    """A retriever with only a blocking ``_retrieve`` (like many third-party ones)."""
+
+    def __init__(self, inner: BaseRetriever, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+        self.in_flight = self.max_in_flight = 0
+        self.lock = threading.Lock()
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        with self.lock:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            time.sleep(self.delay)
+            return self.inner.retrieve(query_bundle)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+async def test_sync_only_retrievers_do_not_block_the_event_loop(dense, scripted_llm):
+    slow = SyncOnly(dense, 0.2)
+    fusion = FusionRetriever([slow], llm=scripted_llm([VARIANTS_REPLY], forbid_sync=True), num_queries=4)
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.02)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    start = time.perf_counter()
+    await fusion.aretrieve(QUESTION)
+    elapsed = time.perf_counter() - start
+    task.cancel()
+    assert slow.max_in_flight == 4 and elapsed < 0.6
+    assert ticks >= 5  # the loop kept running while the searches blocked their threads
+
+
 async def test_max_concurrency_is_a_real_limit(dense, bm25, scripted_llm):
     d, b = Delayed(dense, 0.05), Delayed(bm25, 0.05)
     fusion = FusionRetriever([d, b], llm=scripted_llm([VARIANTS_REPLY] * 2), num_queries=4,

@@ -56,6 +56,10 @@ class FusionRetriever(BaseRetriever):
     """RAG-Fusion: the LLM writes query variants, every variant × retriever is searched
     concurrently, and the result lists are merged by rank fusion.
 
+    The async path awaits ``llm.acomplete`` and every ``retriever.aretrieve`` under one semaphore;
+    a retriever that implements only the sync ``_retrieve`` runs in a worker thread instead of
+    blocking the event loop. The sync path runs the searches in a thread pool.
+
     Each returned node records what found it in its metadata (hidden from the LLM):
     ``fusion_queries`` (the query strings), ``fusion_retrievers`` (retriever names) and
     ``fusion_hits`` (``{"query", "retriever", "rank", "score"}`` per hit).
@@ -259,14 +263,33 @@ class FusionRetriever(BaseRetriever):
         queries = self._query_list(query_bundle, generated)
         jobs = self._jobs(queries)
         semaphore = asyncio.Semaphore(self.max_concurrency)
+        n_blocking = sum(1 for _, ri in jobs if _sync_only(self.retrievers[ri]))
+        pool = (ThreadPoolExecutor(max_workers=min(self.max_concurrency, n_blocking),
+                                   thread_name_prefix="fusion-search") if n_blocking else None)
+        loop = asyncio.get_running_loop()
 
         async def run(job: tuple[int, int]) -> list[NodeWithScore]:
             qi, ri = job
+            retriever = self.retrievers[ri]
             async with semaphore:
-                return await self.retrievers[ri].aretrieve(queries[qi])
+                if pool is not None and _sync_only(retriever):
+                    # its aretrieve would run the blocking _retrieve on the event loop and
+                    # serialise every search: run it in a worker thread instead
+                    return await loop.run_in_executor(pool, retriever.retrieve, queries[qi])
+                return await retriever.aretrieve(queries[qi])
 
-        results = list(await asyncio.gather(*(run(j) for j in jobs)))
+        try:
+            results = list(await asyncio.gather(*(run(j) for j in jobs)))
+        finally:
+            if pool is not None:
+                pool.shutdown(wait=False)
         return self._fuse(queries, jobs, results)
+
+
+def _sync_only(retriever: BaseRetriever) -> bool:
+    """True when the retriever implements only ``_retrieve`` (BaseRetriever's ``_aretrieve``
+    just calls it, blocking the event loop)."""
+    return type(retriever)._aretrieve is BaseRetriever._aretrieve
 
 
 def _check_bundle(query_bundle: QueryBundle) -> None:
