@@ -261,7 +261,7 @@ def _add_citation_options(p: argparse.ArgumentParser) -> None:
 
 
 # Modules that add their own subcommands: each has ``register(subparsers)``.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("llama_index_rag_pack.routing.cli",)
+SUBCOMMAND_MODULES: tuple[str, ...] = ("llama_index_rag_pack.routing.cli", "llama_index_rag_pack.evaluation.cli")
 
 
 def _add_route_options(p: argparse.ArgumentParser) -> None:

@@ -1,0 +1,112 @@
+"""``rag-pack eval``: compare retrieval strategies on a labelled set (table, JSON, bar chart)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _out(text: str = "") -> None:
+    print(text, flush=True)  # noqa: T201 - the CLI prints
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``eval`` subcommand to ``rag-pack``."""
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate retrieval strategies on a labelled question set",
+        description="Index the set's corpus once (cached), run each strategy, and write a Markdown "
+        "table, a JSON file and a bar chart. Results are cached per strategy: a re-run only "
+        "recomputes strategies whose configuration, code or data changed.",
+    )
+    p.add_argument("--dataset", default="wiki_qa", help="shipped set name (default wiki_qa) or a .jsonl path")
+    p.add_argument("--corpus", default=None, help="corpus the ids refer to: wikipedia, lee or a path (default: from the set)")
+    p.add_argument("--strategies", default="all", help="'all' or a comma list: vector(dense),bm25(sparse),hybrid,fusion,...")
+    p.add_argument("--list", action="store_true", help="list the strategies and sets, then exit")
+    p.add_argument("--top-k", type=int, default=10, help="chunks retrieved per question (default 10)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate a seeded sample of N questions")
+    p.add_argument("--llm-limit", type=int, default=10,
+                   help="at most N questions for strategies that call an LLM per query (default 10; 0 = all)")
+    p.add_argument("--corpus-limit", type=int, default=None,
+                   help="index only the first N documents and keep the questions about them")
+    p.add_argument("--seed", type=int, default=0, help="seed of the question sample (default 0)")
+    p.add_argument("--concurrency", type=int, default=4, help="questions in flight at once (default 4; 1 = sync path)")
+    p.add_argument("--answers", action="store_true", help="also let the LLM answer and score EM / token F1")
+    p.add_argument("--cache-dir", default=None, help="index and result cache (default $RAG_PACK_DATA_DIR/eval)")
+    p.add_argument("--out", default=None, help="where to write <name>.md/.json/.png (default <cache-dir>/reports)")
+    p.add_argument("--name", default=None, help="file stem of the outputs (default: the dataset name)")
+    p.add_argument("--rebuild-index", action="store_true", help="index the corpus again")
+    p.add_argument("--force", action="store_true", help="ignore cached results")
+    p.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
+    p.set_defaults(func=cmd_eval)
+
+
+def _list() -> int:
+    from llama_index_rag_pack.evaluation.labelled import shipped_sets
+    from llama_index_rag_pack.evaluation.strategies import ALIASES, available_strategies
+
+    _out("Strategies:")
+    for s in available_strategies().values():
+        needs = [n for n, flag in (("LLM", s.needs_llm), ("RAPTOR tree", s.needs_tree)) if flag]
+        _out(f"  {s.name:<20} mode={s.mode:<18} {('needs ' + ', '.join(needs)) if needs else ''}")
+    _out("  aliases: " + ", ".join(f"{a}={b}" for a, b in ALIASES.items()))
+    _out("Labelled sets:")
+    for name, path in shipped_sets().items():
+        _out(f"  {name:<20} {path}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list()
+    from llama_index_rag_pack.evaluation.harness import EvalHarness
+
+    start = time.perf_counter()
+    harness = EvalHarness(
+        args.dataset,
+        corpus=args.corpus,
+        cache_dir=args.cache_dir,
+        uri=args.uri,
+        top_k=args.top_k,
+        ks=tuple(k for k in (1, 3, 5, 10) if k <= args.top_k) or (args.top_k,),
+        limit=args.limit,
+        llm_limit=args.llm_limit or None,
+        corpus_limit=args.corpus_limit,
+        seed=args.seed,
+        concurrency=args.concurrency,
+        answers=args.answers,
+        llm=args.llm,
+        embed_model=args.embed_model,
+        rebuild_index=args.rebuild_index,
+        force=args.force,
+        show_progress=True,
+    )
+    _out(f"rag-pack eval: {harness.dataset.name} ({len(harness.dataset)} questions, corpus {harness.dataset.corpus})")
+    _out("→ loading the corpus and opening the cached index (built on first use) ...")
+    pack = harness.prepare()
+    _out(f"  {pack.count()} chunks; {len(harness.examples())} questions to evaluate")
+    if args.concurrency > 1:
+        report = asyncio.run(harness.arun(args.strategies))
+    else:
+        report = harness.run(args.strategies)
+    for row in report.rows:
+        if row.status == "ok" and row.cached:
+            _out(f"  {row.strategy.name}: {row.cached}/{row.n} questions from the cache")
+    _out()
+    _out(report.to_markdown())
+    out_dir = Path(args.out) if args.out else harness.cache_dir / "reports"
+    paths = report.write(out_dir, stem=args.name, chart=not args.no_chart)
+    for kind, path in paths.items():
+        _out(f"{kind:>8}: {path}")
+    _out(f"done in {time.perf_counter() - start:.1f} s")
+    return 0 if report.ok_rows() else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from llama_index_rag_pack.cli import main
+
+    sys.exit(main(["eval", *sys.argv[1:]]))
