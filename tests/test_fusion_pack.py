@@ -1,0 +1,107 @@
+"""The fusion / hybrid / HyDE / rewrite modes through RagPack, and once with the real local LLM."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from llama_index.core import Document
+
+from llama_index_rag_pack import RagPack, RetrievalMode
+from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.fusion import FusionRetriever, MilvusHybridRetriever
+from llama_index_rag_pack.transforms import HyDERetriever, RewriteRetriever
+
+DOCS = [
+    Document(id_="bm25", text="Okapi BM25 is a ranking function search engines use to score keyword matches."),
+    Document(id_="milvus", text="Milvus is an open-source vector database for similarity search."),
+    Document(id_="paris", text="Paris is the capital and largest city of France."),
+    Document(id_="volcano", text="A volcano erupts when magma rises through the crust of the Earth."),
+    Document(id_="part", text="Spare part QZ-881 replaces the worn gasket of the pump."),
+]
+MODES = ["bm25", "hybrid", "hybrid_weighted", "fusion", "hyde", "rewrite"]
+
+
+def reply(prompt: str) -> str:
+    if "search queries" in prompt:
+        return "1. keyword ranking function\n2. \"how search engines score matches\"\n3. BM25 scoring"
+    if "passage" in prompt.lower():
+        return "Passage: Search engines rank keyword matches with BM25, a ranking function."
+    return "Search query: BM25 ranking function"
+
+
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory, embed_model):
+    from llama_index_rag_pack.testing import ScriptedLLM
+
+    return RagPack(DOCS, uri=str(tmp_path_factory.mktemp("pack") / "p.db"), collection_name="fusion_pack",
+                   embed_model=embed_model, llm=ScriptedLLM(replies=reply), similarity_top_k=3)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_retrieves_through_the_pack(pack, mode):
+    retriever = pack.retriever(mode)
+    q = "Which ranking function do search engines use for keyword matches?"
+    nodes = retriever.retrieve(q)
+    assert nodes and nodes[0].node.ref_doc_id == "bm25"
+    assert len(nodes) <= 3
+    async_nodes = asyncio.run(retriever.aretrieve(q))
+    assert [n.node.node_id for n in async_nodes] == [n.node.node_id for n in nodes]
+    assert pack.retriever(mode) is retriever  # cached
+
+
+def test_pack_modes_build_the_right_classes(pack):
+    assert isinstance(pack.retriever("bm25"), MilvusHybridRetriever)
+    assert pack.retriever("bm25").search_type.value == "sparse"
+    assert pack.retriever("hybrid").ranker.value == "rrf"
+    assert pack.retriever("hybrid_weighted").weights == [0.7, 0.3]
+    fusion = pack.retriever("fusion")
+    assert isinstance(fusion, FusionRetriever) and fusion.retriever_names == ["dense", "bm25"]
+    assert isinstance(pack.retriever("hyde"), HyDERetriever)
+    assert isinstance(pack.retriever("rewrite"), RewriteRetriever)
+    assert pack.retriever("fusion", num_queries=2, fusion_mode="relative_score").mode.value == "relative_score"
+    assert pack.retriever("bm25", similarity_top_k=1).retrieve("QZ-881 gasket")[0].node.ref_doc_id == "part"
+
+
+def test_get_modules_lists_the_new_retrievers(pack):
+    modules = pack.get_modules()
+    for mode in ("bm25", "hybrid", "fusion", "hyde", "rewrite"):
+        assert modules[f"{mode}_retriever"] is pack.retriever(mode)
+
+
+def test_unknown_mode_lists_the_valid_ones(pack):
+    with pytest.raises(ConfigurationError) as info:
+        pack.retriever("rag_fusion")
+    for mode in MODES:
+        assert mode in str(info.value)
+    assert {m.value for m in RetrievalMode} >= set(MODES)
+
+
+def test_collection_without_bm25(tmp_path, embed_model):
+    from llama_index_rag_pack.testing import ScriptedLLM
+
+    pack = RagPack(DOCS[:3], uri=str(tmp_path / "d.db"), collection_name="dense_only", enable_bm25=False,
+                   embed_model=embed_model, llm=ScriptedLLM(replies=reply))
+    with pytest.raises(ConfigurationError, match="enable_bm25=True"):
+        pack.retriever("hybrid")
+    fusion = pack.retriever("fusion", num_queries=1)
+    assert fusion.retriever_names == ["dense"]
+    assert fusion.retrieve("vector database")[0].node.ref_doc_id == "milvus"
+    assert "hybrid_retriever" not in pack.get_modules()
+
+
+@pytest.mark.slow
+def test_fusion_hyde_rewrite_with_the_real_local_llm(pack, local_llm, caplog):
+    """The bundled SmolLM2-135M writes the variants / passage / rewrite; whatever it says, the
+    retrievers parse it or fall back, and still answer from the collection."""
+    q = "Which ranking function do search engines use for keyword matches?"
+    dense = pack._milvus_hybrid("dense", 3)
+    fusion = FusionRetriever({"dense": dense, "bm25": pack.retriever("bm25")}, llm=local_llm,
+                             num_queries=3, similarity_top_k=3)
+    nodes = fusion.retrieve(q)
+    assert nodes and q in nodes[0].node.metadata["fusion_queries"]
+    assert all(isinstance(x, str) and x.strip() and "\n" not in x for x in nodes[0].node.metadata["fusion_queries"])
+    hyde_nodes = asyncio.run(HyDERetriever(dense, llm=local_llm, embed_model=pack.embed_model).aretrieve(q))
+    assert len(hyde_nodes) == 3
+    rewrite_nodes = RewriteRetriever(dense, llm=local_llm).retrieve(q)
+    assert rewrite_nodes and rewrite_nodes[0].node.metadata["rewritten_query"].strip()
