@@ -42,7 +42,10 @@ class LatencyRetriever(BaseRetriever):
     def _nodes(self, query: str) -> list[NodeWithScore]:
         seed = int(hashlib.sha1(f"{self.name}:{query}".encode()).hexdigest(), 16)
         picks = [(seed >> (4 * i)) % 40 for i in range(10)]
-        return [NodeWithScore(node=self.pool[p], score=1.0 - r / 10) for r, p in enumerate(dict.fromkeys(picks))]
+        return [
+            NodeWithScore(node=self.pool[p], score=1.0 - r / 10)
+            for r, p in enumerate(dict.fromkeys(picks))
+        ]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         time.sleep(self.delay)
@@ -82,13 +85,25 @@ def main() -> None:
 
     def ours(max_concurrency: int = 16, cls=LatencyRetriever) -> FusionRetriever:
         llm, rs = parts(cls)
-        return FusionRetriever(rs, llm=llm, num_queries=4, mode="reciprocal_rank",
-                               similarity_top_k=10, max_concurrency=max_concurrency)
+        return FusionRetriever(
+            rs,
+            llm=llm,
+            num_queries=4,
+            mode="reciprocal_rank",
+            similarity_top_k=10,
+            max_concurrency=max_concurrency,
+        )
 
     def core(use_async: bool, cls=LatencyRetriever) -> QueryFusionRetriever:
         llm, rs = parts(cls)
-        return QueryFusionRetriever(rs, llm=llm, num_queries=4, mode="reciprocal_rerank",
-                                    similarity_top_k=10, use_async=use_async)
+        return QueryFusionRetriever(
+            rs,
+            llm=llm,
+            num_queries=4,
+            mode="reciprocal_rerank",
+            similarity_top_k=10,
+            use_async=use_async,
+        )
 
     def in_running_loop(retriever) -> Callable[[], object]:
         """A sync retrieve() called from async code (a notebook cell, a web handler)."""
@@ -100,46 +115,110 @@ def main() -> None:
 
     rows: list[tuple[str, str, float]] = []
     r = ours()
-    rows.append(("FusionRetriever (ours)", "aretrieve: gather under a semaphore",
-                 timed(lambda: asyncio.run(r.aretrieve(QUERY)), args.repeats)))
-    rows.append(("FusionRetriever (ours)", "retrieve: thread pool",
-                 timed(lambda: r.retrieve(QUERY), args.repeats)))
+    rows.append(
+        (
+            "FusionRetriever (ours)",
+            "aretrieve: gather under a semaphore",
+            timed(lambda: asyncio.run(r.aretrieve(QUERY)), args.repeats),
+        )
+    )
+    rows.append(
+        (
+            "FusionRetriever (ours)",
+            "retrieve: thread pool",
+            timed(lambda: r.retrieve(QUERY), args.repeats),
+        )
+    )
     r1 = ours(max_concurrency=1)
-    rows.append(("FusionRetriever (ours)", "retrieve, max_concurrency=1 (sequential)",
-                 timed(lambda: r1.retrieve(QUERY), args.repeats)))
-    rows.append(("FusionRetriever (ours)", "aretrieve, max_concurrency=1 (sequential)",
-                 timed(lambda: asyncio.run(r1.aretrieve(QUERY)), args.repeats)))
+    rows.append(
+        (
+            "FusionRetriever (ours)",
+            "retrieve, max_concurrency=1 (sequential)",
+            timed(lambda: r1.retrieve(QUERY), args.repeats),
+        )
+    )
+    rows.append(
+        (
+            "FusionRetriever (ours)",
+            "aretrieve, max_concurrency=1 (sequential)",
+            timed(lambda: asyncio.run(r1.aretrieve(QUERY)), args.repeats),
+        )
+    )
     c_async = core(use_async=True)
-    rows.append(("core QueryFusionRetriever", "aretrieve",
-                 timed(lambda: asyncio.run(c_async.aretrieve(QUERY)), args.repeats)))
-    rows.append(("core QueryFusionRetriever", "retrieve, use_async=True",
-                 timed(lambda: c_async.retrieve(QUERY), args.repeats)))
+    rows.append(
+        (
+            "core QueryFusionRetriever",
+            "aretrieve",
+            timed(lambda: asyncio.run(c_async.aretrieve(QUERY)), args.repeats),
+        )
+    )
+    rows.append(
+        (
+            "core QueryFusionRetriever",
+            "retrieve, use_async=True",
+            timed(lambda: c_async.retrieve(QUERY), args.repeats),
+        )
+    )
     c_sync = core(use_async=False)
-    rows.append(("core QueryFusionRetriever", "retrieve, use_async=False",
-                 timed(lambda: c_sync.retrieve(QUERY), args.repeats)))
+    rows.append(
+        (
+            "core QueryFusionRetriever",
+            "retrieve, use_async=False",
+            timed(lambda: c_sync.retrieve(QUERY), args.repeats),
+        )
+    )
 
     rows.append(("", "", float("nan")))
     so, cso = ours(cls=SyncOnlyLatencyRetriever), core(True, cls=SyncOnlyLatencyRetriever)
-    rows.append(("FusionRetriever (ours)", "aretrieve, sync-only retrievers",
-                 timed(lambda: asyncio.run(so.aretrieve(QUERY)), args.repeats)))
-    rows.append(("core QueryFusionRetriever", "aretrieve, sync-only retrievers",
-                 timed(lambda: asyncio.run(cso.aretrieve(QUERY)), args.repeats)))
-    rows.append(("FusionRetriever (ours)", "retrieve inside a running event loop",
-                 timed(in_running_loop(ours()), args.repeats)))
+    rows.append(
+        (
+            "FusionRetriever (ours)",
+            "aretrieve, sync-only retrievers",
+            timed(lambda: asyncio.run(so.aretrieve(QUERY)), args.repeats),
+        )
+    )
+    rows.append(
+        (
+            "core QueryFusionRetriever",
+            "aretrieve, sync-only retrievers",
+            timed(lambda: asyncio.run(cso.aretrieve(QUERY)), args.repeats),
+        )
+    )
+    rows.append(
+        (
+            "FusionRetriever (ours)",
+            "retrieve inside a running event loop",
+            timed(in_running_loop(ours()), args.repeats),
+        )
+    )
     try:
         t = timed(in_running_loop(core(True)), args.repeats)
-        rows.append(("core QueryFusionRetriever", "retrieve inside a running loop, use_async=True", t))
+        rows.append(
+            ("core QueryFusionRetriever", "retrieve inside a running loop, use_async=True", t)
+        )
     except Exception as e:  # core's run_async_tasks cannot nest event loops
-        rows.append(("core QueryFusionRetriever",
-                     f"retrieve inside a running loop: {type(e).__name__}", float("inf")))
-    rows.append(("core QueryFusionRetriever", "retrieve inside a running loop, use_async=False",
-                 timed(in_running_loop(core(False)), args.repeats)))
+        rows.append(
+            (
+                "core QueryFusionRetriever",
+                f"retrieve inside a running loop: {type(e).__name__}",
+                float("inf"),
+            )
+        )
+    rows.append(
+        (
+            "core QueryFusionRetriever",
+            "retrieve inside a running loop, use_async=False",
+            timed(in_running_loop(core(False)), args.repeats),
+        )
+    )
 
     best = rows[0][2]
     sequential = args.llm_delay + 8 * args.search_delay
-    print(f"4 queries x 2 retrievers; LLM {args.llm_delay:.2f} s/call, search {args.search_delay:.2f} s; "
-          f"median of {args.repeats}; fully sequential floor = {sequential:.2f} s, "
-          f"fully concurrent floor = {args.llm_delay + args.search_delay:.2f} s")
+    print(
+        f"4 queries x 2 retrievers; LLM {args.llm_delay:.2f} s/call, search {args.search_delay:.2f} s; "
+        f"median of {args.repeats}; fully sequential floor = {sequential:.2f} s, "
+        f"fully concurrent floor = {args.llm_delay + args.search_delay:.2f} s"
+    )
     print(f"| {'implementation':<26} | {'call':<48} | {'latency s':>9} | {'x ours async':>12} |")
     print(f"|{'-' * 28}|{'-' * 50}|{'-' * 11}|{'-' * 14}|")
     for impl, call, t in rows:

@@ -13,10 +13,15 @@ from llama_index_rag_pack.fusion import FusionRetriever, MilvusHybridRetriever
 from llama_index_rag_pack.transforms import HyDERetriever, RewriteRetriever
 
 DOCS = [
-    Document(id_="bm25", text="Okapi BM25 is a ranking function search engines use to score keyword matches."),
+    Document(
+        id_="bm25",
+        text="Okapi BM25 is a ranking function search engines use to score keyword matches.",
+    ),
     Document(id_="milvus", text="Milvus is an open-source vector database for similarity search."),
     Document(id_="paris", text="Paris is the capital and largest city of France."),
-    Document(id_="volcano", text="A volcano erupts when magma rises through the crust of the Earth."),
+    Document(
+        id_="volcano", text="A volcano erupts when magma rises through the crust of the Earth."
+    ),
     Document(id_="part", text="Spare part QZ-881 replaces the worn gasket of the pump."),
 ]
 MODES = ["bm25", "hybrid", "hybrid_weighted", "fusion", "hyde", "rewrite"]
@@ -24,7 +29,7 @@ MODES = ["bm25", "hybrid", "hybrid_weighted", "fusion", "hyde", "rewrite"]
 
 def reply(prompt: str) -> str:
     if "search queries" in prompt:
-        return "1. keyword ranking function\n2. \"how search engines score matches\"\n3. BM25 scoring"
+        return '1. keyword ranking function\n2. "how search engines score matches"\n3. BM25 scoring'
     if "passage" in prompt.lower():
         return "Passage: Search engines rank keyword matches with BM25, a ranking function."
     return "Search query: BM25 ranking function"
@@ -34,8 +39,14 @@ def reply(prompt: str) -> str:
 def pack(tmp_path_factory, embed_model):
     from llama_index_rag_pack.testing import ScriptedLLM
 
-    return RagPack(DOCS, uri=str(tmp_path_factory.mktemp("pack") / "p.db"), collection_name="fusion_pack",
-                   embed_model=embed_model, llm=ScriptedLLM(replies=reply), similarity_top_k=3)
+    return RagPack(
+        DOCS,
+        uri=str(tmp_path_factory.mktemp("pack") / "p.db"),
+        collection_name="fusion_pack",
+        embed_model=embed_model,
+        llm=ScriptedLLM(replies=reply),
+        similarity_top_k=3,
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -59,8 +70,14 @@ def test_pack_modes_build_the_right_classes(pack):
     assert isinstance(fusion, FusionRetriever) and fusion.retriever_names == ["dense", "bm25"]
     assert isinstance(pack.retriever("hyde"), HyDERetriever)
     assert isinstance(pack.retriever("rewrite"), RewriteRetriever)
-    assert pack.retriever("fusion", num_queries=2, fusion_mode="relative_score").mode.value == "relative_score"
-    assert pack.retriever("bm25", similarity_top_k=1).retrieve("QZ-881 gasket")[0].node.ref_doc_id == "part"
+    assert (
+        pack.retriever("fusion", num_queries=2, fusion_mode="relative_score").mode.value
+        == "relative_score"
+    )
+    assert (
+        pack.retriever("bm25", similarity_top_k=1).retrieve("QZ-881 gasket")[0].node.ref_doc_id
+        == "part"
+    )
 
 
 def test_get_modules_lists_the_new_retrievers(pack):
@@ -80,8 +97,14 @@ def test_unknown_mode_lists_the_valid_ones(pack):
 def test_collection_without_bm25(tmp_path, embed_model):
     from llama_index_rag_pack.testing import ScriptedLLM
 
-    pack = RagPack(DOCS[:3], uri=str(tmp_path / "d.db"), collection_name="dense_only", enable_bm25=False,
-                   embed_model=embed_model, llm=ScriptedLLM(replies=reply))
+    pack = RagPack(
+        DOCS[:3],
+        uri=str(tmp_path / "d.db"),
+        collection_name="dense_only",
+        enable_bm25=False,
+        embed_model=embed_model,
+        llm=ScriptedLLM(replies=reply),
+    )
     with pytest.raises(ConfigurationError, match="enable_bm25=True"):
         pack.retriever("hybrid")
     fusion = pack.retriever("fusion", num_queries=1)
@@ -96,12 +119,21 @@ def test_fusion_hyde_rewrite_with_the_real_local_llm(pack, local_llm, caplog):
     retrievers parse it or fall back, and still answer from the collection."""
     q = "Which ranking function do search engines use for keyword matches?"
     dense = pack._milvus_hybrid("dense", 3)
-    fusion = FusionRetriever({"dense": dense, "bm25": pack.retriever("bm25")}, llm=local_llm,
-                             num_queries=3, similarity_top_k=3)
+    fusion = FusionRetriever(
+        {"dense": dense, "bm25": pack.retriever("bm25")},
+        llm=local_llm,
+        num_queries=3,
+        similarity_top_k=3,
+    )
     nodes = fusion.retrieve(q)
     assert nodes and q in nodes[0].node.metadata["fusion_queries"]
-    assert all(isinstance(x, str) and x.strip() and "\n" not in x for x in nodes[0].node.metadata["fusion_queries"])
-    hyde_nodes = asyncio.run(HyDERetriever(dense, llm=local_llm, embed_model=pack.embed_model).aretrieve(q))
+    assert all(
+        isinstance(x, str) and x.strip() and "\n" not in x
+        for x in nodes[0].node.metadata["fusion_queries"]
+    )
+    hyde_nodes = asyncio.run(
+        HyDERetriever(dense, llm=local_llm, embed_model=pack.embed_model).aretrieve(q)
+    )
     assert len(hyde_nodes) == 3
     rewrite_nodes = RewriteRetriever(dense, llm=local_llm).retrieve(q)
     assert rewrite_nodes and rewrite_nodes[0].node.metadata["rewritten_query"].strip()

@@ -29,7 +29,7 @@ def nws(node_id: str, score: float | None = None) -> NodeWithScore:
 
 def ranked(*ids: str, scores: list[float] | None = None) -> list[NodeWithScore]:
     scores = scores or [1.0 - i / 10 for i in range(len(ids))]
-    return [nws(i, s) for i, s in zip(ids, scores)]
+    return [nws(i, s) for i, s in zip(ids, scores, strict=True)]
 
 
 def as_pairs(fused: list[NodeWithScore]) -> list[tuple[str, float]]:
@@ -113,7 +113,8 @@ def test_union_dedupes_and_keeps_best_weighted_score():
     fused = union_fusion([ranked("a", "b", scores=[0.4, 0.3]), ranked("b", "c", scores=[0.8, 0.1])])
     assert as_pairs(fused) == [("b", 0.8), ("a", 0.4), ("c", 0.1)]
     fused = union_fusion(
-        [ranked("a", "b", scores=[0.4, 0.3]), ranked("b", "c", scores=[0.8, 0.1])], weights=[1, 0.25]
+        [ranked("a", "b", scores=[0.4, 0.3]), ranked("b", "c", scores=[0.8, 0.1])],
+        weights=[1, 0.25],
     )
     assert as_pairs(fused) == [("a", 0.4), ("b", 0.3), ("c", 0.025)]
 
@@ -135,16 +136,22 @@ def test_top_n_and_empty_inputs():
 
 def test_fuse_dispatch_and_core_aliases():
     lists = [ranked("a", "b"), ranked("b", "c")]
-    assert as_pairs(fuse(lists, "reciprocal_rank", k=1)) == as_pairs(reciprocal_rank_fusion(lists, k=1))
+    assert as_pairs(fuse(lists, "reciprocal_rank", k=1)) == as_pairs(
+        reciprocal_rank_fusion(lists, k=1)
+    )
     assert as_pairs(fuse(lists, "reciprocal_rerank")) == as_pairs(reciprocal_rank_fusion(lists))
     assert as_pairs(fuse(lists, "simple")) == as_pairs(union_fusion(lists))
-    assert as_pairs(fuse(lists, FusionMode.DIST_BASED_SCORE)) == as_pairs(distribution_based_fusion(lists))
+    assert as_pairs(fuse(lists, FusionMode.DIST_BASED_SCORE)) == as_pairs(
+        distribution_based_fusion(lists)
+    )
 
 
 # ----------------------------------------------------------------------------- bad input
 def test_bad_arguments_raise_clear_errors():
     lists = [ranked("a"), ranked("b")]
-    with pytest.raises(ConfigurationError, match="weights has 1 values but there are 2 result lists"):
+    with pytest.raises(
+        ConfigurationError, match="weights has 1 values but there are 2 result lists"
+    ):
         reciprocal_rank_fusion(lists, weights=[1.0])
     for fn in ALL:
         with pytest.raises(ConfigurationError, match="weights has 3 values"):
@@ -174,7 +181,9 @@ def build(raw):
 
 
 @settings(max_examples=150, deadline=None)
-@given(raw=result_lists_st, fn_index=st.integers(0, 3), top_n=st.one_of(st.none(), st.integers(1, 15)))
+@given(
+    raw=result_lists_st, fn_index=st.integers(0, 3), top_n=st.one_of(st.none(), st.integers(1, 15))
+)
 def test_property_pure_deduped_sorted(raw, fn_index, top_n):
     fn = ALL[fn_index]
     lists = build(raw)
@@ -217,7 +226,10 @@ def test_property_weights_follow_the_lists(raw, fn_index, seed):
     perm = list(range(len(lists)))
     rng.shuffle(perm)
     a = {n.node.node_id: n.score for n in fn(lists, weights=weights)}
-    b = {n.node.node_id: n.score for n in fn([lists[i] for i in perm], weights=[weights[i] for i in perm])}
+    b = {
+        n.node.node_id: n.score
+        for n in fn([lists[i] for i in perm], weights=[weights[i] for i in perm])
+    }
     assert a.keys() == b.keys()
     for key in a:
         assert a[key] == pytest.approx(b[key], abs=1e-12)

@@ -46,15 +46,20 @@ VARIANTS_REPLY = (
 def store(tmp_path_factory, embed_model):
     vs = open_vector_store(str(tmp_path_factory.mktemp("fusion") / "f.db"), "fusion_docs", dim=384)
     nodes = [TextNode(id_=k, text=t, metadata={"topic": k}) for k, t in CORPUS.items()]
-    VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=vs),
-                     embed_model=embed_model)
+    VectorStoreIndex(
+        nodes,
+        storage_context=StorageContext.from_defaults(vector_store=vs),
+        embed_model=embed_model,
+    )
     flush(vs)
     return vs
 
 
 @pytest.fixture(scope="module")
 def dense(store, embed_model):
-    return MilvusHybridRetriever(store, embed_model=embed_model, search_type="dense", similarity_top_k=5)
+    return MilvusHybridRetriever(
+        store, embed_model=embed_model, search_type="dense", similarity_top_k=5
+    )
 
 
 @pytest.fixture(scope="module")
@@ -103,11 +108,17 @@ def ids(nodes):
 
 def test_fusion_searches_every_query_with_every_retriever(dense, bm25, scripted_llm):
     llm = scripted_llm([VARIANTS_REPLY])
-    fusion = FusionRetriever({"dense": dense, "bm25": bm25}, llm=llm, num_queries=4, similarity_top_k=4)
+    fusion = FusionRetriever(
+        {"dense": dense, "bm25": bm25}, llm=llm, num_queries=4, similarity_top_k=4
+    )
     nodes = fusion.retrieve(QUESTION)
     assert llm.call_count == 1 and "Write 3 different search queries" in llm.prompts[0]
-    queries = [QUESTION, "keyword relevance scoring in search engines", "term frequency ranking function",
-               "combining keyword and vector search"]
+    queries = [
+        QUESTION,
+        "keyword relevance scoring in search engines",
+        "term frequency ranking function",
+        "combining keyword and vector search",
+    ]
     # the reference: RRF over exactly these 4 x 2 searches
     lists = [r.retrieve(q) for q in queries for r in (dense, bm25)]
     expected = reciprocal_rank_fusion(lists, top_n=4)
@@ -127,9 +138,12 @@ async def test_async_path_is_async_and_matches_sync(dense, bm25, scripted_llm):
     sync_llm = scripted_llm([VARIANTS_REPLY])
     async_llm = scripted_llm([VARIANTS_REPLY], forbid_sync=True)
     kwargs = dict(num_queries=4, similarity_top_k=5, mode="relative_score", weights=[0.6, 0.4])
-    sync_nodes = FusionRetriever({"dense": dense, "bm25": bm25}, llm=sync_llm, **kwargs).retrieve(QUESTION)
-    async_nodes = await FusionRetriever({"dense": dense, "bm25": bm25}, llm=async_llm,
-                                        **kwargs).aretrieve(QUESTION)
+    sync_nodes = FusionRetriever({"dense": dense, "bm25": bm25}, llm=sync_llm, **kwargs).retrieve(
+        QUESTION
+    )
+    async_nodes = await FusionRetriever(
+        {"dense": dense, "bm25": bm25}, llm=async_llm, **kwargs
+    ).aretrieve(QUESTION)
     assert ids(sync_nodes) == ids(async_nodes)
     assert [n.score for n in sync_nodes] == pytest.approx([n.score for n in async_nodes])
     assert async_llm.call_count == 1
@@ -137,8 +151,9 @@ async def test_async_path_is_async_and_matches_sync(dense, bm25, scripted_llm):
 
 @pytest.mark.parametrize("mode", ["reciprocal_rank", "relative_score", "dist_based_score", "union"])
 def test_every_mode_returns_fused_unique_nodes(dense, bm25, scripted_llm, mode):
-    fusion = FusionRetriever([dense, bm25], llm=scripted_llm([VARIANTS_REPLY]), mode=mode,
-                             similarity_top_k=6)
+    fusion = FusionRetriever(
+        [dense, bm25], llm=scripted_llm([VARIANTS_REPLY]), mode=mode, similarity_top_k=6
+    )
     nodes = fusion.retrieve(QUESTION)
     assert len(nodes) == len(set(ids(nodes))) == 6
     assert [n.score for n in nodes] == sorted((n.score for n in nodes), reverse=True)
@@ -148,13 +163,28 @@ def test_every_mode_returns_fused_unique_nodes(dense, bm25, scripted_llm, mode):
 
 def test_weights_are_honoured(dense, bm25, scripted_llm):
     # weight 0 on BM25: the fused ranking is the dense-only ranking
-    fusion = FusionRetriever({"dense": dense, "bm25": bm25}, llm=scripted_llm([]), num_queries=1,
-                             weights=[1.0, 0.0], similarity_top_k=5)
-    assert ids(fusion.retrieve("XQ rare keyword ranking")) == ids(dense.retrieve("XQ rare keyword ranking"))
-    fusion = FusionRetriever({"dense": dense, "bm25": bm25}, llm=scripted_llm([]), num_queries=1,
-                             mode="relative_score", weights=[0.2, 0.8], similarity_top_k=5)
+    fusion = FusionRetriever(
+        {"dense": dense, "bm25": bm25},
+        llm=scripted_llm([]),
+        num_queries=1,
+        weights=[1.0, 0.0],
+        similarity_top_k=5,
+    )
+    assert ids(fusion.retrieve("XQ rare keyword ranking")) == ids(
+        dense.retrieve("XQ rare keyword ranking")
+    )
+    fusion = FusionRetriever(
+        {"dense": dense, "bm25": bm25},
+        llm=scripted_llm([]),
+        num_queries=1,
+        mode="relative_score",
+        weights=[0.2, 0.8],
+        similarity_top_k=5,
+    )
     q = "ranking function keyword"
-    expected = relative_score_fusion([dense.retrieve(q), bm25.retrieve(q)], weights=[0.2, 0.8], top_n=5)
+    expected = relative_score_fusion(
+        [dense.retrieve(q), bm25.retrieve(q)], weights=[0.2, 0.8], top_n=5
+    )
     assert ids(fusion.retrieve(q)) == ids(expected)
 
 
@@ -197,7 +227,9 @@ class SyncOnly(BaseRetriever):
 
 async def test_sync_only_retrievers_do_not_block_the_event_loop(dense, scripted_llm):
     slow = SyncOnly(dense, 0.2)
-    fusion = FusionRetriever([slow], llm=scripted_llm([VARIANTS_REPLY], forbid_sync=True), num_queries=4)
+    fusion = FusionRetriever(
+        [slow], llm=scripted_llm([VARIANTS_REPLY], forbid_sync=True), num_queries=4
+    )
     ticks = 0
 
     async def ticker():
@@ -217,8 +249,9 @@ async def test_sync_only_retrievers_do_not_block_the_event_loop(dense, scripted_
 
 async def test_max_concurrency_is_a_real_limit(dense, bm25, scripted_llm):
     d, b = Delayed(dense, 0.05), Delayed(bm25, 0.05)
-    fusion = FusionRetriever([d, b], llm=scripted_llm([VARIANTS_REPLY] * 2), num_queries=4,
-                             max_concurrency=1)
+    fusion = FusionRetriever(
+        [d, b], llm=scripted_llm([VARIANTS_REPLY] * 2), num_queries=4, max_concurrency=1
+    )
     await fusion.aretrieve(QUESTION)
     fusion.retrieve(QUESTION)
     assert d.max_in_flight == b.max_in_flight == 1
@@ -226,13 +259,15 @@ async def test_max_concurrency_is_a_real_limit(dense, bm25, scripted_llm):
 
 def test_unusable_llm_reply_falls_back_to_original_query(dense, bm25, scripted_llm, caplog):
     caplog.set_level(logging.WARNING)
-    fusion = FusionRetriever([dense, bm25], llm=scripted_llm(["Sure! Here are the queries:\n\n"]),
-                             similarity_top_k=3)
+    fusion = FusionRetriever(
+        [dense, bm25], llm=scripted_llm(["Sure! Here are the queries:\n\n"]), similarity_top_k=3
+    )
     nodes = fusion.retrieve(QUESTION)
     assert "nothing usable" in caplog.text
     assert all(n.node.metadata["fusion_queries"] == [QUESTION] for n in nodes)
-    assert ids(nodes) == ids(reciprocal_rank_fusion([dense.retrieve(QUESTION), bm25.retrieve(QUESTION)],
-                                                    top_n=3))
+    assert ids(nodes) == ids(
+        reciprocal_rank_fusion([dense.retrieve(QUESTION), bm25.retrieve(QUESTION)], top_n=3)
+    )
 
 
 async def test_llm_error_falls_back_or_raises(dense, scripted_llm, caplog):
@@ -240,40 +275,55 @@ async def test_llm_error_falls_back_or_raises(dense, scripted_llm, caplog):
     fusion = FusionRetriever([dense], llm=scripted_llm([ConnectionError("server down")]))
     nodes = await fusion.aretrieve(QUESTION)
     assert nodes and "ConnectionError" in caplog.text
-    strict = FusionRetriever([dense], llm=scripted_llm([ConnectionError("server down")]),
-                             raise_on_failure=True)
+    strict = FusionRetriever(
+        [dense], llm=scripted_llm([ConnectionError("server down")]), raise_on_failure=True
+    )
     with pytest.raises(ConnectionError):
         await strict.aretrieve(QUESTION)
 
 
 def test_num_queries_one_makes_no_llm_call(dense, bm25):
     llm = ScriptedLLM(replies=[])  # any call would raise ScriptExhaustedError
-    nodes = FusionRetriever([dense, bm25], llm=llm, num_queries=1, similarity_top_k=3).retrieve(QUESTION)
+    nodes = FusionRetriever([dense, bm25], llm=llm, num_queries=1, similarity_top_k=3).retrieve(
+        QUESTION
+    )
     assert len(nodes) == 3 and llm.call_count == 0
 
 
 def test_generated_only_without_original(dense, scripted_llm):
     llm = scripted_llm(["1. volcano magma eruption\n2. lava and the crust"])
-    fusion = FusionRetriever([dense], llm=llm, num_queries=2, include_original=False, similarity_top_k=2)
+    fusion = FusionRetriever(
+        [dense], llm=llm, num_queries=2, include_original=False, similarity_top_k=2
+    )
     nodes = fusion.retrieve("tell me something")
     assert ids(nodes)[0] == "volcano"
     assert QUESTION not in nodes[0].node.metadata["fusion_queries"]
-    assert nodes[0].node.metadata["fusion_queries"] == ["volcano magma eruption", "lava and the crust"]
+    assert nodes[0].node.metadata["fusion_queries"] == [
+        "volcano magma eruption",
+        "lava and the crust",
+    ]
 
 
 def test_prompt_is_overridable(dense, scripted_llm):
     llm = scripted_llm(["a query about cats"])
     fusion = FusionRetriever([dense], llm=llm, num_queries=2)
-    fusion.update_prompts({"query_gen_prompt": fusion.get_prompts()["query_gen_prompt"].__class__(
-        "Give {num_queries} rewrites of: {query}")})
+    fusion.update_prompts(
+        {
+            "query_gen_prompt": fusion.get_prompts()["query_gen_prompt"].__class__(
+                "Give {num_queries} rewrites of: {query}"
+            )
+        }
+    )
     fusion.retrieve("cats")
     assert llm.prompts == ["Give 1 rewrites of: cats"]
 
 
 def test_bad_input(dense, bm25, scripted_llm):
     llm = scripted_llm([])
-    with pytest.raises(ConfigurationError, match="valid modes: reciprocal_rank, relative_score, "
-                                                 "dist_based_score, union"):
+    with pytest.raises(
+        ConfigurationError,
+        match="valid modes: reciprocal_rank, relative_score, dist_based_score, union",
+    ):
         FusionRetriever([dense], llm=llm, mode="borda")
     with pytest.raises(ConfigurationError, match="weights has 3 values for 2 retrievers"):
         FusionRetriever([dense, bm25], llm=llm, weights=[1, 2, 3])

@@ -18,7 +18,7 @@ from llama_index_rag_pack.milvus import flush, open_vector_store
 CORPUS = {
     "milvus": "Milvus is an open-source vector database built for similarity search over embeddings.",
     "bm25": "Okapi BM25 is a ranking function that search engines use to score keyword matches "
-            "by term frequency and inverse document frequency.",
+    "by term frequency and inverse document frequency.",
     "cat": "The cat sat on the warm mat and purred quietly all afternoon.",
     "hybrid": "Hybrid search combines dense semantic vectors with sparse keyword vectors.",
     "paris": "Paris is the capital and largest city of France, on the river Seine.",
@@ -40,8 +40,11 @@ def make_nodes() -> list[TextNode]:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, embed_model):
     vs = open_vector_store(str(tmp_path_factory.mktemp("hybrid") / "h.db"), "hybrid_docs", dim=384)
-    VectorStoreIndex(make_nodes(), storage_context=StorageContext.from_defaults(vector_store=vs),
-                     embed_model=embed_model)
+    VectorStoreIndex(
+        make_nodes(),
+        storage_context=StorageContext.from_defaults(vector_store=vs),
+        embed_model=embed_model,
+    )
     flush(vs)
     return vs
 
@@ -51,7 +54,9 @@ def ids(nodes: list[NodeWithScore]) -> list[str]:
 
 
 def test_dense_search_rebuilds_nodes_with_metadata(store, embed_model):
-    r = MilvusHybridRetriever(store, embed_model=embed_model, search_type="dense", similarity_top_k=3)
+    r = MilvusHybridRetriever(
+        store, embed_model=embed_model, search_type="dense", similarity_top_k=3
+    )
     nodes = r.retrieve("Which database stores embeddings for similarity search?")
     assert ids(nodes)[0] == "milvus"
     top = nodes[0].node
@@ -78,10 +83,18 @@ def test_sparse_bm25_finds_rare_keyword_with_positive_scores(store):
 def test_hybrid_rrf_scores_match_rrf_of_both_lists(store, embed_model):
     q = "keyword ranking function of search engines"
     k = 10
-    dense = MilvusHybridRetriever(store, embed_model=embed_model, search_type="dense", similarity_top_k=k)
+    dense = MilvusHybridRetriever(
+        store, embed_model=embed_model, search_type="dense", similarity_top_k=k
+    )
     sparse = MilvusHybridRetriever(store, search_type="sparse", similarity_top_k=k)
-    hybrid = MilvusHybridRetriever(store, embed_model=embed_model, search_type="hybrid", ranker="rrf",
-                                   rrf_k=60, similarity_top_k=k)
+    hybrid = MilvusHybridRetriever(
+        store,
+        embed_model=embed_model,
+        search_type="hybrid",
+        ranker="rrf",
+        rrf_k=60,
+        similarity_top_k=k,
+    )
     expected: dict[str, float] = {}
     for lst in (dense.retrieve(q), sparse.retrieve(q)):
         for rank, n in enumerate(lst, start=1):
@@ -94,29 +107,36 @@ def test_hybrid_rrf_scores_match_rrf_of_both_lists(store, embed_model):
 
 def test_weighted_ranker_follows_the_weights(store, embed_model):
     q = "XQ27 cabinet hinge"
-    dense_only = MilvusHybridRetriever(store, embed_model=embed_model, ranker="weighted",
-                                       weights=[1.0, 0.0], similarity_top_k=3)
-    sparse_only = MilvusHybridRetriever(store, embed_model=embed_model, ranker="weighted",
-                                        weights=[0.0, 1.0], similarity_top_k=3)
-    dense = MilvusHybridRetriever(store, embed_model=embed_model, search_type="dense", similarity_top_k=3)
+    dense_only = MilvusHybridRetriever(
+        store, embed_model=embed_model, ranker="weighted", weights=[1.0, 0.0], similarity_top_k=3
+    )
+    sparse_only = MilvusHybridRetriever(
+        store, embed_model=embed_model, ranker="weighted", weights=[0.0, 1.0], similarity_top_k=3
+    )
+    dense = MilvusHybridRetriever(
+        store, embed_model=embed_model, search_type="dense", similarity_top_k=3
+    )
     assert ids(dense_only.retrieve(q)) == ids(dense.retrieve(q))
     assert ids(sparse_only.retrieve(q))[0] == "xq27"
-    mixed = MilvusHybridRetriever(store, embed_model=embed_model, ranker="weighted",
-                                  weights=[0.5, 0.5], similarity_top_k=3).retrieve(q)
+    mixed = MilvusHybridRetriever(
+        store, embed_model=embed_model, ranker="weighted", weights=[0.5, 0.5], similarity_top_k=3
+    ).retrieve(q)
     assert all(0.0 <= n.score <= 1.0 for n in mixed)
 
 
 def test_filter_expression_restricts_results(store, embed_model):
-    r = MilvusHybridRetriever(store, embed_model=embed_model, filter='topic in ["cat", "tea"]',
-                              similarity_top_k=5)
+    r = MilvusHybridRetriever(
+        store, embed_model=embed_model, filter='topic in ["cat", "tea"]', similarity_top_k=5
+    )
     nodes = r.retrieve("vector database for embeddings")
     assert set(ids(nodes)) <= {"cat", "tea"} and nodes
 
 
 def test_top_k_larger_than_corpus_and_sync_equals_async(store, embed_model):
     for search_type in ("dense", "sparse", "hybrid"):
-        r = MilvusHybridRetriever(store, embed_model=embed_model, search_type=search_type,
-                                  similarity_top_k=50)
+        r = MilvusHybridRetriever(
+            store, embed_model=embed_model, search_type=search_type, similarity_top_k=50
+        )
         q = "search engines rank vectors and keywords"
         sync_nodes = r.retrieve(q)
         async_nodes = asyncio.run(r.aretrieve(q))
@@ -128,7 +148,9 @@ def test_top_k_larger_than_corpus_and_sync_equals_async(store, embed_model):
 
 
 def test_precomputed_query_embedding_is_used(store, embed_model):
-    r = MilvusHybridRetriever(store, embed_model=embed_model, search_type="dense", similarity_top_k=1)
+    r = MilvusHybridRetriever(
+        store, embed_model=embed_model, search_type="dense", similarity_top_k=1
+    )
     emb = embed_model.get_text_embedding(CORPUS["volcano"])
     nodes = r.retrieve(QueryBundle("Which database stores embeddings?", embedding=emb))
     assert ids(nodes) == ["volcano"]
@@ -141,13 +163,17 @@ class _ReverseByLength(BaseNodePostprocessor):
 
     def _postprocess_nodes(self, nodes, query_bundle=None):
         self._seen.append(len(nodes))
-        return sorted((NodeWithScore(node=n.node, score=float(len(n.node.text))) for n in nodes),
-                      key=lambda n: -n.score)
+        return sorted(
+            (NodeWithScore(node=n.node, score=float(len(n.node.text))) for n in nodes),
+            key=lambda n: -n.score,
+        )
 
 
 def test_second_stage_reranker_gets_pre_top_k_and_keeps_top_k(store, embed_model):
     rr = _ReverseByLength()
-    r = MilvusHybridRetriever(store, embed_model=embed_model, reranker=rr, pre_top_k=8, similarity_top_k=2)
+    r = MilvusHybridRetriever(
+        store, embed_model=embed_model, reranker=rr, pre_top_k=8, similarity_top_k=2
+    )
     nodes = r.retrieve("vector search and keyword search")
     assert rr._seen == [8]
     assert len(nodes) == 2
@@ -157,10 +183,17 @@ def test_second_stage_reranker_gets_pre_top_k_and_keeps_top_k(store, embed_model
 def test_second_stage_llm_reranker_with_realistic_reply(store, embed_model, scripted_llm):
     # LLMRerank numbers candidates from 1; the model answers in its usual "Doc: n, Relevance: r" form.
     llm = scripted_llm(["Doc: 3, Relevance: 9\nDoc: 1, Relevance: 4\nDoc: 12, Relevance: 10\n"])
-    r = MilvusHybridRetriever(store, embed_model=embed_model, search_type="dense",
-                              reranker=LLMRerank(llm=llm, top_n=5, choice_batch_size=10),
-                              pre_top_k=4, similarity_top_k=2)
-    dense = MilvusHybridRetriever(store, embed_model=embed_model, search_type="dense", similarity_top_k=4)
+    r = MilvusHybridRetriever(
+        store,
+        embed_model=embed_model,
+        search_type="dense",
+        reranker=LLMRerank(llm=llm, top_n=5, choice_batch_size=10),
+        pre_top_k=4,
+        similarity_top_k=2,
+    )
+    dense = MilvusHybridRetriever(
+        store, embed_model=embed_model, search_type="dense", similarity_top_k=4
+    )
     q = "How do search engines rank documents?"
     candidates = ids(dense.retrieve(q))
     nodes = r.retrieve(q)
@@ -205,29 +238,41 @@ def test_bad_configuration_errors(store, embed_model, milvus_uri):
 
 def test_sparse_on_collection_without_bm25_says_how_to_fix(milvus_uri, embed_model):
     vs = open_vector_store(milvus_uri, "dense_only", dim=384, enable_bm25=False)
-    VectorStoreIndex(make_nodes()[:3], storage_context=StorageContext.from_defaults(vector_store=vs),
-                     embed_model=embed_model)
+    VectorStoreIndex(
+        make_nodes()[:3],
+        storage_context=StorageContext.from_defaults(vector_store=vs),
+        embed_model=embed_model,
+    )
     flush(vs)
     with pytest.raises(ConfigurationError, match="enable_bm25=True"):
         MilvusHybridRetriever(vs, search_type="hybrid", embed_model=embed_model)
-    dense = MilvusHybridRetriever(vs, search_type="dense", embed_model=embed_model, similarity_top_k=1)
+    dense = MilvusHybridRetriever(
+        vs, search_type="dense", embed_model=embed_model, similarity_top_k=1
+    )
     assert ids(dense.retrieve("vector database")) == ["milvus"]
 
 
 @pytest.mark.integration
 def test_hybrid_on_a_milvus_server(milvus_server, embed_model):
     vs = open_vector_store(milvus_server, "hybrid_server", dim=384, overwrite=True)
-    VectorStoreIndex(make_nodes(), storage_context=StorageContext.from_defaults(vector_store=vs),
-                     embed_model=embed_model)
+    VectorStoreIndex(
+        make_nodes(),
+        storage_context=StorageContext.from_defaults(vector_store=vs),
+        embed_model=embed_model,
+    )
     flush(vs)
     for search_type, query, expected in [
         ("dense", "Which database stores embeddings?", "milvus"),
         ("sparse", "XQ27", "xq27"),
         ("hybrid", "term frequency ranking function", "bm25"),
     ]:
-        r = MilvusHybridRetriever(vs, embed_model=embed_model, search_type=search_type, similarity_top_k=3)
+        r = MilvusHybridRetriever(
+            vs, embed_model=embed_model, search_type=search_type, similarity_top_k=3
+        )
         nodes = r.retrieve(query)
         assert ids(nodes)[0] == expected, search_type
         assert ids(asyncio.run(r.aretrieve(query))) == ids(nodes)
-    weighted = MilvusHybridRetriever(vs, embed_model=embed_model, ranker="weighted", weights=[0.3, 0.7])
+    weighted = MilvusHybridRetriever(
+        vs, embed_model=embed_model, ranker="weighted", weights=[0.3, 0.7]
+    )
     assert ids(weighted.retrieve("XQ27 hinge"))[0] == "xq27"

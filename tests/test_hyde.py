@@ -20,7 +20,7 @@ from llama_index_rag_pack.transforms.hyde import clean_passage, mean_embedding
 
 CORPUS = {
     "photosynthesis": "Photosynthesis converts light energy, water and carbon dioxide into glucose "
-                      "and oxygen inside the chloroplasts of plant cells.",
+    "and oxygen inside the chloroplasts of plant cells.",
     "volcano": "A volcano erupts when magma rises through the crust of the Earth.",
     "tea": "Green tea is made from unoxidised leaves of Camellia sinensis.",
     "paris": "Paris is the capital and largest city of France, on the river Seine.",
@@ -28,22 +28,31 @@ CORPUS = {
 }
 # A vague question whose wording shares little with the answer passage.
 QUESTION = "Why are leaves green and what do they do with sunlight?"
-PASSAGE = ("Sure! Here is a passage:\n\"Plants capture sunlight in chloroplasts and, through "
-           "photosynthesis, turn water and carbon dioxide into glucose, releasing oxygen.\"")
+PASSAGE = (
+    'Sure! Here is a passage:\n"Plants capture sunlight in chloroplasts and, through '
+    'photosynthesis, turn water and carbon dioxide into glucose, releasing oxygen."'
+)
 
 
 @pytest.fixture(scope="module")
 def dense(tmp_path_factory, embed_model):
     vs = open_vector_store(str(tmp_path_factory.mktemp("hyde") / "h.db"), "hyde_docs", dim=384)
     nodes = [TextNode(id_=k, text=t) for k, t in CORPUS.items()]
-    VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=vs),
-                     embed_model=embed_model)
+    VectorStoreIndex(
+        nodes,
+        storage_context=StorageContext.from_defaults(vector_store=vs),
+        embed_model=embed_model,
+    )
     flush(vs)
-    return MilvusHybridRetriever(vs, embed_model=embed_model, search_type="dense", similarity_top_k=3)
+    return MilvusHybridRetriever(
+        vs, embed_model=embed_model, search_type="dense", similarity_top_k=3
+    )
 
 
 def cosine(a, b):
-    return sum(x * y for x, y in zip(a, b)) / (math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b)))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / (
+        math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    )
 
 
 class Spy(BaseRetriever):
@@ -71,18 +80,25 @@ def test_searches_with_the_passage_embedded_as_a_document(dense, embed_model, sc
     assert nodes[0].node.metadata["hyde_passages"] == [cleaned]
     assert "hyde_passages" in nodes[0].node.excluded_llm_metadata_keys
     # the score is the similarity between the passage embedding and the chunk
-    expected = cosine(embed_model.get_text_embedding(cleaned),
-                      embed_model.get_text_embedding(CORPUS["photosynthesis"]))
+    expected = cosine(
+        embed_model.get_text_embedding(cleaned),
+        embed_model.get_text_embedding(CORPUS["photosynthesis"]),
+    )
     assert nodes[0].score == pytest.approx(expected, abs=1e-3)
     assert QUESTION in llm.prompts[0]
 
 
 async def test_several_hypotheses_are_averaged_concurrently(dense, embed_model, scripted_llm):
-    passages = ["Chloroplasts use sunlight to make glucose.", "Leaves are green because of chlorophyll.",
-                "Plants release oxygen during photosynthesis."]
+    passages = [
+        "Chloroplasts use sunlight to make glucose.",
+        "Leaves are green because of chlorophyll.",
+        "Plants release oxygen during photosynthesis.",
+    ]
     llm = scripted_llm(passages, delay=0.2, forbid_sync=True)
     spy = Spy(dense)
-    hyde = HyDERetriever(spy, llm=llm, embed_model=embed_model, num_hypotheses=3, include_query=True)
+    hyde = HyDERetriever(
+        spy, llm=llm, embed_model=embed_model, num_hypotheses=3, include_query=True
+    )
     nodes = await hyde.aretrieve(QUESTION)
     assert llm.max_concurrency == 3  # the three passages were written at the same time
     assert nodes[0].node.node_id == "photosynthesis"
@@ -96,9 +112,14 @@ async def test_several_hypotheses_are_averaged_concurrently(dense, embed_model, 
 def test_sync_equals_async(dense, embed_model, scripted_llm):
     import asyncio
 
-    sync_nodes = HyDERetriever(dense, llm=scripted_llm([PASSAGE]), embed_model=embed_model).retrieve(QUESTION)
-    async_nodes = asyncio.run(HyDERetriever(dense, llm=scripted_llm([PASSAGE]),
-                                            embed_model=embed_model).aretrieve(QUESTION))
+    sync_nodes = HyDERetriever(
+        dense, llm=scripted_llm([PASSAGE]), embed_model=embed_model
+    ).retrieve(QUESTION)
+    async_nodes = asyncio.run(
+        HyDERetriever(dense, llm=scripted_llm([PASSAGE]), embed_model=embed_model).aretrieve(
+            QUESTION
+        )
+    )
     assert [n.node.node_id for n in sync_nodes] == [n.node.node_id for n in async_nodes]
     assert [n.score for n in sync_nodes] == pytest.approx([n.score for n in async_nodes], abs=1e-5)
 
@@ -112,26 +133,37 @@ async def test_failures_fall_back_to_the_query_embedding(dense, embed_model, scr
     assert [n.node.node_id for n in nodes] == [n.node.node_id for n in plain]
     assert nodes[0].node.metadata["hyde_passages"] == []
     assert "TimeoutError" in caplog.text and "query embedding" in caplog.text
-    strict = HyDERetriever(dense, llm=scripted_llm([TimeoutError("x")]), embed_model=embed_model,
-                           raise_on_failure=True)
+    strict = HyDERetriever(
+        dense, llm=scripted_llm([TimeoutError("x")]), embed_model=embed_model, raise_on_failure=True
+    )
     with pytest.raises(TimeoutError):
         strict.retrieve(QUESTION)
 
 
 def test_one_bad_passage_of_two_is_skipped(dense, embed_model, scripted_llm):
-    hyde = HyDERetriever(dense, llm=scripted_llm([ValueError("bad"), PASSAGE]), embed_model=embed_model,
-                         num_hypotheses=2)
+    hyde = HyDERetriever(
+        dense,
+        llm=scripted_llm([ValueError("bad"), PASSAGE]),
+        embed_model=embed_model,
+        num_hypotheses=2,
+    )
     nodes = hyde.retrieve(QUESTION)
     assert nodes[0].node.metadata["hyde_passages"] == [clean_passage(PASSAGE)]
 
 
-@pytest.mark.parametrize(("raw", "clean"), [
-    ("Passage: The Seine flows through Paris.", "The Seine flows through Paris."),
-    ("Certainly! Here's a short passage that answers the question:\n\nThe Seine flows.", "The Seine flows."),
-    ("```\nThe Seine flows.\n```", "The Seine flows."),
-    ("\u201cThe Seine flows.\u201d", "The Seine flows."),
-    ("Okapi BM25 ranks documents.", "Okapi BM25 ranks documents."),
-])
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("Passage: The Seine flows through Paris.", "The Seine flows through Paris."),
+        (
+            "Certainly! Here's a short passage that answers the question:\n\nThe Seine flows.",
+            "The Seine flows.",
+        ),
+        ("```\nThe Seine flows.\n```", "The Seine flows."),
+        ("\u201cThe Seine flows.\u201d", "The Seine flows."),
+        ("Okapi BM25 ranks documents.", "Okapi BM25 ranks documents."),
+    ],
+)
 def test_clean_passage(raw, clean):
     assert clean_passage(raw) == clean
 
@@ -153,6 +185,8 @@ def test_bad_input(dense, embed_model, scripted_llm):
     with pytest.raises(ConfigurationError, match="BaseRetriever"):
         HyDERetriever(object(), llm=scripted_llm([]), embed_model=embed_model)
     with pytest.raises(ConfigurationError, match="empty"):
-        HyDERetriever(dense, llm=scripted_llm([]), embed_model=embed_model).retrieve(QueryBundle(""))
+        HyDERetriever(dense, llm=scripted_llm([]), embed_model=embed_model).retrieve(
+            QueryBundle("")
+        )
     with pytest.raises(ConfigurationError, match="different sizes"):
         mean_embedding([[1.0, 2.0], [1.0]])

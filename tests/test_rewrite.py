@@ -22,23 +22,34 @@ CORPUS = {
     "news": "Morning news bulletins summarise the headlines of the day.",
     "paris": "Paris is the capital and largest city of France, on the river Seine.",
 }
-NOISY = ("Today I woke up and brushed my teeth, then I sat down to read the news. But then I "
-         "forgot the food on the cooker. Who are some key figures in the ancient greek history "
-         "of philosophy?")
+NOISY = (
+    "Today I woke up and brushed my teeth, then I sat down to read the news. But then I "
+    "forgot the food on the cooker. Who are some key figures in the ancient greek history "
+    "of philosophy?"
+)
 
 
 @pytest.fixture(scope="module")
 def dense(tmp_path_factory, embed_model):
-    vs = open_vector_store(str(tmp_path_factory.mktemp("rewrite") / "r.db"), "rewrite_docs", dim=384)
+    vs = open_vector_store(
+        str(tmp_path_factory.mktemp("rewrite") / "r.db"), "rewrite_docs", dim=384
+    )
     nodes = [TextNode(id_=k, text=t) for k, t in CORPUS.items()]
-    VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=vs),
-                     embed_model=embed_model)
+    VectorStoreIndex(
+        nodes,
+        storage_context=StorageContext.from_defaults(vector_store=vs),
+        embed_model=embed_model,
+    )
     flush(vs)
-    return MilvusHybridRetriever(vs, embed_model=embed_model, search_type="dense", similarity_top_k=2)
+    return MilvusHybridRetriever(
+        vs, embed_model=embed_model, search_type="dense", similarity_top_k=2
+    )
 
 
 def test_rewrite_focuses_a_noisy_query(dense, scripted_llm):
-    llm = scripted_llm(['Sure! A better search query would be:\n"key figures ancient Greek philosophy"**'])
+    llm = scripted_llm(
+        ['Sure! A better search query would be:\n"key figures ancient Greek philosophy"**']
+    )
     rrr = RewriteRetriever(dense, llm=llm)
     nodes = rrr.retrieve(NOISY)
     assert nodes[0].node.node_id == "philosophers"
@@ -57,8 +68,9 @@ async def test_async_path_never_calls_sync(dense, scripted_llm):
     nodes = await RewriteRetriever(dense, llm=llm).aretrieve(NOISY)
     assert nodes[0].node.node_id == "philosophers"
     assert nodes[0].node.metadata["rewritten_query"] == "ancient greek philosophers"
-    sync_nodes = RewriteRetriever(dense, llm=scripted_llm(["Search query: ancient greek philosophers"])
-                                  ).retrieve(NOISY)
+    sync_nodes = RewriteRetriever(
+        dense, llm=scripted_llm(["Search query: ancient greek philosophers"])
+    ).retrieve(NOISY)
     assert [n.node.node_id for n in sync_nodes] == [n.node.node_id for n in nodes]
 
 
@@ -74,20 +86,26 @@ def test_unusable_rewrite_falls_back_to_the_original(dense, scripted_llm, caplog
 
 def test_raise_on_failure(dense, scripted_llm):
     with pytest.raises(ConnectionError):
-        RewriteRetriever(dense, llm=scripted_llm([ConnectionError("down")]), raise_on_failure=True
-                         ).retrieve(NOISY)
+        RewriteRetriever(
+            dense, llm=scripted_llm([ConnectionError("down")]), raise_on_failure=True
+        ).retrieve(NOISY)
 
 
-@pytest.mark.parametrize(("reply", "expected"), [
-    ("ancient greek philosophers", "ancient greek philosophers"),
-    ('"ancient greek philosophers"**', "ancient greek philosophers"),
-    ("**ancient greek philosophers**", "ancient greek philosophers"),
-    ("Rewritten query: ancient greek philosophers\n\nThis query removes the unrelated details.",
-     "ancient greek philosophers"),
-    ("1. ancient greek philosophers", "ancient greek philosophers"),
-    ("", None),
-    ("Sure, here you go:", None),
-])
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("ancient greek philosophers", "ancient greek philosophers"),
+        ('"ancient greek philosophers"**', "ancient greek philosophers"),
+        ("**ancient greek philosophers**", "ancient greek philosophers"),
+        (
+            "Rewritten query: ancient greek philosophers\n\nThis query removes the unrelated details.",
+            "ancient greek philosophers",
+        ),
+        ("1. ancient greek philosophers", "ancient greek philosophers"),
+        ("", None),
+        ("Sure, here you go:", None),
+    ],
+)
 def test_parse_rewrite(reply, expected):
     assert parse_rewrite(reply) == expected
 

@@ -142,7 +142,11 @@ class MilvusHybridRetriever(BaseRetriever):
             )
         self.search_type = MilvusSearchType.parse(search_type)
         self.ranker = MilvusRanker.parse(ranker)
-        if isinstance(similarity_top_k, bool) or not isinstance(similarity_top_k, int) or similarity_top_k <= 0:
+        if (
+            isinstance(similarity_top_k, bool)
+            or not isinstance(similarity_top_k, int)
+            or similarity_top_k <= 0
+        ):
             raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k!r}.")
         if not isinstance(rrf_k, (int, float)) or isinstance(rrf_k, bool) or rrf_k < 0:
             raise ConfigurationError(f"rrf_k must be a number >= 0 (60 is usual), got {rrf_k!r}.")
@@ -178,7 +182,9 @@ class MilvusHybridRetriever(BaseRetriever):
         self.similarity_top_k = similarity_top_k
         self.filter = filter or ""
         self.reranker = reranker
-        self.pre_top_k = pre_top_k or (4 * similarity_top_k if reranker is not None else similarity_top_k)
+        self.pre_top_k = pre_top_k or (
+            4 * similarity_top_k if reranker is not None else similarity_top_k
+        )
         self.dense_field = dense_field
         self.sparse_field = sparse_field
         self.text_field = text_field
@@ -232,32 +238,58 @@ class MilvusHybridRetriever(BaseRetriever):
         # Lite rejects the 0.2 drop ratio MilvusVectorStore sends; 0 keeps every query term.
         return {"metric_type": "BM25", "params": {"drop_ratio_search": 0}}
 
-    def _search(self, query: str, embedding: list[float] | None, limit: int) -> list[dict[str, Any]]:
+    def _search(
+        self, query: str, embedding: list[float] | None, limit: int
+    ) -> list[dict[str, Any]]:
         if self.search_type is MilvusSearchType.DENSE:
             res = self.client.search(
-                self.collection_name, data=[embedding], anns_field=self.dense_field, limit=limit,
-                filter=self.filter, output_fields=self._output_fields,
+                self.collection_name,
+                data=[embedding],
+                anns_field=self.dense_field,
+                limit=limit,
+                filter=self.filter,
+                output_fields=self._output_fields,
                 search_params=self._dense_params(),
             )
         elif self.search_type is MilvusSearchType.SPARSE:
             res = self.client.search(
-                self.collection_name, data=[query], anns_field=self.sparse_field, limit=limit,
-                filter=self.filter, output_fields=self._output_fields,
+                self.collection_name,
+                data=[query],
+                anns_field=self.sparse_field,
+                limit=limit,
+                filter=self.filter,
+                output_fields=self._output_fields,
                 search_params=self._sparse_params(),
             )
         else:
             from pymilvus import AnnSearchRequest, RRFRanker, WeightedRanker
 
             reqs = [
-                AnnSearchRequest(data=[embedding], anns_field=self.dense_field,
-                                 param=self._dense_params(), limit=limit, expr=self.filter or None),
-                AnnSearchRequest(data=[query], anns_field=self.sparse_field,
-                                 param=self._sparse_params(), limit=limit, expr=self.filter or None),
+                AnnSearchRequest(
+                    data=[embedding],
+                    anns_field=self.dense_field,
+                    param=self._dense_params(),
+                    limit=limit,
+                    expr=self.filter or None,
+                ),
+                AnnSearchRequest(
+                    data=[query],
+                    anns_field=self.sparse_field,
+                    param=self._sparse_params(),
+                    limit=limit,
+                    expr=self.filter or None,
+                ),
             ]
-            ranker = (RRFRanker(self.rrf_k) if self.ranker is MilvusRanker.RRF
-                      else WeightedRanker(*self.weights))
+            ranker = (
+                RRFRanker(self.rrf_k)
+                if self.ranker is MilvusRanker.RRF
+                else WeightedRanker(*self.weights)
+            )
             res = self.client.hybrid_search(
-                self.collection_name, reqs=reqs, ranker=ranker, limit=limit,
+                self.collection_name,
+                reqs=reqs,
+                ranker=ranker,
+                limit=limit,
                 output_fields=self._output_fields,
             )
         return list(res[0]) if res else []
@@ -269,7 +301,10 @@ class MilvusHybridRetriever(BaseRetriever):
             text = entity.get(self.text_field) or ""
             if entity.get("_node_content"):
                 node = metadata_dict_to_node(
-                    {"_node_content": entity["_node_content"], "_node_type": entity.get("_node_type")},
+                    {
+                        "_node_content": entity["_node_content"],
+                        "_node_type": entity.get("_node_type"),
+                    },
                     text=text,
                 )
             else:

@@ -87,7 +87,9 @@ def _json_list(text: str) -> list[str] | None:
     return None
 
 
-def parse_queries(text: str, *, original: str | None = None, num_queries: int | None = None) -> list[str]:
+def parse_queries(
+    text: str, *, original: str | None = None, num_queries: int | None = None
+) -> list[str]:
     """Extract search queries from an LLM reply.
 
     Handles numbered and bulleted lists, quotes, Markdown bold, code fences, JSON arrays, blank
@@ -175,8 +177,9 @@ def generate_queries(
     except Exception as e:
         if raise_on_failure:
             raise
-        logger.warning("Query generation failed (%s: %s); using the original query only.",
-                       type(e).__name__, e)
+        logger.warning(
+            "Query generation failed (%s: %s); using the original query only.", type(e).__name__, e
+        )
         return []
     return _after_reply(text, query, num_queries)
 
@@ -198,7 +201,8 @@ async def agenerate_queries(
     except Exception as e:
         if raise_on_failure:
             raise
-        logger.warning("Query generation failed (%s: %s); using the original query only.",
-                       type(e).__name__, e)
+        logger.warning(
+            "Query generation failed (%s: %s); using the original query only.", type(e).__name__, e
+        )
         return []
     return _after_reply(text, query, num_queries)

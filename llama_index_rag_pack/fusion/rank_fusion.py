@@ -63,8 +63,11 @@ class FusionMode(str, Enum):
         """Parse a mode name, raising :class:`ConfigurationError` listing the valid ones."""
         if isinstance(value, cls):
             return value
-        aliases = {"reciprocal_rerank": cls.RECIPROCAL_RANK, "rrf": cls.RECIPROCAL_RANK,
-                   "simple": cls.UNION}
+        aliases = {
+            "reciprocal_rerank": cls.RECIPROCAL_RANK,
+            "rrf": cls.RECIPROCAL_RANK,
+            "simple": cls.UNION,
+        }
         key = str(getattr(value, "value", value)).strip().lower()
         if key in aliases:
             return aliases[key]

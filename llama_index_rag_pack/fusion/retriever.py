@@ -130,11 +130,23 @@ class FusionRetriever(BaseRetriever):
         if isinstance(num_queries, bool) or not isinstance(num_queries, int) or num_queries < 1:
             raise ConfigurationError(f"num_queries must be an integer >= 1, got {num_queries!r}.")
         if not include_original and num_queries < 2:
-            raise ConfigurationError("include_original=False needs num_queries >= 2 (one generated query).")
-        if isinstance(similarity_top_k, bool) or not isinstance(similarity_top_k, int) or similarity_top_k <= 0:
+            raise ConfigurationError(
+                "include_original=False needs num_queries >= 2 (one generated query)."
+            )
+        if (
+            isinstance(similarity_top_k, bool)
+            or not isinstance(similarity_top_k, int)
+            or similarity_top_k <= 0
+        ):
             raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k!r}.")
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ConfigurationError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}.")
+        if (
+            isinstance(max_concurrency, bool)
+            or not isinstance(max_concurrency, int)
+            or max_concurrency < 1
+        ):
+            raise ConfigurationError(
+                f"max_concurrency must be an integer >= 1, got {max_concurrency!r}."
+            )
         self.mode = FusionMode.parse(mode)
         if weights is not None and len(list(weights)) != len(items):
             raise ConfigurationError(
@@ -196,47 +208,69 @@ class FusionRetriever(BaseRetriever):
         """The generated variants for ``query`` (without the original)."""
         if self._num_generated <= 0:
             return []
-        return generate_queries(self.llm, query, self._num_generated, prompt=self.query_gen_prompt,
-                                raise_on_failure=self.raise_on_failure)
+        return generate_queries(
+            self.llm,
+            query,
+            self._num_generated,
+            prompt=self.query_gen_prompt,
+            raise_on_failure=self.raise_on_failure,
+        )
 
     async def agenerate_queries(self, query: str) -> list[str]:
         """Async :meth:`generate_queries`."""
         if self._num_generated <= 0:
             return []
-        return await agenerate_queries(self.llm, query, self._num_generated,
-                                       prompt=self.query_gen_prompt,
-                                       raise_on_failure=self.raise_on_failure)
+        return await agenerate_queries(
+            self.llm,
+            query,
+            self._num_generated,
+            prompt=self.query_gen_prompt,
+            raise_on_failure=self.raise_on_failure,
+        )
 
     def _jobs(self, queries: list[QueryBundle]) -> list[tuple[int, int]]:
         return [(qi, ri) for qi in range(len(queries)) for ri in range(len(self.retrievers))]
 
-    def _fuse(self, queries: list[QueryBundle], jobs: list[tuple[int, int]],
-              results: list[list[NodeWithScore]]) -> list[NodeWithScore]:
+    def _fuse(
+        self,
+        queries: list[QueryBundle],
+        jobs: list[tuple[int, int]],
+        results: list[list[NodeWithScore]],
+    ) -> list[NodeWithScore]:
         list_weights = None
         if self.weights is not None:
             list_weights = [self.weights[ri] for _, ri in jobs]
-        fused = fuse(results, self.mode, k=self.k, weights=list_weights, top_n=self.similarity_top_k)
+        fused = fuse(
+            results, self.mode, k=self.k, weights=list_weights, top_n=self.similarity_top_k
+        )
         hits: dict[str, list[dict[str, Any]]] = {}
-        for (qi, ri), nodes in zip(jobs, results):
+        for (qi, ri), nodes in zip(jobs, results, strict=True):
             seen: set[str] = set()
             for rank, n in enumerate(nodes, start=1):
                 if n.node.node_id in seen:
                     continue
                 seen.add(n.node.node_id)
-                hits.setdefault(n.node.node_id, []).append({
-                    "query": queries[qi].query_str,
-                    "retriever": self.retriever_names[ri],
-                    "rank": rank,
-                    "score": n.score,
-                })
+                hits.setdefault(n.node.node_id, []).append(
+                    {
+                        "query": queries[qi].query_str,
+                        "retriever": self.retriever_names[ri],
+                        "rank": rank,
+                        "score": n.score,
+                    }
+                )
         out = []
         for n in fused:
             node_hits = hits.get(n.node.node_id, [])
-            out.append(annotate_node(n, {
-                "fusion_queries": list(dict.fromkeys(h["query"] for h in node_hits)),
-                "fusion_retrievers": list(dict.fromkeys(h["retriever"] for h in node_hits)),
-                "fusion_hits": node_hits,
-            }))
+            out.append(
+                annotate_node(
+                    n,
+                    {
+                        "fusion_queries": list(dict.fromkeys(h["query"] for h in node_hits)),
+                        "fusion_retrievers": list(dict.fromkeys(h["retriever"] for h in node_hits)),
+                        "fusion_hits": node_hits,
+                    },
+                )
+            )
         return out
 
     # ------------------------------------------------------------------ BaseRetriever
@@ -252,8 +286,9 @@ class FusionRetriever(BaseRetriever):
         if self.max_concurrency == 1 or len(jobs) == 1:
             results = [run(j) for j in jobs]
         else:
-            with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(jobs)),
-                                    thread_name_prefix="fusion-search") as pool:
+            with ThreadPoolExecutor(
+                max_workers=min(self.max_concurrency, len(jobs)), thread_name_prefix="fusion-search"
+            ) as pool:
                 results = list(pool.map(run, jobs))
         return self._fuse(queries, jobs, results)
 
@@ -264,8 +299,14 @@ class FusionRetriever(BaseRetriever):
         jobs = self._jobs(queries)
         semaphore = asyncio.Semaphore(self.max_concurrency)
         n_blocking = sum(1 for _, ri in jobs if _sync_only(self.retrievers[ri]))
-        pool = (ThreadPoolExecutor(max_workers=min(self.max_concurrency, n_blocking),
-                                   thread_name_prefix="fusion-search") if n_blocking else None)
+        pool = (
+            ThreadPoolExecutor(
+                max_workers=min(self.max_concurrency, n_blocking),
+                thread_name_prefix="fusion-search",
+            )
+            if n_blocking
+            else None
+        )
         loop = asyncio.get_running_loop()
 
         async def run(job: tuple[int, int]) -> list[NodeWithScore]:

@@ -76,7 +76,7 @@ def mean_embedding(vectors: list[list[float]], *, normalize: bool = True) -> lis
     dim = len(vectors[0])
     if any(len(v) != dim for v in vectors):
         raise ConfigurationError(f"Embeddings of different sizes: {[len(v) for v in vectors]}.")
-    mean = [sum(col) / len(vectors) for col in zip(*vectors)]
+    mean = [sum(col) / len(vectors) for col in zip(*vectors, strict=True)]
     if normalize:
         norm = math.sqrt(sum(x * x for x in mean))
         if norm > 0:
@@ -126,10 +126,22 @@ class HyDERetriever(BaseRetriever):
             raise ConfigurationError(
                 f"HyDERetriever wraps a LlamaIndex BaseRetriever, got {type(retriever).__name__!r}."
             )
-        if isinstance(num_hypotheses, bool) or not isinstance(num_hypotheses, int) or num_hypotheses < 1:
-            raise ConfigurationError(f"num_hypotheses must be an integer >= 1, got {num_hypotheses!r}.")
-        if isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ConfigurationError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}.")
+        if (
+            isinstance(num_hypotheses, bool)
+            or not isinstance(num_hypotheses, int)
+            or num_hypotheses < 1
+        ):
+            raise ConfigurationError(
+                f"num_hypotheses must be an integer >= 1, got {num_hypotheses!r}."
+            )
+        if (
+            isinstance(max_concurrency, bool)
+            or not isinstance(max_concurrency, int)
+            or max_concurrency < 1
+        ):
+            raise ConfigurationError(
+                f"max_concurrency must be an integer >= 1, got {max_concurrency!r}."
+            )
         from llama_index_rag_pack.settings import resolve_embed_model
 
         self.retriever = retriever
@@ -171,7 +183,9 @@ class HyDERetriever(BaseRetriever):
             if isinstance(reply, BaseException):
                 if self.raise_on_failure:
                     raise reply
-                logger.warning("HyDE passage generation failed (%s: %s).", type(reply).__name__, reply)
+                logger.warning(
+                    "HyDE passage generation failed (%s: %s).", type(reply).__name__, reply
+                )
                 continue
             passage = clean_passage(reply)
             if passage:
@@ -179,11 +193,18 @@ class HyDERetriever(BaseRetriever):
             else:
                 logger.warning("HyDE: the LLM returned an empty passage; skipping it.")
         if not passages:
-            logger.warning("HyDE: no usable passage for %r; searching with the query embedding.", query)
+            logger.warning(
+                "HyDE: no usable passage for %r; searching with the query embedding.", query
+            )
         return passages
 
-    def _embedding(self, query: str, passages: list[str], doc_vecs: list[list[float]],
-                   query_vec: list[float] | None) -> list[float]:
+    def _embedding(
+        self,
+        query: str,
+        passages: list[str],
+        doc_vecs: list[list[float]],
+        query_vec: list[float] | None,
+    ) -> list[float]:
         vectors = list(doc_vecs)
         if query_vec is not None:
             vectors.append(query_vec)
@@ -217,8 +238,9 @@ class HyDERetriever(BaseRetriever):
             async with semaphore:
                 return (await self.llm.acomplete(self.hyde_prompt.format(query=query))).text
 
-        replies = await asyncio.gather(*(write() for _ in range(self.num_hypotheses)),
-                                       return_exceptions=True)
+        replies = await asyncio.gather(
+            *(write() for _ in range(self.num_hypotheses)), return_exceptions=True
+        )
         passages = self._collect(list(replies), query)
         doc_vecs = await self.embed_model.aget_text_embedding_batch(passages) if passages else []
         query_vec = None

@@ -134,13 +134,18 @@ class RewriteRetriever(BaseRetriever):
         if error is not None:
             if self.raise_on_failure:
                 raise error
-            logger.warning("Query rewrite failed (%s: %s); using the original query.",
-                           type(error).__name__, error)
+            logger.warning(
+                "Query rewrite failed (%s: %s); using the original query.",
+                type(error).__name__,
+                error,
+            )
             return query
         rewritten = parse_rewrite(text or "")
         if rewritten is None:
-            logger.warning("Query rewrite returned nothing usable (%r); using the original query.",
-                           (text or "")[:200])
+            logger.warning(
+                "Query rewrite returned nothing usable (%r); using the original query.",
+                (text or "")[:200],
+            )
             return query
         return rewritten
 
@@ -157,12 +162,17 @@ class RewriteRetriever(BaseRetriever):
         """Async :meth:`rewrite`."""
         query = _check_query(query)
         try:
-            text, error = (await self.llm.acomplete(self.rewrite_prompt.format(query=query))).text, None
+            text, error = (
+                (await self.llm.acomplete(self.rewrite_prompt.format(query=query))).text,
+                None,
+            )
         except Exception as e:
             text, error = None, e
         return self._parse(text, error, query)
 
-    def _finish(self, nodes: list[NodeWithScore], original: str, rewritten: str) -> list[NodeWithScore]:
+    def _finish(
+        self, nodes: list[NodeWithScore], original: str, rewritten: str
+    ) -> list[NodeWithScore]:
         extra = {"original_query": original, "rewritten_query": rewritten}
         return [annotate_node(n, extra) for n in nodes]
 
