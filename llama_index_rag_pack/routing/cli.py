@@ -93,7 +93,7 @@ def add_route_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--route-selector", choices=("semantic", "logical"), default=None,
                    help="semantic (embeddings, default) or logical (the LLM picks)")
     p.add_argument("--route-fallback", default=None, help="source used when no route fits")
-    p.add_argument("--route-threshold", type=float, default=None, help="semantic cosine threshold (default 0.3)")
+    p.add_argument("--route-threshold", type=float, default=None, help="semantic cosine threshold (default 0.2)")
     p.add_argument("--route-top-k", dest="route_top_k_routes", type=int, default=None,
                    help="most sources searched per question (default 1)")
 

@@ -44,8 +44,12 @@ __all__ = [
     "ThresholdReport",
 ]
 
-DEFAULT_SEMANTIC_THRESHOLD = 0.3
-"""Cosine score a route must reach when no threshold was given or fitted (all-MiniLM-L6-v2 scale)."""
+DEFAULT_SEMANTIC_THRESHOLD = 0.2
+"""Cosine score a route must reach when no threshold was given or fitted.
+
+A starting point on the all-MiniLM-L6-v2 scale (thresholds fitted on the routing benchmark land at
+0.16-0.21 for routes with example utterances); calibrate with ``fit_thresholds`` for your routes.
+"""
 
 DEFAULT_ROUTE_SELECT_PROMPT_TMPL = (
     "You route questions to the data source that can answer them. The sources, numbered:\n"

