@@ -60,8 +60,8 @@ DEFAULT_QUOTES_PROMPT = PromptTemplate(
     "quotes copied from them, each with the id of its document.\n\n"
     "{context_str}\n\n"
     "Question: {query_str}\n\n"
-    'Reply with JSON only, in this form: {{"answer": "...", "citations": '
-    '[{{"source_id": 1, "quote": "exact words from document 1"}}]}}\n'
+    'Reply with JSON only, in this form: {"answer": "...", "citations": '
+    '[{"source_id": 1, "quote": "exact words from document 1"}]}\n'
 )
 
 DEFAULT_ANNOTATE_ANSWER_PROMPT = PromptTemplate(

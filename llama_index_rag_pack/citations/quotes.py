@@ -228,6 +228,8 @@ def _json_objects(text: str) -> list[Any]:
     end = text.rfind("}")
     if 0 <= start < end:
         candidates.append(text[start : end + 1])
+        if "{{" in text:  # a model echoing an escaped template: {{"answer": ...}}
+            candidates.append(text[start : end + 1].replace("{{", "{").replace("}}", "}"))
     found = []
     for candidate in candidates:
         for attempt in (candidate, re.sub(r",\s*([}\]])", r"\1", candidate)):  # trailing commas

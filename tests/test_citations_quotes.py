@@ -1,0 +1,99 @@
+"""Quote verification (exact → normalised → fuzzy) and tolerant parsing of quoted answers."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llama_index_rag_pack.citations.quotes import (
+    QuoteMatch,
+    normalize_with_map,
+    parse_quoted_answer,
+    verify_quote,
+)
+
+SOURCES = [
+    "Adults weigh between 21 and 72 kg (46 and 159 lb). The cheetah is capable of running at 93 to 104 km/h "
+    "(58 to 65 mph); it has evolved specialized adaptations for speed, including a light build.",
+    "The lion is a large cat of the genus Panthera native to Africa and India. It lives in groups called prides.",
+    "The abacus — a calculating tool — was used in “ancient” Sumer.",
+]
+
+
+class TestVerify:
+    def test_exact_with_span(self) -> None:
+        check = verify_quote("capable of running at 93 to 104 km/h", SOURCES, 1)
+        assert check.match is QuoteMatch.EXACT and check.source_id == 1
+        start, end = check.span
+        assert SOURCES[0][start:end] == "capable of running at 93 to 104 km/h"
+
+    def test_wrapping_quote_marks_and_ellipses_are_ignored(self) -> None:
+        assert verify_quote('"...lives in groups called prides..."', SOURCES, 2).match is QuoteMatch.EXACT
+
+    def test_normalised_whitespace_case_and_typography(self) -> None:
+        check = verify_quote('THE ABACUS - a calculating   tool - was used in "ancient" Sumer', SOURCES, 3)
+        assert check.match is QuoteMatch.NORMALIZED
+        start, end = check.span
+        assert SOURCES[2][start:end] == "The abacus — a calculating tool — was used in “ancient” Sumer"
+
+    def test_fuzzy_paraphrase_close_to_the_source(self) -> None:
+        check = verify_quote("The cheetah is capable of running at 93 to 104 km/h (58 to 64 mph); it evolved", SOURCES, 1)
+        assert check.match is QuoteMatch.FUZZY and check.source_id == 1 and check.score >= 0.85
+
+    def test_invented_quote_is_unverified(self) -> None:
+        check = verify_quote("Cheetahs were first domesticated in Norway in 1850", SOURCES, 1)
+        assert check.match is QuoteMatch.UNVERIFIED and not check.verified and check.source_id is None
+        assert check.to_dict()["match"] == "unverified"
+
+    def test_wrong_source_is_found_and_flagged(self) -> None:
+        check = verify_quote("It lives in groups called prides", SOURCES, 1)
+        assert check.source_id == 2 and check.misattributed
+        assert verify_quote("It lives in groups called prides", SOURCES, 99).source_id == 2  # bad id
+
+    def test_degenerate_inputs(self) -> None:
+        assert verify_quote("", SOURCES, 1).match is QuoteMatch.UNVERIFIED
+        assert verify_quote('""', SOURCES, 1).match is QuoteMatch.UNVERIFIED
+        assert verify_quote("anything", [], None).match is QuoteMatch.UNVERIFIED
+
+    @settings(max_examples=150, deadline=None)
+    @given(data=st.data())
+    def test_any_substring_is_found_exactly_and_mangled_spacing_still_verifies(self, data: st.DataObject) -> None:
+        text = data.draw(st.sampled_from(SOURCES))
+        start = data.draw(st.integers(0, len(text) - 12))
+        end = data.draw(st.integers(start + 12, len(text)))
+        quote = text[start:end]
+        if quote.strip() != quote or quote.strip('"\'“”‘’«»`') != quote:
+            return
+        check = verify_quote(quote, SOURCES, None)
+        assert check.verified and text[check.span[0] : check.span[1]] == quote
+        mangled = "  ".join(quote.split()).upper()
+        assert verify_quote(mangled, SOURCES, None).verified
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.text(max_size=60))
+    def test_normalisation_map_points_into_the_original(self, text: str) -> None:
+        normalized, index = normalize_with_map(text)
+        assert len(normalized) == len(index)
+        assert index == sorted(index) and all(0 <= i < len(text) for i in index)
+        assert "  " not in normalized and normalized == normalized.strip()
+
+
+class TestParse:
+    def test_dict_with_string_ids(self) -> None:
+        data = {"answer": "Prides.", "citations": [{"source_id": "id=2", "quote": "prides"}, {"id": "[3]", "text": "x"},
+                                                      {"source": "none", "quote": "y"}, "junk", {"quote": "  "}]}
+        assert parse_quoted_answer(data) == ("Prides.", [(2, "prides"), (3, "x"), (None, "y")])
+
+    def test_json_inside_prose_and_fences(self) -> None:
+        text = 'Sure!\n```json\n{"answer": "1969", "quotes": [{"document": 1, "excerpt": "July 1969"}]}\n```\nDone.'
+        assert parse_quoted_answer(text) == ("1969", [(1, "July 1969")])
+
+    def test_trailing_commas_and_escaped_braces(self) -> None:
+        assert parse_quoted_answer('{"answer": "a", "citations": [{"source_id": 1, "quote": "q"},],}') == ("a", [(1, "q")])
+        echoed = '{{"answer": "1940", "citations": [{{"source_id": 1, "quote": "exact"}}]}}'
+        assert parse_quoted_answer(echoed) == ("1940", [(1, "exact")])
+
+    def test_hopeless_output(self) -> None:
+        assert parse_quoted_answer("The answer is 42.") is None
+        assert parse_quoted_answer('{"citations": []}') is None
+        assert parse_quoted_answer(["not", "a", "dict"]) is None
