@@ -249,6 +249,10 @@ class RaptorTree(PromptMixin):
             logger.info("RAPTOR summaries by %s", describe_llm(self._llm))
         return self._llm
 
+    @llm.setter
+    def llm(self, llm: LLM) -> None:
+        self._llm = llm
+
     def count_tokens(self, text: str) -> int:
         if self._tokenizer is None:
             from llama_index.core.utils import get_tokenizer

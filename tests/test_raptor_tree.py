@@ -1,0 +1,363 @@
+"""RAPTOR tree builder and retriever over real Milvus Lite and the real bundled embedding model.
+
+Only the LLM is scripted; its replies look like a chat model's (preambles, quotes, failures).
+One tree is built per module and shared by the read-only tests; the tests that change a tree
+(resume, insert, delete) build their own small ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import pytest
+from llama_index.core import Document
+from llama_index.core.prompts import PromptTemplate
+
+from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError, EmptyCorpusError
+from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
+from llama_index_rag_pack.milvus import open_vector_store
+from llama_index_rag_pack.raptor import RaptorBuildError, RaptorRetriever, RaptorTree
+from llama_index_rag_pack.raptor.storage import CHILD_KEY, CLUSTER_KEY, LEVEL_KEY, PARENT_KEY, TOKENS_KEY
+from llama_index_rag_pack.raptor.tree import clean_summary, summary_id
+from llama_index_rag_pack.testing import ScriptedLLM
+
+TREE_OPTIONS = dict(reduction_dim=4, chunk_size=128, chunk_overlap=16, max_length_in_cluster=1500, max_retries=1,
+                    retry_backoff=0.01)
+TITLES = ["Aardvark", "Apollo 11", "Alchemy", "Abacus"]
+
+
+def corpus(titles: list[str] = TITLES, chars: int = 2200) -> list[Document]:
+    docs = load_wikipedia_documents(titles)
+    return [Document(text=d.text[:chars], doc_id=d.doc_id, metadata=d.metadata) for d in docs]
+
+
+def context_of(prompt: str) -> str:
+    body = prompt.split("(names, numbers, dates, places).", 1)[-1]
+    return body.rsplit("Summary:", 1)[0].strip()
+
+
+def chatty_summary(prompt: str) -> str:
+    """What a chat model writes: a preamble, then the summary in quotes."""
+    first = re.split(r"(?<=[.!?])\s", context_of(prompt).replace("\n", " "), maxsplit=1)[0]
+    return f'Sure! Here is a summary of the text:\n\n"{first[:300]}"'
+
+
+def summary_llm(**kwargs: Any) -> ScriptedLLM:
+    return ScriptedLLM(replies=chatty_summary, **kwargs)
+
+
+def all_nodes(tree: RaptorTree) -> dict[str, Any]:
+    return {n.node_id: n for n in tree.store.scan(f"{LEVEL_KEY} >= 0")}
+
+
+def check_invariants(tree: RaptorTree) -> dict[str, Any]:
+    nodes = all_nodes(tree)
+    levels = tree.levels()
+    top = max(levels)
+    for nid, node in nodes.items():
+        meta = node.metadata
+        level = meta[LEVEL_KEY]
+        assert isinstance(meta[TOKENS_KEY], int) and meta[TOKENS_KEY] > 0
+        for child in meta[CHILD_KEY]:
+            assert child in nodes, f"{nid} lists a missing child {child}"
+            assert nodes[child].metadata[LEVEL_KEY] == level - 1
+            assert nid in nodes[child].metadata[PARENT_KEY], "child and parent agree"
+        for parent in meta[PARENT_KEY]:
+            assert parent in nodes and nid in nodes[parent].metadata[CHILD_KEY]
+        if level == 0:
+            assert meta[CHILD_KEY] == []
+        else:
+            assert meta[CHILD_KEY], "a summary summarises something"
+        if level < top:
+            assert meta[PARENT_KEY], f"{nid} at level {level} below the top has a parent"
+            assert len(meta[CLUSTER_KEY]) == len(meta[PARENT_KEY])
+        else:
+            assert meta[PARENT_KEY] == []
+    return nodes
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, embed_model: Any) -> dict[str, Any]:
+    path = str(tmp_path_factory.mktemp("raptor") / "tree.db")
+    store = open_vector_store(path, "tree_raptor", dim=384)
+    llm = summary_llm(delay=0.02)
+    retriever = RaptorRetriever.from_documents(
+        corpus(), llm=llm, embed_model=embed_model, vector_store=store, tree_options=TREE_OPTIONS
+    )
+    return {"retriever": retriever, "llm": llm, "store": store, "path": path}
+
+
+# ----------------------------------------------------------------------------- building
+def test_build_stores_every_level_with_consistent_links(built: dict[str, Any]) -> None:
+    tree = built["retriever"].tree
+    levels = tree.levels()
+    assert levels[0] >= 12 and len(levels) >= 3, levels
+    assert levels[max(levels)] == 1, "the build goes on until one cluster is left"
+    nodes = check_invariants(tree)
+    summaries = [n for n in nodes.values() if n.metadata[LEVEL_KEY] > 0]
+    # one LLM call per summary, none wasted, run concurrently
+    assert built["llm"].call_count == len(summaries)
+    assert built["llm"].max_concurrency > 1
+    for s in summaries:
+        assert s.text and not s.text.startswith(("Sure", '"')), "preamble and quotes are stripped"
+        assert s.node_id == summary_id(s.metadata[LEVEL_KEY], s.metadata[CHILD_KEY])
+    # soft clustering never stores a node twice
+    assert sum(levels.values()) == len(nodes)
+
+
+def test_leaves_keep_document_metadata_and_ids(built: dict[str, Any]) -> None:
+    leaves = built["retriever"].tree.store.level(0)
+    assert {n.ref_doc_id for n in leaves} == {f"wiki:{t}" for t in TITLES}
+    assert all(n.metadata["title"] in TITLES for n in leaves)
+    assert LEVEL_KEY not in leaves[0].get_content(metadata_mode="embed")
+
+
+def test_summary_prompts_hold_the_children_texts(built: dict[str, Any]) -> None:
+    nodes = all_nodes(built["retriever"].tree)
+    prompts = built["llm"].prompts
+    level1 = next(n for n in nodes.values() if n.metadata[LEVEL_KEY] == 1)
+    child_texts = [nodes[c].text.strip() for c in level1.metadata[CHILD_KEY]]
+    assert any(all(t[:80] in p for t in child_texts) for p in prompts)
+
+
+def test_building_again_resumes_without_llm_calls(built: dict[str, Any], embed_model: Any) -> None:
+    tree = RaptorTree(built["store"], embed_model=embed_model, llm=ScriptedLLM(replies=[]), **TREE_OPTIONS)
+    stats = tree.build(corpus())
+    assert stats.llm_calls == 0 and stats.leaves_added == 0 and stats.summaries_written == 0
+    assert stats.summaries_reused == sum(n for lvl, n in stats.levels.items() if lvl > 0)
+    assert stats.levels == built["retriever"].levels()
+
+
+# ----------------------------------------------------------------------------- retrieval
+def test_reopen_retrieves_without_rebuilding_or_llm(built: dict[str, Any], embed_model: Any) -> None:
+    no_llm = ScriptedLLM(replies=[], forbid_sync=True)
+    retriever = RaptorRetriever(vector_store=built["store"], embed_model=embed_model, llm=no_llm)
+    hits = retriever.retrieve("What does the aardvark eat?")
+    assert hits and no_llm.call_count == 0
+    assert all(LEVEL_KEY in h.node.metadata for h in hits)
+    assert "aardvark" in hits[0].node.get_content().lower()
+    scores = [h.score for h in hits]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_collapsed_mixes_levels_and_respects_the_token_budget(built: dict[str, Any]) -> None:
+    tree = built["retriever"].tree
+    wide = RaptorRetriever(tree=tree, similarity_top_k=40, token_budget=None)
+    hits = wide.retrieve("Apollo 11 Moon landing")
+    assert len(hits) == 40 and len({h.node.metadata[LEVEL_KEY] for h in hits}) >= 2
+    budgeted = RaptorRetriever(tree=tree, similarity_top_k=40, token_budget=300)
+    cut = budgeted.retrieve("Apollo 11 Moon landing")
+    assert 1 <= len(cut) < 40
+    assert [h.node.node_id for h in cut] == [h.node.node_id for h in hits[: len(cut)]]
+    assert sum(h.node.metadata[TOKENS_KEY] for h in cut) <= 300 or len(cut) == 1
+
+
+def test_tree_traversal_descends_through_children(built: dict[str, Any]) -> None:
+    tree = built["retriever"].tree
+    top = max(tree.levels())
+    retriever = RaptorRetriever(tree=tree, mode="tree_traversal", similarity_top_k=2, token_budget=None)
+    hits = retriever.retrieve("Who landed on the Moon?")
+    by_level: dict[int, list[Any]] = {}
+    for h in hits:
+        by_level.setdefault(h.node.metadata[LEVEL_KEY], []).append(h.node)
+    assert set(by_level) == set(range(top + 1)), "one pick per level, top to leaves"
+    for level in range(top):
+        allowed = {c for p in by_level[level + 1] for c in p.metadata[CHILD_KEY]}
+        assert {n.node_id for n in by_level[level]} <= allowed
+        assert len(by_level[level]) <= 2
+
+
+def test_leaves_mode_only_returns_chunks(built: dict[str, Any]) -> None:
+    retriever = RaptorRetriever(tree=built["retriever"].tree, mode="leaves", similarity_top_k=6, token_budget=None)
+    hits = retriever.retrieve("alchemy and the philosopher's stone")
+    assert len(hits) == 6 and {h.node.metadata[LEVEL_KEY] for h in hits} == {0}
+
+
+@pytest.mark.parametrize("mode", ["collapsed", "tree_traversal", "leaves"])
+async def test_async_retrieval_matches_sync(built: dict[str, Any], mode: str) -> None:
+    retriever = RaptorRetriever(tree=built["retriever"].tree, mode=mode, similarity_top_k=3)
+    query = "How does an abacus work?"
+    sync = [(h.node.node_id, round(h.score, 5)) for h in retriever.retrieve(query)]
+    asynchronous = [(h.node.node_id, round(h.score, 5)) for h in await retriever.aretrieve(query)]
+    assert sync == asynchronous and sync
+
+
+def test_empty_query_and_large_k(built: dict[str, Any]) -> None:
+    retriever = RaptorRetriever(tree=built["retriever"].tree, similarity_top_k=10_000, token_budget=None)
+    assert retriever.retrieve("   ") == []
+    assert len(retriever.retrieve("abacus")) == sum(retriever.levels().values())
+
+
+def test_retriever_validates_arguments(built: dict[str, Any], embed_model: Any) -> None:
+    tree = built["retriever"].tree
+    with pytest.raises(ConfigurationError, match="collapsed, tree_traversal, leaves"):
+        RaptorRetriever(tree=tree, mode="flat")
+    with pytest.raises(ConfigurationError, match="similarity_top_k must be an integer > 0, got 0"):
+        RaptorRetriever(tree=tree, similarity_top_k=0)
+    with pytest.raises(ConfigurationError, match="token_budget"):
+        RaptorRetriever(tree=tree, token_budget=-5)
+    with pytest.raises(ConfigurationError, match="vector_store"):
+        RaptorRetriever()
+    with pytest.raises(ConfigurationError, match="max_levels"):
+        RaptorTree(built["store"], embed_model=embed_model, max_levels=0)
+
+
+def test_missing_tree_says_how_to_build_one(tmp_path: Any, embed_model: Any) -> None:
+    store = open_vector_store(str(tmp_path / "empty.db"), "nothing_raptor", dim=384)
+    with pytest.raises(CollectionNotFoundError, match="rag-pack raptor build"):
+        RaptorRetriever(vector_store=store, embed_model=embed_model)
+
+
+# ----------------------------------------------------------------------------- bad input, small corpora
+def test_empty_and_blank_documents(tmp_path: Any, embed_model: Any, caplog: pytest.LogCaptureFixture) -> None:
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    tree = RaptorTree(store, embed_model=embed_model, llm=ScriptedLLM(replies=[]), **TREE_OPTIONS)
+    with pytest.raises(EmptyCorpusError, match="No documents"):
+        tree.build([])
+    with pytest.raises(EmptyCorpusError, match="blank"):
+        tree.build([Document(text="  \n")])
+    with caplog.at_level(logging.WARNING):
+        stats = tree.build([Document(text=" "), Document(text="Aardvarks eat ants and termites at night.")])
+    assert "Skipping blank document" in caplog.text
+    assert stats.levels == {0: 1} and stats.llm_calls == 0, "one chunk: a one-level tree, no summary"
+
+
+def test_small_corpus_gets_a_single_root(tmp_path: Any, embed_model: Any) -> None:
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    llm = ScriptedLLM(replies=['"Aardvarks, abacuses and alchemy."'])
+    docs = [Document(text=t) for t in ("Aardvarks eat ants.", "The abacus is a counting frame.", "Alchemy sought gold.")]
+    tree = RaptorTree(store, embed_model=embed_model, llm=llm, **TREE_OPTIONS)
+    stats = tree.build(docs)
+    assert stats.levels == {0: 3, 1: 1} and llm.call_count == 1
+    root = tree.store.level(1)[0]
+    assert root.text == "Aardvarks, abacuses and alchemy."
+    check_invariants(tree)
+
+
+def test_custom_summary_prompt_is_used(tmp_path: Any, embed_model: Any) -> None:
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    llm = ScriptedLLM(replies=["Kurz: Tiere und Werkzeuge."])
+    tree = RaptorTree(store, embed_model=embed_model, llm=llm, **TREE_OPTIONS)
+    tree.update_prompts({"summary_prompt": PromptTemplate("Fasse zusammen:\n{context_str}")})
+    assert "summary_prompt" in tree.get_prompts()
+    tree.build([Document(text="Aardvarks eat ants."), Document(text="The abacus is a counting frame.")])
+    assert llm.prompts[0].startswith("Fasse zusammen:") and "Aardvarks eat ants." in llm.prompts[0]
+
+
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        ('Sure! Here is a summary of the text:\n\n"Aardvarks eat ants."', "Aardvarks eat ants."),
+        ("Summary: The abacus counts.", "The abacus counts."),
+        ("  'Quoted.'  ", "Quoted."),
+        ("Here's a concise summary:\nApollo 11 landed in 1969.", "Apollo 11 landed in 1969."),
+        ("Plain text stays: as it is.", "Plain text stays: as it is."),
+        ('""', ""),
+    ],
+)
+def test_clean_summary(reply: str, expected: str) -> None:
+    assert clean_summary(reply) == expected
+
+
+# ----------------------------------------------------------------------------- failures and resume
+def test_failed_summaries_are_never_stored_and_the_build_resumes(tmp_path: Any, embed_model: Any) -> None:
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    docs = corpus(TITLES[:3], chars=1500)
+
+    def flaky(prompt: str) -> Any:
+        if "Apollo" in prompt:
+            return TimeoutError("Request timed out.")
+        if "abacus" in prompt.lower():
+            return "   "  # an empty answer is a failure too, never a node's text
+        return chatty_summary(prompt)
+
+    first = ScriptedLLM(replies=flaky)
+    tree = RaptorTree(store, embed_model=embed_model, llm=first, **TREE_OPTIONS)
+    with pytest.raises(RaptorBuildError, match="build again") as info:
+        tree.build(docs)
+    assert "TimeoutError" in str(info.value) or "empty summary" in str(info.value)
+    stored = {n.node_id for n in tree.store.scan(f"{LEVEL_KEY} >= 1")}
+    assert all(n.text.strip() for n in tree.store.scan(f"{LEVEL_KEY} >= 1"))
+
+    second = summary_llm()
+    tree2 = RaptorTree(store, embed_model=embed_model, llm=second, **TREE_OPTIONS)
+    stats = tree2.resume()
+    assert stats.summaries_reused >= len(stored) > 0
+    summaries = {n.node_id for n in tree2.store.scan(f"{LEVEL_KEY} >= 1")}
+    assert stored <= summaries, "finished summaries were kept"
+    assert second.call_count == len(summaries) - len(stored), "only the missing summaries were written"
+    check_invariants(tree2)
+
+
+async def test_async_build_is_concurrent_and_never_calls_sync_llm(tmp_path: Any, embed_model: Any) -> None:
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    llm = summary_llm(forbid_sync=True, delay=0.05)
+    retriever = await RaptorRetriever.afrom_documents(
+        corpus(TITLES[:2], chars=1500), llm=llm, embed_model=embed_model, vector_store=store,
+        tree_options={**TREE_OPTIONS, "max_concurrency": 3},
+    )
+    assert retriever.levels()[0] >= 6
+    assert 1 < llm.max_concurrency <= 3
+    assert llm.call_count == sum(n for lvl, n in retriever.levels().items() if lvl > 0)
+    check_invariants(retriever.tree)
+
+
+# ----------------------------------------------------------------------------- incremental updates
+@pytest.fixture()
+def small_tree(tmp_path: Any, embed_model: Any) -> RaptorRetriever:
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    return RaptorRetriever.from_documents(
+        corpus(TITLES[:3], chars=1500), llm=summary_llm(), embed_model=embed_model, vector_store=store,
+        tree_options=TREE_OPTIONS,
+    )
+
+
+def test_insert_resummarises_only_what_changed(small_tree: RaptorRetriever) -> None:
+    before = all_nodes(small_tree.tree)
+    n_summaries = sum(1 for n in before.values() if n.metadata[LEVEL_KEY] > 0)
+    llm = summary_llm()
+    small_tree.tree.llm = llm
+    new_doc = corpus(["Andre Agassi"], chars=900)
+    stats = small_tree.insert(new_doc)
+    assert stats.leaves_added >= 2 and stats.leaves_removed == 0
+    assert 0 < llm.call_count < n_summaries, "no full rebuild"
+    after = check_invariants(small_tree.tree)
+    new_leaves = [n for n in after.values() if n.ref_doc_id == "wiki:Andre Agassi"]
+    assert len(new_leaves) == stats.leaves_added
+    untouched = [i for i, n in before.items() if n.metadata[LEVEL_KEY] == 0]
+    assert all(after[i].text == before[i].text for i in untouched), "old leaves are kept as they were"
+    hits = RaptorRetriever(tree=small_tree.tree, mode="leaves", similarity_top_k=1).retrieve("Agassi tennis player")
+    assert hits[0].node.ref_doc_id == "wiki:Andre Agassi"
+    # inserting the same document again changes nothing
+    llm.reset()
+    again = small_tree.insert(new_doc)
+    assert again.leaves_added == 0 and llm.call_count == 0
+
+
+async def test_async_insert_and_delete(small_tree: RaptorRetriever) -> None:
+    llm = summary_llm(forbid_sync=True)
+    small_tree.tree.llm = llm
+    await small_tree.ainsert(corpus(["Andre Agassi"], chars=900))
+    inserted_calls = llm.call_count
+    assert inserted_calls > 0
+    stats = await small_tree.adelete("wiki:Andre Agassi")
+    assert stats.leaves_removed >= 2 and llm.call_count > inserted_calls
+    nodes = check_invariants(small_tree.tree)
+    assert not any(n.ref_doc_id == "wiki:Andre Agassi" for n in nodes.values())
+
+
+def test_delete_removes_leaves_and_refreshes_summaries(small_tree: RaptorRetriever) -> None:
+    before = all_nodes(small_tree.tree)
+    doomed = {i for i, n in before.items() if n.ref_doc_id == "wiki:Alchemy"}
+    parents = {p for i in doomed for p in before[i].metadata[PARENT_KEY]}
+    llm = summary_llm()
+    small_tree.tree.llm = llm
+    stats = small_tree.delete("wiki:Alchemy")
+    assert stats.leaves_removed == len(doomed) > 0
+    after = check_invariants(small_tree.tree)
+    assert not doomed & set(after)
+    for pid in parents & set(after):
+        assert after[pid].text != before[pid].text or after[pid].metadata[CHILD_KEY] != before[pid].metadata[CHILD_KEY]
+    assert llm.call_count <= sum(1 for n in before.values() if n.metadata[LEVEL_KEY] > 0)
