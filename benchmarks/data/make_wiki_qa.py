@@ -18,6 +18,11 @@ words occur together in no other article, so its document-level label is unambig
 Each record keeps the source sentence as ``evidence``: a retrieved chunk counts as relevant at
 chunk level when it comes from a relevant document and contains that sentence.
 
+``wiki_qa_hard.jsonl`` holds the same questions with their ``HARD_DROP`` most distinctive words
+(highest document frequency rank, i.e. rarest in the corpus) deleted: a stress variant with less
+lexical overlap, where exact keyword matching helps less. Labels are unchanged; some questions
+become ambiguous by construction.
+
 Run: ``python benchmarks/data/make_wiki_qa.py`` (about 10 s; same output every time).
 """
 
@@ -35,6 +40,8 @@ from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 HERE = Path(__file__).resolve().parent
 SEED = 7
 PER_ARTICLE = {"definition": 1, "year": 1, "entity": 1}
+HARD_DROP = 2
+WH_WORDS = frozenset({"what", "year", "which", "who", "whom"})
 
 STOPWORDS = frozenset(
     """a an the and or but if of at by for with about against between into through during before
@@ -244,15 +251,39 @@ def build(seed: int = SEED) -> list[dict]:
     return records
 
 
+def harden(records: list[dict], drop: int = HARD_DROP) -> list[dict]:
+    """Delete the ``drop`` rarest content words (corpus document frequency) of each question."""
+    docs = load_wikipedia_documents()
+    df = Counter(w for d in docs for w in set(words(d.text)))
+    out = []
+    for rec in records:
+        tokens = re.findall(r"\S+", rec["question"])
+        keyed = [
+            (df.get(w, 0), i)
+            for i, tok in enumerate(tokens)
+            for w in [re.sub(r"[^a-z0-9]", "", tok.lower())]
+            if w and w not in STOPWORDS and w not in WH_WORDS and not w.isdigit() and len(w) > 2
+        ]
+        removed = {i for _, i in sorted(keyed)[:drop]}
+        question = " ".join(t for i, t in enumerate(tokens) if i not in removed)
+        question = re.sub(r"\s+([,?;:])", r"\1", question)
+        if not question.endswith("?"):
+            question = question.rstrip(",;: ") + "?"
+        out.append({**rec, "id": rec["id"].replace("wiki-qa-", "wiki-qa-hard-"), "question": question})
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--out", default=str(HERE / "wiki_qa.jsonl"))
     parser.add_argument("--seed", type=int, default=SEED)
     args = parser.parse_args()
     records = build(args.seed)
-    with open(args.out, "w", encoding="utf-8") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    out = Path(args.out)
+    for path, recs in ((out, records), (out.with_name(out.stem + "_hard.jsonl"), harden(records))):
+        with open(path, "w", encoding="utf-8") as fh:
+            for rec in recs:
+                fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
     kinds = Counter(r["type"] for r in records)
     docs = len({r["relevant_ids"][0] for r in records})
     print(f"wrote {len(records)} questions over {docs} articles to {args.out}: {dict(kinds)}")

@@ -211,8 +211,58 @@ def load_lee_documents(limit: int | None = None) -> list[Document]:
     return docs
 
 
+def _flatten_answer(answer: object) -> str:
+    if isinstance(answer, dict):
+        return "; ".join(f"{k}: {_flatten_answer(v)}" for k, v in answer.items())
+    if isinstance(answer, (list, tuple)):
+        return ", ".join(_flatten_answer(v) for v in answer)
+    return str(answer)
+
+
+def load_fanoutqa_questions(split: str = "dev", limit: int | None = None) -> list[dict]:
+    """FanOutQA multi-hop questions with gold answers, shipped in the ``fanoutqa`` wheel.
+
+    The evidence pages are *not* shipped (and none is among the gensim Wikipedia articles), so
+    these records carry no ``relevant_ids``: use them for answer metrics over your own corpus.
+
+    Args:
+        split: ``dev`` (310 questions) or ``test`` (answers withheld upstream: empty ``answers``).
+        limit: At most this many questions.
+
+    Returns:
+        Records in the labelled-set format (``id``, ``question``, ``answers``, ``type``);
+        structured answers (lists, dicts) are flattened to one string.
+
+    Raises:
+        ConfigurationError: fanoutqa is not installed or ``split`` is unknown.
+    """
+    import json
+
+    if split not in ("dev", "test"):
+        raise ConfigurationError(f"split must be 'dev' or 'test', got {split!r}")
+    spec = importlib.util.find_spec("fanoutqa")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigurationError("FanOutQA ships in the fanoutqa wheel: `pip install 'llama-index-rag-pack[data]'`.")
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / f"fanout-final-{split}.json"
+    with open(path, encoding="utf-8") as fh:
+        raw = json.load(fh)
+    out = []
+    for item in raw[:limit] if limit is not None else raw:
+        answer = item.get("answer")
+        out.append(
+            {
+                "id": str(item["id"]),
+                "question": item["question"],
+                "answers": [] if answer is None else [_flatten_answer(answer)],
+                "type": "fanoutqa",
+            }
+        )
+    return out
+
+
 __all__ = [
     "clean_wiki_markup",
+    "load_fanoutqa_questions",
     "gensim_test_data_dir",
     "iter_wikipedia_pages",
     "load_lee_documents",

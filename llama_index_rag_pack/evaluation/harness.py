@@ -393,6 +393,9 @@ class EvalHarness(PromptMixin):
         force: Ignore cached per-strategy results.
         show_progress: tqdm progress bars.
         pack_factory: ``(documents | None, **kwargs) -> RagPack`` (tests, custom packs).
+        answer_prompt: Prompt for ``answers`` (``{context_str}``, ``{query_str}``).
+        documents: The corpus as ``Document`` objects (instead of the set's ``corpus``).
+        results_dir: Per-strategy result cache (default ``<cache_dir>/results``).
 
     Example:
         >>> harness = EvalHarness("wiki_qa", limit=20)  # doctest: +SKIP
@@ -425,6 +428,8 @@ class EvalHarness(PromptMixin):
         show_progress: bool = False,
         pack_factory: Callable[..., Any] | None = None,
         answer_prompt: BasePromptTemplate | None = None,
+        documents: Sequence[Any] | None = None,
+        results_dir: str | Path | None = None,
     ) -> None:
         for name, value in (("top_k", top_k), ("concurrency", concurrency), ("answer_top_k", answer_top_k)):
             if not isinstance(value, int) or value <= 0:
@@ -457,11 +462,15 @@ class EvalHarness(PromptMixin):
         self._llm_spec = llm
         self._embed_spec = embed_model
         self._pack_factory = pack_factory
+        self._documents = list(documents) if documents is not None else None
+        if self._documents is not None and not self.dataset.corpus:
+            self.dataset.corpus = "custom"
         self._answer_prompt = answer_prompt or DEFAULT_ANSWER_PROMPT
         from llama_index_rag_pack.settings import data_dir
 
         self.cache_dir = Path(cache_dir) if cache_dir else data_dir() / "eval"
         self.uri = uri or str(self.cache_dir / "index.db")
+        self.results_dir = Path(results_dir) if results_dir else self.cache_dir / "results"
         self._pack: Any | None = None
         self._examples: list[LabelledExample] | None = None
         self._index_key: str | None = None
@@ -490,7 +499,7 @@ class EvalHarness(PromptMixin):
             return self._pack
         from llama_index_rag_pack.milvus import count_entities
 
-        documents = load_corpus(self.dataset.corpus)
+        documents = self._documents if self._documents is not None else load_corpus(self.dataset.corpus)
         if self.corpus_limit is not None:
             documents = documents[: self.corpus_limit]
         doc_ids = {d.doc_id for d in documents}
@@ -623,7 +632,7 @@ class EvalHarness(PromptMixin):
             self.seed,
             (describe_llm(answer_llm), self._answer_prompt.get_template(), self.answer_top_k) if answer_llm else None,
         )
-        path = self.cache_dir / "results" / _slug(self.dataset.name) / f"{_slug(strategy.name)}-{key}.json"
+        path = self.results_dir / _slug(self.dataset.name) / f"{_slug(strategy.name)}-{key}.json"
         return _Plan(strategy, row, retriever, examples, path, answer_llm)
 
     def _load_cache(self, plan: _Plan) -> dict[str, dict[str, Any]]:
@@ -767,7 +776,9 @@ def clean_prediction(text: str) -> str:
     text = (text or "").strip()
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     line = re.sub(r"^(?:final\s+)?answer\s*[:\-]\s*", "", line, flags=re.I)
-    return line.strip().strip("\"'`*“”").rstrip(".").strip()
+    for _ in range(2):
+        line = line.strip().rstrip(".").strip().strip("\"'`*“”")
+    return line.strip()
 
 
 def _retriever_llm(retriever: Any) -> Any | None:

@@ -1,0 +1,140 @@
+"""The labelled JSONL format: loading, validation with line numbers, the shipped set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.evaluation.labelled import (
+    LabelledExample,
+    LabelledSet,
+    load_corpus,
+    load_labelled_set,
+    save_labelled_set,
+    shipped_sets,
+)
+
+
+def _write(path: Path, lines: list[object]) -> Path:
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_load_round_trip_and_defaults(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "mine.jsonl",
+        [
+            {"question": "Who?", "answers": "Ada", "relevant_ids": ["doc:1"], "corpus": "docs", "difficulty": 2},
+            "",
+            {"id": "x", "question": " What? ", "relevant_ids": ["doc:2", "doc:3"], "corpus": "docs"},
+        ],
+    )
+    (tmp_path / "docs").mkdir()
+    data = load_labelled_set(path)
+    assert data.name == "mine"
+    assert [ex.id for ex in data] == ["q1", "x"]  # default id is the line number
+    assert data.examples[0].answers == ("Ada",)  # a single string becomes a list
+    assert data.examples[0].extra == {"difficulty": 2}  # unknown fields are kept
+    assert data.examples[1].question == "What?"
+    assert data.corpus == str(tmp_path / "docs")  # relative corpus resolved next to the file
+    assert data.relevant_document_ids() == {"doc:1", "doc:2", "doc:3"}
+    out = tmp_path / "copy.jsonl"
+    save_labelled_set(data.examples, out, corpus="docs")
+    again = load_labelled_set(out)
+    assert again.examples == data.examples
+    assert again.fingerprint() == data.fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (['{"question": "ok"}', "{not json"], r"bad\.jsonl:2: invalid JSON"),
+        (['{"question": ""}'], r"bad\.jsonl:1: 'question' must be a non-empty string"),
+        (['["a list"]'], r"bad\.jsonl:1: expected a JSON object, got list"),
+        (['{"question": "q", "relevant_ids": 5}'], r"bad\.jsonl:1: 'relevant_ids' must be a string or a list"),
+        (['{"id": "a", "question": "q"}', '{"id": "a", "question": "r"}'], r"bad\.jsonl:2: duplicate id 'a'"),
+        (['{"question": "q", "corpus": "wikipedia"}', '{"question": "r", "corpus": "lee"}'], r"mixes corpora"),
+        ([""], r"holds no questions"),
+    ],
+)
+def test_invalid_files_name_the_line(tmp_path: Path, lines: list[str], message: str) -> None:
+    path = _write(tmp_path / "bad.jsonl", lines)
+    with pytest.raises(ConfigurationError, match=message):
+        load_labelled_set(path)
+
+
+def test_unknown_set_lists_the_shipped_ones() -> None:
+    with pytest.raises(ConfigurationError, match=r"No labelled set 'nope'.*wiki_qa"):
+        load_labelled_set("nope")
+
+
+def test_subset_is_seeded_and_keeps_file_order() -> None:
+    data = LabelledSet("s", [LabelledExample(id=str(i), question=f"q{i}") for i in range(50)])
+    a = data.subset(10, seed=3)
+    b = data.subset(10, seed=3)
+    c = data.subset(10, seed=4)
+    assert [e.id for e in a] == [e.id for e in b]
+    assert [e.id for e in a] != [e.id for e in c]
+    assert [int(e.id) for e in a] == sorted(int(e.id) for e in a)
+    assert data.subset(None) is data
+    with pytest.raises(ConfigurationError, match="limit must be > 0, got 0"):
+        data.subset(0)
+
+
+def test_load_corpus_errors_say_what_to_pass() -> None:
+    with pytest.raises(ConfigurationError, match="pass --corpus wikipedia|lee|PATH"):
+        load_corpus(None)
+    with pytest.raises(ConfigurationError, match="Unknown corpus 'nowhere'"):
+        load_corpus("nowhere")
+
+
+def test_shipped_wiki_qa_set_is_valid_and_labelled() -> None:
+    assert "wiki_qa" in shipped_sets()
+    data = load_labelled_set("wiki_qa")
+    assert len(data) >= 100
+    assert data.corpus == "wikipedia"
+    types = {ex.type for ex in data}
+    assert types == {"definition", "year", "entity"}
+    for ex in data:
+        assert ex.relevant_ids and all(r.startswith("wiki:") for r in ex.relevant_ids)
+        assert ex.answers and ex.evidence
+        # the answer was removed from the question and comes from the evidence sentence
+        assert ex.answers[0] in ex.evidence[0] or ex.type == "definition"
+        assert ex.question.endswith("?")
+
+
+def test_wiki_qa_ids_exist_in_the_shipped_corpus() -> None:
+    from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
+
+    texts = {d.doc_id: " ".join(d.text.split()) for d in load_wikipedia_documents()}
+    data = load_labelled_set("wiki_qa")
+    for ex in data:
+        (doc_id,) = ex.relevant_ids
+        assert doc_id in texts
+        assert " ".join(ex.evidence[0].split()) in texts[doc_id]
+
+
+def test_hard_variant_drops_words_but_keeps_labels() -> None:
+    easy = load_labelled_set("wiki_qa")
+    hard = load_labelled_set("wiki_qa_hard")
+    assert len(hard) == len(easy)
+    for e, h in zip(easy, hard):
+        assert h.relevant_ids == e.relevant_ids and h.answers == e.answers
+        assert len(h.question.split()) < len(e.question.split())
+
+
+def test_fanoutqa_questions_load_in_the_labelled_format() -> None:
+    from llama_index_rag_pack.evaluation.datasets import load_fanoutqa_questions
+    from llama_index_rag_pack.evaluation.labelled import parse_example
+
+    records = load_fanoutqa_questions()
+    assert len(records) == 310
+    first = parse_example(records[0], where="fanoutqa", default_id="x")
+    assert first.question.endswith("?") and first.answers and not first.relevant_ids
+    # structured answers are flattened into one string
+    assert "Pat Burrell: Right" in first.answers[0]
+    with pytest.raises(ConfigurationError, match="split must be 'dev' or 'test', got 'train'"):
+        load_fanoutqa_questions("train")
