@@ -15,6 +15,8 @@ from llama_index_rag_pack.errors import (
     MilvusUnavailableError,
     RagPackError,
 )
+from llama_index_rag_pack.evaluation.harness import EvalHarness, EvalReport
+from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet, load_labelled_set
 from llama_index_rag_pack.fusion import (
     FusionRetriever,
     MilvusHybridRetriever,
@@ -48,9 +50,13 @@ __all__ = [
     "CollectionNotFoundError",
     "ConfigurationError",
     "EmptyCorpusError",
+    "EvalHarness",
+    "EvalReport",
     "FusionRetriever",
     "FusionRouterRetriever",
     "HyDERetriever",
+    "LabelledExample",
+    "LabelledSet",
     "LLMNotConfiguredError",
     "LogicalSelector",
     "MilvusHybridRetriever",
@@ -67,6 +73,7 @@ __all__ = [
     "RouteSource",
     "SemanticSelector",
     "distribution_based_fusion",
+    "load_labelled_set",
     "reciprocal_rank_fusion",
     "relative_score_fusion",
     "union_fusion",
