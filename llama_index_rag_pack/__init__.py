@@ -26,6 +26,13 @@ from llama_index_rag_pack.fusion import (
     union_fusion,
 )
 from llama_index_rag_pack.pack import RagPack, RetrievalMode
+from llama_index_rag_pack.raptor import (
+    RaptorBuildError,
+    RaptorRetrieveMode,
+    RaptorRetriever,
+    RaptorTree,
+    cluster_embeddings,
+)
 from llama_index_rag_pack.routing import (
     FusionRouterRetriever,
     LogicalSelector,
@@ -42,6 +49,11 @@ from llama_index_rag_pack.transforms import HyDERetriever, RewriteRetriever
 __version__ = "0.1.0"
 
 __all__ = [
+    "RaptorBuildError",
+    "RaptorRetrieveMode",
+    "RaptorRetriever",
+    "RaptorTree",
+    "cluster_embeddings",
     "CitationPostprocessor",
     "CitedQueryEngine",
     "ReferenceManager",

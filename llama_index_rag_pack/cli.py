@@ -261,7 +261,8 @@ def _add_citation_options(p: argparse.ArgumentParser) -> None:
 
 
 # Modules that add their own subcommands: each has ``register(subparsers)``.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("llama_index_rag_pack.routing.cli", "llama_index_rag_pack.evaluation.cli")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("llama_index_rag_pack.routing.cli", "llama_index_rag_pack.evaluation.cli",
+                                       "llama_index_rag_pack.raptor.cli")
 
 
 def _add_route_options(p: argparse.ArgumentParser) -> None:

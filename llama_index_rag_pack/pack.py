@@ -17,7 +17,7 @@ from llama_index.core.schema import Document
 
 from llama_index_rag_pack import milvus as milvus_utils
 from llama_index_rag_pack._compat import BaseLlamaPack
-from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError
 from llama_index_rag_pack.ingest import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -51,6 +51,8 @@ class RetrievalMode(str, Enum):
     FUSION = "fusion"
     HYDE = "hyde"
     REWRITE = "rewrite"
+    RAPTOR = "raptor"
+    RAPTOR_TRAVERSAL = "raptor_traversal"
 
     @classmethod
     def parse(cls, value: str | RetrievalMode) -> RetrievalMode:
@@ -300,6 +302,16 @@ class RagPack(BaseLlamaPack):
             callback_manager=self.callback_manager,
         )
 
+    def _build_raptor_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
+        from llama_index_rag_pack.raptor.integration import pack_raptor_retriever
+
+        return pack_raptor_retriever(self, "collapsed", similarity_top_k)
+
+    def _build_raptor_traversal_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
+        from llama_index_rag_pack.raptor.integration import pack_raptor_retriever
+
+        return pack_raptor_retriever(self, "tree_traversal", similarity_top_k)
+
     def _build_rewrite_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
         from llama_index_rag_pack.transforms import RewriteRetriever
 
@@ -373,6 +385,10 @@ class RagPack(BaseLlamaPack):
             except ConfigurationError as e:  # e.g. a collection indexed without BM25
                 logger.info("get_modules: no %s retriever (%s)", mode.value, e)
         modules["plain_query_engine"] = self.make_query_engine(citations=False)
+        try:  # only when a RAPTOR tree was built next to the collection
+            modules["raptor_retriever"] = self.retriever(RetrievalMode.RAPTOR)
+        except (CollectionNotFoundError, ConfigurationError) as e:
+            logger.info("get_modules: no raptor retriever (%s)", e)
         return modules
 
     def run(self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any) -> RESPONSE_TYPE:
