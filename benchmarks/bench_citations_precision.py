@@ -63,7 +63,11 @@ def window(text: str, start: int, end: int) -> str:
 
 
 def build_set(n: int, seed: int = 13) -> list[dict]:
-    rows = [json.loads(line) for line in (HERE / "data" / "wiki_qa.jsonl").read_text().splitlines() if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in (HERE / "data" / "wiki_qa.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     picked, seen = [], set()
     stride = max(1, len(rows) // (n * 2))
     for row in rows[::stride]:
@@ -74,7 +78,12 @@ def build_set(n: int, seed: int = 13) -> list[dict]:
         picked.append(row)
         if len(picked) == n + 4:  # a few more articles as distractors
             break
-    docs = {d.metadata["title"]: d for d in load_wikipedia_documents([r["relevant_ids"][0].removeprefix("wiki:") for r in picked])}
+    docs = {
+        d.metadata["title"]: d
+        for d in load_wikipedia_documents(
+            [r["relevant_ids"][0].removeprefix("wiki:") for r in picked]
+        )
+    }
     items = []
     for row in picked:
         doc = docs[row["relevant_ids"][0].removeprefix("wiki:")]
@@ -83,8 +92,14 @@ def build_set(n: int, seed: int = 13) -> list[dict]:
         pos = flat.find(evidence)
         if pos < 0:
             continue
-        items.append({"row": row, "chunk": window(flat, pos, pos + len(evidence)), "title": doc.metadata["title"],
-                      "url": doc.metadata["url"]})
+        items.append(
+            {
+                "row": row,
+                "chunk": window(flat, pos, pos + len(evidence)),
+                "title": doc.metadata["title"],
+                "url": doc.metadata["url"],
+            }
+        )
     rng = random.Random(seed)
     labelled = []
     for i, item in enumerate(items[:n]):
@@ -92,16 +107,21 @@ def build_set(n: int, seed: int = 13) -> list[dict]:
         context = [item] + rng.sample(others, 3)
         rng.shuffle(context)
         nodes = [
-            NodeWithScore(node=TextNode(text=c["chunk"], metadata={"title": c["title"], "url": c["url"]}), score=1.0)
+            NodeWithScore(
+                node=TextNode(text=c["chunk"], metadata={"title": c["title"], "url": c["url"]}),
+                score=1.0,
+            )
             for c in context
         ]
-        labelled.append({
-            "question": item["row"]["question"],
-            "answers": item["row"]["answers"],
-            "evidence": item["row"]["evidence"][0],
-            "nodes": nodes,
-            "gold_position": context.index(item) + 1,
-        })
+        labelled.append(
+            {
+                "question": item["row"]["question"],
+                "answers": item["row"]["answers"],
+                "evidence": item["row"]["evidence"][0],
+                "nodes": nodes,
+                "gold_position": context.index(item) + 1,
+            }
+        )
     return labelled
 
 
@@ -152,17 +172,28 @@ def evaluate(engine: CitedQueryEngine, labelled: list[dict]) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--questions", type=int, default=12)
     parser.add_argument("--modes", nargs="+", default=["markers", "annotate", "quotes"])
     parser.add_argument("--max-new-tokens", type=int, default=96)
     args = parser.parse_args()
 
     labelled = build_set(args.questions)
-    print(f"Labelled set: {len(labelled)} questions, 4 chunks each, 1 gold chunk (random citation precision 0.25)\n")
-    results = {"oracle (scripted, plumbing check)": evaluate(
-        CitedQueryEngine(FixedRetriever({x["question"]: x["nodes"] for x in labelled}), oracle_llm(labelled), style="text"),
-        labelled)}
+    print(
+        f"Labelled set: {len(labelled)} questions, 4 chunks each, 1 gold chunk (random citation precision 0.25)\n"
+    )
+    results = {
+        "oracle (scripted, plumbing check)": evaluate(
+            CitedQueryEngine(
+                FixedRetriever({x["question"]: x["nodes"] for x in labelled}),
+                oracle_llm(labelled),
+                style="text",
+            ),
+            labelled,
+        )
+    }
 
     from llama_index_rag_pack.local_llm import LocalGGUFLLM
     from llama_index_rag_pack.settings import bundled_gguf_path
@@ -177,11 +208,15 @@ def main() -> None:
         engine = CitedQueryEngine(retriever, llm, mode=mode, style="text")
         results[f"SmolLM2-135M {mode}"] = evaluate(engine, labelled)
 
-    print("\n| engine | answers citing ≥1 valid chunk | cited chunks | citation precision | invented ids | verified quotes | gold answer in text | s/question |")
+    print(
+        "\n| engine | answers citing ≥1 valid chunk | cited chunks | citation precision | invented ids | verified quotes | gold answer in text | s/question |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in results.items():
-        print(f"| {name} | {r['cited_answers']}/{r['n']} | {r['cited']} | {r['precision']:.2f} | {r['invented']} | "
-              f"{r['quotes']} | {r['answer_hits']}/{r['n']} | {r['seconds']:.1f} |")
+        print(
+            f"| {name} | {r['cited_answers']}/{r['n']} | {r['cited']} | {r['precision']:.2f} | {r['invented']} | "
+            f"{r['quotes']} | {r['answer_hits']}/{r['n']} | {r['seconds']:.1f} |"
+        )
     print("\nSample answers:")
     for name, r in results.items():
         for question, text in r["samples"][:1]:

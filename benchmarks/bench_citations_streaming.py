@@ -52,13 +52,19 @@ def peer_marker(k: int, m: int) -> list[str]:
 
 
 def sentences() -> list[str]:
-    rows = [json.loads(line) for line in (HERE / "data" / "wiki_qa.jsonl").read_text().splitlines() if line.strip()]
+    rows = [
+        json.loads(line)
+        for line in (HERE / "data" / "wiki_qa.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
     found = [s.strip() for r in rows for s in r.get("evidence", [])]
     # Brackets in the text would be markers' business; keep the throughput streams realistic.
     return [s.rstrip(".") for s in found if s and not any(c in s for c in "[]【】")]
 
 
-def build_streams(n_answers: int, per_answer: int, seed: int = 0) -> tuple[list[list[str]], list[list[str]]]:
+def build_streams(
+    n_answers: int, per_answer: int, seed: int = 0
+) -> tuple[list[list[str]], list[list[str]]]:
     rng = random.Random(seed)
     pool = sentences()
     ours, peer = [], []
@@ -113,8 +119,12 @@ def body(text: str) -> str:
 LONG_TAIL = " then type the name of the command you want to run and press enter to confirm it"
 CASES = {
     "false bracket": (
-        split_tokens("Press the [ key" + LONG_TAIL + ". Paris is the capital of France") + ours_marker(1, 1) + ["."],
-        split_tokens("Press the 【 key" + LONG_TAIL + ". Paris is the capital of France") + peer_marker(1, 1) + ["."],
+        split_tokens("Press the [ key" + LONG_TAIL + ". Paris is the capital of France")
+        + ours_marker(1, 1)
+        + ["."],
+        split_tokens("Press the 【 key" + LONG_TAIL + ". Paris is the capital of France")
+        + peer_marker(1, 1)
+        + ["."],
     ),
     "single-chunk answer": (
         ["Paris is the capital of France [1](id=1). Lyon is in France [2](id=3)."],
@@ -129,8 +139,16 @@ CASES = {
         split_tokens("Broken 【†source】 marker, good one") + peer_marker(2, 2) + ["."],
     ),
     "hallucinated id": (
-        split_tokens("Real") + ours_marker(1, 2) + split_tokens(" and invented") + ours_marker(2, 42) + ["."],
-        split_tokens("Real") + peer_marker(1, 2) + split_tokens(" and invented") + peer_marker(2, 42) + ["."],
+        split_tokens("Real")
+        + ours_marker(1, 2)
+        + split_tokens(" and invented")
+        + ours_marker(2, 42)
+        + ["."],
+        split_tokens("Real")
+        + peer_marker(1, 2)
+        + split_tokens(" and invented")
+        + peer_marker(2, 42)
+        + ["."],
     ),
 }
 
@@ -138,7 +156,10 @@ CASES = {
 def run_peer(python: str, job: dict) -> dict:
     proc = subprocess.run(
         [python, str(HERE / "bench_citations_lcref_peer.py")],
-        input=json.dumps(job), capture_output=True, text=True, timeout=1800,
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        timeout=1800,
     )
     if proc.returncode != 0:
         raise SystemExit(f"peer failed:\n{proc.stderr[-3000:]}")
@@ -151,7 +172,9 @@ def pct(samples: list[int], q: float) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--answers", type=int, default=300)
     parser.add_argument("--sentences", type=int, default=8, help="sentences (citations) per answer")
     parser.add_argument("--repeats", type=int, default=3)
@@ -164,7 +187,10 @@ def main() -> None:
     ours_huge_src, peer_huge_src = build_streams(n_huge, args.sentences, seed=1)
     ours_huge = [[t for s in ours_huge_src for t in s]]
     peer_huge = [[t for s in peer_huge_src for t in s]]
-    half_o, half_p = [ours_huge[0][: len(ours_huge[0]) // 4]], [peer_huge[0][: len(peer_huge[0]) // 4]]
+    half_o, half_p = (
+        [ours_huge[0][: len(ours_huge[0]) // 4]],
+        [peer_huge[0][: len(peer_huge[0]) // 4]],
+    )
     job = {
         "docs": DOCS,
         "repeats": args.repeats,
@@ -187,9 +213,11 @@ def main() -> None:
 
     n_tokens_o = sum(map(len, ours_answers))
     n_tokens_p = sum(map(len, peer_answers))
-    print(f"\nStreaming rewrite, {args.answers} answers x {args.sentences} citations "
-          f"(ours {n_tokens_o:,} tokens, peer {n_tokens_p:,} tokens: the peer's marker is 5 tokens, ours 7);"
-          f" best of {args.repeats}; langchain-references {peer['version']}\n")
+    print(
+        f"\nStreaming rewrite, {args.answers} answers x {args.sentences} citations "
+        f"(ours {n_tokens_o:,} tokens, peer {n_tokens_p:,} tokens: the peer's marker is 5 tokens, ours 7);"
+        f" best of {args.repeats}; langchain-references {peer['version']}\n"
+    )
     rows = []
     for name, label, no, np_ in (
         ("answers", "typical answers", n_tokens_o, n_tokens_p),
@@ -198,25 +226,41 @@ def main() -> None:
     ):
         to, tp = ours_t[name], peer["timings"][name]["seconds"]
         rows.append((label, no, no / to, np_, np_ / tp, (np_ / tp and (no / to) / (np_ / tp))))
-    print(f"| workload | ours tokens | ours tokens/s | peer tokens | peer tokens/s | throughput ratio (ours/peer) |")
+    print(
+        "| workload | ours tokens | ours tokens/s | peer tokens | peer tokens/s | throughput ratio (ours/peer) |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for label, no, ro, np_, rp, ratio in rows:
         print(f"| {label} | {no:,} | {ro:,.0f} | {np_:,} | {rp:,.0f} | {ratio:.2f}x |")
     print("\nAdded latency per token (time inside one feed/send call, first 50 typical answers)\n")
     print("| | mean µs | p50 µs | p99 µs | max µs |")
     print("|---|---:|---:|---:|---:|")
-    for label, s in (("ours (ReferenceManager.feed)", ours_pt), ("peer (_manage_references.send)", peer_pt)):
-        print(f"| {label} | {statistics.fmean(s) / 1000:.2f} | {pct(s, .5):.2f} | {pct(s, .99):.2f} | {max(s) / 1000:.1f} |")
+    for label, s in (
+        ("ours (ReferenceManager.feed)", ours_pt),
+        ("peer (_manage_references.send)", peer_pt),
+    ):
+        print(
+            f"| {label} | {statistics.fmean(s) / 1000:.2f} | {pct(s, 0.5):.2f} | {pct(s, 0.99):.2f} | {max(s) / 1000:.1f} |"
+        )
     mean_o, mean_p = statistics.fmean(ours_pt), statistics.fmean(peer_pt)
     print(f"\nmean added latency ratio (peer/ours): {mean_p / mean_o:.2f}x")
     q_o, h_o = ours_t["quarter"] / len(half_o[0]), ours_t["huge"] / len(ours_huge[0])
-    q_p, h_p = peer["timings"]["quarter"]["seconds"] / len(half_p[0]), peer["timings"]["huge"]["seconds"] / len(peer_huge[0])
-    print(f"linear time: µs/token at 1/4 size vs full size — ours {q_o * 1e6:.2f} vs {h_o * 1e6:.2f}; "
-          f"peer {q_p * 1e6:.2f} vs {h_p * 1e6:.2f}")
+    q_p, h_p = (
+        peer["timings"]["quarter"]["seconds"] / len(half_p[0]),
+        peer["timings"]["huge"]["seconds"] / len(peer_huge[0]),
+    )
+    print(
+        f"linear time: µs/token at 1/4 size vs full size — ours {q_o * 1e6:.2f} vs {h_o * 1e6:.2f}; "
+        f"peer {q_p * 1e6:.2f} vs {h_p * 1e6:.2f}"
+    )
 
     expected = body(render_references("".join(ours_answers[0]), DOCS, style="text"))
-    print("\nCorrectness on the first typical answer (rewritten text equal to the whole-text rewrite):")
-    print(f"  ours: {body(run_ours(ours_answers[0])) == expected}   peer: {body(peer['outputs']['answers#first']) == expected}")
+    print(
+        "\nCorrectness on the first typical answer (rewritten text equal to the whole-text rewrite):"
+    )
+    print(
+        f"  ours: {body(run_ours(ours_answers[0])) == expected}   peer: {body(peer['outputs']['answers#first']) == expected}"
+    )
 
     print("\nKnown failure cases (each library in its own marker format; outputs verbatim)\n")
     for name, (o_tokens, p_tokens) in CASES.items():

@@ -36,13 +36,22 @@ from llama_index_rag_pack.testing import ScriptedLLM, ToolCallReply
 CHEETAH_URL = "https://en.wikipedia.org/wiki/Cheetah"
 LION_URL = "https://en.wikipedia.org/wiki/Lion"
 CHUNKS = [
-    ("The cheetah is capable of running at 93 to 104 km/h (58 to 65 mph). It has a light build and long thin legs.",
-     {"title": "Cheetah", "url": CHEETAH_URL}),
-    ("The cheetah lives in three main social groups: females and their cubs, male coalitions, and solitary males.",
-     {"title": "Cheetah", "url": CHEETAH_URL}),
-    ("The lion is a large cat of the genus Panthera. Lions live in groups called prides.",
-     {"title": "Lion", "url": LION_URL}),
-    ("The abacus is a calculating tool used since ancient times.", {"title": "Abacus", "url": "https://en.wikipedia.org/wiki/Abacus"}),
+    (
+        "The cheetah is capable of running at 93 to 104 km/h (58 to 65 mph). It has a light build and long thin legs.",
+        {"title": "Cheetah", "url": CHEETAH_URL},
+    ),
+    (
+        "The cheetah lives in three main social groups: females and their cubs, male coalitions, and solitary males.",
+        {"title": "Cheetah", "url": CHEETAH_URL},
+    ),
+    (
+        "The lion is a large cat of the genus Panthera. Lions live in groups called prides.",
+        {"title": "Lion", "url": LION_URL},
+    ),
+    (
+        "The abacus is a calculating tool used since ancient times.",
+        {"title": "Abacus", "url": "https://en.wikipedia.org/wiki/Abacus"},
+    ),
 ]
 QUESTION = "How fast can a cheetah run, and how do lions live?"
 
@@ -53,7 +62,11 @@ def milvus_db(tmp_path_factory: pytest.TempPathFactory, embed_model) -> str:
     uri = str(Path(tmp_path_factory.mktemp("citations")) / "milvus.db")
     store = open_vector_store(uri, "citations", dim=384)
     nodes = [TextNode(text=t, metadata=m, id_=f"n{i}") for i, (t, m) in enumerate(CHUNKS)]
-    VectorStoreIndex(nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embed_model)
+    VectorStoreIndex(
+        nodes,
+        storage_context=StorageContext.from_defaults(vector_store=store),
+        embed_model=embed_model,
+    )
     flush(store)
     return uri
 
@@ -62,12 +75,17 @@ def milvus_db(tmp_path_factory: pytest.TempPathFactory, embed_model) -> str:
 def retriever(milvus_db: str, embed_model) -> BaseRetriever:
     # A store per test: the async Milvus client is bound to the event loop of the test using it.
     store = open_vector_store(milvus_db, "citations", dim=384)
-    return VectorStoreIndex.from_vector_store(store, embed_model=embed_model).as_retriever(similarity_top_k=3)
+    return VectorStoreIndex.from_vector_store(store, embed_model=embed_model).as_retriever(
+        similarity_top_k=3
+    )
 
 
 def doc_ids(prompt: str) -> dict[str, int]:
     """First words of each ``<document id=N>`` in the prompt → N."""
-    return {m.group(2)[:30]: int(m.group(1)) for m in re.finditer(r"<document id=(\d+)[^>]*>\n(.*?)\n</document>", prompt, re.S)}
+    return {
+        m.group(2)[:30]: int(m.group(1))
+        for m in re.finditer(r"<document id=(\d+)[^>]*>\n(.*?)\n</document>", prompt, re.S)
+    }
 
 
 def id_of(prompt: str, needle: str) -> int:
@@ -96,7 +114,10 @@ class TestMarkersMode:
         assert response.answer == (
             "Cheetahs can run at 93 to 104 km/h [1], and they live in small groups [1]. Lions live in prides [2]."
         )
-        assert response.references == f"\n\nSources:\n  [1] Cheetah — {CHEETAH_URL}\n  [2] Lion — {LION_URL}"
+        assert (
+            response.references
+            == f"\n\nSources:\n  [1] Cheetah — {CHEETAH_URL}\n  [2] Lion — {LION_URL}"
+        )
         assert str(response) == response.answer + response.references
         cited = [n.node.node_id for n in response.source_nodes]
         assert sorted(cited) == ["n0", "n1", "n2"]
@@ -107,7 +128,9 @@ class TestMarkersMode:
         assert "[N](id=ID)" in prompt and QUESTION in prompt and "93 to 104 km/h" in prompt
 
     def test_uncited_context_is_not_a_source(self, retriever) -> None:
-        llm = ScriptedLLM(replies=lambda p: f"Lions live in prides [1](id={id_of(p, CHUNKS[2][0])}).")
+        llm = ScriptedLLM(
+            replies=lambda p: f"Lions live in prides [1](id={id_of(p, CHUNKS[2][0])})."
+        )
         response = CitedQueryEngine(retriever, llm, style="markdown").query("Where do lions live?")
         assert [n.node.node_id for n in response.source_nodes] == ["n2"]
         assert response.answer == f"Lions live in prides <sup>[[1]({LION_URL})]</sup>."
@@ -120,14 +143,19 @@ class TestMarkersMode:
         assert len(response.source_nodes) == 3
 
     def test_streaming_rewrites_token_by_token(self, retriever) -> None:
-        llm = ScriptedLLM(replies=cheetah_marker_reply, stream_splitter=lambda t: [t[i : i + 3] for i in range(0, len(t), 3)])
+        llm = ScriptedLLM(
+            replies=cheetah_marker_reply,
+            stream_splitter=lambda t: [t[i : i + 3] for i in range(0, len(t), 3)],
+        )
         engine = CitedQueryEngine(retriever, llm, style="text", streaming=True)
         response = engine.query(QUESTION)
         assert response.source_nodes == []  # filled when the stream ends
         deltas = list(response.response_gen)
         assert len(deltas) > 20
         assert not any("](id=" in d for d in deltas)
-        whole = CitedQueryEngine(retriever, ScriptedLLM(replies=cheetah_marker_reply), style="text").query(QUESTION)
+        whole = CitedQueryEngine(
+            retriever, ScriptedLLM(replies=cheetah_marker_reply), style="text"
+        ).query(QUESTION)
         assert "".join(deltas) == str(whole)
         assert deltas[-1] == whole.references
         assert sorted(n.node.node_id for n in response.source_nodes) == ["n0", "n1", "n2"]
@@ -159,8 +187,13 @@ class TestMarkersMode:
 
         llm = ScriptedLLM(replies=["ok"])
         engine = CitedQueryEngine(retriever, llm)
-        assert engine.get_prompts()["citation_qa_template"].template == DEFAULT_CITATION_QA_PROMPT.template
-        engine.update_prompts({"citation_qa_template": PromptTemplate("CUSTOM {context_str} Q={query_str}")})
+        assert (
+            engine.get_prompts()["citation_qa_template"].template
+            == DEFAULT_CITATION_QA_PROMPT.template
+        )
+        engine.update_prompts(
+            {"citation_qa_template": PromptTemplate("CUSTOM {context_str} Q={query_str}")}
+        )
         engine.query("speed?")
         assert llm.prompts[0].startswith("CUSTOM <document id=1")
 
@@ -176,7 +209,10 @@ class TestQuotesMode:
                 "citations": [
                     {"source_id": speed, "quote": '"capable of running at 93 to 104 km/h"'},
                     {"source_id": str(lion), "quote": "Lions  live in\ngroups called Prides"},
-                    {"source_id": f"id={speed}", "quote": "The lion is a large cat of the genus Panthera"},
+                    {
+                        "source_id": f"id={speed}",
+                        "quote": "The lion is a large cat of the genus Panthera",
+                    },
                     {"source_id": speed, "quote": "Cheetahs can fly over the savanna at night"},
                     {"source_id": speed, "quote": "It has a light built and long thin leg."},
                 ],
@@ -189,7 +225,13 @@ class TestQuotesMode:
         with caplog.at_level(logging.WARNING):
             response = engine.query(QUESTION)
         matches = [q.match for q in response.quotes]
-        assert matches == [QuoteMatch.EXACT, QuoteMatch.NORMALIZED, QuoteMatch.EXACT, QuoteMatch.UNVERIFIED, QuoteMatch.FUZZY]
+        assert matches == [
+            QuoteMatch.EXACT,
+            QuoteMatch.NORMALIZED,
+            QuoteMatch.EXACT,
+            QuoteMatch.UNVERIFIED,
+            QuoteMatch.FUZZY,
+        ]
         assert response.quotes[2].misattributed
         assert not response.quotes[3].verified and "Cheetahs can fly" in caplog.text
         assert response.answer == "Cheetahs reach 93 to 104 km/h; lions live in prides [1][2]."
@@ -198,7 +240,9 @@ class TestQuotesMode:
 
     async def test_async_function_calling(self, retriever) -> None:
         llm = ScriptedLLM(replies=self.tool_reply, function_calling=True, forbid_sync=True)
-        response = await CitedQueryEngine(retriever, llm, style="text", mode="quotes").aquery(QUESTION)
+        response = await CitedQueryEngine(retriever, llm, style="text", mode="quotes").aquery(
+            QUESTION
+        )
         assert len(response.source_nodes) == 2
 
     def test_json_prompt_without_function_calling(self, retriever) -> None:
@@ -211,23 +255,37 @@ class TestQuotesMode:
             )
 
         llm = ScriptedLLM(replies=reply)
-        response = CitedQueryEngine(retriever, llm, style="text", mode="quotes").query("How fast is a cheetah?")
+        response = CitedQueryEngine(retriever, llm, style="text", mode="quotes").query(
+            "How fast is a cheetah?"
+        )
         assert "Reply with JSON only" in llm.prompts[0]
         assert response.answer == "About 100 km/h [1]."
         assert [n.node.node_id for n in response.source_nodes] == ["n0"]
 
     def test_unparseable_reply_falls_back_to_plain_text(self, retriever, caplog) -> None:
-        llm = ScriptedLLM(replies=['```json\n{"answer": "Fast, about 100 km/h", "citations": [{"source_id": 1, \n```'])
+        llm = ScriptedLLM(
+            replies=[
+                '```json\n{"answer": "Fast, about 100 km/h", "citations": [{"source_id": 1, \n```'
+            ]
+        )
         with caplog.at_level(logging.WARNING):
             response = CitedQueryEngine(retriever, llm, style="text", mode="quotes").query("speed?")
         assert "could not read an answer" in caplog.text
         assert "Fast, about 100 km/h" in str(response) and response.source_nodes == []
 
     def test_tool_model_answering_in_text(self, retriever) -> None:
-        llm = ScriptedLLM(replies=['{"answer": "Prides.", "citations": [{"id": 99, "quote": "Lions live in groups called prides"}]}'],
-                          function_calling=True)
-        response = CitedQueryEngine(retriever, llm, style="text", mode="quotes").query("How do lions live?")
-        assert response.quotes[0].source_id == id_of(llm.prompts[0], CHUNKS[2][0])  # found despite the bad id
+        llm = ScriptedLLM(
+            replies=[
+                '{"answer": "Prides.", "citations": [{"id": 99, "quote": "Lions live in groups called prides"}]}'
+            ],
+            function_calling=True,
+        )
+        response = CitedQueryEngine(retriever, llm, style="text", mode="quotes").query(
+            "How do lions live?"
+        )
+        assert response.quotes[0].source_id == id_of(
+            llm.prompts[0], CHUNKS[2][0]
+        )  # found despite the bad id
         assert [n.node.node_id for n in response.source_nodes] == ["n2"]
 
 
@@ -238,31 +296,47 @@ class TestAnnotateMode:
             if "Answer sentences:" not in prompt:
                 return answer
             speed, lion = id_of(prompt, CHUNKS[0][0]), id_of(prompt, CHUNKS[2][0])
-            return f"Sure! Here are the sources:\nS1: {speed}\nSentence 2 -> [{lion}, 42]\nS3: none\n"
+            return (
+                f"Sure! Here are the sources:\nS1: {speed}\nSentence 2 -> [{lion}, 42]\nS3: none\n"
+            )
 
         return reply
 
     def test_second_call_maps_sentences_to_sources(self, retriever) -> None:
-        llm = ScriptedLLM(replies=self.replies("Cheetahs run at 100 km/h. Lions live in prides! I am not sure about the rest."))
+        llm = ScriptedLLM(
+            replies=self.replies(
+                "Cheetahs run at 100 km/h. Lions live in prides! I am not sure about the rest."
+            )
+        )
         response = CitedQueryEngine(retriever, llm, style="text", mode="annotate").query(QUESTION)
         assert llm.call_count == 2
         assert "S2: Lions live in prides!" in llm.prompts[1]
-        assert response.answer == "Cheetahs run at 100 km/h [1]. Lions live in prides [2]! I am not sure about the rest."
+        assert (
+            response.answer
+            == "Cheetahs run at 100 km/h [1]. Lions live in prides [2]! I am not sure about the rest."
+        )
         assert response.metadata["dropped_ids"] == [42]
         assert response.metadata["raw_answer"].startswith("Cheetahs run at 100 km/h.")
 
     async def test_async_and_streaming(self, retriever) -> None:
-        llm = ScriptedLLM(replies=self.replies("Cheetahs run at 100 km/h. Lions live in prides."), forbid_sync=True)
+        llm = ScriptedLLM(
+            replies=self.replies("Cheetahs run at 100 km/h. Lions live in prides."),
+            forbid_sync=True,
+        )
         engine = CitedQueryEngine(retriever, llm, style="text", mode="annotate", streaming=True)
         response = await engine.aquery(QUESTION)
         text = "".join([d async for d in response.async_response_gen()])
-        assert text.startswith("Cheetahs run at 100 km/h [1]. Lions live in prides [2].\n\nSources:")
+        assert text.startswith(
+            "Cheetahs run at 100 km/h [1]. Lions live in prides [2].\n\nSources:"
+        )
         assert len(response.source_nodes) == 2
 
     def test_garbage_annotation_gives_no_citations(self, retriever, caplog) -> None:
         llm = ScriptedLLM(replies=["Cheetahs are fast.", "I cannot help with that."])
         with caplog.at_level(logging.WARNING):
-            response = CitedQueryEngine(retriever, llm, style="text", mode="annotate").query("speed?")
+            response = CitedQueryEngine(retriever, llm, style="text", mode="annotate").query(
+                "speed?"
+            )
         assert str(response) == "Cheetahs are fast." and "no 'S<n>: ids' line" in caplog.text
 
 
@@ -273,7 +347,10 @@ class TestHelpers:
         assert "".join(split_sentences(text)) == text
 
     def test_attach_markers(self) -> None:
-        assert attach_markers("Paris is in France. ", [3, 1]) == "Paris is in France [1](id=3)[2](id=1). "
+        assert (
+            attach_markers("Paris is in France. ", [3, 1])
+            == "Paris is in France [1](id=3)[2](id=1). "
+        )
         assert attach_markers("No punctuation", [2]) == "No punctuation [1](id=2)"
         assert attach_markers("Unchanged.", []) == "Unchanged."
 
@@ -300,7 +377,10 @@ class TestValidation:
 class TestPostprocessor:
     @staticmethod
     def nodes() -> list[NodeWithScore]:
-        return [NodeWithScore(node=TextNode(text=t, metadata=m, id_=f"n{i}"), score=1.0 - i / 10) for i, (t, m) in enumerate(CHUNKS)]
+        return [
+            NodeWithScore(node=TextNode(text=t, metadata=m, id_=f"n{i}"), score=1.0 - i / 10)
+            for i, (t, m) in enumerate(CHUNKS)
+        ]
 
     def test_sentences_keep_source_metadata_and_link_back(self) -> None:
         out = CitationPostprocessor(granularity="sentence").postprocess_nodes(self.nodes())
@@ -314,7 +394,9 @@ class TestPostprocessor:
         assert out[1].node.metadata["citation_parent_id"] == "n0"
 
     def test_chunks(self) -> None:
-        long = NodeWithScore(node=TextNode(text=" ".join(f"Sentence number {i} is here." for i in range(60))))
+        long = NodeWithScore(
+            node=TextNode(text=" ".join(f"Sentence number {i} is here." for i in range(60)))
+        )
         out = CitationPostprocessor(granularity="chunk", chunk_size=40).postprocess_nodes([long])
         assert len(out) > 3 and all(len(n.node.text) < 300 for n in out)
 
@@ -324,14 +406,20 @@ class TestPostprocessor:
         assert out[0].node.text.startswith("The cheetah is capable of running")
         assert len(out) == 2 and out[0].score >= out[1].score
         assert [n.node.metadata["citation_id"] for n in out] == [1, 2]
-        async_out = await post.apostprocess_nodes(self.nodes(), query_str="How fast does a cheetah run in km/h?")
+        async_out = await post.apostprocess_nodes(
+            self.nodes(), query_str="How fast does a cheetah run in km/h?"
+        )
         assert [n.node.text for n in async_out] == [n.node.text for n in out]
-        cut = CitationPostprocessor(granularity="sentence", embed_model=embed_model, similarity_cutoff=0.99)
+        cut = CitationPostprocessor(
+            granularity="sentence", embed_model=embed_model, similarity_cutoff=0.99
+        )
         assert cut.postprocess_nodes(self.nodes(), query_str="cheetah speed") == []
 
     def test_in_a_core_query_engine(self, retriever) -> None:
         llm = ScriptedLLM(default_reply="About 100 km/h.")
-        engine = RetrieverQueryEngine.from_args(retriever, llm=llm, node_postprocessors=[CitationPostprocessor(granularity="sentence")])
+        engine = RetrieverQueryEngine.from_args(
+            retriever, llm=llm, node_postprocessors=[CitationPostprocessor(granularity="sentence")]
+        )
         response = engine.query("How fast is a cheetah?")
         assert all("citation_id" in n.node.metadata for n in response.source_nodes)
         assert "citation_id: 1" in llm.prompts[0]
@@ -340,10 +428,16 @@ class TestPostprocessor:
         def reply(prompt: str) -> str:
             return f"About 100 km/h [1](id={id_of(prompt, 'The cheetah is capable of running')})."
 
-        engine = CitedQueryEngine(retriever, ScriptedLLM(replies=reply), style="text",
-                                  node_postprocessors=[CitationPostprocessor(granularity="sentence")])
+        engine = CitedQueryEngine(
+            retriever,
+            ScriptedLLM(replies=reply),
+            style="text",
+            node_postprocessors=[CitationPostprocessor(granularity="sentence")],
+        )
         response = engine.query("How fast is a cheetah?")
-        assert [n.node.text for n in response.source_nodes] == ["The cheetah is capable of running at 93 to 104 km/h (58 to 65 mph)."]
+        assert [n.node.text for n in response.source_nodes] == [
+            "The cheetah is capable of running at 93 to 104 km/h (58 to 65 mph)."
+        ]
 
     def test_bad_arguments(self, embed_model) -> None:
         with pytest.raises(ConfigurationError, match="node, chunk, sentence"):
@@ -356,3 +450,20 @@ class TestPostprocessor:
             CitationPostprocessor(granularity="chunk", chunk_size=10, chunk_overlap=10)
         with pytest.raises(ConfigurationError, match=r"\[-1, 1\]"):
             CitationPostprocessor(embed_model=embed_model, similarity_cutoff=2.0)
+
+
+@pytest.mark.slow
+def test_local_llm_stream_is_rewritten_consistently(retriever, local_llm) -> None:
+    """Whatever the real local model writes, no well-formed marker survives and citations are valid."""
+    from llama_index_rag_pack.citations.references import _MATCH, _scan_marker
+
+    engine = CitedQueryEngine(retriever, local_llm, style="text", streaming=True)
+    response = engine.query("How fast can a cheetah run?")
+    text = "".join(response.response_gen)
+    assert text.strip()
+    assert not any(_scan_marker(text, i)[0] == _MATCH for i, ch in enumerate(text) if ch == "[")
+    context_ids = {n.node.node_id for n in response.context_nodes}
+    assert {n.node.node_id for n in response.source_nodes} <= context_ids
+    assert all(
+        1 <= p <= len(response.context_nodes) for c in response.citations for p in c.positions
+    )

@@ -14,24 +14,39 @@ from llama_index_rag_pack.citations import CitedQueryEngine, CitedResponse
 from llama_index_rag_pack.testing import ScriptedLLM
 
 DOCS = [
-    Document(id_="apollo", text="Apollo 11 landed Neil Armstrong and Buzz Aldrin on the Moon in July 1969.",
-             metadata={"title": "Apollo 11", "url": "https://en.wikipedia.org/wiki/Apollo_11"}),
-    Document(id_="aardvark", text="The aardvark is a nocturnal mammal of Africa. It eats ants and termites.",
-             metadata={"title": "Aardvark", "url": "https://en.wikipedia.org/wiki/Aardvark"}),
+    Document(
+        id_="apollo",
+        text="Apollo 11 landed Neil Armstrong and Buzz Aldrin on the Moon in July 1969.",
+        metadata={"title": "Apollo 11", "url": "https://en.wikipedia.org/wiki/Apollo_11"},
+    ),
+    Document(
+        id_="aardvark",
+        text="The aardvark is a nocturnal mammal of Africa. It eats ants and termites.",
+        metadata={"title": "Aardvark", "url": "https://en.wikipedia.org/wiki/Aardvark"},
+    ),
 ]
 
 
 def cite_apollo(prompt: str) -> str:
     """Cites whichever document id holds the Apollo text, plus one id that does not exist."""
     ids = dict(re.findall(r"<document id=(\d+)[^>]*>\n(\w+)", prompt))
-    apollo = next((i for i, first in ids.items() if first == "Apollo"), "1")  # core's prompt has no ids
+    apollo = next(
+        (i for i, first in ids.items() if first == "Apollo"), "1"
+    )  # core's prompt has no ids
     return f"Neil Armstrong and Buzz Aldrin walked on the Moon [1](id={apollo})[2](id=9)."
 
 
 @pytest.fixture()
 def pack(milvus_uri, embed_model) -> RagPack:
     llm = ScriptedLLM(replies=cite_apollo)
-    return RagPack(DOCS, uri=milvus_uri, collection_name="cited", llm=llm, embed_model=embed_model, similarity_top_k=2)
+    return RagPack(
+        DOCS,
+        uri=milvus_uri,
+        collection_name="cited",
+        llm=llm,
+        embed_model=embed_model,
+        similarity_top_k=2,
+    )
 
 
 def test_pack_answers_with_citations_by_default(pack) -> None:
@@ -53,7 +68,9 @@ def test_plain_engine_on_request(pack) -> None:
 
 async def test_arun_with_style(pack) -> None:
     response = await pack.arun("Who walked on the Moon?", citation_style="text")
-    assert str(response).startswith("Neil Armstrong and Buzz Aldrin walked on the Moon [1].\n\nSources:\n  [1] Apollo 11")
+    assert str(response).startswith(
+        "Neil Armstrong and Buzz Aldrin walked on the Moon [1].\n\nSources:\n  [1] Apollo 11"
+    )
 
 
 @pytest.mark.integration
@@ -61,15 +78,38 @@ async def test_arun_with_style(pack) -> None:
     ("fmt", "marker", "listing"),
     [
         ("text", "the Moon [1].", "  [1] Apollo 11 — https://en.wikipedia.org/wiki/Apollo_11"),
-        ("markdown", "<sup>[[1](https://en.wikipedia.org/wiki/Apollo_11)]</sup>", "- **1** [Apollo 11]"),
-        ("html", '<sup><a href="https://en.wikipedia.org/wiki/Apollo_11">[1]</a></sup>', '<li value="1">'),
+        (
+            "markdown",
+            "<sup>[[1](https://en.wikipedia.org/wiki/Apollo_11)]</sup>",
+            "- **1** [Apollo 11]",
+        ),
+        (
+            "html",
+            '<sup><a href="https://en.wikipedia.org/wiki/Apollo_11">[1]</a></sup>',
+            '<li value="1">',
+        ),
     ],
 )
-def test_cli_ask_streams_the_rewritten_answer(pack, milvus_uri, monkeypatch, fmt, marker, listing) -> None:
+def test_cli_ask_streams_the_rewritten_answer(
+    pack, milvus_uri, monkeypatch, fmt, marker, listing
+) -> None:
     printed: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(cli, "_out", lambda text="", **kw: printed.append((text, kw)))
-    monkeypatch.setattr("llama_index_rag_pack.pack.resolve_llm", lambda spec=None: ScriptedLLM(replies=cite_apollo))
-    code = cli.main(["--uri", milvus_uri, "--collection", "cited", "ask", "Who walked on the Moon?", "--format", fmt])
+    monkeypatch.setattr(
+        "llama_index_rag_pack.pack.resolve_llm", lambda spec=None: ScriptedLLM(replies=cite_apollo)
+    )
+    code = cli.main(
+        [
+            "--uri",
+            milvus_uri,
+            "--collection",
+            "cited",
+            "ask",
+            "Who walked on the Moon?",
+            "--format",
+            fmt,
+        ]
+    )
     assert code == 0
     streamed = [text for text, kw in printed if kw.get("end") == ""]
     assert len(streamed) > 5, "the answer must reach the terminal piece by piece"
@@ -80,16 +120,41 @@ def test_cli_ask_streams_the_rewritten_answer(pack, milvus_uri, monkeypatch, fmt
 
 @pytest.mark.integration
 def test_cli_no_citations_and_no_stream(pack, milvus_uri, monkeypatch, capsys) -> None:
-    monkeypatch.setattr("llama_index_rag_pack.pack.resolve_llm", lambda spec=None: ScriptedLLM(replies=cite_apollo))
-    assert cli.main(["--uri", milvus_uri, "--collection", "cited", "ask", "Who walked?", "--no-citations", "--no-stream"]) == 0
+    monkeypatch.setattr(
+        "llama_index_rag_pack.pack.resolve_llm", lambda spec=None: ScriptedLLM(replies=cite_apollo)
+    )
+    assert (
+        cli.main(
+            [
+                "--uri",
+                milvus_uri,
+                "--collection",
+                "cited",
+                "ask",
+                "Who walked?",
+                "--no-citations",
+                "--no-stream",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "[1](id=" in out and "Sources:" in out  # raw answer, retrieved chunks listed
 
 
 @pytest.mark.integration
-def test_cli_answer_without_citations_lists_retrieved_chunks(pack, milvus_uri, monkeypatch, capsys) -> None:
-    monkeypatch.setattr("llama_index_rag_pack.pack.resolve_llm",
-                        lambda spec=None: ScriptedLLM(default_reply="Armstrong and Aldrin."))
-    assert cli.main(["--uri", milvus_uri, "--collection", "cited", "ask", "Who walked on the Moon?"]) == 0
+def test_cli_answer_without_citations_lists_retrieved_chunks(
+    pack, milvus_uri, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr(
+        "llama_index_rag_pack.pack.resolve_llm",
+        lambda spec=None: ScriptedLLM(default_reply="Armstrong and Aldrin."),
+    )
+    assert (
+        cli.main(["--uri", milvus_uri, "--collection", "cited", "ask", "Who walked on the Moon?"])
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "Armstrong and Aldrin." in out and "(the answer cites no source; retrieved chunks:)" in out
+    assert (
+        "Armstrong and Aldrin." in out and "(the answer cites no source; retrieved chunks:)" in out
+    )

@@ -28,27 +28,42 @@ class TestVerify:
         assert SOURCES[0][start:end] == "capable of running at 93 to 104 km/h"
 
     def test_wrapping_quote_marks_and_ellipses_are_ignored(self) -> None:
-        assert verify_quote('"...lives in groups called prides..."', SOURCES, 2).match is QuoteMatch.EXACT
+        assert (
+            verify_quote('"...lives in groups called prides..."', SOURCES, 2).match
+            is QuoteMatch.EXACT
+        )
 
     def test_normalised_whitespace_case_and_typography(self) -> None:
-        check = verify_quote('THE ABACUS - a calculating   tool - was used in "ancient" Sumer', SOURCES, 3)
+        check = verify_quote(
+            'THE ABACUS - a calculating   tool - was used in "ancient" Sumer', SOURCES, 3
+        )
         assert check.match is QuoteMatch.NORMALIZED
         start, end = check.span
-        assert SOURCES[2][start:end] == "The abacus — a calculating tool — was used in “ancient” Sumer"
+        assert (
+            SOURCES[2][start:end] == "The abacus — a calculating tool — was used in “ancient” Sumer"
+        )
 
     def test_fuzzy_paraphrase_close_to_the_source(self) -> None:
-        check = verify_quote("The cheetah is capable of running at 93 to 104 km/h (58 to 64 mph); it evolved", SOURCES, 1)
+        check = verify_quote(
+            "The cheetah is capable of running at 93 to 104 km/h (58 to 64 mph); it evolved",
+            SOURCES,
+            1,
+        )
         assert check.match is QuoteMatch.FUZZY and check.source_id == 1 and check.score >= 0.85
 
     def test_invented_quote_is_unverified(self) -> None:
         check = verify_quote("Cheetahs were first domesticated in Norway in 1850", SOURCES, 1)
-        assert check.match is QuoteMatch.UNVERIFIED and not check.verified and check.source_id is None
+        assert (
+            check.match is QuoteMatch.UNVERIFIED and not check.verified and check.source_id is None
+        )
         assert check.to_dict()["match"] == "unverified"
 
     def test_wrong_source_is_found_and_flagged(self) -> None:
         check = verify_quote("It lives in groups called prides", SOURCES, 1)
         assert check.source_id == 2 and check.misattributed
-        assert verify_quote("It lives in groups called prides", SOURCES, 99).source_id == 2  # bad id
+        assert (
+            verify_quote("It lives in groups called prides", SOURCES, 99).source_id == 2
+        )  # bad id
 
     def test_degenerate_inputs(self) -> None:
         assert verify_quote("", SOURCES, 1).match is QuoteMatch.UNVERIFIED
@@ -57,12 +72,14 @@ class TestVerify:
 
     @settings(max_examples=150, deadline=None)
     @given(data=st.data())
-    def test_any_substring_is_found_exactly_and_mangled_spacing_still_verifies(self, data: st.DataObject) -> None:
+    def test_any_substring_is_found_exactly_and_mangled_spacing_still_verifies(
+        self, data: st.DataObject
+    ) -> None:
         text = data.draw(st.sampled_from(SOURCES))
         start = data.draw(st.integers(0, len(text) - 12))
         end = data.draw(st.integers(start + 12, len(text)))
         quote = text[start:end]
-        if quote.strip() != quote or quote.strip('"\'“”‘’«»`') != quote:
+        if quote.strip() != quote or quote.strip("\"'“”‘’«»`") != quote:
             return
         check = verify_quote(quote, SOURCES, None)
         assert check.verified and text[check.span[0] : check.span[1]] == quote
@@ -80,8 +97,16 @@ class TestVerify:
 
 class TestParse:
     def test_dict_with_string_ids(self) -> None:
-        data = {"answer": "Prides.", "citations": [{"source_id": "id=2", "quote": "prides"}, {"id": "[3]", "text": "x"},
-                                                      {"source": "none", "quote": "y"}, "junk", {"quote": "  "}]}
+        data = {
+            "answer": "Prides.",
+            "citations": [
+                {"source_id": "id=2", "quote": "prides"},
+                {"id": "[3]", "text": "x"},
+                {"source": "none", "quote": "y"},
+                "junk",
+                {"quote": "  "},
+            ],
+        }
         assert parse_quoted_answer(data) == ("Prides.", [(2, "prides"), (3, "x"), (None, "y")])
 
     def test_json_inside_prose_and_fences(self) -> None:
@@ -89,7 +114,9 @@ class TestParse:
         assert parse_quoted_answer(text) == ("1969", [(1, "July 1969")])
 
     def test_trailing_commas_and_escaped_braces(self) -> None:
-        assert parse_quoted_answer('{"answer": "a", "citations": [{"source_id": 1, "quote": "q"},],}') == ("a", [(1, "q")])
+        assert parse_quoted_answer(
+            '{"answer": "a", "citations": [{"source_id": 1, "quote": "q"},],}'
+        ) == ("a", [(1, "q")])
         echoed = '{{"answer": "1940", "citations": [{{"source_id": 1, "quote": "exact"}}]}}'
         assert parse_quoted_answer(echoed) == ("1940", [(1, "exact")])
 

@@ -18,7 +18,13 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import MetadataMode, NodeRelationship, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import (
+    MetadataMode,
+    NodeRelationship,
+    NodeWithScore,
+    QueryBundle,
+    TextNode,
+)
 
 from llama_index_rag_pack.errors import ConfigurationError
 
@@ -41,7 +47,9 @@ class CitationGranularity(str, Enum):
             return cls(value)
         except ValueError:
             valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(f"Unknown citation granularity {value!r}; valid values: {valid}.") from None
+            raise ConfigurationError(
+                f"Unknown citation granularity {value!r}; valid values: {valid}."
+            ) from None
 
 
 class CitationPostprocessor(BaseNodePostprocessor):
@@ -65,9 +73,11 @@ class CitationPostprocessor(BaseNodePostprocessor):
 
     Example:
         >>> from llama_index.core.schema import NodeWithScore, TextNode
-        >>> node = TextNode(text="Cheetahs run fast. They live in Africa.", metadata={"url": "c.html"})
+        >>> text = "Cheetahs run fast. They live in Africa."
+        >>> node = TextNode(text=text, metadata={"url": "c.html"})
         >>> post = CitationPostprocessor(granularity="sentence")
-        >>> [(n.node.metadata["citation_id"], n.node.text) for n in post.postprocess_nodes([NodeWithScore(node=node)])]
+        >>> pieces = post.postprocess_nodes([NodeWithScore(node=node)])
+        >>> [(n.node.metadata["citation_id"], n.node.text) for n in pieces]
         [(1, 'Cheetahs run fast.'), (2, 'They live in Africa.')]
     """
 
@@ -97,16 +107,20 @@ class CitationPostprocessor(BaseNodePostprocessor):
             raise ConfigurationError(f"chunk_size must be > 0, got {chunk_size}")
         if not 0 <= chunk_overlap < chunk_size:
             raise ConfigurationError(
-                f"chunk_overlap must be >= 0 and smaller than chunk_size ({chunk_size}), got {chunk_overlap}"
+                f"chunk_overlap must be >= 0 and smaller than chunk_size ({chunk_size}), "
+                f"got {chunk_overlap}"
             )
         if top_n is not None and top_n <= 0:
             raise ConfigurationError(f"top_n must be > 0 (or None for no limit), got {top_n}")
         if similarity_cutoff is not None and embed_model is None:
             raise ConfigurationError(
-                "similarity_cutoff needs an embed_model to score pieces against the question: pass embed_model=..."
+                "similarity_cutoff needs an embed_model to score pieces against the question: "
+                "pass embed_model=..."
             )
         if similarity_cutoff is not None and not -1.0 <= similarity_cutoff <= 1.0:
-            raise ConfigurationError(f"similarity_cutoff is a cosine similarity in [-1, 1], got {similarity_cutoff}")
+            raise ConfigurationError(
+                f"similarity_cutoff is a cosine similarity in [-1, 1], got {similarity_cutoff}"
+            )
         super().__init__(
             granularity=granularity,
             chunk_size=chunk_size,
@@ -127,7 +141,9 @@ class CitationPostprocessor(BaseNodePostprocessor):
             return [text]
         if self._splitter is None:
             if self.granularity == CitationGranularity.CHUNK:
-                self._splitter = SentenceSplitter(chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap)
+                self._splitter = SentenceSplitter(
+                    chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap
+                )
             else:
                 from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
 
@@ -149,21 +165,28 @@ class CitationPostprocessor(BaseNodePostprocessor):
                 node = TextNode(
                     text=piece,
                     metadata=metadata,
-                    excluded_embed_metadata_keys=list(original.excluded_embed_metadata_keys) + [PARENT_ID_KEY],
-                    excluded_llm_metadata_keys=list(original.excluded_llm_metadata_keys) + [PARENT_ID_KEY],
+                    excluded_embed_metadata_keys=list(original.excluded_embed_metadata_keys)
+                    + [PARENT_ID_KEY],
+                    excluded_llm_metadata_keys=list(original.excluded_llm_metadata_keys)
+                    + [PARENT_ID_KEY],
                 )
                 node.relationships[NodeRelationship.SOURCE] = original.as_related_node_info()
                 pieces.append(NodeWithScore(node=node, score=nws.score))
         return pieces
 
     # ------------------------------------------------------------------ filtering and numbering
-    def _filter(self, pieces: list[NodeWithScore], query: np.ndarray | None, texts_emb: list[list[float]] | None) -> list[NodeWithScore]:
+    def _filter(
+        self,
+        pieces: list[NodeWithScore],
+        query: np.ndarray | None,
+        texts_emb: list[list[float]] | None,
+    ) -> list[NodeWithScore]:
         if query is not None and texts_emb is not None and pieces:
             matrix = np.asarray(texts_emb, dtype=np.float64)
             q = np.asarray(query, dtype=np.float64)
             denom = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
             sims = matrix @ q / np.where(denom == 0, 1.0, denom)
-            for piece, sim in zip(pieces, sims):
+            for piece, sim in zip(pieces, sims, strict=True):
                 piece.score = float(sim)
             order = sorted(range(len(pieces)), key=lambda i: -sims[i])
             if self.similarity_cutoff is not None:
@@ -183,7 +206,9 @@ class CitationPostprocessor(BaseNodePostprocessor):
         if self._embed_model is None or not pieces:
             return None
         if query_bundle is None or not query_bundle.query_str.strip():
-            logger.warning("CitationPostprocessor: no question given, the embedding filter is skipped")
+            logger.warning(
+                "CitationPostprocessor: no question given, the embedding filter is skipped"
+            )
             return None
         return self._embed_model, query_bundle
 

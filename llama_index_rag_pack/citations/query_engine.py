@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
-from llama_index.core.base.response.schema import AsyncStreamingResponse, Response, StreamingResponse
+from llama_index.core.base.response.schema import (
+    AsyncStreamingResponse,
+    Response,
+    StreamingResponse,
+)
 from llama_index.core.bridge.pydantic import BaseModel, Field
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.llms import LLM
@@ -95,7 +99,9 @@ class CitationMode(str, Enum):
             return cls(value)
         except ValueError:
             valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(f"Unknown citation mode {value!r}; valid modes: {valid}.") from None
+            raise ConfigurationError(
+                f"Unknown citation mode {value!r}; valid modes: {valid}."
+            ) from None
 
 
 class Quote(BaseModel):
@@ -109,7 +115,9 @@ class QuotedAnswer(BaseModel):
     """Answer the question from the documents and quote the words that justify the answer."""
 
     answer: str = Field(description="The answer to the question, based only on the documents.")
-    citations: list[Quote] = Field(description="Verbatim quotes from the documents that justify the answer.")
+    citations: list[Quote] = Field(
+        description="Verbatim quotes from the documents that justify the answer."
+    )
 
 
 # --------------------------------------------------------------------------- responses
@@ -228,7 +236,8 @@ class CitedQueryEngine(BaseQueryEngine):
         node_postprocessors: Applied to the retrieved nodes before they are numbered (e.g. a
             :class:`~llama_index_rag_pack.citations.postprocessor.CitationPostprocessor`).
         mode: ``"markers"`` (default), ``"quotes"`` or ``"annotate"``.
-        style: ``"markdown"`` (default), ``"text"``, ``"html"``, ``"empty"`` or a ``ReferenceStyle``.
+        style: ``"markdown"`` (default), ``"text"``, ``"html"``, ``"empty"`` or a
+            ``ReferenceStyle``.
         source_id: Which chunks share a number (metadata key or callable; default url → source →
             file_path → node).
         streaming: ``query`` returns a streaming response. In ``markers`` mode the rewritten answer
@@ -242,7 +251,7 @@ class CitedQueryEngine(BaseQueryEngine):
         >>> from llama_index.core import Document, VectorStoreIndex
         >>> index = VectorStoreIndex.from_documents([Document(text="Milvus is a vector database.",
         ...     metadata={"url": "https://milvus.io"})])  # doctest: +SKIP
-        >>> engine = CitedQueryEngine(index.as_retriever(), llm=my_llm, style="text")  # doctest: +SKIP
+        >>> engine = CitedQueryEngine(index.as_retriever(), my_llm, style="text")  # doctest: +SKIP
         >>> response = engine.query("What is Milvus?")  # doctest: +SKIP
         >>> print(response)  # doctest: +SKIP
         Milvus is a vector database [1].
@@ -270,7 +279,8 @@ class CitedQueryEngine(BaseQueryEngine):
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
             raise ConfigurationError(
-                f"retriever must be a LlamaIndex BaseRetriever (e.g. index.as_retriever()), got {type(retriever).__name__}"
+                "retriever must be a LlamaIndex BaseRetriever (e.g. index.as_retriever()), "
+                f"got {type(retriever).__name__}"
             )
         if llm is None or not hasattr(llm, "predict"):
             raise ConfigurationError(
@@ -339,7 +349,9 @@ class CitedQueryEngine(BaseQueryEngine):
         return nodes
 
     # ------------------------------------------------------------------ building responses
-    def _metadata(self, manager: ReferenceManager, raw: str, nodes: Sequence[NodeWithScore]) -> dict[str, Any]:
+    def _metadata(
+        self, manager: ReferenceManager, raw: str, nodes: Sequence[NodeWithScore]
+    ) -> dict[str, Any]:
         return {
             "mode": self.mode.value,
             "citations": [c.to_dict() for c in manager.citations],
@@ -349,7 +361,11 @@ class CitedQueryEngine(BaseQueryEngine):
         }
 
     def _response(
-        self, nodes: Sequence[NodeWithScore], marked: str, raw: str, quotes: list[QuoteCheck] | None = None
+        self,
+        nodes: Sequence[NodeWithScore],
+        marked: str,
+        raw: str,
+        quotes: list[QuoteCheck] | None = None,
     ) -> CitedResponse:
         manager = self._manager(nodes)
         answer = manager.feed(marked) + manager.finish(references=False)
@@ -401,7 +417,9 @@ class CitedQueryEngine(BaseQueryEngine):
             context_nodes=response.context_nodes,
         )
 
-    def _finish_stream(self, target: Any, manager: ReferenceManager, raw: str, nodes: Sequence[NodeWithScore]) -> str:
+    def _finish_stream(
+        self, target: Any, manager: ReferenceManager, raw: str, nodes: Sequence[NodeWithScore]
+    ) -> str:
         tail = manager.finish()
         target.source_nodes[:] = manager.cited_nodes
         target.citations[:] = manager.citations
@@ -411,7 +429,9 @@ class CitedQueryEngine(BaseQueryEngine):
     # ------------------------------------------------------------------ markers mode
     def _markers_stream(self, nodes: list[NodeWithScore], query: str) -> CitedStreamingResponse:
         manager = self._manager(nodes)
-        tokens = self._llm.stream(self._qa_template, context_str=format_context(nodes), query_str=query)
+        tokens = self._llm.stream(
+            self._qa_template, context_str=format_context(nodes), query_str=query
+        )
         response = CitedStreamingResponse(
             response_gen=iter(()), source_nodes=[], metadata={}, context_nodes=list(nodes)
         )
@@ -430,9 +450,13 @@ class CitedQueryEngine(BaseQueryEngine):
         response.response_gen = gen()
         return response
 
-    async def _amarkers_stream(self, nodes: list[NodeWithScore], query: str) -> CitedAsyncStreamingResponse:
+    async def _amarkers_stream(
+        self, nodes: list[NodeWithScore], query: str
+    ) -> CitedAsyncStreamingResponse:
         manager = self._manager(nodes)
-        tokens = await self._llm.astream(self._qa_template, context_str=format_context(nodes), query_str=query)
+        tokens = await self._llm.astream(
+            self._qa_template, context_str=format_context(nodes), query_str=query
+        )
 
         response = CitedAsyncStreamingResponse(
             response_gen=_empty_agen(), source_nodes=[], metadata={}, context_nodes=list(nodes)
@@ -466,7 +490,9 @@ class CitedQueryEngine(BaseQueryEngine):
         content = chat_response.message.content or ""
         if calls:
             return calls[0].tool_kwargs, content
-        logger.warning("Quotes mode: the LLM answered without calling the tool; parsing its text instead")
+        logger.warning(
+            "Quotes mode: the LLM answered without calling the tool; parsing its text instead"
+        )
         return content, content
 
     def _quoted_response(self, nodes: list[NodeWithScore], data: Any, raw: str) -> CitedResponse:
@@ -480,12 +506,18 @@ class CitedQueryEngine(BaseQueryEngine):
             return self._response(nodes, _strip_json_noise(raw), raw, quotes=[])
         answer, pairs = parsed
         texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
-        checks = [verify_quote(q, texts, sid, fuzzy_threshold=self.fuzzy_threshold) for sid, q in pairs]
+        checks = [
+            verify_quote(q, texts, sid, fuzzy_threshold=self.fuzzy_threshold) for sid, q in pairs
+        ]
         for check in checks:
             if not check.verified:
-                logger.warning("Quote not found in any source (flagged, not cited): %r", check.quote[:100])
+                logger.warning(
+                    "Quote not found in any source (flagged, not cited): %r", check.quote[:100]
+                )
             elif check.misattributed:
-                logger.info("Quote attributed to id=%s found in id=%s", check.claimed_id, check.source_id)
+                logger.info(
+                    "Quote attributed to id=%s found in id=%s", check.claimed_id, check.source_id
+                )
         ids: list[int] = []
         for check in checks:
             if check.verified and check.source_id not in ids:
@@ -498,7 +530,9 @@ class CitedQueryEngine(BaseQueryEngine):
             from llama_index.core.program.function_program import get_function_tool
 
             chat_response = self._llm.chat_with_tools(
-                [get_function_tool(QuotedAnswer)], user_msg=self._quotes_template.format(**kwargs), tool_required=True
+                [get_function_tool(QuotedAnswer)],
+                user_msg=self._quotes_template.format(**kwargs),
+                tool_required=True,
             )
             data, raw = self._quotes_from_tool_response(chat_response)
             return self._quoted_response(nodes, data, raw if isinstance(data, str) else str(data))
@@ -511,7 +545,9 @@ class CitedQueryEngine(BaseQueryEngine):
             from llama_index.core.program.function_program import get_function_tool
 
             chat_response = await self._llm.achat_with_tools(
-                [get_function_tool(QuotedAnswer)], user_msg=self._quotes_template.format(**kwargs), tool_required=True
+                [get_function_tool(QuotedAnswer)],
+                user_msg=self._quotes_template.format(**kwargs),
+                tool_required=True,
             )
             data, raw = self._quotes_from_tool_response(chat_response)
             return self._quoted_response(nodes, data, raw if isinstance(data, str) else str(data))
@@ -519,11 +555,16 @@ class CitedQueryEngine(BaseQueryEngine):
         return self._quoted_response(nodes, raw, raw)
 
     # ------------------------------------------------------------------ annotate mode
-    def _annotated_response(self, nodes: list[NodeWithScore], answer: str, reply: str | None) -> CitedResponse:
+    def _annotated_response(
+        self, nodes: list[NodeWithScore], answer: str, reply: str | None
+    ) -> CitedResponse:
         sentences = split_sentences(answer)
         mapping = parse_annotations(reply or "", len(sentences)) if reply is not None else {}
         if reply is not None and not mapping and sentences:
-            logger.warning("Annotate mode: no 'S<n>: ids' line in the LLM reply (%r...); no citations", reply[:80])
+            logger.warning(
+                "Annotate mode: no 'S<n>: ids' line in the LLM reply (%r...); no citations",
+                reply[:80],
+            )
         marked = "".join(attach_markers(s, mapping.get(i, [])) for i, s in enumerate(sentences, 1))
         response = self._response(nodes, marked, answer)
         response.metadata["annotations"] = {str(k): v for k, v in mapping.items()}
@@ -539,7 +580,9 @@ class CitedQueryEngine(BaseQueryEngine):
         }
 
     def _query_annotate(self, nodes: list[NodeWithScore], query: str) -> CitedResponse:
-        answer = self._llm.predict(self._annotate_answer_template, context_str=format_context(nodes), query_str=query)
+        answer = self._llm.predict(
+            self._annotate_answer_template, context_str=format_context(nodes), query_str=query
+        )
         kwargs = self._annotate_kwargs(nodes, answer)
         reply = self._llm.predict(self._annotate_template, **kwargs) if kwargs else None
         return self._annotated_response(nodes, answer, reply)
@@ -559,7 +602,9 @@ class CitedQueryEngine(BaseQueryEngine):
         if self.mode == CitationMode.MARKERS:
             if self.streaming:
                 return self._markers_stream(nodes, query)
-            raw = self._llm.predict(self._qa_template, context_str=format_context(nodes), query_str=query)
+            raw = self._llm.predict(
+                self._qa_template, context_str=format_context(nodes), query_str=query
+            )
             return self._response(nodes, raw, raw)
         if self.mode == CitationMode.QUOTES:
             response = self._query_quotes(nodes, query)
@@ -573,7 +618,9 @@ class CitedQueryEngine(BaseQueryEngine):
         if self.mode == CitationMode.MARKERS:
             if self.streaming:
                 return await self._amarkers_stream(nodes, query)
-            raw = await self._llm.apredict(self._qa_template, context_str=format_context(nodes), query_str=query)
+            raw = await self._llm.apredict(
+                self._qa_template, context_str=format_context(nodes), query_str=query
+            )
             return self._response(nodes, raw, raw)
         if self.mode == CitationMode.QUOTES:
             response = await self._aquery_quotes(nodes, query)

@@ -33,7 +33,9 @@ from typing import Any
 
 try:  # the package's error type when imported as part of llama_index_rag_pack
     from llama_index_rag_pack.errors import ConfigurationError
-except ImportError:  # pragma: no cover - module loaded on its own (e.g. beside a peer in a benchmark)
+except (
+    ImportError
+):  # pragma: no cover - module loaded on its own (e.g. beside a peer in a benchmark)
 
     class ConfigurationError(ValueError):  # type: ignore[no-redef]
         """An argument has a value that cannot work."""
@@ -66,7 +68,9 @@ MAX_SPACES = 2
 MAX_IDS = 16
 # The longest possible marker; text held back while a marker may be forming never exceeds it,
 # which keeps the rewrite linear in the length of the answer.
-MAX_MARKER_LEN = 1 + MAX_LABEL + 1 + len("(id=") + MAX_IDS * (2 * MAX_SPACES + MAX_DIGITS) + (MAX_IDS - 1) + 1
+MAX_MARKER_LEN = (
+    1 + MAX_LABEL + 1 + len("(id=") + MAX_IDS * (2 * MAX_SPACES + MAX_DIGITS) + (MAX_IDS - 1) + 1
+)
 _LABEL_CHARS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _DIGITS = frozenset("0123456789")
 _FAIL = 0
@@ -163,7 +167,7 @@ SOURCE_KEYS = ("url", "source", "file_path")
 
 
 def default_source_id(node: Any, position: int = 0) -> str:
-    """The source a chunk belongs to: metadata ``url``, ``source`` or ``file_path``, else the node id.
+    """The source of a chunk: metadata ``url``, ``source`` or ``file_path``, else the node id.
 
     Args:
         node: A LlamaIndex node, ``NodeWithScore``, dict with ``metadata``, or anything else.
@@ -245,7 +249,8 @@ class ReferenceStyle:
         ...         return f"^{citation.number}"
         ...     def format_references(self, citations):
         ...         return "".join(f"\\n^{c.number}: {c.title}" for c in citations)
-        >>> render_references("Paris [1](id=1).", [{"metadata": {"title": "France"}}], style=Footnotes())
+        >>> nodes = [{"metadata": {"title": "France"}}]
+        >>> render_references("Paris [1](id=1).", nodes, style=Footnotes())
         'Paris ^1.\\n^1: France'
     """
 
@@ -349,7 +354,11 @@ class MarkdownReferenceStyle(ReferenceStyle):
         for c in citations:
             url = _safe_href(c.url)
             title = _md_escape(c.title)
-            lines.append(f"- **{c.number}** [{title}]({_md_url(url)})" if url else f"- **{c.number}** {title}")
+            lines.append(
+                f"- **{c.number}** [{title}]({_md_url(url)})"
+                if url
+                else f"- **{c.number}** {title}"
+            )
         return "\n\n" + "\n".join(lines)
 
 
@@ -416,11 +425,14 @@ def resolve_style(style: str | ReferenceStyle | None) -> ReferenceStyle:
     if isinstance(style, type) and issubclass(style, ReferenceStyle):
         return style()
     try:
-        return _STYLES[ReferenceStyleName(str(style).lower() if isinstance(style, str) else style)]()
+        return _STYLES[
+            ReferenceStyleName(str(style).lower() if isinstance(style, str) else style)
+        ]()
     except ValueError:
         valid = ", ".join(s.value for s in ReferenceStyleName)
         raise ConfigurationError(
-            f"Unknown citation style {style!r}; use one of {valid}, or a ReferenceStyle subclass instance."
+            f"Unknown citation style {style!r}; use one of {valid}, or a ReferenceStyle "
+            "subclass instance."
         ) from None
 
 
@@ -458,7 +470,8 @@ class ReferenceManager:
         style: ``"empty"``, ``"text"``, ``"markdown"`` (default), ``"html"`` or a
             :class:`ReferenceStyle` instance.
         source_id: Which chunks share a number: a metadata key, or a callable ``node -> str``
-            (it receives the node, unwrapped from ``NodeWithScore``). Default: :func:`default_source_id`.
+            (it receives the node, unwrapped from ``NodeWithScore``).
+            Default: :func:`default_source_id`.
 
     Example:
         >>> nodes = [
@@ -467,7 +480,8 @@ class ReferenceManager:
         ...     {"metadata": {"url": "b.pdf", "title": "b"}},
         ... ]
         >>> manager = ReferenceManager(nodes, style="text")
-        >>> out = "".join(manager.feed(t) for t in ["Yes [1](i", "d=3), sure [2](id=2), no [3](id=1)."])
+        >>> tokens = ["Yes [1](i", "d=3), sure [2](id=2), no [3](id=1)."]
+        >>> out = "".join(manager.feed(t) for t in tokens)
         >>> print(out + manager.finish())
         Yes [1], sure [2], no [1].
         <BLANKLINE>
@@ -488,7 +502,8 @@ class ReferenceManager:
         self.style = resolve_style(style)
         if source_id is not None and not (callable(source_id) or isinstance(source_id, str)):
             raise ConfigurationError(
-                f"source_id must be a metadata key (str) or a callable node -> str, got {source_id!r}"
+                "source_id must be a metadata key (str) or a callable node -> str, "
+                f"got {source_id!r}"
             )
         self._source_keys: list[str] = []
         for position, node in enumerate(self.nodes, 1):
@@ -532,7 +547,7 @@ class ReferenceManager:
 
     @property
     def dropped_ids(self) -> list[int]:
-        """Ids the LLM cited that name no chunk (dropped from the answer), in order of appearance."""
+        """Ids the LLM cited that name no chunk (dropped from the answer), in order."""
         return list(self._dropped)
 
     # ------------------------------------------------------------------ streaming
@@ -543,7 +558,9 @@ class ReferenceManager:
         ``ChatResponse`` (its ``delta`` is used).
         """
         if self._finished:
-            raise ConfigurationError("This ReferenceManager has finished: create a new one per answer.")
+            raise ConfigurationError(
+                "This ReferenceManager has finished: create a new one per answer."
+            )
         text = _token_text(token)
         if self._passthrough or not text:
             return text
@@ -629,7 +646,8 @@ class ReferenceManager:
         if not 1 <= position <= len(self.nodes):
             if position not in self._dropped:
                 logger.warning(
-                    "The LLM cited id=%d but the context has %d chunks (ids 1..%d): citation dropped",
+                    "The LLM cited id=%d but the context has %d chunks (ids 1..%d): "
+                    "citation dropped",
                     position,
                     len(self.nodes),
                     len(self.nodes),
