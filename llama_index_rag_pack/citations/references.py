@@ -219,7 +219,7 @@ class Citation:
     title: str
     url: str | None = None
     positions: list[int] = field(default_factory=list)
-    nodes: list[Any] = field(default_factory=list)
+    nodes: list[Any] = field(default_factory=list, repr=False)
     count: int = 0
 
     def to_dict(self) -> dict[str, Any]:
