@@ -204,6 +204,10 @@ def test_llm_strategies_are_skipped_without_an_llm(harness_factory) -> None:
         if name in rows:
             assert rows[name].status == "skipped"
             assert "needs an LLM" in rows[name].note and "RAG_PACK_LLM=none" in rows[name].note
+    for name in ("raptor", "raptor_traversal"):
+        if name in rows:  # no tree was built over the evaluation index: skipped, with the command
+            assert rows[name].status == "skipped"
+            assert "raptor build" in rows[name].note and "--collection eval_custom_" in rows[name].note
     md = report.to_markdown()
     assert "Not run:" in md
 

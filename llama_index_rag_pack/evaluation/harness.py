@@ -573,7 +573,6 @@ class EvalHarness(PromptMixin):
 
     # ------------------------------------------------------------------ internals
     def _plan(self, strategies: str | Iterable[str] | Sequence[Strategy]) -> tuple[list[_Plan], list[StrategyResult]]:
-        explicit = not (isinstance(strategies, str) and strategies.strip() == "all")
         if isinstance(strategies, (list, tuple)) and strategies and all(isinstance(s, Strategy) for s in strategies):
             chosen = list(strategies)
         else:
@@ -584,21 +583,14 @@ class EvalHarness(PromptMixin):
         for strategy in chosen:
             row = StrategyResult(strategy, "ok")
             rows.append(row)
-            plan = self._make_plan(pack, strategy, row, explicit=explicit)
+            plan = self._make_plan(pack, strategy, row)
             if plan is not None:
                 plans.append(plan)
         return plans, rows
 
-    def _make_plan(self, pack: Any, strategy: Strategy, row: StrategyResult, *, explicit: bool) -> _Plan | None:
+    def _make_plan(self, pack: Any, strategy: Strategy, row: StrategyResult) -> _Plan | None:
         from llama_index_rag_pack.settings import describe_llm
 
-        if strategy.needs_tree and not explicit and not _has_tree(pack, strategy):
-            row.status, row.note = "skipped", (
-                "needs a RAPTOR tree over the corpus (LLM summaries of every cluster); build one, or "
-                f"name the strategy explicitly (--strategies {strategy.name}) to build it, with "
-                "--corpus-limit for a small corpus"
-            )
-            return None
         llm = None
         if strategy.needs_llm or self.answers:
             try:
@@ -612,6 +604,13 @@ class EvalHarness(PromptMixin):
             retriever = pack.retriever(strategy.mode, **dict(strategy.kwargs))
         except (LLMNotConfiguredError, ConfigurationError, RagPackError, NotImplementedError) as e:
             row.status, row.note = "skipped", f"{type(e).__name__}: {e}"
+            if strategy.needs_tree:
+                collection = getattr(pack.vector_store, "collection_name", "?")
+                row.note += (
+                    f" For this evaluation index: `rag-pack --uri {self.uri} --collection {collection} "
+                    "raptor build` (LLM summaries of every cluster: slow with a local model; use "
+                    "--corpus-limit for a small corpus)."
+                )
             return None
         except Exception as e:  # noqa: BLE001 - one broken strategy must not stop the others
             logger.debug("building %s failed", strategy.name, exc_info=True)
@@ -805,17 +804,6 @@ def _retriever_llm(retriever: Any) -> Any | None:
         if isinstance(value, LLM):
             return value
     return None
-
-
-def _has_tree(pack: Any, strategy: Strategy) -> bool:
-    for name in ("has_raptor_tree", "has_tree"):
-        probe = getattr(pack, name, None)
-        if callable(probe):
-            try:
-                return bool(probe())
-            except Exception:  # noqa: BLE001 - a failing probe means "no usable tree"
-                return False
-    return False
 
 
 def _default_pack_factory(documents: Any, **kwargs: Any) -> Any:
