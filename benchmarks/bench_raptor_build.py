@@ -168,10 +168,10 @@ def prepare_chunks(n_articles: int, path: str) -> int:
     return len(rows)
 
 
-def child(side: str, python: str, chunks: str, workdir: str) -> dict[str, Any]:
+def child(side: str, python: str, chunks: str, workdir: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     cmd = [python, os.path.abspath(__file__), "--side", side, "--chunks", chunks, "--workdir", workdir]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise SystemExit(f"{side} failed:\n{proc.stderr[-4000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -183,6 +183,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--articles", type=int, default=10)
     parser.add_argument("--peer-python", default="/work/venv-peer-raptor/bin/python")
+    parser.add_argument("--peer-one-blas-thread", action="store_true",
+                        help="also run the peer with OPENBLAS_NUM_THREADS=1 (what we do inside our GMM fits)")
     parser.add_argument("--side", choices=["ours", "peer"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--chunks", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
@@ -199,6 +201,8 @@ def main() -> None:
               f"fake LLM sleeps {LLM_DELAY_S} s per call\n", flush=True)
         ours = child("ours", sys.executable, chunks, workdir)
         peer = child("peer", args.peer_python, chunks, workdir)
+        peer1 = (child("peer", args.peer_python, chunks, workdir, {"OPENBLAS_NUM_THREADS": "1"})
+                 if args.peer_one_blas_thread else None)
 
     print("Build (same chunks, same embedding model, same fake LLM)")  # noqa: T201
     print(f"{'':24} {'rag-pack':>12} {'packs-raptor 0.4.2':>20} {'ratio':>8}")  # noqa: T201
@@ -209,6 +213,9 @@ def main() -> None:
     print(f"{'LLM sleep alone (s)':24} {ours['llm_calls'] * LLM_DELAY_S:12.1f} "  # noqa: T201
           f"{peer['llm_calls'] * LLM_DELAY_S:20.1f}")
     print(f"{'whole process (s)':24} {ours['process_s']:12.1f} {peer['process_s']:20.1f}")  # noqa: T201
+    if peer1:
+        print(f"{'peer, 1 BLAS thread (s)':24} {'':12} {peer1['build_s']:20.1f} "  # noqa: T201
+              f"{peer1['build_s'] / ours['build_s']:7.1f}x   ({peer1['llm_calls']} LLM calls)")
     print(f"{'tree':24} {json.dumps(ours['levels']):>12}  {peer['nodes']} nodes, 3 summary levels (fixed)\n")  # noqa: T201
     print(f"Retrieval latency per query (ms, {len(QUERIES)} queries, top_k=5)")  # noqa: T201
     print(f"{'mode':26} {'rag-pack mean/p50/p95':>24} {'packs-raptor mean/p50/p95':>28}")  # noqa: T201

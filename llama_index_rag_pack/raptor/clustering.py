@@ -75,12 +75,23 @@ def _n_unique(x: np.ndarray, decimals: int = 6) -> int:
     return int(len(np.unique(np.round(x, decimals), axis=0)))
 
 
+def _one_blas_thread() -> Any:
+    """Single-threaded BLAS for the many tiny (k x 10) linear-algebra calls of a mixture fit.
+
+    Multi-threaded OpenBLAS spends far longer synchronising its threads than computing on such
+    small matrices, and much longer still on a busy machine (measured 40x slower on 2 shared cores).
+    """
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def _fit_gmm(x: np.ndarray, k: int, random_state: int | None) -> Any:
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.mixture import GaussianMixture
 
     gm = GaussianMixture(n_components=k, random_state=random_state)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _one_blas_thread():
         warnings.simplefilter("ignore", ConvergenceWarning)
         gm.fit(x)
     return gm
@@ -276,7 +287,9 @@ def _gmm_soft_clusters(
     search = choose_n_clusters(reduced, max_clusters=max_clusters, random_state=random_state)
     if search.k == 1:
         return [np.arange(len(reduced))]
-    labels = _soft_labels(search.model.predict_proba(reduced), threshold)
+    with _one_blas_thread():
+        probs = search.model.predict_proba(reduced)
+    labels = _soft_labels(probs, threshold)
     members: list[list[int]] = [[] for _ in range(search.k)]
     for i, row_labels in enumerate(labels):
         for c in row_labels:
