@@ -173,7 +173,13 @@ def summarize(
 # --------------------------------------------------------------------------- report
 @dataclass
 class StrategyResult:
-    """Outcome of one strategy: its metrics, or why it was skipped / failed."""
+    """Outcome of one strategy: its metrics, or why it was skipped / failed.
+
+    Example:
+        >>> from llama_index_rag_pack.evaluation.strategies import Strategy
+        >>> StrategyResult(Strategy("fusion", "fusion"), "ok", llm="ScriptedLLM").label
+        'fusion [LLM: ScriptedLLM]'
+    """
 
     strategy: Strategy
     status: str  # "ok", "skipped", "error"
@@ -193,7 +199,13 @@ class StrategyResult:
 
 @dataclass
 class EvalReport:
-    """Results of one ``rag-pack eval`` run; renders Markdown, JSON and a bar chart."""
+    """Results of one ``rag-pack eval`` run; renders Markdown, JSON and a bar chart.
+
+    Example:
+        >>> report = EvalHarness("wiki_qa", limit=20).run("vector,bm25")  # doctest: +SKIP
+        >>> report.write("eval-out")  # doctest: +SKIP
+        {'markdown': PosixPath('eval-out/wiki_qa.md'), 'json': ..., 'chart': ...}
+    """
 
     dataset: str
     corpus: str | None
@@ -323,7 +335,9 @@ class EvalReport:
             bars = ax.bar(x + (i - (len(metrics) - 1) / 2) * width, values, width, label=labels.get(metric, metric))
             if len(rows) * len(metrics) <= 40:
                 ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
-        ax.set_xticks(x, [r.strategy.name + ("*" if r.llm else "") for r in rows], rotation=20, ha="right")
+        uneven = self._uneven()
+        ticks = [r.strategy.name + ("*" if r.llm else "") + (f"\nn={r.n}" if uneven else "") for r in rows]
+        ax.set_xticks(x, ticks, rotation=20 if not uneven else 0, ha="right" if not uneven else "center")
         ax.set_ylim(0, 1.08)
         ax.set_ylabel("score")
         title = f"{self.dataset}: {self.n_questions} questions, top_k={self.config.get('top_k')}"
