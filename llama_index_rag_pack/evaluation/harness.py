@@ -251,8 +251,8 @@ class EvalReport:
                     "n": r.n,
                     "cached": r.cached,
                     "seconds": round(r.seconds, 3),
-                    "metrics": {k: round(v, 4) for k, v in r.metrics.items()},
-                    **({"shared_subset_metrics": {k: round(v, 4) for k, v in shared[r.strategy.name].items()}}
+                    "metrics": {k: round(v, 6) for k, v in r.metrics.items()},
+                    **({"shared_subset_metrics": {k: round(v, 6) for k, v in shared[r.strategy.name].items()}}
                        if r.strategy.name in shared else {}),
                 }
                 for r in self.rows
