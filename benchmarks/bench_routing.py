@@ -210,7 +210,9 @@ def main() -> None:
             preds: list[str | None] = []
             statuses: Counter[str] = Counter()
             start = time.perf_counter()
-            for r in rows:
+            for i, r in enumerate(rows, 1):
+                if i % 10 == 0:
+                    print(f"  local LLM: {i}/{len(rows)} questions, {time.perf_counter() - start:.0f} s", flush=True)
                 try:
                     sel = logical.select(CHOICES, r["query"])
                     preds.append(sel.route)
