@@ -195,7 +195,7 @@ async def test_llm_strategy_uses_async_llm_and_llm_limit(harness_factory, script
 
 
 def test_llm_strategies_are_skipped_without_an_llm(harness_factory) -> None:
-    report = harness_factory(llm="none").run("all")
+    report = harness_factory(llm="none", limit=2).run("all")
     names = [r.strategy.name for r in report.rows]
     assert names[: len(RetrievalMode)] == [m.value for m in RetrievalMode]
     rows = {r.strategy.name: r for r in report.rows}
