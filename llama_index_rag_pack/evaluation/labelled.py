@@ -31,7 +31,11 @@ _KNOWN_FIELDS = frozenset({"id", "question", "answers", "relevant_ids", "evidenc
 
 
 def shipped_data_dir() -> Path:
-    """``benchmarks/data`` of a source checkout (the shipped labelled sets live there)."""
+    """Where the shipped labelled sets live: ``evaluation/data`` inside an installed wheel (when
+    packaged there), else ``benchmarks/data`` of a source checkout."""
+    packaged = Path(__file__).resolve().parent / "data"
+    if packaged.is_dir() and any(packaged.glob("*.jsonl")):
+        return packaged
     return Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 
 
