@@ -8,7 +8,7 @@ bundled local SmolLM2-135M with ``--max-new-tokens`` per call, on a seeded sampl
 ``--llm-limit`` questions (it is slow on CPU); the table also reports every strategy on exactly
 that sample, so the rows compare like with like.
 
-Run:  python benchmarks/bench_fusion_quality.py [--llm-limit 20] [--cache-dir DIR]
+Run:  python benchmarks/bench_fusion_quality.py [--llm-limit 8] [--max-new-tokens 48] [--cache-dir DIR]
 """
 
 from __future__ import annotations
@@ -26,10 +26,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="wiki_qa")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
-    ap.add_argument("--llm-limit", type=int, default=20)
-    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--llm-limit", type=int, default=8)
+    ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--cache-dir", default=None, help="index/result cache (default: the harness's)")
+    ap.add_argument("--results-dir", default=None, help="per-question result cache (default: the harness's)")
     ap.add_argument("--out", default=None, help="write <out>/fusion_quality.md/.json as well")
     args = ap.parse_args()
 
@@ -44,6 +45,7 @@ def main() -> None:
     harness = EvalHarness(
         args.dataset,
         cache_dir=args.cache_dir,
+        results_dir=args.results_dir,
         llm=llm,
         llm_limit=args.llm_limit,
         concurrency=args.concurrency,
