@@ -179,6 +179,7 @@ def main() -> None:
     parser.add_argument("--skip-latency", action="store_true", help="skip the latency table")
     parser.add_argument("--only-llm", action="store_true", help="only the local SmolLM2 logical selector")
     parser.add_argument("--llm-limit", type=int, default=None, help="test questions sent to the local LLM")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every local-LLM decision")
     parser.add_argument("--latency-queries", type=int, default=20, help="test questions timed per selector")
     args = parser.parse_args()
 
@@ -217,9 +218,15 @@ def main() -> None:
                     sel = logical.select(CHOICES, r["query"])
                     preds.append(sel.route)
                     statuses["route" if sel.route else "explicit none"] += 1
-                except RoutingError:
+                    reply = sel.reply
+                except RoutingError as e:
                     preds.append("<unusable reply>")
                     statuses["unusable reply -> RoutingError"] += 1
+                    reply = str(e)
+                if args.verbose:
+                    mark = "ok " if correct(r, preds[-1]) else "BAD"
+                    print(f"  {mark} {r['query'][:50]!r} -> {preds[-1]}  reply={' '.join(reply.split())[:90]!r}",
+                          flush=True)
             per_q = (time.perf_counter() - start) / len(rows)
             results.append(accuracy_table(f"LogicalSelector, local SmolLM2-135M ({len(rows)} q)", rows, preds))
             llm_note = f"LogicalSelector/SmolLM2: {per_q:.2f} s per question; replies: {dict(statuses)}"
