@@ -7,6 +7,7 @@ prose, quotes with changed spacing, quotes attributed to the wrong document, inv
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 from pathlib import Path
@@ -71,9 +72,21 @@ def milvus_db(tmp_path_factory: pytest.TempPathFactory, embed_model) -> str:
     return uri
 
 
+@pytest.fixture(scope="module")
+def shared_retriever(milvus_db: str, embed_model) -> BaseRetriever:
+    store = open_vector_store(milvus_db, "citations", dim=384)
+    return VectorStoreIndex.from_vector_store(store, embed_model=embed_model).as_retriever(
+        similarity_top_k=3
+    )
+
+
 @pytest.fixture()
-def retriever(milvus_db: str, embed_model) -> BaseRetriever:
-    # A store per test: the async Milvus client is bound to the event loop of the test using it.
+def retriever(
+    request: pytest.FixtureRequest, milvus_db: str, embed_model, shared_retriever
+) -> BaseRetriever:
+    if not inspect.iscoroutinefunction(request.function):
+        return shared_retriever
+    # Async tests get their own store: the async Milvus client is bound to the test's event loop.
     store = open_vector_store(milvus_db, "citations", dim=384)
     return VectorStoreIndex.from_vector_store(store, embed_model=embed_model).as_retriever(
         similarity_top_k=3
