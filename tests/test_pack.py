@@ -25,7 +25,7 @@ DOCS = [
 
 @pytest.fixture()
 def pack(milvus_uri, embed_model, scripted_llm):
-    llm = scripted_llm(default_reply="Neil Armstrong and Buzz Aldrin walked on the Moon.")
+    llm = scripted_llm(default_reply="Neil Armstrong and Buzz Aldrin walked on the Moon [1](id=1).")
     return RagPack(DOCS, uri=milvus_uri, collection_name="pack", llm=llm, embed_model=embed_model, similarity_top_k=2)
 
 
@@ -38,29 +38,33 @@ def test_pack_contract(pack) -> None:
     assert modules["vector_store"] is pack.vector_store
 
 
-def test_run_answers_from_retrieved_context(pack) -> None:
+def test_run_answers_from_retrieved_context_with_citations(pack) -> None:
     response = pack.run("Who walked on the Moon?")
     assert "Armstrong" in str(response)
-    assert response.source_nodes[0].node.ref_doc_id == "apollo"
+    assert [n.node.ref_doc_id for n in response.source_nodes] == ["apollo"]  # only the cited chunk
+    assert "[1](id=1)" not in str(response)  # the marker was rewritten
     prompt = pack.llm.prompts[-1]
     assert "Apollo 11 landed Neil Armstrong" in prompt
     assert "Who walked on the Moon?" in prompt
 
 
 async def test_arun_never_calls_sync_llm_methods(milvus_uri, embed_model, scripted_llm) -> None:
-    llm = scripted_llm(default_reply="It eats ants and termites.", forbid_sync=True)
+    llm = scripted_llm(default_reply="It eats ants and termites [1](id=1).", forbid_sync=True)
     pack = RagPack(DOCS, uri=milvus_uri, collection_name="apack", llm=llm, embed_model=embed_model)
-    response = await pack.arun("What does the aardvark eat?")
-    assert str(response) == "It eats ants and termites."
-    assert response.source_nodes[0].node.ref_doc_id == "aardvark"
+    cited = await pack.arun("What does the aardvark eat?")
+    assert str(cited).startswith("It eats ants and termites")
+    assert [n.node.ref_doc_id for n in cited.source_nodes] == ["aardvark"]
+    plain = await pack.arun("What does the aardvark eat?", citations=False)
+    assert str(plain) == "It eats ants and termites [1](id=1)."
+    assert plain.source_nodes[0].node.ref_doc_id == "aardvark"
 
 
 def test_streaming_engine_streams_tokens(pack) -> None:
-    engine = pack.make_query_engine(streaming=True)
+    engine = pack.make_query_engine(streaming=True, citations=False)
     response = engine.query("Who walked on the Moon?")
     deltas = list(response.response_gen)
     assert len(deltas) > 3
-    assert "".join(deltas) == "Neil Armstrong and Buzz Aldrin walked on the Moon."
+    assert "".join(deltas) == "Neil Armstrong and Buzz Aldrin walked on the Moon [1](id=1)."
 
 
 def test_reindexing_a_document_replaces_its_chunks(pack) -> None:
