@@ -12,6 +12,8 @@ Milvus Lite pitfalls handled here:
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
 import socket
@@ -146,6 +148,8 @@ def open_vector_store(
         must_exist: Raise :class:`CollectionNotFoundError` instead of creating a new collection.
         similarity_metric: ``COSINE`` (default, right for MiniLM), ``IP`` or ``L2``.
         **store_kwargs: Passed on to ``MilvusVectorStore`` (index_config, search_config, ...).
+            Async methods run the sync client in a worker thread (usable from any event loop);
+            ``use_async_client=True`` restores pymilvus' own async client instead.
 
     Raises:
         MilvusUnavailableError: Milvus cannot be reached or opened.
@@ -195,8 +199,10 @@ def open_vector_store(
             hybrid_ranker_params={"k": 60},
         )
     kwargs.update(store_kwargs)
+    kwargs.setdefault("use_async_client", False)
+    store_class = loop_safe_store_class() if not kwargs["use_async_client"] else MilvusVectorStore
     try:
-        store = MilvusVectorStore(**kwargs)
+        store = store_class(**kwargs)
     except Exception as e:
         raise _open_error(uri, e) from e
     ensure_loaded(store.client, collection_name)
@@ -208,6 +214,42 @@ def open_vector_store(
         "existing" if exists and not overwrite else "new",
     )
     return store
+
+
+@functools.lru_cache(maxsize=1)
+def loop_safe_store_class() -> type:
+    """``MilvusVectorStore`` whose async methods run the sync client in a worker thread.
+
+    pymilvus' ``AsyncMilvusClient`` binds to the event loop of its first call, so a second
+    ``asyncio.run(...)`` on the same store fails with "Event loop is closed". Running the
+    (thread-safe) sync client in a worker thread keeps async callers non-blocking on any loop.
+    """
+    from llama_index.vector_stores.milvus import MilvusVectorStore
+
+    class LoopSafeMilvusVectorStore(MilvusVectorStore):
+        @classmethod
+        def class_name(cls) -> str:
+            return "LoopSafeMilvusVectorStore"
+
+        async def async_add(self, nodes: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(self.add, nodes, **kwargs)
+
+        async def adelete(self, ref_doc_id: str, **kwargs: Any) -> None:
+            await asyncio.to_thread(self.delete, ref_doc_id, **kwargs)
+
+        async def adelete_nodes(self, node_ids: Any = None, filters: Any = None, **kwargs: Any) -> None:
+            await asyncio.to_thread(self.delete_nodes, node_ids, filters, **kwargs)
+
+        async def aclear(self) -> None:
+            await asyncio.to_thread(self.clear)
+
+        async def aget_nodes(self, node_ids: Any = None, filters: Any = None, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(self.get_nodes, node_ids, filters, **kwargs)
+
+        async def aquery(self, query: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(self.query, query, **kwargs)
+
+    return LoopSafeMilvusVectorStore
 
 
 def ensure_loaded(client: Any, collection_name: str) -> None:

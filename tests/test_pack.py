@@ -132,3 +132,14 @@ def test_from_directory_reads_files(tmp_path, embed_model) -> None:
     assert pack.count() == 2
     top = pack.retriever(similarity_top_k=1).retrieve("vector database")[0]
     assert top.node.metadata["file_name"] == "a.md"
+
+
+def test_async_answers_work_across_event_loops(milvus_uri, embed_model, scripted_llm) -> None:
+    """pymilvus' async client binds to its first loop; the pack's store must not."""
+    import asyncio
+
+    llm = scripted_llm(default_reply="It is a calculating tool [1](id=1).", forbid_sync=True)
+    pack = RagPack(DOCS, uri=milvus_uri, collection_name="loops", llm=llm, embed_model=embed_model)
+    for _ in range(2):  # two separate event loops, like two asyncio.run() calls in a script
+        response = asyncio.run(pack.arun("What is an abacus?"))
+        assert [n.node.ref_doc_id for n in response.source_nodes] == ["abacus"]
