@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from llama_index_rag_pack.cli import _out, _step
+from llama_index_rag_pack import cli as _cli
 
 __all__ = ["register"]
 
@@ -50,13 +50,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     llm = resolve_llm(args.llm)
     if hasattr(llm, "load"):
         llm.load()
-    _out(f"  llm       : {describe_llm(llm)}")
+    _cli._out(f"  llm       : {describe_llm(llm)}")
     if args.paths:
-        with _step("reading documents"):
+        with _cli._step("reading documents"):
             documents = load_documents(args.paths, show_progress=True)
-            _out(f"  {len(documents)} documents")
+            _cli._out(f"  {len(documents)} documents")
     else:
-        with _step(f"reading the chunks of collection {collection!r}"):
+        with _cli._step(f"reading the chunks of collection {collection!r}"):
             try:
                 source = open_vector_store(uri, collection, token=args.token, must_exist=True)
             except CollectionNotFoundError as e:
@@ -64,7 +64,7 @@ def cmd_build(args: argparse.Namespace) -> int:
                     f"{e} Or give files: `rag-pack raptor build PATH`."
                 ) from None
             documents = leaves_from_collection(source)
-            _out(f"  {len(documents)} chunks (their embeddings are reused)")
+            _cli._out(f"  {len(documents)} chunks (their embeddings are reused)")
     if args.overwrite:
         from llama_index_rag_pack.milvus import open_client
         from llama_index_rag_pack.raptor.integration import raptor_collection_name
@@ -73,11 +73,11 @@ def cmd_build(args: argparse.Namespace) -> int:
         if client.has_collection(raptor_collection_name(collection)):
             client.drop_collection(raptor_collection_name(collection))
     tree = _open_tree(args, must_exist=False, llm=llm)
-    with _step(f"building the RAPTOR tree in {tree.store.collection_name!r} (resumes a partial build)"):
+    with _cli._step(f"building the RAPTOR tree in {tree.store.collection_name!r} (resumes a partial build)"):
         stats = tree.build(documents)
-    _out(f"  levels    : {stats.levels}")
-    _out(f"  llm calls : {stats.llm_calls} ({stats.summaries_reused} summaries reused)")
-    _out(f"Ask with: rag-pack --collection {collection} ask --mode raptor \"your question\"")
+    _cli._out(f"  levels    : {stats.levels}")
+    _cli._out(f"  llm calls : {stats.llm_calls} ({stats.summaries_reused} summaries reused)")
+    _cli._out(f"Ask with: rag-pack --collection {collection} ask --mode raptor \"your question\"")
     return 0
 
 
@@ -98,9 +98,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         text = tree_outline(tree)
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
-        _out(f"Wrote {args.out}")
+        _cli._out(f"Wrote {args.out}")
     else:
-        _out(text, end="")
+        _cli._out(text, end="")
     return 0
 
 
@@ -108,12 +108,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.raptor.plot import plot_levels, to_mermaid
 
     tree = _open_tree(args, must_exist=True)
-    with _step("projecting each level to 2-D and drawing it"):
+    with _cli._step("projecting each level to 2-D and drawing it"):
         paths = plot_levels(tree, args.out)
     mermaid = Path(args.out) / "tree.mmd"
     mermaid.write_text(to_mermaid(tree), encoding="utf-8")
     for path in [*paths, mermaid]:
-        _out(f"  {os.fspath(path)}")
+        _cli._out(f"  {os.fspath(path)}")
     return 0
 
 

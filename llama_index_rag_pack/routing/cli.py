@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llama_index_rag_pack.cli import _out, _print_models, _print_sources
+from llama_index_rag_pack import cli as _cli
 
 __all__ = ["ask_routed", "open_routed_pack", "register"]
 
@@ -38,15 +38,15 @@ def open_routed_pack(args: argparse.Namespace, **overrides: Any) -> Any:
 def _print_selection(selection: Any) -> None:
     if selection.names:
         tag = " (fallback)" if selection.fallback else ""
-        _out(f"  route     : {', '.join(selection.names)}{tag}")
+        _cli._out(f"  route     : {', '.join(selection.names)}{tag}")
         for name, reason in zip(selection.names, selection.reasons):
-            _out(f"  why       : {name}: {' '.join(reason.split())[:200]}")
+            _cli._out(f"  why       : {name}: {' '.join(reason.split())[:200]}")
     else:
-        _out("  route     : none")
-        _out(f"  why       : {selection.reply}")
+        _cli._out("  route     : none")
+        _cli._out(f"  why       : {selection.reply}")
     if selection.scores:
         ranked = sorted(selection.scores.items(), key=lambda kv: -kv[1])
-        _out("  scores    : " + ", ".join(f"{n} {s:.3f}" for n, s in ranked))
+        _cli._out("  scores    : " + ", ".join(f"{n} {s:.3f}" for n, s in ranked))
 
 
 def ask_routed(args: argparse.Namespace) -> int:
@@ -57,22 +57,22 @@ def ask_routed(args: argparse.Namespace) -> int:
     llm = pack.llm
     if hasattr(llm, "load"):
         llm.load()
-    _print_models(pack)
+    _cli._print_models(pack)
     retriever = pack.retriever("route")
     selection = retriever.select(args.question)
     _print_selection(selection)
-    _out()
+    _cli._out()
     nodes = retriever.retrieve_selected(args.question, selection)
     stream = not args.no_stream
     synthesizer = get_response_synthesizer(llm=llm, streaming=stream, callback_manager=pack.callback_manager)
     response = synthesizer.synthesize(args.question, nodes)
     if stream and hasattr(response, "response_gen"):
         for delta in response.response_gen:
-            _out(delta, end="", flush=True)
-        _out()
+            _cli._out(delta, end="", flush=True)
+        _cli._out()
     else:
-        _out(str(response))
-    _print_sources(response.source_nodes)
+        _cli._out(str(response))
+    _cli._print_sources(response.source_nodes)
     return 0
 
 
@@ -81,7 +81,7 @@ def cmd_route(args: argparse.Namespace) -> int:
     pack = open_routed_pack(args)
     retriever = pack.retriever("route")
     for question in args.questions:
-        _out(f"Q: {question}")
+        _cli._out(f"Q: {question}")
         _print_selection(retriever.select(question))
     return 0
 
