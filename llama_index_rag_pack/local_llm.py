@@ -228,11 +228,17 @@ def _quiet_gguf_progress() -> Iterator[None]:
     if original is None:  # pragma: no cover
         yield
         return
+    from transformers.utils import logging as hf_logging
+
+    bars_were_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # the "Loading weights" bar
     gguf_utils.tqdm = functools.partial(original, disable=True)
     try:
         yield
     finally:
         gguf_utils.tqdm = original
+        if bars_were_enabled:
+            hf_logging.enable_progress_bar()
 
 
 async def _aiter_in_thread(gen: Any) -> AsyncGenerator[Any, None]:
