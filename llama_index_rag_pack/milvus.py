@@ -221,7 +221,7 @@ def loop_safe_store_class() -> type:
     """``MilvusVectorStore`` whose async methods run the sync client in a worker thread.
 
     pymilvus' ``AsyncMilvusClient`` binds to the event loop of its first call, so a second
-    ``asyncio.run(...)`` on the same store fails with "Event loop is closed". Running the
+    ``asyncio.run`` call on the same store fails with "Event loop is closed". Running the
     (thread-safe) sync client in a worker thread keeps async callers non-blocking on any loop.
     """
     from llama_index.vector_stores.milvus import MilvusVectorStore
