@@ -7,6 +7,7 @@ one ``error:`` line with the fix, exit status 2; no traceback unless ``--verbose
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import sys
@@ -168,8 +169,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     timings: dict[str, float] = {}
     kwargs = _pack_kwargs(args)
     kwargs["uri"] = args.uri or os.path.join(os.environ.get("RAG_PACK_DATA_DIR", "rag_pack_data"), "demo.db")
-    kwargs["collection_name"] = args.collection or "demo_wikipedia"
     titles = args.titles or list(DEMO_TITLES)
+    # one collection per set of articles, so another --titles never reuses a different index
+    suffix = "" if titles == list(DEMO_TITLES) else "_" + hashlib.sha1("\n".join(titles).encode()).hexdigest()[:8]
+    kwargs["collection_name"] = args.collection or f"demo_wikipedia{suffix}"
     _out("rag-pack demo: Wikipedia articles shipped offline in the gensim wheel\n")
     with _step(f"loading {len(titles)} Wikipedia articles", timings):
         documents = load_wikipedia_documents(titles)
