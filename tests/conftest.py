@@ -5,7 +5,7 @@
 * ``vector_store``: a ``MilvusVectorStore`` (dim 384, COSINE, BM25 field) on ``milvus_uri``.
 * ``scripted_llm``: factory ``scripted_llm(replies, **kwargs) -> ScriptedLLM``.
 * ``local_llm`` (session, use with ``@pytest.mark.slow``): the real SmolLM2-135M GGUF.
-* ``milvus_server`` (session): a ``milvus-lite server`` on 127.0.0.1, yields its uri.
+* ``milvus_server`` (module): a ``milvus-lite server`` on 127.0.0.1, yields its uri.
 """
 
 from __future__ import annotations
@@ -79,9 +79,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real ``milvus-lite server`` bound to 127.0.0.1 on a free port."""
+    """A real ``milvus-lite server`` bound to 127.0.0.1 on a free port, one per test module.
+
+    Module scope on purpose: pymilvus shares gRPC channels per address, and a channel left idle
+    for minutes gets a "too many pings" GOAWAY from the server, which breaks later connections.
+    """
     exe = shutil.which("milvus-lite") or str(Path(sys.executable).parent / "milvus-lite")
     data = tmp_path_factory.mktemp("milvus-server")
     port = _free_port()
