@@ -238,6 +238,21 @@ def resolve_llm(llm: LLM | str | None = None) -> LLM:
     return resolved
 
 
+class LazyLLMMixin:
+    """Gives a component an ``llm`` property: the one it was given, or :func:`resolve_llm`'s
+    choice resolved on first use (and logged). Set ``self._llm`` in ``__init__``."""
+
+    _llm: Any = None
+
+    @property
+    def llm(self) -> LLM:
+        """The LLM (resolved on first use when none was given)."""
+        if self._llm is None:
+            self._llm = resolve_llm(None)
+            logger.info("%s LLM: %s", type(self).__name__, describe_llm(self._llm))
+        return self._llm
+
+
 def describe_llm(llm: Any) -> str:
     """A one-line human description of an LLM (for logs and the CLI)."""
     from llama_index_rag_pack.local_llm import LocalGGUFLLM
@@ -253,6 +268,7 @@ def describe_llm(llm: Any) -> str:
 
 
 __all__ = [
+    "LazyLLMMixin",
     "bundled_embed_model_path",
     "bundled_gguf_path",
     "data_dir",

@@ -126,3 +126,23 @@ def test_missing_embedding_model_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(settings, "bundled_embed_model_path", lambda: None)
     with pytest.raises(ConfigurationError, match="RAG_PACK_EMBED_MODEL"):
         settings.resolve_embed_model()
+
+
+def test_components_resolve_their_llm_once_and_only_when_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llama_index.core.base.base_retriever import BaseRetriever
+
+    from llama_index_rag_pack.transforms import RewriteRetriever
+
+    class Empty(BaseRetriever):
+        def _retrieve(self, query_bundle):  # type: ignore[no-untyped-def]
+            return []
+
+    resolved = ScriptedLLM(replies=["x"])
+    calls: list[object] = []
+    monkeypatch.setattr(settings, "resolve_llm", lambda spec=None: calls.append(spec) or resolved)
+    lazy = RewriteRetriever(Empty())
+    assert calls == []  # nothing resolved at construction
+    assert lazy.llm is resolved and lazy.llm is resolved
+    assert calls == [None]  # resolved once
+    given = ScriptedLLM(replies=["y"])
+    assert RewriteRetriever(Empty(), llm=given).llm is given

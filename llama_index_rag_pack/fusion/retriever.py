@@ -15,6 +15,7 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.settings import LazyLLMMixin
 from llama_index_rag_pack.fusion.queries import (
     DEFAULT_QUERY_GEN_PROMPT,
     agenerate_queries,
@@ -52,7 +53,7 @@ def annotate_node(item: NodeWithScore, extra: Mapping[str, Any]) -> NodeWithScor
     return item.model_copy(update={"node": new_node})
 
 
-class FusionRetriever(BaseRetriever):
+class FusionRetriever(LazyLLMMixin, BaseRetriever):
     """RAG-Fusion: the LLM writes query variants, every variant × retriever is searched
     concurrently, and the result lists are merged by rank fusion.
 
@@ -171,16 +172,6 @@ class FusionRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager or CallbackManager([]), verbose=verbose)
 
     # ------------------------------------------------------------------ parts
-    @property
-    def llm(self) -> LLM:
-        """The query-writing LLM (resolved on first use when none was given)."""
-        if self._llm is None:
-            from llama_index_rag_pack.settings import describe_llm, resolve_llm
-
-            self._llm = resolve_llm(None)
-            logger.info("FusionRetriever LLM: %s", describe_llm(self._llm))
-        return self._llm
-
     def _get_prompts(self) -> PromptDictType:
         return {"query_gen_prompt": self.query_gen_prompt}
 

@@ -21,6 +21,7 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.settings import LazyLLMMixin
 from llama_index_rag_pack.fusion.retriever import annotate_node
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -84,7 +85,7 @@ def mean_embedding(vectors: list[list[float]], *, normalize: bool = True) -> lis
     return mean
 
 
-class HyDERetriever(BaseRetriever):
+class HyDERetriever(LazyLLMMixin, BaseRetriever):
     """Search with the embedding of LLM-written hypothetical answers instead of the question's.
 
     Args:
@@ -155,16 +156,6 @@ class HyDERetriever(BaseRetriever):
         self.hyde_prompt = hyde_prompt or DEFAULT_HYDE_PROMPT
         self._llm = llm
         super().__init__(callback_manager=callback_manager or CallbackManager([]), verbose=verbose)
-
-    @property
-    def llm(self) -> LLM:
-        """The passage-writing LLM (resolved on first use when none was given)."""
-        if self._llm is None:
-            from llama_index_rag_pack.settings import describe_llm, resolve_llm
-
-            self._llm = resolve_llm(None)
-            logger.info("HyDERetriever LLM: %s", describe_llm(self._llm))
-        return self._llm
 
     def _get_prompts(self) -> PromptDictType:
         return {"hyde_prompt": self.hyde_prompt}

@@ -17,6 +17,7 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.settings import LazyLLMMixin
 from llama_index_rag_pack.fusion.queries import parse_queries
 from llama_index_rag_pack.fusion.retriever import annotate_node
 
@@ -65,7 +66,7 @@ def parse_rewrite(text: str, *, max_chars: int = 500) -> str | None:
     return None
 
 
-class RewriteRetriever(BaseRetriever):
+class RewriteRetriever(LazyLLMMixin, BaseRetriever):
     """Rewrite-retrieve-read: the LLM rewrites the query, then ``retriever`` searches with it.
 
     Each node's metadata gets ``original_query`` and ``rewritten_query`` (hidden from the LLM).
@@ -109,16 +110,6 @@ class RewriteRetriever(BaseRetriever):
         self.raise_on_failure = raise_on_failure
         self._llm = llm
         super().__init__(callback_manager=callback_manager or CallbackManager([]), verbose=verbose)
-
-    @property
-    def llm(self) -> LLM:
-        """The rewriting LLM (resolved on first use when none was given)."""
-        if self._llm is None:
-            from llama_index_rag_pack.settings import describe_llm, resolve_llm
-
-            self._llm = resolve_llm(None)
-            logger.info("RewriteRetriever LLM: %s", describe_llm(self._llm))
-        return self._llm
 
     def _get_prompts(self) -> PromptDictType:
         return {"rewrite_prompt": self.rewrite_prompt}
