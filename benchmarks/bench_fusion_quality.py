@@ -30,7 +30,9 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--cache-dir", default=None, help="index/result cache (default: the harness's)")
-    ap.add_argument("--results-dir", default=None, help="per-question result cache (default: the harness's)")
+    ap.add_argument(
+        "--results-dir", default=None, help="per-question result cache (default: the harness's)"
+    )
     ap.add_argument("--out", default=None, help="write <out>/fusion_quality.md/.json as well")
     args = ap.parse_args()
 
@@ -52,8 +54,10 @@ def main() -> None:
         show_progress=True,
     )
     report = harness.run([s.strip() for s in args.strategies.split(",") if s.strip()])
-    print(f"LLM for fusion/hyde/rewrite: local SmolLM2-135M-Instruct Q4_1, "
-          f"{args.max_new_tokens} new tokens per call (CPU)")
+    print(
+        f"LLM for fusion/hyde/rewrite: local SmolLM2-135M-Instruct Q4_1, "
+        f"{args.max_new_tokens} new tokens per call (CPU)"
+    )
     print(report.to_markdown())
     if args.out:
         report.write(args.out, stem="fusion_quality", chart=False)

@@ -61,18 +61,24 @@ def make_fake_llm() -> Any:
 
         @property
         def metadata(self) -> LLMMetadata:
-            return LLMMetadata(context_window=self.context_window, num_output=256, model_name="sleepy-fake")
+            return LLMMetadata(
+                context_window=self.context_window, num_output=256, model_name="sleepy-fake"
+            )
 
         def _reply(self, prompt: str) -> str:
             self.calls += 1
             words = " ".join(prompt.split()[-400:]).split(". ")
             return "The text covers: " + ". ".join(w.strip() for w in words[1:4])[:600] + "."
 
-        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        def complete(
+            self, prompt: str, formatted: bool = False, **kwargs: Any
+        ) -> CompletionResponse:
             time.sleep(LLM_DELAY_S)
             return CompletionResponse(text=self._reply(prompt))
 
-        async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        async def acomplete(
+            self, prompt: str, formatted: bool = False, **kwargs: Any
+        ) -> CompletionResponse:
             await asyncio.sleep(LLM_DELAY_S)
             return CompletionResponse(text=self._reply(prompt))
 
@@ -104,8 +110,11 @@ def latency(fn: Any, queries: list[str]) -> dict[str, float]:
         fn(q)
         times.append((time.perf_counter() - start) * 1000)
     times.sort()
-    return {"mean_ms": statistics.mean(times), "p50_ms": statistics.median(times),
-            "p95_ms": times[min(len(times) - 1, int(0.95 * len(times)))]}
+    return {
+        "mean_ms": statistics.mean(times),
+        "p50_ms": statistics.median(times),
+        "p95_ms": times[min(len(times) - 1, int(0.95 * len(times)))],
+    }
 
 
 # ----------------------------------------------------------------------------- the two sides
@@ -119,7 +128,9 @@ def run_ours(chunks_path: str, workdir: str) -> dict[str, Any]:
     llm = make_fake_llm()
     store = open_vector_store(os.path.join(workdir, "ours.db"), "bench_raptor", dim=384)
     start = time.perf_counter()
-    retriever = RaptorRetriever.from_documents(chunks, llm=llm, embed_model=embed, vector_store=store)
+    retriever = RaptorRetriever.from_documents(
+        chunks, llm=llm, embed_model=embed, vector_store=store
+    )
     build_s = time.perf_counter() - start
     out: dict[str, Any] = {"build_s": build_s, "llm_calls": llm.calls, "levels": retriever.levels()}
     for mode in ("collapsed", "tree_traversal", "leaves"):
@@ -162,16 +173,35 @@ def prepare_chunks(n_articles: int, path: str) -> int:
 
     docs = load_wikipedia_documents(limit=n_articles)
     nodes = split_documents(docs, chunk_size=256, chunk_overlap=32)
-    rows = [{"id": f"chunk-{i:05d}", "text": n.get_content(), "metadata": {"title": n.metadata.get("title", "")}}
-            for i, n in enumerate(nodes)]
+    rows = [
+        {
+            "id": f"chunk-{i:05d}",
+            "text": n.get_content(),
+            "metadata": {"title": n.metadata.get("title", "")},
+        }
+        for i, n in enumerate(nodes)
+    ]
     Path(path).write_text(json.dumps(rows))
     return len(rows)
 
 
-def child(side: str, python: str, chunks: str, workdir: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    cmd = [python, os.path.abspath(__file__), "--side", side, "--chunks", chunks, "--workdir", workdir]
+def child(
+    side: str, python: str, chunks: str, workdir: str, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    cmd = [
+        python,
+        os.path.abspath(__file__),
+        "--side",
+        side,
+        "--chunks",
+        chunks,
+        "--workdir",
+        workdir,
+    ]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})})
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, check=False, env={**os.environ, **(env or {})}
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{side} failed:\n{proc.stderr[-4000:]}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -180,51 +210,83 @@ def child(side: str, python: str, chunks: str, workdir: str, env: dict[str, str]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--articles", type=int, default=10)
     parser.add_argument("--peer-python", default="/work/venv-peer-raptor/bin/python")
-    parser.add_argument("--peer-one-blas-thread", action="store_true",
-                        help="also run the peer with OPENBLAS_NUM_THREADS=1 (what we do inside our GMM fits)")
+    parser.add_argument(
+        "--peer-one-blas-thread",
+        action="store_true",
+        help="also run the peer with OPENBLAS_NUM_THREADS=1 (what we do inside our GMM fits)",
+    )
     parser.add_argument("--side", choices=["ours", "peer"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--chunks", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
-        result = run_ours(args.chunks, args.workdir) if args.side == "ours" else run_peer(args.chunks)
+        result = (
+            run_ours(args.chunks, args.workdir) if args.side == "ours" else run_peer(args.chunks)
+        )
         print(json.dumps(result))  # noqa: T201
         return
 
     with tempfile.TemporaryDirectory() as workdir:
         chunks = os.path.join(workdir, "chunks.json")
         n = prepare_chunks(args.articles, chunks)
-        print(f"corpus: {args.articles} Wikipedia articles → {n} chunks (256/32 tokens); "  # noqa: T201
-              f"fake LLM sleeps {LLM_DELAY_S} s per call\n", flush=True)
+        print(
+            f"corpus: {args.articles} Wikipedia articles → {n} chunks (256/32 tokens); "  # noqa: T201
+            f"fake LLM sleeps {LLM_DELAY_S} s per call\n",
+            flush=True,
+        )
         ours = child("ours", sys.executable, chunks, workdir)
         peer = child("peer", args.peer_python, chunks, workdir)
-        peer1 = (child("peer", args.peer_python, chunks, workdir, {"OPENBLAS_NUM_THREADS": "1"})
-                 if args.peer_one_blas_thread else None)
+        peer1 = (
+            child("peer", args.peer_python, chunks, workdir, {"OPENBLAS_NUM_THREADS": "1"})
+            if args.peer_one_blas_thread
+            else None
+        )
 
     print("Build (same chunks, same embedding model, same fake LLM)")  # noqa: T201
     print(f"{'':24} {'rag-pack':>12} {'packs-raptor 0.4.2':>20} {'ratio':>8}")  # noqa: T201
-    print(f"{'build wall time (s)':24} {ours['build_s']:12.1f} {peer['build_s']:20.1f} "  # noqa: T201
-          f"{peer['build_s'] / ours['build_s']:7.1f}x")
-    print(f"{'LLM calls':24} {ours['llm_calls']:12d} {peer['llm_calls']:20d} "  # noqa: T201
-          f"{peer['llm_calls'] / max(1, ours['llm_calls']):7.2f}x")
-    print(f"{'LLM sleep alone (s)':24} {ours['llm_calls'] * LLM_DELAY_S:12.1f} "  # noqa: T201
-          f"{peer['llm_calls'] * LLM_DELAY_S:20.1f}")
+    print(
+        f"{'build wall time (s)':24} {ours['build_s']:12.1f} {peer['build_s']:20.1f} "  # noqa: T201
+        f"{peer['build_s'] / ours['build_s']:7.1f}x"
+    )
+    print(
+        f"{'LLM calls':24} {ours['llm_calls']:12d} {peer['llm_calls']:20d} "  # noqa: T201
+        f"{peer['llm_calls'] / max(1, ours['llm_calls']):7.2f}x"
+    )
+    print(
+        f"{'LLM sleep alone (s)':24} {ours['llm_calls'] * LLM_DELAY_S:12.1f} "  # noqa: T201
+        f"{peer['llm_calls'] * LLM_DELAY_S:20.1f}"
+    )
     print(f"{'whole process (s)':24} {ours['process_s']:12.1f} {peer['process_s']:20.1f}")  # noqa: T201
     if peer1:
-        print(f"{'peer, 1 BLAS thread (s)':24} {'':12} {peer1['build_s']:20.1f} "  # noqa: T201
-              f"{peer1['build_s'] / ours['build_s']:7.1f}x   ({peer1['llm_calls']} LLM calls)")
-    print(f"{'tree':24} {json.dumps(ours['levels']):>12}  {peer['nodes']} nodes, 3 summary levels (fixed)\n")  # noqa: T201
+        print(
+            f"{'peer, 1 BLAS thread (s)':24} {'':12} {peer1['build_s']:20.1f} "  # noqa: T201
+            f"{peer1['build_s'] / ours['build_s']:7.1f}x   ({peer1['llm_calls']} LLM calls)"
+        )
+    print(
+        f"{'tree':24} {json.dumps(ours['levels']):>12}  {peer['nodes']} nodes, 3 summary levels (fixed)\n"
+    )  # noqa: T201
     print(f"Retrieval latency per query (ms, {len(QUERIES)} queries, top_k=5)")  # noqa: T201
     print(f"{'mode':26} {'rag-pack mean/p50/p95':>24} {'packs-raptor mean/p50/p95':>28}")  # noqa: T201
-    for mode in ("collapsed", "tree_traversal", "leaves", "collapsed_async", "tree_traversal_async", "leaves_async"):
+    for mode in (
+        "collapsed",
+        "tree_traversal",
+        "leaves",
+        "collapsed_async",
+        "tree_traversal_async",
+        "leaves_async",
+    ):
         o = ours.get(f"latency_{mode}")
         p = peer.get(f"latency_{mode}")
         fmt = lambda d: f"{d['mean_ms']:.1f}/{d['p50_ms']:.1f}/{d['p95_ms']:.1f}" if d else "-"  # noqa: E731
         print(f"{mode:26} {fmt(o):>24} {fmt(p):>28}")  # noqa: T201
-    print("\n(peer: in-memory vector store, retrieve() = asyncio.run(aretrieve); ours: Milvus Lite)")  # noqa: T201
+    print(
+        "\n(peer: in-memory vector store, retrieve() = asyncio.run(aretrieve); ours: Milvus Lite)"
+    )  # noqa: T201
 
 
 if __name__ == "__main__":

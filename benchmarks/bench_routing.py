@@ -58,21 +58,42 @@ from llama_index_rag_pack.settings import resolve_embed_model  # noqa: E402
 DATA = Path(__file__).parent / "data" / "routing_queries.jsonl"
 
 ROUTES = [
-    Route("python_docs",
-          "Python programming language documentation: syntax, standard library, packages, errors and tracebacks",
-          ("How do I read a file line by line in Python?", "What does the yield keyword do?",
-           "pip install fails with a permission error")),
-    Route("js_docs",
-          "JavaScript documentation: browser DOM, Node.js, npm, promises, TypeScript",
-          ("How do I add a click event listener to a button?", "What is the difference between let and var?",
-           "How do I use async/await with fetch?")),
-    Route("physics",
-          "Physics: mechanics, energy, electricity, light, relativity, quantum mechanics, astrophysics",
-          ("What is a black hole?", "Why does a satellite stay in orbit?", "How does a transformer change voltage?")),
-    Route("math",
-          "Mathematics: algebra, geometry, calculus, probability, number theory, proofs",
-          ("How do I solve a quadratic equation?", "What is the derivative of sin x?",
-           "Prove there are infinitely many primes")),
+    Route(
+        "python_docs",
+        "Python programming language documentation: syntax, standard library, packages, errors and tracebacks",
+        (
+            "How do I read a file line by line in Python?",
+            "What does the yield keyword do?",
+            "pip install fails with a permission error",
+        ),
+    ),
+    Route(
+        "js_docs",
+        "JavaScript documentation: browser DOM, Node.js, npm, promises, TypeScript",
+        (
+            "How do I add a click event listener to a button?",
+            "What is the difference between let and var?",
+            "How do I use async/await with fetch?",
+        ),
+    ),
+    Route(
+        "physics",
+        "Physics: mechanics, energy, electricity, light, relativity, quantum mechanics, astrophysics",
+        (
+            "What is a black hole?",
+            "Why does a satellite stay in orbit?",
+            "How does a transformer change voltage?",
+        ),
+    ),
+    Route(
+        "math",
+        "Mathematics: algebra, geometry, calculus, probability, number theory, proofs",
+        (
+            "How do I solve a quadratic equation?",
+            "What is the derivative of sin x?",
+            "Prove there are infinitely many primes",
+        ),
+    ),
 ]
 NAMES = [r.name for r in ROUTES]
 CHOICES = [ToolMetadata(name=r.name, description=r.description) for r in ROUTES]
@@ -100,7 +121,9 @@ class CountingEmbedding:
 
 
 def load(split: str | None = None) -> list[dict[str, Any]]:
-    rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [
+        json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     rows = [r for r in rows if "_meta" not in r]
     return [r for r in rows if split is None or r["split"] == split]
 
@@ -115,7 +138,9 @@ def correct(row: dict[str, Any], predicted: str | None) -> bool:
     return predicted is None if not ok else predicted in ok
 
 
-def accuracy_table(name: str, rows: list[dict[str, Any]], predictions: list[str | None]) -> dict[str, Any]:
+def accuracy_table(
+    name: str, rows: list[dict[str, Any]], predictions: list[str | None]
+) -> dict[str, Any]:
     by_kind: dict[str, list[bool]] = {}
     for row, pred in zip(rows, predictions):
         by_kind.setdefault(row["kind"], []).append(correct(row, pred))
@@ -142,7 +167,10 @@ def median_ms(fn: Any, items: list[Any], repeats: int = 1) -> float:
 
 
 def embedding_selectors(
-    embed: Any, calib: list[dict[str, Any]], test: list[dict[str, Any]], results: list[dict[str, Any]],
+    embed: Any,
+    calib: list[dict[str, Any]],
+    test: list[dict[str, Any]],
+    results: list[dict[str, Any]],
     fitted_reports: dict[str, Any],
 ) -> float:
     """Accuracy of core's and our embedding selectors; returns core's route-text embeddings per query."""
@@ -151,17 +179,37 @@ def embedding_selectors(
     core_preds = [NAMES[core.select(CHOICES, r["query"]).ind] for r in test]
     results.append(accuracy_table("core EmbeddingSingleSelector (descriptions)", test, core_preds))
     # the query embedding is the same function for every variant of ours: compute it once
-    bundles = {r["query"]: QueryBundle(r["query"], embedding=embed.get_query_embedding(r["query"])) for r in test}
+    bundles = {
+        r["query"]: QueryBundle(r["query"], embedding=embed.get_query_embedding(r["query"]))
+        for r in test
+    }
     desc_only = [Route(r.name, r.description) for r in ROUTES]
     variants = [
-        (f"SemanticSelector descriptions, default threshold {DEFAULT_SEMANTIC_THRESHOLD}",
-         SemanticSelector(desc_only, embed_model=embed), False),
-        ("SemanticSelector descriptions, fitted thresholds", SemanticSelector(desc_only, embed_model=embed), True),
-        (f"SemanticSelector +utterances, default threshold {DEFAULT_SEMANTIC_THRESHOLD}",
-         SemanticSelector(ROUTES, embed_model=embed), False),
-        ("SemanticSelector +utterances, fitted thresholds", SemanticSelector(ROUTES, embed_model=embed), True),
-        ("SemanticSelector +utterances, no threshold (=argmax)",
-         SemanticSelector(ROUTES, embed_model=embed, threshold=-1.0), False),
+        (
+            f"SemanticSelector descriptions, default threshold {DEFAULT_SEMANTIC_THRESHOLD}",
+            SemanticSelector(desc_only, embed_model=embed),
+            False,
+        ),
+        (
+            "SemanticSelector descriptions, fitted thresholds",
+            SemanticSelector(desc_only, embed_model=embed),
+            True,
+        ),
+        (
+            f"SemanticSelector +utterances, default threshold {DEFAULT_SEMANTIC_THRESHOLD}",
+            SemanticSelector(ROUTES, embed_model=embed),
+            False,
+        ),
+        (
+            "SemanticSelector +utterances, fitted thresholds",
+            SemanticSelector(ROUTES, embed_model=embed),
+            True,
+        ),
+        (
+            "SemanticSelector +utterances, no threshold (=argmax)",
+            SemanticSelector(ROUTES, embed_model=embed, threshold=-1.0),
+            False,
+        ),
     ]
     for name, selector, fit in variants:
         if fit:
@@ -175,17 +223,29 @@ def embedding_selectors(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--skip-llm", action="store_true", help="skip the local SmolLM2 logical selector")
+    parser.add_argument(
+        "--skip-llm", action="store_true", help="skip the local SmolLM2 logical selector"
+    )
     parser.add_argument("--skip-latency", action="store_true", help="skip the latency table")
-    parser.add_argument("--only-llm", action="store_true", help="only the local SmolLM2 logical selector")
-    parser.add_argument("--llm-limit", type=int, default=None, help="test questions sent to the local LLM")
-    parser.add_argument("-v", "--verbose", action="store_true", help="print every local-LLM decision")
-    parser.add_argument("--latency-queries", type=int, default=20, help="test questions timed per selector")
+    parser.add_argument(
+        "--only-llm", action="store_true", help="only the local SmolLM2 logical selector"
+    )
+    parser.add_argument(
+        "--llm-limit", type=int, default=None, help="test questions sent to the local LLM"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="print every local-LLM decision"
+    )
+    parser.add_argument(
+        "--latency-queries", type=int, default=20, help="test questions timed per selector"
+    )
     args = parser.parse_args()
 
     calib, test = load("calib"), load("test")
-    print(f"routes: {', '.join(NAMES)}; questions: {len(calib)} calib + {len(test)} test "
-          f"({dict(Counter(r['kind'] for r in test))} in test)")
+    print(
+        f"routes: {', '.join(NAMES)}; questions: {len(calib)} calib + {len(test)} test "
+        f"({dict(Counter(r['kind'] for r in test))} in test)"
+    )
     embed = resolve_embed_model()
     embed.get_query_embedding("warm-up")
 
@@ -213,7 +273,10 @@ def main() -> None:
             start = time.perf_counter()
             for i, r in enumerate(rows, 1):
                 if i % 10 == 0:
-                    print(f"  local LLM: {i}/{len(rows)} questions, {time.perf_counter() - start:.0f} s", flush=True)
+                    print(
+                        f"  local LLM: {i}/{len(rows)} questions, {time.perf_counter() - start:.0f} s",
+                        flush=True,
+                    )
                 try:
                     sel = logical.select(CHOICES, r["query"])
                     preds.append(sel.route)
@@ -225,26 +288,40 @@ def main() -> None:
                     reply = str(e)
                 if args.verbose:
                     mark = "ok " if correct(r, preds[-1]) else "BAD"
-                    print(f"  {mark} {r['query'][:50]!r} -> {preds[-1]}  reply={' '.join(reply.split())[:90]!r}",
-                          flush=True)
+                    print(
+                        f"  {mark} {r['query'][:50]!r} -> {preds[-1]}  reply={' '.join(reply.split())[:90]!r}",
+                        flush=True,
+                    )
             per_q = (time.perf_counter() - start) / len(rows)
-            results.append(accuracy_table(f"LogicalSelector, local SmolLM2-135M ({len(rows)} q)", rows, preds))
-            llm_note = f"LogicalSelector/SmolLM2: {per_q:.2f} s per question; replies: {dict(statuses)}"
+            results.append(
+                accuracy_table(f"LogicalSelector, local SmolLM2-135M ({len(rows)} q)", rows, preds)
+            )
+            llm_note = (
+                f"LogicalSelector/SmolLM2: {per_q:.2f} s per question; replies: {dict(statuses)}"
+            )
 
     # ------------------------------------------------------------------ accuracy table
     kinds = ["in_scope", "ambiguous", "out_of_scope"]
-    print("\nRouting accuracy on the test split (top-1 decision; out-of-scope is right only as 'no route')\n")
-    print(f"| {'selector':55s} | {'all':>6s} | {'in scope':>8s} | {'ambiguous':>9s} | {'out of scope':>12s} |")
+    print(
+        "\nRouting accuracy on the test split (top-1 decision; out-of-scope is right only as 'no route')\n"
+    )
+    print(
+        f"| {'selector':55s} | {'all':>6s} | {'in scope':>8s} | {'ambiguous':>9s} | {'out of scope':>12s} |"
+    )
     print(f"|{'-' * 57}|{'-' * 8}|{'-' * 10}|{'-' * 11}|{'-' * 14}|")
     for res in results:
-        cells = " | ".join(f"{pct(res.get(k, float('nan'))):>{w}s}" for k, w in zip(kinds, (8, 9, 12)))
+        cells = " | ".join(
+            f"{pct(res.get(k, float('nan'))):>{w}s}" for k, w in zip(kinds, (8, 9, 12))
+        )
         print(f"| {res['selector']:55s} | {pct(res['all']):>6s} | {cells} |")
     if llm_note:
         print(f"\n{llm_note}")
     for name, report in fitted_reports.items():
         th = ", ".join(f"{k} {v:.3f}" for k, v in report.thresholds.items())
-        print(f"\n{name}: calib accuracy {pct(report.accuracy_before)} -> {pct(report.accuracy_after)}; "
-              f"thresholds: {th}")
+        print(
+            f"\n{name}: calib accuracy {pct(report.accuracy_before)} -> {pct(report.accuracy_after)}; "
+            f"thresholds: {th}"
+        )
 
     if args.only_llm or args.skip_latency:
         return
@@ -262,16 +339,26 @@ def main() -> None:
     embed_ms = median_ms(embed.get_query_embedding, queries)
     bundles = [QueryBundle(q, embedding=embed.get_query_embedding(q)) for q in queries]
     route_only_ms = median_ms(lambda b: ours.route(b), bundles, repeats=5)
-    print(f"\nLatency per query after warm-up (median over {len(queries)} test questions, CPU, "
-          f"{sum(len(r.texts()) for r in ROUTES)} route texts for ours, {len(ROUTES)} descriptions for core)\n")
+    print(
+        f"\nLatency per query after warm-up (median over {len(queries)} test questions, CPU, "
+        f"{sum(len(r.texts()) for r in ROUTES)} route texts for ours, {len(ROUTES)} descriptions for core)\n"
+    )
     print("| step | ours (SemanticSelector) | core EmbeddingSingleSelector | core / ours |")
     print("|---|---:|---:|---:|")
-    print(f"| select(), query embedding included | {ours_ms:.1f} ms | {core_ms:.1f} ms | {core_ms / ours_ms:.1f}x |")
+    print(
+        f"| select(), query embedding included | {ours_ms:.1f} ms | {core_ms:.1f} ms | {core_ms / ours_ms:.1f}x |"
+    )
     print(f"| routing step alone (query already embedded) | {route_only_ms:.3f} ms | n/a | |")
-    print(f"| one query embedding (MiniLM, for reference) | {embed_ms:.1f} ms | {embed_ms:.1f} ms | |")
-    print(f"| route texts embedded during {len(queries)} queries | {ours_embed.texts} | {core_embed2.texts} | |")
-    print(f"| route texts embedded per query | {ours_embed.texts / len(queries):.1f} | "
-          f"{core_embed2.texts / len(queries):.1f} (accuracy run: {core_texts_per_query:.1f}) | |")
+    print(
+        f"| one query embedding (MiniLM, for reference) | {embed_ms:.1f} ms | {embed_ms:.1f} ms | |"
+    )
+    print(
+        f"| route texts embedded during {len(queries)} queries | {ours_embed.texts} | {core_embed2.texts} | |"
+    )
+    print(
+        f"| route texts embedded per query | {ours_embed.texts / len(queries):.1f} | "
+        f"{core_embed2.texts / len(queries):.1f} (accuracy run: {core_texts_per_query:.1f}) | |"
+    )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ DOCS = [
 ]
 
 if __name__ == "__main__":
-    pack = RagPack(DOCS, uri="./rag_pack_data/examples.db", collection_name="quickstart", overwrite=True)
+    pack = RagPack(
+        DOCS, uri="./rag_pack_data/examples.db", collection_name="quickstart", overwrite=True
+    )
     question = "What kinds of search does Milvus support?"
     response = pack.run(question)
     print("models:", pack.describe())

@@ -40,8 +40,8 @@ from llama_index_rag_pack.routing import (
     Route,
     RoutedRagPack,
     RouteSelection,
-    RoutingError,
     RouteSource,
+    RoutingError,
     SemanticSelector,
 )
 from llama_index_rag_pack.transforms import HyDERetriever, RewriteRetriever

@@ -60,7 +60,14 @@ def _configure_logging(verbose: bool) -> None:
         level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     logging.getLogger("llama_index_rag_pack").setLevel(logging.INFO if verbose else logging.WARNING)
-    for noisy in ("milvus_lite", "pymilvus", "grpc", "httpx", "sentence_transformers", "transformers"):
+    for noisy in (
+        "milvus_lite",
+        "pymilvus",
+        "grpc",
+        "httpx",
+        "sentence_transformers",
+        "transformers",
+    ):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -84,7 +91,13 @@ def _print_models(pack: Any) -> None:
 
 def _source_label(node: Any) -> str:
     meta = node.metadata or {}
-    return str(meta.get("title") or meta.get("file_name") or meta.get("file_path") or meta.get("url") or node.node_id)
+    return str(
+        meta.get("title")
+        or meta.get("file_name")
+        or meta.get("file_path")
+        or meta.get("url")
+        or node.node_id
+    )
 
 
 def _print_sources(source_nodes: Sequence[Any]) -> None:
@@ -156,8 +169,14 @@ def cmd_ask(args: argparse.Namespace) -> int:
         llm.load()
     _print_models(pack)
     _out()
-    _answer(pack, args.question, mode=args.mode, stream=not args.no_stream, fmt=args.format,
-            citations=not args.no_citations)
+    _answer(
+        pack,
+        args.question,
+        mode=args.mode,
+        stream=not args.no_stream,
+        fmt=args.format,
+        citations=not args.no_citations,
+    )
     return 0
 
 
@@ -168,10 +187,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     timings: dict[str, float] = {}
     kwargs = _pack_kwargs(args)
-    kwargs["uri"] = args.uri or os.path.join(os.environ.get("RAG_PACK_DATA_DIR", "rag_pack_data"), "demo.db")
+    kwargs["uri"] = args.uri or os.path.join(
+        os.environ.get("RAG_PACK_DATA_DIR", "rag_pack_data"), "demo.db"
+    )
     titles = args.titles or list(DEMO_TITLES)
     # one collection per set of articles, so another --titles never reuses a different index
-    suffix = "" if titles == list(DEMO_TITLES) else "_" + hashlib.sha1("\n".join(titles).encode()).hexdigest()[:8]
+    suffix = (
+        ""
+        if titles == list(DEMO_TITLES)
+        else "_" + hashlib.sha1("\n".join(titles).encode()).hexdigest()[:8]
+    )
     kwargs["collection_name"] = args.collection or f"demo_wikipedia{suffix}"
     _out("rag-pack demo: Wikipedia articles shipped offline in the gensim wheel\n")
     with _step(f"loading {len(titles)} Wikipedia articles", timings):
@@ -188,10 +213,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
                 pack = None
     if pack is None:
         with _step("chunking, embedding and indexing into Milvus", timings):
-            pack = RagPack(documents, overwrite=True, similarity_top_k=args.top_k, show_progress=True, **kwargs)
+            pack = RagPack(
+                documents, overwrite=True, similarity_top_k=args.top_k, show_progress=True, **kwargs
+            )
     else:
         _out("  reusing the existing index (pass --rebuild to index again)")
-    _out(f"  {pack.count()} chunks in collection {pack.vector_store.collection_name!r} at {kwargs['uri']}")
+    _out(
+        f"  {pack.count()} chunks in collection {pack.vector_store.collection_name!r} at {kwargs['uri']}"
+    )
     with _step("loading the LLM", timings):
         llm = pack.llm
         if hasattr(llm, "load"):
@@ -201,7 +230,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         _out(f"\nQ: {question}")
         start = time.perf_counter()
         _out("A: ", end="")
-        _answer(pack, question, mode=args.mode, stream=True, fmt=args.format, citations=not args.no_citations)
+        _answer(
+            pack,
+            question,
+            mode=args.mode,
+            stream=True,
+            fmt=args.format,
+            citations=not args.no_citations,
+        )
         timings[f"answer: {question}"] = time.perf_counter() - start
     _out("\nTimings:")
     for name, seconds in timings.items():
@@ -215,20 +251,32 @@ def build_parser() -> argparse.ArgumentParser:
         prog="rag-pack",
         description="Advanced RAG over Milvus: index documents, ask questions, run the offline demo.",
     )
-    parser.add_argument("--uri", default=None, help="Milvus Lite path (*.db) or server http://host:19530 "
-                        "(default: $RAG_PACK_MILVUS_URI or ./rag_pack_data/milvus.db)")
+    parser.add_argument(
+        "--uri",
+        default=None,
+        help="Milvus Lite path (*.db) or server http://host:19530 "
+        "(default: $RAG_PACK_MILVUS_URI or ./rag_pack_data/milvus.db)",
+    )
     parser.add_argument("--collection", default=None, help="collection name (default: rag_pack)")
     parser.add_argument("--token", default=None, help="Milvus server token")
-    parser.add_argument("--llm", default=None, help="auto (default), openai, local, or a .gguf path")
-    parser.add_argument("--embed-model", default=None, help="local sentence-transformers model path")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log details and show tracebacks")
+    parser.add_argument(
+        "--llm", default=None, help="auto (default), openai, local, or a .gguf path"
+    )
+    parser.add_argument(
+        "--embed-model", default=None, help="local sentence-transformers model path"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log details and show tracebacks"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("index", help="index files or directories (txt, md, pdf, html)")
     p.add_argument("paths", nargs="+", help="files or directories")
     p.add_argument("--overwrite", action="store_true", help="drop the collection first")
     p.add_argument("--chunk-size", type=int, default=256, help="chunk size in tokens (default 256)")
-    p.add_argument("--chunk-overlap", type=int, default=32, help="chunk overlap in tokens (default 32)")
+    p.add_argument(
+        "--chunk-overlap", type=int, default=32, help="chunk overlap in tokens (default 32)"
+    )
     p.add_argument("--no-recursive", action="store_true", help="do not descend into subdirectories")
     p.set_defaults(func=cmd_index)
 
@@ -239,33 +287,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=4, help="chunks retrieved (default 4)")
     p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
     _add_citation_options(p)
-    p.add_argument("--route", action="store_true",
-                   help="route the question between collections and show which was chosen and why")
+    p.add_argument(
+        "--route",
+        action="store_true",
+        help="route the question between collections and show which was chosen and why",
+    )
     _add_route_options(p)
     p.set_defaults(func=cmd_ask)
 
-    p = sub.add_parser("demo", help="index shipped Wikipedia articles and answer questions, offline")
+    p = sub.add_parser(
+        "demo", help="index shipped Wikipedia articles and answer questions, offline"
+    )
     p.add_argument("--titles", nargs="+", default=None, help="article titles to index")
-    p.add_argument("--question", dest="questions", action="append", default=None, help="a question (repeatable)")
+    p.add_argument(
+        "--question",
+        dest="questions",
+        action="append",
+        default=None,
+        help="a question (repeatable)",
+    )
     p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
     p.add_argument("--top-k", type=int, default=3, help="chunks retrieved (default 3)")
     _add_citation_options(p)
-    p.add_argument("--rebuild", action="store_true", help="index again even if the demo index exists")
+    p.add_argument(
+        "--rebuild", action="store_true", help="index again even if the demo index exists"
+    )
     p.set_defaults(func=cmd_demo)
     _register_subcommands(sub)
     return parser
 
 
 def _add_citation_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--format", default="text", choices=["text", "markdown", "html"],
-                   help="how citations and the reference list are written (default text)")
-    p.add_argument("--no-citations", action="store_true",
-                   help="plain answer without citations; list the retrieved chunks instead")
+    p.add_argument(
+        "--format",
+        default="text",
+        choices=["text", "markdown", "html"],
+        help="how citations and the reference list are written (default text)",
+    )
+    p.add_argument(
+        "--no-citations",
+        action="store_true",
+        help="plain answer without citations; list the retrieved chunks instead",
+    )
 
 
 # Modules that add their own subcommands: each has ``register(subparsers)``.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("llama_index_rag_pack.routing.cli", "llama_index_rag_pack.evaluation.cli",
-                                       "llama_index_rag_pack.raptor.cli")
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "llama_index_rag_pack.routing.cli",
+    "llama_index_rag_pack.evaluation.cli",
+    "llama_index_rag_pack.raptor.cli",
+)
 
 
 def _add_route_options(p: argparse.ArgumentParser) -> None:

@@ -44,10 +44,14 @@ def load_documents(
     for raw in paths:
         path = Path(raw).expanduser()
         if not path.exists():
-            raise ConfigurationError(f"Path not found: {str(raw)!r}. Check the spelling or the working directory.")
+            raise ConfigurationError(
+                f"Path not found: {str(raw)!r}. Check the spelling or the working directory."
+            )
         if path.is_dir():
             pattern = "**/*" if recursive else "*"
-            found = sorted(p for p in path.glob(pattern) if p.is_file() and p.suffix.lower() in exts)
+            found = sorted(
+                p for p in path.glob(pattern) if p.is_file() and p.suffix.lower() in exts
+            )
             if not found:
                 logger.warning("No %s files in %s", "/".join(sorted(exts)), path)
             files.extend(found)
@@ -62,7 +66,9 @@ def load_documents(
         raise EmptyCorpusError(
             f"No supported files ({', '.join(sorted(exts))}) under {', '.join(map(str, paths))}."
         )
-    reader = SimpleDirectoryReader(input_files=[str(f) for f in dict.fromkeys(files)], filename_as_id=True)
+    reader = SimpleDirectoryReader(
+        input_files=[str(f) for f in dict.fromkeys(files)], filename_as_id=True
+    )
     documents = reader.load_data(show_progress=show_progress)
     return drop_blank_documents(documents)
 

@@ -114,7 +114,9 @@ class LocalGGUFLLM(CustomLLM):
         self._ensure_loaded()
         payload = [{"role": m.role.value, "content": m.content or ""} for m in messages]
         if getattr(self._tokenizer, "chat_template", None):
-            return self._tokenizer.apply_chat_template(payload, add_generation_prompt=True, tokenize=False)
+            return self._tokenizer.apply_chat_template(
+                payload, add_generation_prompt=True, tokenize=False
+            )
         return "\n".join(f"{m['role']}: {m['content']}" for m in payload) + "\nassistant: "
 
     def _prompt_for(self, prompt: str, formatted: bool) -> str:
@@ -139,7 +141,9 @@ class LocalGGUFLLM(CustomLLM):
             output = self._model.generate(
                 **inputs, pad_token_id=self._tokenizer.eos_token_id, **self._generate_kwargs()
             )
-        return self._tokenizer.decode(output[0][inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+        return self._tokenizer.decode(
+            output[0][inputs["input_ids"].shape[1] :], skip_special_tokens=True
+        )
 
     def _generate_stream(self, text: str) -> CompletionResponseGen:
         import torch
@@ -174,11 +178,15 @@ class LocalGGUFLLM(CustomLLM):
         return CompletionResponse(text=self._generate(self._prompt_for(prompt, formatted)))
 
     @llm_completion_callback()
-    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+    def stream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseGen:
         return self._generate_stream(self._prompt_for(prompt, formatted))
 
     @llm_completion_callback()
-    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+    async def acomplete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponse:
         text = await asyncio.to_thread(self._prompt_for, prompt, formatted)
         return CompletionResponse(text=await asyncio.to_thread(self._generate, text))
 
@@ -211,7 +219,9 @@ class LocalGGUFLLM(CustomLLM):
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text))
 
     @llm_chat_callback()
-    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
+    async def astream_chat(
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> ChatResponseAsyncGen:
         sync_gen = self.stream_chat(messages)
         return _aiter_in_thread(sync_gen)
 

@@ -237,7 +237,9 @@ def loop_safe_store_class() -> type:
         async def adelete(self, ref_doc_id: str, **kwargs: Any) -> None:
             await asyncio.to_thread(self.delete, ref_doc_id, **kwargs)
 
-        async def adelete_nodes(self, node_ids: Any = None, filters: Any = None, **kwargs: Any) -> None:
+        async def adelete_nodes(
+            self, node_ids: Any = None, filters: Any = None, **kwargs: Any
+        ) -> None:
             await asyncio.to_thread(self.delete_nodes, node_ids, filters, **kwargs)
 
         async def aclear(self) -> None:

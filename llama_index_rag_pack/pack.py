@@ -8,7 +8,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.response.schema import RESPONSE_TYPE
@@ -60,7 +60,9 @@ class RetrievalMode(str, Enum):
             return cls(value)
         except ValueError:
             valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(f"Unknown retrieval mode {value!r}; valid modes: {valid}.") from None
+            raise ConfigurationError(
+                f"Unknown retrieval mode {value!r}; valid modes: {valid}."
+            ) from None
 
 
 class RagPack(BaseLlamaPack):
@@ -221,7 +223,9 @@ class RagPack(BaseLlamaPack):
         return milvus_utils.count_entities(self.vector_store)
 
     # ------------------------------------------------------------------ retrieval and answers
-    def retriever(self, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any) -> BaseRetriever:
+    def retriever(
+        self, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any
+    ) -> BaseRetriever:
         """The retriever for ``mode`` (cached per mode and arguments)."""
         mode = RetrievalMode.parse(mode)
         key = (mode, tuple(sorted(kwargs.items())))
@@ -239,7 +243,9 @@ class RagPack(BaseLlamaPack):
         return build_route_retriever(self, **kwargs)
 
     # fusion / hybrid / query transforms (llama_index_rag_pack.fusion, .transforms)
-    def _milvus_hybrid(self, search_type: str, similarity_top_k: int | None, **kwargs: Any) -> BaseRetriever:
+    def _milvus_hybrid(
+        self, search_type: str, similarity_top_k: int | None, **kwargs: Any
+    ) -> BaseRetriever:
         from llama_index_rag_pack.fusion import MilvusHybridRetriever
 
         return MilvusHybridRetriever(
@@ -254,7 +260,9 @@ class RagPack(BaseLlamaPack):
     def _build_bm25_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
         return self._milvus_hybrid("sparse", similarity_top_k)
 
-    def _build_hybrid_retriever(self, similarity_top_k: int | None = None, rrf_k: float = 60.0) -> BaseRetriever:
+    def _build_hybrid_retriever(
+        self, similarity_top_k: int | None = None, rrf_k: float = 60.0
+    ) -> BaseRetriever:
         return self._milvus_hybrid("hybrid", similarity_top_k, ranker="rrf", rrf_k=rrf_k)
 
     def _build_hybrid_weighted_retriever(
@@ -289,7 +297,10 @@ class RagPack(BaseLlamaPack):
         )
 
     def _build_hyde_retriever(
-        self, similarity_top_k: int | None = None, num_hypotheses: int = 1, include_query: bool = False
+        self,
+        similarity_top_k: int | None = None,
+        num_hypotheses: int = 1,
+        include_query: bool = False,
     ) -> BaseRetriever:
         from llama_index_rag_pack.transforms import HyDERetriever
 
@@ -307,7 +318,9 @@ class RagPack(BaseLlamaPack):
 
         return pack_raptor_retriever(self, "collapsed", similarity_top_k)
 
-    def _build_raptor_traversal_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
+    def _build_raptor_traversal_retriever(
+        self, similarity_top_k: int | None = None
+    ) -> BaseRetriever:
         from llama_index_rag_pack.raptor.integration import pack_raptor_retriever
 
         return pack_raptor_retriever(self, "tree_traversal", similarity_top_k)
@@ -341,7 +354,11 @@ class RagPack(BaseLlamaPack):
 
         mode = RetrievalMode.parse(mode)
         style_key = citation_style if isinstance(citation_style, str) else id(citation_style)
-        key = (mode, streaming, citations, style_key, citation_mode) if citations else (mode, streaming)
+        key = (
+            (mode, streaming, citations, style_key, citation_mode)
+            if citations
+            else (mode, streaming)
+        )
         if key not in self._query_engines:
             if citations:
                 from llama_index_rag_pack.citations import CitedQueryEngine
@@ -378,8 +395,13 @@ class RagPack(BaseLlamaPack):
             "retriever": self.retriever(),
             "query_engine": self.query_engine,
         }
-        for mode in (RetrievalMode.BM25, RetrievalMode.HYBRID, RetrievalMode.FUSION,
-                     RetrievalMode.HYDE, RetrievalMode.REWRITE):
+        for mode in (
+            RetrievalMode.BM25,
+            RetrievalMode.HYBRID,
+            RetrievalMode.FUSION,
+            RetrievalMode.HYDE,
+            RetrievalMode.REWRITE,
+        ):
             try:
                 modules[f"{mode.value}_retriever"] = self.retriever(mode)
             except ConfigurationError as e:  # e.g. a collection indexed without BM25
@@ -391,7 +413,9 @@ class RagPack(BaseLlamaPack):
             logger.info("get_modules: no raptor retriever (%s)", e)
         return modules
 
-    def run(self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any) -> RESPONSE_TYPE:
+    def run(
+        self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any
+    ) -> RESPONSE_TYPE:
         """Answer ``query`` with the query engine of ``mode``."""
         _check_query(query)
         return self.make_query_engine(mode, **kwargs).query(query)

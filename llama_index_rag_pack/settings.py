@@ -183,7 +183,9 @@ def _local_from_env(path: str | None, required: bool) -> LLM | None:
             f"Local LLM file not found: {path!r}. Set RAG_PACK_LLM_PATH (or --llm) to an existing "
             ".gguf file."
         )
-    missing = [m for m in ("transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None]
+    missing = [
+        m for m in ("transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None
+    ]
     if missing:
         raise LLMNotConfiguredError(
             f"The local LLM needs {', '.join(missing)}: `pip install 'llama-index-rag-pack[local]'`."
@@ -209,7 +211,9 @@ def resolve_llm(llm: LLM | str | None = None) -> LLM:
         return llm
     choice = (llm or os.environ.get("RAG_PACK_LLM") or "auto").strip()
     lowered = choice.lower()
-    if lowered.endswith(".gguf") or (lowered not in LLM_CHOICES and ("/" in choice or os.sep in choice)):
+    if lowered.endswith(".gguf") or (
+        lowered not in LLM_CHOICES and ("/" in choice or os.sep in choice)
+    ):
         resolved = _local_from_env(choice, required=True)
     elif lowered == "openai":
         resolved = _openai_from_env(required=True)
@@ -259,7 +263,9 @@ def describe_llm(llm: Any) -> str:
 
     if isinstance(llm, LocalGGUFLLM):
         return f"local GGUF {Path(llm.model_path).name} (CPU)"
-    model = getattr(llm, "model", None) or getattr(getattr(llm, "metadata", None), "model_name", None)
+    model = getattr(llm, "model", None) or getattr(
+        getattr(llm, "metadata", None), "model_name", None
+    )
     api_base = getattr(llm, "api_base", None)
     name = type(llm).__name__
     if api_base and "api.openai.com" not in str(api_base):

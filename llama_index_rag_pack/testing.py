@@ -199,11 +199,15 @@ class ScriptedLLM(FunctionCallingLLM):
         kwargs: dict[str, Any] = {}
         if isinstance(reply, ToolCallReply):
             kwargs["tool_calls"] = [
-                ToolSelection(tool_id=f"call_{i}", tool_name=reply.name, tool_kwargs=reply.arguments)
+                ToolSelection(
+                    tool_id=f"call_{i}", tool_name=reply.name, tool_kwargs=reply.arguments
+                )
                 for i in range(1)
             ]
         return ChatResponse(
-            message=ChatMessage(role=MessageRole.ASSISTANT, content=self._text(reply), additional_kwargs=kwargs)
+            message=ChatMessage(
+                role=MessageRole.ASSISTANT, content=self._text(reply), additional_kwargs=kwargs
+            )
         )
 
     # ------------------------------------------------------------------ completion API
@@ -212,11 +216,15 @@ class ScriptedLLM(FunctionCallingLLM):
         return CompletionResponse(text=self._text(self._sync_reply(prompt, "complete")))
 
     @llm_completion_callback()
-    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+    async def acomplete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponse:
         return CompletionResponse(text=self._text(await self._async_reply(prompt)))
 
     @llm_completion_callback()
-    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+    def stream_complete(
+        self, prompt: str, formatted: bool = False, **kwargs: Any
+    ) -> CompletionResponseGen:
         text = self._text(self._sync_reply(prompt, "stream_complete"))
 
         def gen() -> CompletionResponseGen:
@@ -258,19 +266,25 @@ class ScriptedLLM(FunctionCallingLLM):
             acc = ""
             for delta in self._split(text):
                 acc += delta
-                yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=acc), delta=delta)
+                yield ChatResponse(
+                    message=ChatMessage(role=MessageRole.ASSISTANT, content=acc), delta=delta
+                )
 
         return gen()
 
     @llm_chat_callback()
-    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
+    async def astream_chat(
+        self, messages: Sequence[ChatMessage], **kwargs: Any
+    ) -> ChatResponseAsyncGen:
         text = self._text(await self._async_reply(self._join(messages)))
 
         async def gen() -> ChatResponseAsyncGen:
             acc = ""
             for delta in self._split(text):
                 acc += delta
-                yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=acc), delta=delta)
+                yield ChatResponse(
+                    message=ChatMessage(role=MessageRole.ASSISTANT, content=acc), delta=delta
+                )
 
         return gen()
 

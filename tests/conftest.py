@@ -17,8 +17,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Never pick up a developer's real OpenAI configuration in tests.
-for _var in ("OPENAI_API_KEY", "OPENAI_API_BASE", "OPENAI_BASE_URL", "RAG_PACK_LLM", "RAG_PACK_LLM_API_BASE",
-             "RAG_PACK_LLM_PATH", "RAG_PACK_MILVUS_URI", "RAG_PACK_EMBED_MODEL", "RAG_PACK_COLLECTION"):
+for _var in (
+    "OPENAI_API_KEY",
+    "OPENAI_API_BASE",
+    "OPENAI_BASE_URL",
+    "RAG_PACK_LLM",
+    "RAG_PACK_LLM_API_BASE",
+    "RAG_PACK_LLM_PATH",
+    "RAG_PACK_MILVUS_URI",
+    "RAG_PACK_EMBED_MODEL",
+    "RAG_PACK_COLLECTION",
+):
     os.environ.pop(_var, None)
 
 import shutil

@@ -16,9 +16,13 @@ from llama_index_rag_pack.cli import main
 def corpus(tmp_path: Path) -> Path:
     root = tmp_path / "corpus"
     (root / "sub").mkdir(parents=True)
-    (root / "milvus.md").write_text("# Milvus\n\nMilvus is an open-source vector database built for AI.")
+    (root / "milvus.md").write_text(
+        "# Milvus\n\nMilvus is an open-source vector database built for AI."
+    )
     (root / "sub" / "aardvark.txt").write_text("The aardvark eats ants and termites.")
-    (root / "page.html").write_text("<html><body><h1>Abacus</h1><p>The abacus is a counting frame.</p></body></html>")
+    (root / "page.html").write_text(
+        "<html><body><h1>Abacus</h1><p>The abacus is a counting frame.</p></body></html>"
+    )
     (root / "ignored.bin").write_bytes(b"\x00\x01")
     return root
 
@@ -48,8 +52,14 @@ def test_ask_with_an_unusable_llm_is_a_clear_error(corpus: Path, tmp_path: Path,
     ("argv", "message"),
     [
         (["index", "/definitely/not/here"], "error: Path not found: '/definitely/not/here'"),
-        (["--uri", "http://127.0.0.1:9", "ask", "hi"], "error: Cannot reach Milvus at http://127.0.0.1:9"),
-        (["--uri", "not-a-db-path", "ask", "hi"], "error: Milvus Lite needs a path ending in '.db'"),
+        (
+            ["--uri", "http://127.0.0.1:9", "ask", "hi"],
+            "error: Cannot reach Milvus at http://127.0.0.1:9",
+        ),
+        (
+            ["--uri", "not-a-db-path", "ask", "hi"],
+            "error: Milvus Lite needs a path ending in '.db'",
+        ),
     ],
 )
 def test_user_errors_print_one_line_and_exit_2(argv, message, capsys) -> None:
@@ -96,8 +106,20 @@ def test_demo_answers_offline_with_the_local_llm(tmp_path: Path) -> None:
     env = {**os.environ, "RAG_PACK_DATA_DIR": str(tmp_path), "HF_HUB_OFFLINE": "1"}
     exe = Path(sys.executable).parent / "rag-pack"
     out = subprocess.run(
-        [str(exe), "demo", "--titles", "Aardvark", "Apollo 11", "--question", "Who were the astronauts of Apollo 11?"],
-        capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
+        [
+            str(exe),
+            "demo",
+            "--titles",
+            "Aardvark",
+            "Apollo 11",
+            "--question",
+            "Who were the astronauts of Apollo 11?",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "local GGUF SmolLM2-135M-Instruct" in out.stdout

@@ -37,29 +37,63 @@ DOCS = {
 }
 
 QUESTIONS = [
-    ("q1", "Which nocturnal African mammal digs out termites with its claws?", "aardvark", "doc:aardvark",
-     "It feeds almost exclusively on ants and termites, which it digs out with strong claws."),
-    ("q2", "In what year did the lunar module Eagle land on the Moon?", "1969", "doc:apollo",
-     "Neil Armstrong and Buzz Aldrin landed the lunar module Eagle on 20 July 1969."),
-    ("q3", "What calculating tool was used in China before Hindu-Arabic numerals?", "abacus", "doc:abacus",
-     "The abacus is a calculating tool used in Europe, China and Russia centuries before the adoption "
-     "of the Hindu-Arabic numeral system."),
-    ("q4", "The writings attributed to whom are a primary source of alchemical theory?", "Hermes Trismegistus",
-     "doc:alchemy", "The writings attributed to Hermes Trismegistus are a primary source of alchemical theory."),
-    ("q5", "What black viscous petroleum liquid is used in road construction?", "asphalt", "doc:asphalt",
-     "Asphalt is a sticky, black and highly viscous liquid form of petroleum, used mainly in road "
-     "construction as the glue for aggregate particles."),
-    ("q6", "Who developed the Japanese martial art aikido?", "Morihei Ueshiba", "doc:aikido",
-     "Aikido is a Japanese martial art developed by Morihei Ueshiba as a synthesis of his martial "
-     "studies, philosophy and religious beliefs."),
+    (
+        "q1",
+        "Which nocturnal African mammal digs out termites with its claws?",
+        "aardvark",
+        "doc:aardvark",
+        "It feeds almost exclusively on ants and termites, which it digs out with strong claws.",
+    ),
+    (
+        "q2",
+        "In what year did the lunar module Eagle land on the Moon?",
+        "1969",
+        "doc:apollo",
+        "Neil Armstrong and Buzz Aldrin landed the lunar module Eagle on 20 July 1969.",
+    ),
+    (
+        "q3",
+        "What calculating tool was used in China before Hindu-Arabic numerals?",
+        "abacus",
+        "doc:abacus",
+        "The abacus is a calculating tool used in Europe, China and Russia centuries before the adoption "
+        "of the Hindu-Arabic numeral system.",
+    ),
+    (
+        "q4",
+        "The writings attributed to whom are a primary source of alchemical theory?",
+        "Hermes Trismegistus",
+        "doc:alchemy",
+        "The writings attributed to Hermes Trismegistus are a primary source of alchemical theory.",
+    ),
+    (
+        "q5",
+        "What black viscous petroleum liquid is used in road construction?",
+        "asphalt",
+        "doc:asphalt",
+        "Asphalt is a sticky, black and highly viscous liquid form of petroleum, used mainly in road "
+        "construction as the glue for aggregate particles.",
+    ),
+    (
+        "q6",
+        "Who developed the Japanese martial art aikido?",
+        "Morihei Ueshiba",
+        "doc:aikido",
+        "Aikido is a Japanese martial art developed by Morihei Ueshiba as a synthesis of his martial "
+        "studies, philosophy and religious beliefs.",
+    ),
 ]
 
 
 def make_set() -> LabelledSet:
     return LabelledSet(
         "tiny",
-        [LabelledExample(id=i, question=q, answers=(a,), relevant_ids=(d,), evidence=(e,), type="t")
-         for i, q, a, d, e in QUESTIONS],
+        [
+            LabelledExample(
+                id=i, question=q, answers=(a,), relevant_ids=(d,), evidence=(e,), type="t"
+            )
+            for i, q, a, d, e in QUESTIONS
+        ],
         corpus="custom",
     )
 
@@ -82,7 +116,9 @@ def harness_factory(tmp_path: Path, index_cache: Path, embed_model: Any):
         kwargs.setdefault("top_k", 5)
         kwargs.setdefault("ks", (1, 3, 5))
         kwargs.setdefault("llm", "none")
-        return EvalHarness(dataset or make_set(), documents=documents(), embed_model=embed_model, **kwargs)
+        return EvalHarness(
+            dataset or make_set(), documents=documents(), embed_model=embed_model, **kwargs
+        )
 
     return make
 
@@ -113,7 +149,9 @@ def test_dense_and_bm25_find_the_relevant_documents(harness_factory) -> None:
     for row in rows.values():
         assert row.status == "ok", row.note
         assert row.n == 6
-        assert row.metrics["recall@5"] == 1.0  # 6 documents, top 5: every question finds its document
+        assert (
+            row.metrics["recall@5"] == 1.0
+        )  # 6 documents, top 5: every question finds its document
         assert row.metrics["recall@1"] >= 5 / 6
         assert row.metrics["mrr@5"] >= row.metrics["recall@1"]
         assert row.metrics["evidence@5"] == 1.0  # each document is one chunk holding its sentence
@@ -121,13 +159,17 @@ def test_dense_and_bm25_find_the_relevant_documents(harness_factory) -> None:
         assert row.metrics["latency_ms"] > 0
 
 
-def test_a_worse_ranking_scores_worse_and_is_not_served_from_cache(harness_factory, tmp_path: Path) -> None:
+def test_a_worse_ranking_scores_worse_and_is_not_served_from_cache(
+    harness_factory, tmp_path: Path
+) -> None:
     good = harness_factory().run("vector").rows[0]
 
     def worst_pack(docs: Any, **kwargs: Any) -> RagPack:
         return WorstFirstPack.open(**kwargs) if docs is None else WorstFirstPack(docs, **kwargs)
 
-    bad = harness_factory(pack_factory=worst_pack, cache_dir=tmp_path / "worst").run("vector").rows[0]
+    bad = (
+        harness_factory(pack_factory=worst_pack, cache_dir=tmp_path / "worst").run("vector").rows[0]
+    )
     assert bad.cached == 0  # another retriever builder: another cache key
     assert bad.metrics["recall@1"] < good.metrics["recall@1"]
     assert bad.metrics["mrr@5"] < 0.5 < good.metrics["mrr@5"]
@@ -146,8 +188,11 @@ def test_results_are_cached_per_strategy_and_question(harness_factory) -> None:
     data = make_set()
     edited = data.examples[0]
     data.examples[0] = LabelledExample(
-        id=edited.id, question="Which African mammal eats ants?", answers=edited.answers,
-        relevant_ids=edited.relevant_ids, evidence=edited.evidence,
+        id=edited.id,
+        question="Which African mammal eats ants?",
+        answers=edited.answers,
+        relevant_ids=edited.relevant_ids,
+        evidence=edited.evidence,
     )
     changed = harness_factory(data).run("vector")
     assert changed.rows[0].cached == 5
@@ -207,14 +252,22 @@ def test_llm_strategies_are_skipped_without_an_llm(harness_factory) -> None:
     for name in ("raptor", "raptor_traversal"):
         if name in rows:  # no tree was built over the evaluation index: skipped, with the command
             assert rows[name].status == "skipped"
-            assert "raptor build" in rows[name].note and "--collection eval_custom_" in rows[name].note
+            assert (
+                "raptor build" in rows[name].note and "--collection eval_custom_" in rows[name].note
+            )
     md = report.to_markdown()
     assert "Not run:" in md
 
 
 def test_answers_are_scored_with_em_and_f1(harness_factory, scripted_llm) -> None:
-    answers = {"mammal": "Answer: The aardvark.", "lunar": "1969", "calculating": '"abacus"',
-               "alchemical": "Hermes", "petroleum": "bitumen", "martial": "It was Morihei Ueshiba"}
+    answers = {
+        "mammal": "Answer: The aardvark.",
+        "lunar": "1969",
+        "calculating": '"abacus"',
+        "alchemical": "Hermes",
+        "petroleum": "bitumen",
+        "martial": "It was Morihei Ueshiba",
+    }
 
     def reply(prompt: str) -> str:
         question = prompt.rsplit("Question:", 1)[1]
@@ -242,7 +295,9 @@ def test_report_files(harness_factory, tmp_path: Path) -> None:
     assert "| vector |" in md and "| bm25 |" in md
 
 
-def test_corpus_limit_keeps_questions_about_indexed_documents(harness_factory, tmp_path: Path) -> None:
+def test_corpus_limit_keeps_questions_about_indexed_documents(
+    harness_factory, tmp_path: Path
+) -> None:
     harness = harness_factory(corpus_limit=2, cache_dir=tmp_path / "small")
     assert {ex.id for ex in harness.examples()} == {"q1", "q2"}
     assert harness.prepare().count() == 2
@@ -253,14 +308,18 @@ def test_validation_messages(harness_factory) -> None:
         harness_factory(top_k=0)
     with pytest.raises(ConfigurationError, match=r"largest k \(10\) exceeds top_k \(5\)"):
         harness_factory(ks=(1, 10))
-    with pytest.raises(ConfigurationError, match="llm_limit must be a positive integer or None, got -1"):
+    with pytest.raises(
+        ConfigurationError, match="llm_limit must be a positive integer or None, got -1"
+    ):
         harness_factory(llm_limit=-1)
     with pytest.raises(ConfigurationError, match=r"Unknown strategy 'nope'; valid: all, vector"):
         resolve_strategies("vector,nope")
     with pytest.raises(ConfigurationError, match="Unknown retrieval mode 'nope'"):
         register_strategy("x", "nope")
     bad = LabelledSet("x", [LabelledExample(id="a", question="q", relevant_ids=("doc:missing",))])
-    with pytest.raises(ConfigurationError, match="None of the 1 questions has its relevant documents"):
+    with pytest.raises(
+        ConfigurationError, match="None of the 1 questions has its relevant documents"
+    ):
         harness_factory(bad).prepare()
 
 
@@ -272,7 +331,9 @@ def test_helpers() -> None:
     sentence = "Neil Armstrong and Buzz Aldrin landed the lunar module Eagle on 20 July 1969."
     assert evidence_in_text("Before. " + sentence + " After.", [sentence])
     # split across chunks: this half holds the answer and most of the words
-    assert evidence_in_text("Buzz Aldrin landed the lunar module Eagle on 20 July 1969.", [sentence], ["1969"])
+    assert evidence_in_text(
+        "Buzz Aldrin landed the lunar module Eagle on 20 July 1969.", [sentence], ["1969"]
+    )
     assert not evidence_in_text("Neil Armstrong and Buzz", [sentence], ["1969"])
     assert clean_prediction('Answer: "Hermes Trismegistus".\nBecause...') == "Hermes Trismegistus"
     assert clean_prediction("") == ""
@@ -288,11 +349,30 @@ def test_cli_eval_writes_table_json_and_chart(tmp_path: Path, capsys) -> None:
     lines = []
     for qid, question, answer, doc, evidence in QUESTIONS:
         path = str((corpus / f"{doc.split(':')[1]}.txt").resolve())
-        lines.append(json.dumps({"id": qid, "question": question, "answers": [answer], "relevant_ids": [path]}))
+        lines.append(
+            json.dumps(
+                {"id": qid, "question": question, "answers": [answer], "relevant_ids": [path]}
+            )
+        )
     dataset = tmp_path / "mine.jsonl"
     dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    args = ["--llm", "none", "eval", "--dataset", str(dataset), "--corpus", str(corpus), "--strategies", "vector",
-            "--top-k", "5", "--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    args = [
+        "--llm",
+        "none",
+        "eval",
+        "--dataset",
+        str(dataset),
+        "--corpus",
+        str(corpus),
+        "--strategies",
+        "vector",
+        "--top-k",
+        "5",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "| vector | 1.000 |" in out or "| vector |" in out

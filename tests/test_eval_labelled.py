@@ -19,7 +19,10 @@ from llama_index_rag_pack.evaluation.labelled import (
 
 
 def _write(path: Path, lines: list[object]) -> Path:
-    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines) + "\n",
+        encoding="utf-8",
+    )
     return path
 
 
@@ -27,9 +30,20 @@ def test_load_round_trip_and_defaults(tmp_path: Path) -> None:
     path = _write(
         tmp_path / "mine.jsonl",
         [
-            {"question": "Who?", "answers": "Ada", "relevant_ids": ["doc:1"], "corpus": "docs", "difficulty": 2},
+            {
+                "question": "Who?",
+                "answers": "Ada",
+                "relevant_ids": ["doc:1"],
+                "corpus": "docs",
+                "difficulty": 2,
+            },
             "",
-            {"id": "x", "question": " What? ", "relevant_ids": ["doc:2", "doc:3"], "corpus": "docs"},
+            {
+                "id": "x",
+                "question": " What? ",
+                "relevant_ids": ["doc:2", "doc:3"],
+                "corpus": "docs",
+            },
         ],
     )
     (tmp_path / "docs").mkdir()
@@ -54,9 +68,18 @@ def test_load_round_trip_and_defaults(tmp_path: Path) -> None:
         (['{"question": "ok"}', "{not json"], r"bad\.jsonl:2: invalid JSON"),
         (['{"question": ""}'], r"bad\.jsonl:1: 'question' must be a non-empty string"),
         (['["a list"]'], r"bad\.jsonl:1: expected a JSON object, got list"),
-        (['{"question": "q", "relevant_ids": 5}'], r"bad\.jsonl:1: 'relevant_ids' must be a string or a list"),
-        (['{"id": "a", "question": "q"}', '{"id": "a", "question": "r"}'], r"bad\.jsonl:2: duplicate id 'a'"),
-        (['{"question": "q", "corpus": "wikipedia"}', '{"question": "r", "corpus": "lee"}'], r"mixes corpora"),
+        (
+            ['{"question": "q", "relevant_ids": 5}'],
+            r"bad\.jsonl:1: 'relevant_ids' must be a string or a list",
+        ),
+        (
+            ['{"id": "a", "question": "q"}', '{"id": "a", "question": "r"}'],
+            r"bad\.jsonl:2: duplicate id 'a'",
+        ),
+        (
+            ['{"question": "q", "corpus": "wikipedia"}', '{"question": "r", "corpus": "lee"}'],
+            r"mixes corpora",
+        ),
         ([""], r"holds no questions"),
     ],
 )

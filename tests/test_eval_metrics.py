@@ -148,15 +148,21 @@ def test_ranking_metric_properties(retrieved: list[str], relevant: set[str], k: 
     relevant=st.sets(ids, min_size=1, max_size=6),
     data=st.data(),
 )
-def test_ndcg_matches_sklearn(retrieved: list[str], relevant: set[str], data: st.DataObject) -> None:
+def test_ndcg_matches_sklearn(
+    retrieved: list[str], relevant: set[str], data: st.DataObject
+) -> None:
     from sklearn.metrics import ndcg_score
 
     k = data.draw(st.integers(min_value=1, max_value=len(retrieved)))
     universe = sorted(set(retrieved) | relevant | {"z1", "z2"})
     y_true = [[1.0 if u in relevant else 0.0 for u in universe]]
     # retrieved items get descending scores; the rest rank below every retrieved one
-    y_score = [[float(len(retrieved) - retrieved.index(u)) if u in retrieved else -1.0 - i
-                for i, u in enumerate(universe)]]
+    y_score = [
+        [
+            float(len(retrieved) - retrieved.index(u)) if u in retrieved else -1.0 - i
+            for i, u in enumerate(universe)
+        ]
+    ]
     assert ndcg_at_k(retrieved, relevant, k) == pytest.approx(ndcg_score(y_true, y_score, k=k))
 
 

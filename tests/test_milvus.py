@@ -14,19 +14,31 @@ from llama_index.core.schema import TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
 
 from llama_index_rag_pack import milvus
-from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError, MilvusUnavailableError
+from llama_index_rag_pack.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    MilvusUnavailableError,
+)
 
 
 def _nodes(n: int = 5, dim: int = 8) -> list[TextNode]:
     return [
-        TextNode(id_=f"n{i}", text=f"node number {i}", embedding=[1.0 if j == i % dim else 0.0 for j in range(dim)])
+        TextNode(
+            id_=f"n{i}",
+            text=f"node number {i}",
+            embedding=[1.0 if j == i % dim else 0.0 for j in range(dim)],
+        )
         for i in range(n)
     ]
 
 
 def _run(code: str, cwd: Path) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -69,7 +81,9 @@ def test_reopened_collection_is_loaded_and_searchable(tmp_path: Path) -> None:
     milvus.flush(store)
     store.client.release_collection("c")  # what Milvus Lite does on reopen
     again = milvus.open_vector_store(uri, "c", dim=8, must_exist=True)
-    result = again.query(VectorStoreQuery(query_embedding=[0, 0, 1.0, 0, 0, 0, 0, 0], similarity_top_k=1))
+    result = again.query(
+        VectorStoreQuery(query_embedding=[0, 0, 1.0, 0, 0, 0, 0, 0], similarity_top_k=1)
+    )
     assert result.nodes[0].node_id == "n2"
     assert milvus.count_entities(again) == 5
     assert milvus.has_bm25(again.client, "c")
@@ -124,14 +138,20 @@ def test_bad_metric() -> None:
 def test_database_locked_by_another_process(tmp_path: Path) -> None:
     uri = str(tmp_path / "locked.db")
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
             import sys, time
             from llama_index_rag_pack.milvus import open_vector_store
             open_vector_store({uri!r}, "c", dim=8)
             print("ready", flush=True)
             time.sleep(60)
-        """)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        """),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
@@ -148,7 +168,9 @@ def test_same_code_against_a_milvus_server(milvus_server: str) -> None:
     store = milvus.open_vector_store(milvus_server, "server_c", dim=8, overwrite=True)
     store.add(_nodes())
     milvus.flush(store)
-    result = store.query(VectorStoreQuery(query_embedding=[0, 1.0, 0, 0, 0, 0, 0, 0], similarity_top_k=2))
+    result = store.query(
+        VectorStoreQuery(query_embedding=[0, 1.0, 0, 0, 0, 0, 0, 0], similarity_top_k=2)
+    )
     assert result.nodes[0].node_id == "n1"
     reopened = milvus.open_vector_store(milvus_server, "server_c", dim=8, must_exist=True)
     assert milvus.count_entities(reopened) == 5

@@ -11,28 +11,50 @@ from llama_index.core.base.base_retriever import BaseRetriever
 
 from llama_index_rag_pack import RagPack
 from llama_index_rag_pack._compat import BaseLlamaPack
-from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError, EmptyCorpusError
+from llama_index_rag_pack.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    EmptyCorpusError,
+)
 
 DOCS = [
-    Document(id_="aardvark", text="The aardvark is a nocturnal mammal of Africa. It eats ants and termites.",
-             metadata={"title": "Aardvark"}),
-    Document(id_="apollo", text="Apollo 11 landed Neil Armstrong and Buzz Aldrin on the Moon in July 1969.",
-             metadata={"title": "Apollo 11"}),
-    Document(id_="abacus", text="The abacus is a calculating tool used since ancient times in Sumer and China.",
-             metadata={"title": "Abacus"}),
+    Document(
+        id_="aardvark",
+        text="The aardvark is a nocturnal mammal of Africa. It eats ants and termites.",
+        metadata={"title": "Aardvark"},
+    ),
+    Document(
+        id_="apollo",
+        text="Apollo 11 landed Neil Armstrong and Buzz Aldrin on the Moon in July 1969.",
+        metadata={"title": "Apollo 11"},
+    ),
+    Document(
+        id_="abacus",
+        text="The abacus is a calculating tool used since ancient times in Sumer and China.",
+        metadata={"title": "Abacus"},
+    ),
 ]
 
 
 @pytest.fixture()
 def pack(milvus_uri, embed_model, scripted_llm):
     llm = scripted_llm(default_reply="Neil Armstrong and Buzz Aldrin walked on the Moon [1](id=1).")
-    return RagPack(DOCS, uri=milvus_uri, collection_name="pack", llm=llm, embed_model=embed_model, similarity_top_k=2)
+    return RagPack(
+        DOCS,
+        uri=milvus_uri,
+        collection_name="pack",
+        llm=llm,
+        embed_model=embed_model,
+        similarity_top_k=2,
+    )
 
 
 def test_pack_contract(pack) -> None:
     assert isinstance(pack, BaseLlamaPack)
     modules = pack.get_modules()
-    assert {"llm", "embed_model", "vector_store", "index", "retriever", "query_engine"} <= set(modules)
+    assert {"llm", "embed_model", "vector_store", "index", "retriever", "query_engine"} <= set(
+        modules
+    )
     assert isinstance(modules["retriever"], BaseRetriever)
     assert isinstance(modules["query_engine"], BaseQueryEngine)
     assert modules["vector_store"] is pack.vector_store
@@ -77,7 +99,9 @@ def test_reindexing_a_document_replaces_its_chunks(pack) -> None:
 
 
 def test_reopen_in_same_process_without_documents(pack, milvus_uri, embed_model) -> None:
-    reopened = RagPack.open(uri=milvus_uri, collection_name="pack", embed_model=embed_model, llm="none")
+    reopened = RagPack.open(
+        uri=milvus_uri, collection_name="pack", embed_model=embed_model, llm="none"
+    )
     assert reopened.count() == 3
     assert reopened.retriever().retrieve("calculating tool")[0].node.ref_doc_id == "abacus"
 
@@ -90,7 +114,9 @@ def test_reopening_a_missing_collection_says_to_index_first(milvus_uri, embed_mo
 def test_blank_documents_are_skipped_with_a_warning(milvus_uri, embed_model, caplog) -> None:
     docs = [Document(id_="blank", text="   \n"), DOCS[0]]
     with caplog.at_level(logging.WARNING):
-        pack = RagPack(docs, uri=milvus_uri, collection_name="blank", embed_model=embed_model, llm="none")
+        pack = RagPack(
+            docs, uri=milvus_uri, collection_name="blank", embed_model=embed_model, llm="none"
+        )
     assert pack.count() == 1
     assert "Skipping blank document" in caplog.text
 
@@ -104,7 +130,9 @@ def test_empty_corpus_is_a_clear_error(docs, milvus_uri, embed_model) -> None:
 def test_huge_document_is_chunked_and_fully_stored(milvus_uri, embed_model) -> None:
     sentences = [f"Fact number {i} says that item {i} weighs {i * 3} grams." for i in range(3000)]
     huge = Document(id_="huge", text=" ".join(sentences))  # ~170k characters
-    pack = RagPack([huge], uri=milvus_uri, collection_name="huge", embed_model=embed_model, llm="none")
+    pack = RagPack(
+        [huge], uri=milvus_uri, collection_name="huge", embed_model=embed_model, llm="none"
+    )
     assert pack.count() > 100
     hit = pack.retriever(similarity_top_k=5).retrieve("Fact number 2718 says that item 2718 weighs")
     assert any("item 2718 weighs 8154 grams" in h.node.get_content() for h in hit)
@@ -128,7 +156,9 @@ def test_from_directory_reads_files(tmp_path, embed_model) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# Milvus\nMilvus is an open-source vector database.")
     (tmp_path / "docs" / "b.txt").write_text("LlamaIndex connects LLMs to your data.")
-    pack = RagPack.from_directory(tmp_path / "docs", uri=str(tmp_path / "m.db"), embed_model=embed_model, llm="none")
+    pack = RagPack.from_directory(
+        tmp_path / "docs", uri=str(tmp_path / "m.db"), embed_model=embed_model, llm="none"
+    )
     assert pack.count() == 2
     top = pack.retriever(similarity_top_k=1).retrieve("vector database")[0]
     assert top.node.metadata["file_name"] == "a.md"

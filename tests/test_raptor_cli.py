@@ -20,14 +20,22 @@ TITLES = ["Aardvark", "Apollo 11", "Abacus", "Alchemy"]
 
 
 def docs() -> list[Document]:
-    return [Document(text=d.text[:1500], doc_id=d.doc_id, metadata=d.metadata)
-            for d in load_wikipedia_documents(TITLES)]
+    return [
+        Document(text=d.text[:1500], doc_id=d.doc_id, metadata=d.metadata)
+        for d in load_wikipedia_documents(TITLES)
+    ]
 
 
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory: pytest.TempPathFactory, embed_model: Any) -> dict[str, Any]:
     uri = str(tmp_path_factory.mktemp("cli") / "milvus.db")
-    pack = RagPack(docs(), uri=uri, collection_name="wiki", embed_model=embed_model, llm=ScriptedLLM(replies=[]))
+    pack = RagPack(
+        docs(),
+        uri=uri,
+        collection_name="wiki",
+        embed_model=embed_model,
+        llm=ScriptedLLM(replies=[]),
+    )
     return {"uri": uri, "chunks": pack.count()}
 
 
@@ -40,8 +48,12 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_raptor_mode_without_a_tree_says_how_to_build_it(
     indexed: dict[str, Any], embed_model: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    pack = RagPack.open(uri=indexed["uri"], collection_name="wiki", embed_model=embed_model,
-                        llm=ScriptedLLM(replies=[]))
+    pack = RagPack.open(
+        uri=indexed["uri"],
+        collection_name="wiki",
+        embed_model=embed_model,
+        llm=ScriptedLLM(replies=[]),
+    )
     with pytest.raises(CollectionNotFoundError, match="rag-pack --collection wiki raptor build"):
         pack.retriever(RetrievalMode.RAPTOR)
     assert "raptor_retriever" not in pack.get_modules()
@@ -50,12 +62,21 @@ def test_raptor_mode_without_a_tree_says_how_to_build_it(
 
 
 def test_build_from_indexed_chunks_then_show_plot_and_ask(
-    indexed: dict[str, Any], embed_model: Any, capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+    indexed: dict[str, Any],
+    embed_model: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
-    llm = ScriptedLLM(replies=lambda p: "Here is a summary:\nAardvarks, the Apollo 11 landing, abacuses and alchemy.")
+    llm = ScriptedLLM(
+        replies=lambda p: (
+            "Here is a summary:\nAardvarks, the Apollo 11 landing, abacuses and alchemy."
+        )
+    )
     monkeypatch.setattr("llama_index_rag_pack.settings.resolve_llm", lambda spec=None: llm)
-    monkeypatch.setattr("llama_index_rag_pack.settings.resolve_embed_model", lambda spec=None: embed_model)
+    monkeypatch.setattr(
+        "llama_index_rag_pack.settings.resolve_embed_model", lambda spec=None: embed_model
+    )
     base = ("--uri", indexed["uri"], "--collection", "wiki")
 
     code, out, _ = run(capsys, *base, "raptor", "build")
@@ -79,7 +100,9 @@ def test_build_from_indexed_chunks_then_show_plot_and_ask(
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (tmp_path / "plots" / "tree.mmd").read_text().startswith("graph TD")
 
-    pack = RagPack.open(uri=indexed["uri"], collection_name="wiki", embed_model=embed_model, llm=llm)
+    pack = RagPack.open(
+        uri=indexed["uri"], collection_name="wiki", embed_model=embed_model, llm=llm
+    )
     for mode in (RetrievalMode.RAPTOR, RetrievalMode.RAPTOR_TRAVERSAL):
         retriever = pack.retriever(mode)
         assert isinstance(retriever, RaptorRetriever)

@@ -16,7 +16,9 @@ from llama_index_rag_pack.raptor.clustering import (
 )
 
 
-def blobs(n_per: int, centers: int, dim: int, spread: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def blobs(
+    n_per: int, centers: int, dim: int, spread: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     c = rng.normal(0, 1, (centers, dim)) * 4
     x = np.concatenate([c[i] + rng.normal(0, spread, (n_per, dim)) for i in range(centers)])
@@ -88,7 +90,9 @@ def test_reduce_embeddings_falls_back_to_pca_for_tiny_or_constant_input() -> Non
     budget=st.integers(min_value=1, max_value=60),
     duplicate=st.booleans(),
 )
-def test_every_row_is_assigned_and_clusters_fit_the_budget(n: int, seed: int, budget: int, duplicate: bool) -> None:
+def test_every_row_is_assigned_and_clusters_fit_the_budget(
+    n: int, seed: int, budget: int, duplicate: bool
+) -> None:
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 6))
     if duplicate and n > 1:
@@ -105,11 +109,17 @@ def test_every_row_is_assigned_and_clusters_fit_the_budget(n: int, seed: int, bu
 
 
 @settings(max_examples=8, deadline=None)
-@given(seed=st.integers(min_value=0, max_value=10_000), centers=st.integers(min_value=2, max_value=6))
-def test_bic_search_uses_fewer_fits_and_finds_the_true_number_of_blobs(seed: int, centers: int) -> None:
+@given(
+    seed=st.integers(min_value=0, max_value=10_000), centers=st.integers(min_value=2, max_value=6)
+)
+def test_bic_search_uses_fewer_fits_and_finds_the_true_number_of_blobs(
+    seed: int, centers: int
+) -> None:
     rng = np.random.default_rng(seed)
     angles = 2 * np.pi * np.arange(centers) / centers + rng.uniform(0, 1)
-    x = np.concatenate([[10 * np.cos(a), 10 * np.sin(a)] + rng.normal(0, 0.3, (30, 2)) for a in angles])
+    x = np.concatenate(
+        [[10 * np.cos(a), 10 * np.sin(a)] + rng.normal(0, 0.3, (30, 2)) for a in angles]
+    )
     fast = choose_n_clusters(x, max_clusters=20, random_state=0)
     assert fast.n_fits < 19
     assert centers in fast.bics, "the true k is among the fits"
@@ -145,13 +155,19 @@ def test_umap_path_separates_blobs_and_is_reproducible() -> None:
     assert len(out) == len(x) and all(out)
     for cid in {c for row in out for c in row}:
         members = [i for i, row in enumerate(out) if cid in row]
-        assert len({labels[i] for i in members}) == 1, "a cluster never mixes two well-separated blobs"
-    assert out == cluster_embeddings(x, random_state=7), "seeded clustering is reproducible (resumable builds)"
+        assert len({labels[i] for i in members}) == 1, (
+            "a cluster never mixes two well-separated blobs"
+        )
+    assert out == cluster_embeddings(x, random_state=7), (
+        "seeded clustering is reproducible (resumable builds)"
+    )
 
 
 def test_budget_splits_big_clusters_recursively() -> None:
     x, _ = blobs(16, 2, 32, 0.3, 5)
     lengths = [100] * len(x)
-    out = cluster_embeddings(x, reduction_dim=3, lengths=lengths, max_length_in_cluster=500, random_state=0)
+    out = cluster_embeddings(
+        x, reduction_dim=3, lengths=lengths, max_length_in_cluster=500, random_state=0
+    )
     for cid in {c for row in out for c in row}:
         assert sum(100 for row in out if cid in row) <= 500

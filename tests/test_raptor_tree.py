@@ -15,16 +15,32 @@ import pytest
 from llama_index.core import Document
 from llama_index.core.prompts import PromptTemplate
 
-from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError, EmptyCorpusError
+from llama_index_rag_pack.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    EmptyCorpusError,
+)
 from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 from llama_index_rag_pack.milvus import open_vector_store
 from llama_index_rag_pack.raptor import RaptorBuildError, RaptorRetriever, RaptorTree
-from llama_index_rag_pack.raptor.storage import CHILD_KEY, CLUSTER_KEY, LEVEL_KEY, PARENT_KEY, TOKENS_KEY
+from llama_index_rag_pack.raptor.storage import (
+    CHILD_KEY,
+    CLUSTER_KEY,
+    LEVEL_KEY,
+    PARENT_KEY,
+    TOKENS_KEY,
+)
 from llama_index_rag_pack.raptor.tree import clean_summary, summary_id
 from llama_index_rag_pack.testing import ScriptedLLM
 
-TREE_OPTIONS = dict(reduction_dim=4, chunk_size=128, chunk_overlap=16, max_length_in_cluster=1500, max_retries=1,
-                    retry_backoff=0.01)
+TREE_OPTIONS = dict(
+    reduction_dim=4,
+    chunk_size=128,
+    chunk_overlap=16,
+    max_length_in_cluster=1500,
+    max_retries=1,
+    retry_backoff=0.01,
+)
 TITLES = ["Aardvark", "Apollo 11", "Alchemy", "Abacus"]
 
 
@@ -123,7 +139,9 @@ def test_summary_prompts_hold_the_children_texts(built: dict[str, Any]) -> None:
 
 
 def test_building_again_resumes_without_llm_calls(built: dict[str, Any], embed_model: Any) -> None:
-    tree = RaptorTree(built["store"], embed_model=embed_model, llm=ScriptedLLM(replies=[]), **TREE_OPTIONS)
+    tree = RaptorTree(
+        built["store"], embed_model=embed_model, llm=ScriptedLLM(replies=[]), **TREE_OPTIONS
+    )
     stats = tree.build(corpus())
     assert stats.llm_calls == 0 and stats.leaves_added == 0 and stats.summaries_written == 0
     assert stats.summaries_reused == sum(n for lvl, n in stats.levels.items() if lvl > 0)
@@ -131,7 +149,9 @@ def test_building_again_resumes_without_llm_calls(built: dict[str, Any], embed_m
 
 
 # ----------------------------------------------------------------------------- retrieval
-def test_reopen_retrieves_without_rebuilding_or_llm(built: dict[str, Any], embed_model: Any) -> None:
+def test_reopen_retrieves_without_rebuilding_or_llm(
+    built: dict[str, Any], embed_model: Any
+) -> None:
     no_llm = ScriptedLLM(replies=[], forbid_sync=True)
     retriever = RaptorRetriever(vector_store=built["store"], embed_model=embed_model, llm=no_llm)
     hits = retriever.retrieve("What does the aardvark eat?")
@@ -157,7 +177,9 @@ def test_collapsed_mixes_levels_and_respects_the_token_budget(built: dict[str, A
 def test_tree_traversal_descends_through_children(built: dict[str, Any]) -> None:
     tree = built["retriever"].tree
     top = max(tree.levels())
-    retriever = RaptorRetriever(tree=tree, mode="tree_traversal", similarity_top_k=2, token_budget=None)
+    retriever = RaptorRetriever(
+        tree=tree, mode="tree_traversal", similarity_top_k=2, token_budget=None
+    )
     hits = retriever.retrieve("Who landed on the Moon?")
     by_level: dict[int, list[Any]] = {}
     for h in hits:
@@ -170,7 +192,9 @@ def test_tree_traversal_descends_through_children(built: dict[str, Any]) -> None
 
 
 def test_leaves_mode_only_returns_chunks(built: dict[str, Any]) -> None:
-    retriever = RaptorRetriever(tree=built["retriever"].tree, mode="leaves", similarity_top_k=6, token_budget=None)
+    retriever = RaptorRetriever(
+        tree=built["retriever"].tree, mode="leaves", similarity_top_k=6, token_budget=None
+    )
     hits = retriever.retrieve("alchemy and the philosopher's stone")
     assert len(hits) == 6 and {h.node.metadata[LEVEL_KEY] for h in hits} == {0}
 
@@ -185,7 +209,9 @@ async def test_async_retrieval_matches_sync(built: dict[str, Any], mode: str) ->
 
 
 def test_empty_query_and_large_k(built: dict[str, Any]) -> None:
-    retriever = RaptorRetriever(tree=built["retriever"].tree, similarity_top_k=10_000, token_budget=None)
+    retriever = RaptorRetriever(
+        tree=built["retriever"].tree, similarity_top_k=10_000, token_budget=None
+    )
     assert retriever.retrieve("   ") == []
     assert len(retriever.retrieve("abacus")) == sum(retriever.levels().values())
 
@@ -211,7 +237,9 @@ def test_missing_tree_says_how_to_build_one(tmp_path: Any, embed_model: Any) -> 
 
 
 # ----------------------------------------------------------------------------- bad input, small corpora
-def test_empty_and_blank_documents(tmp_path: Any, embed_model: Any, caplog: pytest.LogCaptureFixture) -> None:
+def test_empty_and_blank_documents(
+    tmp_path: Any, embed_model: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
     tree = RaptorTree(store, embed_model=embed_model, llm=ScriptedLLM(replies=[]), **TREE_OPTIONS)
     with pytest.raises(EmptyCorpusError, match="No documents"):
@@ -219,15 +247,22 @@ def test_empty_and_blank_documents(tmp_path: Any, embed_model: Any, caplog: pyte
     with pytest.raises(EmptyCorpusError, match="blank"):
         tree.build([Document(text="  \n")])
     with caplog.at_level(logging.WARNING):
-        stats = tree.build([Document(text=" "), Document(text="Aardvarks eat ants and termites at night.")])
+        stats = tree.build(
+            [Document(text=" "), Document(text="Aardvarks eat ants and termites at night.")]
+        )
     assert "Skipping blank document" in caplog.text
-    assert stats.levels == {0: 1} and stats.llm_calls == 0, "one chunk: a one-level tree, no summary"
+    assert stats.levels == {0: 1} and stats.llm_calls == 0, (
+        "one chunk: a one-level tree, no summary"
+    )
 
 
 def test_small_corpus_gets_a_single_root(tmp_path: Any, embed_model: Any) -> None:
     store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
     llm = ScriptedLLM(replies=['"Aardvarks, abacuses and alchemy."'])
-    docs = [Document(text=t) for t in ("Aardvarks eat ants.", "The abacus is a counting frame.", "Alchemy sought gold.")]
+    docs = [
+        Document(text=t)
+        for t in ("Aardvarks eat ants.", "The abacus is a counting frame.", "Alchemy sought gold.")
+    ]
     tree = RaptorTree(store, embed_model=embed_model, llm=llm, **TREE_OPTIONS)
     stats = tree.build(docs)
     assert stats.levels == {0: 3, 1: 1} and llm.call_count == 1
@@ -242,7 +277,9 @@ def test_custom_summary_prompt_is_used(tmp_path: Any, embed_model: Any) -> None:
     tree = RaptorTree(store, embed_model=embed_model, llm=llm, **TREE_OPTIONS)
     tree.update_prompts({"summary_prompt": PromptTemplate("Fasse zusammen:\n{context_str}")})
     assert "summary_prompt" in tree.get_prompts()
-    tree.build([Document(text="Aardvarks eat ants."), Document(text="The abacus is a counting frame.")])
+    tree.build(
+        [Document(text="Aardvarks eat ants."), Document(text="The abacus is a counting frame.")]
+    )
     assert llm.prompts[0].startswith("Fasse zusammen:") and "Aardvarks eat ants." in llm.prompts[0]
 
 
@@ -262,7 +299,9 @@ def test_clean_summary(reply: str, expected: str) -> None:
 
 
 # ----------------------------------------------------------------------------- failures and resume
-def test_failed_summaries_are_never_stored_and_the_build_resumes(tmp_path: Any, embed_model: Any) -> None:
+def test_failed_summaries_are_never_stored_and_the_build_resumes(
+    tmp_path: Any, embed_model: Any
+) -> None:
     store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
     docs = corpus(TITLES[:3], chars=1500)
 
@@ -287,15 +326,22 @@ def test_failed_summaries_are_never_stored_and_the_build_resumes(tmp_path: Any, 
     assert stats.summaries_reused >= len(stored) > 0
     summaries = {n.node_id for n in tree2.store.scan(f"{LEVEL_KEY} >= 1")}
     assert stored <= summaries, "finished summaries were kept"
-    assert second.call_count == len(summaries) - len(stored), "only the missing summaries were written"
+    assert second.call_count == len(summaries) - len(stored), (
+        "only the missing summaries were written"
+    )
     check_invariants(tree2)
 
 
-async def test_async_build_is_concurrent_and_never_calls_sync_llm(tmp_path: Any, embed_model: Any) -> None:
+async def test_async_build_is_concurrent_and_never_calls_sync_llm(
+    tmp_path: Any, embed_model: Any
+) -> None:
     store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
     llm = summary_llm(forbid_sync=True, delay=0.05)
     retriever = await RaptorRetriever.afrom_documents(
-        corpus(TITLES[:2], chars=1500), llm=llm, embed_model=embed_model, vector_store=store,
+        corpus(TITLES[:2], chars=1500),
+        llm=llm,
+        embed_model=embed_model,
+        vector_store=store,
         tree_options={**TREE_OPTIONS, "max_concurrency": 3},
     )
     assert retriever.levels()[0] >= 6
@@ -309,7 +355,10 @@ async def test_async_build_is_concurrent_and_never_calls_sync_llm(tmp_path: Any,
 def small_tree(tmp_path: Any, embed_model: Any) -> RaptorRetriever:
     store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
     return RaptorRetriever.from_documents(
-        corpus(TITLES[:3], chars=1500), llm=summary_llm(), embed_model=embed_model, vector_store=store,
+        corpus(TITLES[:3], chars=1500),
+        llm=summary_llm(),
+        embed_model=embed_model,
+        vector_store=store,
         tree_options=TREE_OPTIONS,
     )
 
@@ -327,8 +376,12 @@ def test_insert_resummarises_only_what_changed(small_tree: RaptorRetriever) -> N
     new_leaves = [n for n in after.values() if n.ref_doc_id == "wiki:Andre Agassi"]
     assert len(new_leaves) == stats.leaves_added
     untouched = [i for i, n in before.items() if n.metadata[LEVEL_KEY] == 0]
-    assert all(after[i].text == before[i].text for i in untouched), "old leaves are kept as they were"
-    hits = RaptorRetriever(tree=small_tree.tree, mode="leaves", similarity_top_k=1).retrieve("Agassi tennis player")
+    assert all(after[i].text == before[i].text for i in untouched), (
+        "old leaves are kept as they were"
+    )
+    hits = RaptorRetriever(tree=small_tree.tree, mode="leaves", similarity_top_k=1).retrieve(
+        "Agassi tennis player"
+    )
     assert hits[0].node.ref_doc_id == "wiki:Andre Agassi"
     # inserting the same document again changes nothing
     llm.reset()
@@ -359,5 +412,8 @@ def test_delete_removes_leaves_and_refreshes_summaries(small_tree: RaptorRetriev
     after = check_invariants(small_tree.tree)
     assert not doomed & set(after)
     for pid in parents & set(after):
-        assert after[pid].text != before[pid].text or after[pid].metadata[CHILD_KEY] != before[pid].metadata[CHILD_KEY]
+        assert (
+            after[pid].text != before[pid].text
+            or after[pid].metadata[CHILD_KEY] != before[pid].metadata[CHILD_KEY]
+        )
     assert llm.call_count <= sum(1 for n in before.values() if n.metadata[LEVEL_KEY] > 0)

@@ -12,37 +12,64 @@ from llama_index.core import Document
 from llama_index_rag_pack import RagPack, RetrievalMode
 from llama_index_rag_pack.cli import main
 from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError
-from llama_index_rag_pack.routing import LogicalSelector, RoutedRagPack, RouteSource, SemanticSelector
+from llama_index_rag_pack.routing import (
+    LogicalSelector,
+    RoutedRagPack,
+    RouteSource,
+    SemanticSelector,
+)
 from llama_index_rag_pack.routing.pack import discover_sources, load_sources
 from llama_index_rag_pack.testing import ScriptedLLM
 
 SPACE = [
-    Document(text="The Moon orbits the Earth every 27 days and its gravity causes the ocean tides.",
-             metadata={"title": "Moon"}),
-    Document(text="Jupiter is the largest planet in the Solar System, a gas giant with a great red spot.",
-             metadata={"title": "Jupiter"}),
+    Document(
+        text="The Moon orbits the Earth every 27 days and its gravity causes the ocean tides.",
+        metadata={"title": "Moon"},
+    ),
+    Document(
+        text="Jupiter is the largest planet in the Solar System, a gas giant with a great red spot.",
+        metadata={"title": "Jupiter"},
+    ),
 ]
 FOOD = [
-    Document(text="Bread dough rises because yeast ferments sugar and releases carbon dioxide.",
-             metadata={"title": "Bread"}),
-    Document(text="Caramelising onions takes about forty minutes over low heat with a little butter.",
-             metadata={"title": "Onions"}),
+    Document(
+        text="Bread dough rises because yeast ferments sugar and releases carbon dioxide.",
+        metadata={"title": "Bread"},
+    ),
+    Document(
+        text="Caramelising onions takes about forty minutes over low heat with a little butter.",
+        metadata={"title": "Onions"},
+    ),
 ]
 
 
 def _sources(with_docs: bool = True) -> list[RouteSource]:
     return [
-        RouteSource("space", "Astronomy: planets, stars, the Moon", ("Which planet is the biggest?",),
-                    documents=SPACE if with_docs else None),
-        RouteSource("food", "Cooking: recipes, bread, onions", ("How do I bake bread?",),
-                    collection_name="food_docs", documents=FOOD if with_docs else None),
+        RouteSource(
+            "space",
+            "Astronomy: planets, stars, the Moon",
+            ("Which planet is the biggest?",),
+            documents=SPACE if with_docs else None,
+        ),
+        RouteSource(
+            "food",
+            "Cooking: recipes, bread, onions",
+            ("How do I bake bread?",),
+            collection_name="food_docs",
+            documents=FOOD if with_docs else None,
+        ),
     ]
 
 
 @pytest.fixture()
 def pack(milvus_uri: str, embed_model: Any) -> RoutedRagPack:
-    return RoutedRagPack(_sources(), uri=milvus_uri, embed_model=embed_model,
-                         llm=ScriptedLLM(default_reply="From the context: it depends [1](id=1)."), threshold=0.2)
+    return RoutedRagPack(
+        _sources(),
+        uri=milvus_uri,
+        embed_model=embed_model,
+        llm=ScriptedLLM(default_reply="From the context: it depends [1](id=1)."),
+        threshold=0.2,
+    )
 
 
 def test_routed_pack_answers_from_the_chosen_source(pack: RoutedRagPack) -> None:
@@ -54,7 +81,9 @@ def test_routed_pack_answers_from_the_chosen_source(pack: RoutedRagPack) -> None
     assert nodes and {n.metadata["route"] for n in nodes} == {"food"}
     assert "Onions" in {n.metadata["title"] for n in nodes}
     assert response is not None
-    assert "vector_store" in pack.describe() and "food='food_docs'" in pack.describe()["vector_store"]
+    assert (
+        "vector_store" in pack.describe() and "food='food_docs'" in pack.describe()["vector_store"]
+    )
     modules = pack.get_modules()
     assert {"selector", "router_retriever", "source_packs", "query_engine"} <= set(modules)
 
@@ -66,10 +95,19 @@ async def test_routed_pack_async(pack: RoutedRagPack) -> None:
 
 def test_reopen_and_route_with_a_logical_selector(milvus_uri: str, embed_model: Any) -> None:
     RoutedRagPack(_sources(), uri=milvus_uri, embed_model=embed_model)
-    llm = ScriptedLLM(replies=['The question is about food, so: {"routes": ["food"], "reason": "bread"}'])
+    llm = ScriptedLLM(
+        replies=['The question is about food, so: {"routes": ["food"], "reason": "bread"}']
+    )
     pack = RagPack.from_sources(
-        [s.__class__(s.name, s.description, s.utterances, s.collection_name) for s in _sources(False)],
-        uri=milvus_uri, embed_model=embed_model, llm=llm, selector="logical", fallback="space",
+        [
+            s.__class__(s.name, s.description, s.utterances, s.collection_name)
+            for s in _sources(False)
+        ],
+        uri=milvus_uri,
+        embed_model=embed_model,
+        llm=llm,
+        selector="logical",
+        fallback="space",
     )
     assert isinstance(pack, RoutedRagPack) and isinstance(pack.selector, LogicalSelector)
     nodes = pack.retriever("route").retrieve("Why does dough rise?")
@@ -78,8 +116,14 @@ def test_reopen_and_route_with_a_logical_selector(milvus_uri: str, embed_model: 
 
 
 def test_two_routes_fused(milvus_uri: str, embed_model: Any) -> None:
-    pack = RoutedRagPack(_sources(), uri=milvus_uri, embed_model=embed_model, threshold=-1.0, top_k_routes=2,
-                         similarity_top_k=3)
+    pack = RoutedRagPack(
+        _sources(),
+        uri=milvus_uri,
+        embed_model=embed_model,
+        threshold=-1.0,
+        top_k_routes=2,
+        similarity_top_k=3,
+    )
     nodes = pack.retriever("route").retrieve("bread on the moon")
     assert {n.metadata["route"] for n in nodes} == {"space", "food"}
     assert len(nodes) == 3  # fused, then cut to similarity_top_k
@@ -96,12 +140,20 @@ def test_route_mode_on_a_plain_pack_says_how_to_fix(milvus_uri: str, embed_model
     [
         ([], {}, "at least one source"),
         ([RouteSource("a", "x"), RouteSource("a", "y")], {}, r"Duplicate source names \['a'\]"),
-        ([RouteSource("a", "x"), RouteSource("b", "y", collection_name="a")], {}, "share a collection"),
+        (
+            [RouteSource("a", "x"), RouteSource("b", "y", collection_name="a")],
+            {},
+            "share a collection",
+        ),
         ([RouteSource("a", "x")], {"fallback": "zzz"}, "Fallback source 'zzz'"),
         ([RouteSource("a", "x")], {"selector": "magic"}, "valid: semantic, logical"),
         ([RouteSource("a", "x")], {"top_k_routes": 0}, "top_k_routes must be"),
         ([RouteSource("a", "x")], {"collection_name": "c"}, "per source"),
-        ([{"name": "a", "description": "x", "colour": "red"}], {}, r"Unknown source field\(s\) \['colour'\]"),
+        (
+            [{"name": "a", "description": "x", "colour": "red"}],
+            {},
+            r"Unknown source field\(s\) \['colour'\]",
+        ),
     ],
 )
 def test_bad_sources(milvus_uri: str, sources: Any, kwargs: Any, match: str) -> None:
@@ -115,7 +167,9 @@ def test_source_validation_and_missing_collection(milvus_uri: str, embed_model: 
     with pytest.raises(ConfigurationError, match="valid modes"):
         RouteSource("a", "x", mode="telepathy")
     with pytest.raises(CollectionNotFoundError):
-        RoutedRagPack.open_sources([RouteSource("nothing_here", "x")], uri=milvus_uri, embed_model=embed_model)
+        RoutedRagPack.open_sources(
+            [RouteSource("nothing_here", "x")], uri=milvus_uri, embed_model=embed_model
+        )
 
 
 def test_discover_and_load_sources(pack: RoutedRagPack, tmp_path: Path) -> None:
@@ -124,11 +178,26 @@ def test_discover_and_load_sources(pack: RoutedRagPack, tmp_path: Path) -> None:
     assert "Moon" in found["space"].description and "Jupiter" in found["space"].description
     assert found["food_docs"].utterances
     path = tmp_path / "routes.json"
-    path.write_text(json.dumps({"fallback": "space", "sources": [
-        {"name": "space", "description": "Astronomy"},
-        {"name": "food", "collection": "food_docs", "description": "Cooking", "utterances": ["How to bake?"]}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "fallback": "space",
+                "sources": [
+                    {"name": "space", "description": "Astronomy"},
+                    {
+                        "name": "food",
+                        "collection": "food_docs",
+                        "description": "Cooking",
+                        "utterances": ["How to bake?"],
+                    },
+                ],
+            }
+        )
+    )
     sources, options = load_sources(path)
-    assert [s.collection for s in sources] == ["space", "food_docs"] and options == {"fallback": "space"}
+    assert [s.collection for s in sources] == ["space", "food_docs"] and options == {
+        "fallback": "space"
+    }
     path.write_text("{not json")
     with pytest.raises(ConfigurationError, match="not valid JSON"):
         load_sources(path)
@@ -136,11 +205,25 @@ def test_discover_and_load_sources(pack: RoutedRagPack, tmp_path: Path) -> None:
         load_sources(tmp_path / "missing.json")
 
 
-def test_cli_route_and_ask_route(pack: RoutedRagPack, tmp_path: Path, capsys: Any, monkeypatch: Any) -> None:
+def test_cli_route_and_ask_route(
+    pack: RoutedRagPack, tmp_path: Path, capsys: Any, monkeypatch: Any
+) -> None:
     uri = pack.uri
     del pack  # one process may hold the database; the CLI reopens it in this process
-    assert main(["--uri", uri, "route", "How do I bake bread?", "Who won the 1998 world cup?",
-                 "--route-threshold", "0.3"]) == 0
+    assert (
+        main(
+            [
+                "--uri",
+                uri,
+                "route",
+                "How do I bake bread?",
+                "Who won the 1998 world cup?",
+                "--route-threshold",
+                "0.3",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "Q: How do I bake bread?\n  route     : food_docs" in out
     assert "route     : none" in out and "no route reached its threshold" in out
@@ -149,9 +232,28 @@ def test_cli_route_and_ask_route(pack: RoutedRagPack, tmp_path: Path, capsys: An
     llm = ScriptedLLM(default_reply="Yeast ferments sugar [1](id=1).")
     monkeypatch.setattr("llama_index_rag_pack.pack.resolve_llm", lambda spec=None: llm)
     routes = tmp_path / "routes.json"
-    routes.write_text(json.dumps([{"name": "astronomy", "collection": "space", "description": "Astronomy"},
-                                  {"name": "cooking", "collection": "food_docs", "description": "Cooking, baking"}]))
-    assert main(["--uri", uri, "ask", "Why does bread dough rise?", "--routes", str(routes), "--no-stream"]) == 0
+    routes.write_text(
+        json.dumps(
+            [
+                {"name": "astronomy", "collection": "space", "description": "Astronomy"},
+                {"name": "cooking", "collection": "food_docs", "description": "Cooking, baking"},
+            ]
+        )
+    )
+    assert (
+        main(
+            [
+                "--uri",
+                uri,
+                "ask",
+                "Why does bread dough rise?",
+                "--routes",
+                str(routes),
+                "--no-stream",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "route     : cooking" in out and "why       : cooking:" in out
     assert "Yeast ferments sugar" in out
@@ -159,6 +261,16 @@ def test_cli_route_and_ask_route(pack: RoutedRagPack, tmp_path: Path, capsys: An
 
 
 def test_cli_route_errors_are_one_line(tmp_path: Path, capsys: Any) -> None:
-    code = main(["--uri", str(tmp_path / "m.db"), "ask", "q", "--route", "--routes", str(tmp_path / "none.json")])
+    code = main(
+        [
+            "--uri",
+            str(tmp_path / "m.db"),
+            "ask",
+            "q",
+            "--route",
+            "--routes",
+            str(tmp_path / "none.json"),
+        ]
+    )
     assert code == 2
     assert "error: Routes file" in capsys.readouterr().err

@@ -20,7 +20,10 @@ NAMES = ["python_docs", "js_docs", "physics"]
     ("reply", "indices"),
     [
         ('{"routes": ["python_docs"], "reason": "It is about list comprehensions"}', [0]),
-        ('Sure! Here is my answer:\n```json\n{"route": "PHYSICS", "reason": "black holes"}\n```', [2]),
+        (
+            'Sure! Here is my answer:\n```json\n{"route": "PHYSICS", "reason": "black holes"}\n```',
+            [2],
+        ),
         ("{'datasource': 'js_docs'}", [1]),  # Python-style quotes
         ('[{"choice": 3, "reason": "about gravity"}]', [2]),  # core's selector format, 1-based
         ('{"choice": 0}', [0]),  # 0-based
@@ -60,7 +63,10 @@ def test_parse_never_guesses(reply: str, problem: str) -> None:
     assert problem in parsed.problem
 
 
-@pytest.mark.parametrize("reply", ['{"routes": [], "reason": "about cooking"}', "None of the sources fit.", '{"route": null}'])
+@pytest.mark.parametrize(
+    "reply",
+    ['{"routes": [], "reason": "about cooking"}', "None of the sources fit.", '{"route": null}'],
+)
 def test_parse_explicit_none(reply: str) -> None:
     parsed = parse_route_reply(reply, NAMES)
     assert parsed.status == "none"
@@ -72,7 +78,9 @@ def test_broken_json_falls_back_to_the_name_in_it() -> None:
 
 
 def test_parse_keeps_reason_and_cuts_json_lists_to_max_outputs() -> None:
-    parsed = parse_route_reply('{"routes": ["js_docs", "physics"], "reason": "animation physics in JS"}', NAMES)
+    parsed = parse_route_reply(
+        '{"routes": ["js_docs", "physics"], "reason": "animation physics in JS"}', NAMES
+    )
     assert parsed.indices == [1]
     assert parsed.reason == "animation physics in JS"
     parsed = parse_route_reply('{"routes": ["js_docs", "physics"]}', NAMES, max_outputs=2)
@@ -126,7 +134,10 @@ def test_property_ok_only_with_valid_indices(reply: str, names: list[str]) -> No
 
 
 @settings(max_examples=150)
-@given(reply=st.text(alphabet="QWXZ .,!?\n", max_size=80), names=st.lists(_name, min_size=1, max_size=5, unique=True))
+@given(
+    reply=st.text(alphabet="QWXZ .,!?\n", max_size=80),
+    names=st.lists(_name, min_size=1, max_size=5, unique=True),
+)
 def test_property_no_name_no_digit_never_routes(reply: str, names: list[str]) -> None:
     """Text with no route name and no number can never become a route."""
     names = [n for n in names if not set(n) & set("qwxz")] or ["abc"]
@@ -137,13 +148,19 @@ def test_property_no_name_no_digit_never_routes(reply: str, names: list[str]) ->
 def _brute_scores(q: np.ndarray, rows: np.ndarray, ids: np.ndarray, n: int, agg: str) -> np.ndarray:
     out = []
     for r in range(n):
-        sims = [float(q @ v / (np.linalg.norm(q) * np.linalg.norm(v))) for v, i in zip(rows, ids) if i == r]
+        sims = [
+            float(q @ v / (np.linalg.norm(q) * np.linalg.norm(v)))
+            for v, i in zip(rows, ids)
+            if i == r
+        ]
         out.append(max(sims) if agg == "max" else sum(sims) / len(sims))
     return np.asarray(out)
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 10_000), n_routes=st.integers(1, 5), agg=st.sampled_from(["max", "mean"]))
+@given(
+    seed=st.integers(0, 10_000), n_routes=st.integers(1, 5), agg=st.sampled_from(["max", "mean"])
+)
 def test_property_route_scores_match_brute_force(seed: int, n_routes: int, agg: str) -> None:
     rng = np.random.default_rng(seed)
     ids = np.concatenate([np.arange(n_routes), rng.integers(0, n_routes, size=rng.integers(0, 8))])
@@ -185,8 +202,17 @@ def test_aggregate_rejects_route_without_texts_and_unknown_aggregation() -> None
 
 def test_fit_thresholds_learns_to_reject_out_of_scope() -> None:
     # route 0 in-scope ~0.6, out-of-scope best ~0.35; a shared 0 threshold would route everything
-    s = np.array([[0.62, 0.10], [0.58, 0.20], [0.15, 0.55], [0.20, 0.61], [0.35, 0.30], [0.30, 0.33]])
-    labels = [frozenset({0}), frozenset({0}), frozenset({1}), frozenset({1}), frozenset(), frozenset()]
+    s = np.array(
+        [[0.62, 0.10], [0.58, 0.20], [0.15, 0.55], [0.20, 0.61], [0.35, 0.30], [0.30, 0.33]]
+    )
+    labels = [
+        frozenset({0}),
+        frozenset({0}),
+        frozenset({1}),
+        frozenset({1}),
+        frozenset(),
+        frozenset(),
+    ]
     fit = similarity.fit_thresholds(s, labels)
     assert fit.accuracy == 1.0
     assert similarity.routing_accuracy(s, labels, fit.thresholds) == 1.0
@@ -202,14 +228,18 @@ def test_property_fit_never_worse_than_its_start(seed: int) -> None:
     rng = np.random.default_rng(seed)
     n, r = int(rng.integers(2, 25)), int(rng.integers(1, 5))
     s = rng.uniform(-0.2, 0.9, size=(n, r))
-    labels = [frozenset() if rng.random() < 0.3 else frozenset({int(rng.integers(0, r))}) for _ in range(n)]
+    labels = [
+        frozenset() if rng.random() < 0.3 else frozenset({int(rng.integers(0, r))})
+        for _ in range(n)
+    ]
     start = rng.uniform(-0.2, 0.9, size=r)
     fit = similarity.fit_thresholds(s, labels, initial=start)
     assert fit.accuracy >= similarity.routing_accuracy(s, labels, start) - 1e-12
     assert fit.accuracy == pytest.approx(similarity.routing_accuracy(s, labels, fit.thresholds))
     shared = similarity.fit_thresholds(s, labels)
     best_shared = max(
-        similarity.routing_accuracy(s, labels, np.full(r, t)) for t in np.unique(s).tolist() + [10.0]
+        similarity.routing_accuracy(s, labels, np.full(r, t))
+        for t in np.unique(s).tolist() + [10.0]
     )
     assert shared.accuracy >= best_shared - 1e-12
 

@@ -45,36 +45,53 @@ DOCS = {
         "A soft boiled egg needs about six minutes in boiling water.",
     ],
 }
-DESCRIPTIONS = {"space": "Astronomy: planets, stars, the Moon, light and black holes",
-                "food": "Cooking: recipes, bread, rice, eggs and onions"}
+DESCRIPTIONS = {
+    "space": "Astronomy: planets, stars, the Moon, light and black holes",
+    "food": "Cooking: recipes, bread, rice, eggs and onions",
+}
 
 
 @pytest.fixture(scope="module")
-def retrievers(tmp_path_factory: pytest.TempPathFactory, embed_model: Any) -> dict[str, BaseRetriever]:
+def retrievers(
+    tmp_path_factory: pytest.TempPathFactory, embed_model: Any
+) -> dict[str, BaseRetriever]:
     uri = str(Path(tmp_path_factory.mktemp("routing")) / "milvus.db")
     out = {}
     for name, texts in DOCS.items():
         store = open_vector_store(uri, name, dim=384)
         index = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
         index.insert_nodes(
-            [TextNode(text=t, id_=f"{name}-{i}", metadata={"title": f"{name} {i}"}) for i, t in enumerate(texts)]
+            [
+                TextNode(text=t, id_=f"{name}-{i}", metadata={"title": f"{name} {i}"})
+                for i, t in enumerate(texts)
+            ]
         )
         flush(store)
         out[name] = index.as_retriever(similarity_top_k=3)
     return out
 
 
-def _router(retrievers: dict[str, BaseRetriever], selector: Any, **kwargs: Any) -> FusionRouterRetriever:
-    return FusionRouterRetriever.from_retrievers(retrievers, descriptions=DESCRIPTIONS, selector=selector, **kwargs)
+def _router(
+    retrievers: dict[str, BaseRetriever], selector: Any, **kwargs: Any
+) -> FusionRouterRetriever:
+    return FusionRouterRetriever.from_retrievers(
+        retrievers, descriptions=DESCRIPTIONS, selector=selector, **kwargs
+    )
 
 
-def test_single_route_returns_that_collection_with_route_metadata(retrievers: Any, embed_model: Any) -> None:
+def test_single_route_returns_that_collection_with_route_metadata(
+    retrievers: Any, embed_model: Any
+) -> None:
     router = _router(retrievers, SemanticSelector(embed_model=embed_model, threshold=0.1))
     nodes = router.retrieve("How far does light travel in a year?")
     assert nodes and all(n.node.node_id.startswith("space") for n in nodes)
     assert "light year" in nodes[0].node.get_content()
     meta = nodes[0].node.metadata
-    assert meta["route"] == "space" and meta["routes"] == ["space"] and "cosine" in meta["route_reason"]
+    assert (
+        meta["route"] == "space"
+        and meta["routes"] == ["space"]
+        and "cosine" in meta["route_reason"]
+    )
     # the routing metadata never reaches the LLM or the embedder; the title still does
     llm_text = nodes[0].node.get_content(MetadataMode.LLM)
     assert "route_reason" not in llm_text and "cosine" not in llm_text and "title" in llm_text
@@ -104,7 +121,9 @@ def test_several_routes_are_rank_fused(retrievers: Any, embed_model: Any) -> Non
 
 @SHARED_LOOP
 async def test_async_routes_with_a_logical_selector_and_never_calls_sync(retrievers: Any) -> None:
-    llm = ScriptedLLM(replies=['{"routes": ["food"], "reason": "a cooking question"}'], forbid_sync=True)
+    llm = ScriptedLLM(
+        replies=['{"routes": ["food"], "reason": "a cooking question"}'], forbid_sync=True
+    )
     router = _router(retrievers, LogicalSelector(llm))
     nodes = await router.aretrieve("How do I make risotto?")
     assert nodes and all(n.node.node_id.startswith("food") for n in nodes)
@@ -156,13 +175,23 @@ def test_core_selectors_results_are_accepted(retrievers: Any, embed_model: Any) 
 
 
 def test_our_selectors_work_inside_core_router_retriever(retrievers: Any, embed_model: Any) -> None:
-    tools = [RetrieverTool(retriever=r, metadata=ToolMetadata(name=n, description=DESCRIPTIONS[n]))
-             for n, r in retrievers.items()]
-    core = RouterRetriever(selector=SemanticSelector(embed_model=embed_model, threshold=0.1), retriever_tools=tools,
-                           llm=ScriptedLLM(replies=[]))
-    assert all(n.node.node_id.startswith("food") for n in core.retrieve("How do I caramelise onions?"))
-    core = RouterRetriever(selector=LogicalSelector(ScriptedLLM(replies=["2"])), retriever_tools=tools,
-                           llm=ScriptedLLM(replies=[]))
+    tools = [
+        RetrieverTool(retriever=r, metadata=ToolMetadata(name=n, description=DESCRIPTIONS[n]))
+        for n, r in retrievers.items()
+    ]
+    core = RouterRetriever(
+        selector=SemanticSelector(embed_model=embed_model, threshold=0.1),
+        retriever_tools=tools,
+        llm=ScriptedLLM(replies=[]),
+    )
+    assert all(
+        n.node.node_id.startswith("food") for n in core.retrieve("How do I caramelise onions?")
+    )
+    core = RouterRetriever(
+        selector=LogicalSelector(ScriptedLLM(replies=["2"])),
+        retriever_tools=tools,
+        llm=ScriptedLLM(replies=[]),
+    )
     assert all(n.node.node_id.startswith("food") for n in core.retrieve("anything"))
 
 
@@ -170,14 +199,19 @@ def test_router_bad_configuration(retrievers: Any, embed_model: Any) -> None:
     selector = SemanticSelector(embed_model=embed_model)
     with pytest.raises(ConfigurationError, match="No routes to choose from"):
         FusionRouterRetriever([], selector=selector)
-    tool = RetrieverTool(retriever=retrievers["food"], metadata=ToolMetadata(name="x", description="d"))
+    tool = RetrieverTool(
+        retriever=retrievers["food"], metadata=ToolMetadata(name="x", description="d")
+    )
     with pytest.raises(ConfigurationError, match=r"Duplicate route names \['x'\]"):
         FusionRouterRetriever([tool, tool], selector=selector)
     with pytest.raises(ConfigurationError, match=r"unknown route\(s\) \['moon'\]"):
         _router(retrievers, selector, route_weights={"moon": 2})
     with pytest.raises(ConfigurationError, match=r"No description for route\(s\) \['extra'\]"):
-        FusionRouterRetriever.from_retrievers({**retrievers, "extra": retrievers["food"]},
-                                              descriptions=DESCRIPTIONS, selector=selector)
+        FusionRouterRetriever.from_retrievers(
+            {**retrievers, "extra": retrievers["food"]},
+            descriptions=DESCRIPTIONS,
+            selector=selector,
+        )
     with pytest.raises(ConfigurationError, match="BaseSelector"):
         _router(retrievers, "semantic")
     with pytest.raises(ConfigurationError, match="top_n must be >= 1"):
@@ -185,17 +219,25 @@ def test_router_bad_configuration(retrievers: Any, embed_model: Any) -> None:
 
 
 # =========================================================================== PromptRouter
-PHYSICS = ("You are a very smart physics professor. You are great at answering questions about physics in "
-           "a concise and easy-to-understand manner. When you don't know the answer to a question, you admit "
-           "that you don't know.\n\nHere is a question:\n{query}")
-MATH = ("You are a very good mathematician. You are great at answering math questions. You are so good "
-        "because you are able to break down hard problems into their component parts, answer the component "
-        "parts, and then put them together to answer the broader question.\n\nHere is a question:\n{query}")
+PHYSICS = (
+    "You are a very smart physics professor. You are great at answering questions about physics in "
+    "a concise and easy-to-understand manner. When you don't know the answer to a question, you admit "
+    "that you don't know.\n\nHere is a question:\n{query}"
+)
+MATH = (
+    "You are a very good mathematician. You are great at answering math questions. You are so good "
+    "because you are able to break down hard problems into their component parts, answer the component "
+    "parts, and then put them together to answer the broader question.\n\nHere is a question:\n{query}"
+)
 
 
 def test_prompt_router_answers_with_the_closest_template(embed_model: Any) -> None:
-    llm = ScriptedLLM(replies=["A black hole is a region where gravity is so strong that light cannot escape.",
-                               "Break it down: 12 * 12 = 144."])
+    llm = ScriptedLLM(
+        replies=[
+            "A black hole is a region where gravity is so strong that light cannot escape.",
+            "Break it down: 12 * 12 = 144.",
+        ]
+    )
     router = PromptRouter({"physics": PHYSICS, "math": MATH}, llm=llm, embed_model=embed_model)
     response = router.query("What's a black hole")
     assert response.metadata["prompt"] == "physics"
@@ -208,23 +250,34 @@ def test_prompt_router_answers_with_the_closest_template(embed_model: Any) -> No
 
 async def test_prompt_router_async_never_calls_sync(embed_model: Any) -> None:
     llm = ScriptedLLM(replies=["Use the quadratic formula."], forbid_sync=True)
-    router = PromptRouter({"physics": PHYSICS, "math": MATH}, llm=llm, embed_model=embed_model,
-                          descriptions={"math": "Mathematics: equations, algebra, proofs"})
+    router = PromptRouter(
+        {"physics": PHYSICS, "math": MATH},
+        llm=llm,
+        embed_model=embed_model,
+        descriptions={"math": "Mathematics: equations, algebra, proofs"},
+    )
     response = await router.aquery("How do I solve x^2 - 5x + 6 = 0?")
     assert response.metadata["prompt"] == "math" and llm.call_count == 1
 
 
 def test_prompt_router_prompts_are_updatable_and_thresholds_fall_back(embed_model: Any) -> None:
     llm = ScriptedLLM(default_reply="ok")
-    router = PromptRouter({"physics": PHYSICS, "math": MATH}, llm=llm, embed_model=embed_model, threshold=0.5,
-                          fallback="math")
+    router = PromptRouter(
+        {"physics": PHYSICS, "math": MATH},
+        llm=llm,
+        embed_model=embed_model,
+        threshold=0.5,
+        fallback="math",
+    )
     assert set(router.get_prompts()) == {"physics", "math"}
     result = router.select("Recommend a pizza topping")
     assert result.names == ["math"] and result.fallback
     router.update_prompts({"physics": "Physics tutor. Answer briefly: {question}"})
     router.query("What is inertia? Physics tutor please")
-    assert llm.prompts[-1] in ("Physics tutor. Answer briefly: What is inertia? Physics tutor please",
-                               MATH.replace("{query}", "What is inertia? Physics tutor please"))
+    assert llm.prompts[-1] in (
+        "Physics tutor. Answer briefly: What is inertia? Physics tutor please",
+        MATH.replace("{query}", "What is inertia? Physics tutor please"),
+    )
     strict = PromptRouter({"physics": PHYSICS}, llm=llm, embed_model=embed_model, threshold=0.9)
     with pytest.raises(ConfigurationError, match="No prompt template is close enough.*fallback"):
         strict.query("Recommend a pizza topping")
@@ -241,7 +294,9 @@ def test_prompt_router_prompts_are_updatable_and_thresholds_fall_back(embed_mode
         ({"a": "{query}"}, {"descriptions": {"b": "x"}}, r"unknown template\(s\) \['b'\]"),
     ],
 )
-def test_prompt_router_bad_templates(embed_model: Any, templates: Any, kwargs: Any, match: str) -> None:
+def test_prompt_router_bad_templates(
+    embed_model: Any, templates: Any, kwargs: Any, match: str
+) -> None:
     with pytest.raises(ConfigurationError, match=match):
         PromptRouter(templates, llm=ScriptedLLM(replies=[]), embed_model=embed_model, **kwargs)
 

@@ -29,8 +29,11 @@ ROUTES = [
     Route(
         "math",
         "Questions about mathematics: algebra, geometry, calculus, proofs, probability",
-        ("What is the derivative of x squared?", "Prove that the square root of 2 is irrational",
-         "How do I solve a quadratic equation?"),
+        (
+            "What is the derivative of x squared?",
+            "Prove that the square root of 2 is irrational",
+            "How do I solve a quadratic equation?",
+        ),
     ),
     Route(
         "cooking",
@@ -88,7 +91,9 @@ def semantic(counting: CountingEmbedding) -> SemanticSelector:
         ("What temperature should I roast a chicken at?", "cooking"),
     ],
 )
-def test_semantic_routes_in_scope_queries(semantic: SemanticSelector, query: str, route: str) -> None:
+def test_semantic_routes_in_scope_queries(
+    semantic: SemanticSelector, query: str, route: str
+) -> None:
     result = semantic.route(query)
     assert isinstance(result, RouteSelection) and isinstance(result, SelectorResult)
     assert result.names == [route]
@@ -103,7 +108,9 @@ def test_semantic_out_of_scope_is_none_or_fallback(embed_model: Any) -> None:
     none = SemanticSelector(ROUTES, embed_model=embed_model, threshold=0.25).route(query)
     assert none.selections == [] and none.names == [] and none.route is None
     assert "no route reached its threshold" in none.reply
-    fb = SemanticSelector(ROUTES, embed_model=embed_model, threshold=0.25, fallback="cooking").route(query)
+    fb = SemanticSelector(
+        ROUTES, embed_model=embed_model, threshold=0.25, fallback="cooking"
+    ).route(query)
     assert fb.names == ["cooking"] and fb.fallback
     assert "fallback" in fb.reason and "< threshold" in fb.reason
 
@@ -118,7 +125,9 @@ def test_route_texts_embedded_once_and_one_query_embedding_per_query(
     assert semantic.text_embedding_count == n_texts
     assert counting.query_calls == 4
     # changing one route re-embeds only its new text
-    semantic.set_routes([*ROUTES[:2], Route("cooking", ROUTES[2].description, ("How do I bake a cake?",))])
+    semantic.set_routes(
+        [*ROUTES[:2], Route("cooking", ROUTES[2].description, ("How do I bake a cake?",))]
+    )
     semantic.route("How do I bake cookies?")
     assert counting.texts == n_texts + 1
 
@@ -136,9 +145,13 @@ def test_semantic_top_k_and_per_route_threshold(embed_model: Any) -> None:
     two = SemanticSelector(ROUTES, embed_model=embed_model, threshold=0.05, top_k=2).route(query)
     ranked = sorted(two.scores, key=two.scores.get, reverse=True)
     assert two.names == ranked[:2] and two.names[0] == "math"
-    assert len(two.selections) == 2 and two.inds == [[r.name for r in ROUTES].index(n) for n in two.names]
-    strict = [Route(r.name, r.description, r.utterances, threshold=0.99 if r.name == "math" else None)
-              for r in ROUTES]
+    assert len(two.selections) == 2 and two.inds == [
+        [r.name for r in ROUTES].index(n) for n in two.names
+    ]
+    strict = [
+        Route(r.name, r.description, r.utterances, threshold=0.99 if r.name == "math" else None)
+        for r in ROUTES
+    ]
     one = SemanticSelector(strict, embed_model=embed_model, threshold=0.05, top_k=2).route(query)
     assert "math" not in one.names and one.names == ranked[1:3]
     assert one.reasons[0].endswith("threshold 0.050")
@@ -165,7 +178,10 @@ def test_fit_thresholds_calibrates_out_of_scope(embed_model: Any) -> None:
         ("Who painted the Mona Lisa?", None),
         ("What is the capital of Australia?", None),
         ("Who won the football world cup in 1998?", None),
-        {"query": "How do I compute the kinetic energy of a falling apple?", "route": ["physics", "math"]},
+        {
+            "query": "How do I compute the kinetic energy of a falling apple?",
+            "route": ["physics", "math"],
+        },
     ]
     report = selector.fit_thresholds(labelled)
     assert report.n_examples == 10
@@ -178,7 +194,10 @@ def test_fit_thresholds_calibrates_out_of_scope(embed_model: Any) -> None:
 
 
 def test_fit_thresholds_keeps_explicit_route_thresholds(embed_model: Any) -> None:
-    routes = [Route(r.name, r.description, r.utterances, threshold=0.42 if r.name == "math" else None) for r in ROUTES]
+    routes = [
+        Route(r.name, r.description, r.utterances, threshold=0.42 if r.name == "math" else None)
+        for r in ROUTES
+    ]
     selector = SemanticSelector(routes, embed_model=embed_model)
     selector.fit_thresholds([("What is a quark?", "physics"), ("Who was Napoleon?", None)])
     assert selector.thresholds["math"] == 0.42
@@ -188,8 +207,10 @@ def test_semantic_works_inside_core_router_retriever_choices(embed_model: Any) -
     """Choices that are not configured routes are routed on their descriptions."""
     selector = SemanticSelector(embed_model=embed_model, threshold=0.1)
     result = selector.select(
-        [ToolMetadata(name="astro", description="Astronomy: stars, planets, galaxies"),
-         ToolMetadata(name="law", description="Law: courts, contracts, trials")],
+        [
+            ToolMetadata(name="astro", description="Astronomy: stars, planets, galaxies"),
+            ToolMetadata(name="law", description="Law: courts, contracts, trials"),
+        ],
         "How far away is the Andromeda galaxy?",
     )
     assert result.names == ["astro"]
@@ -224,7 +245,9 @@ def test_route_validation_and_bad_choices(embed_model: Any) -> None:
     with pytest.raises(ConfigurationError, match="No routes to choose from"):
         selector.select([], "q")
     with pytest.raises(ConfigurationError, match="Duplicate route names"):
-        selector.select([ToolMetadata(name="a", description="x"), ToolMetadata(name="a", description="y")], "q")
+        selector.select(
+            [ToolMetadata(name="a", description="x"), ToolMetadata(name="a", description="y")], "q"
+        )
     with pytest.raises(ConfigurationError, match="no routes of its own"):
         selector.route("q")
     with pytest.raises(ConfigurationError, match=r"name no route"):
@@ -239,7 +262,9 @@ def _logical(replies: Any, **kwargs: Any) -> tuple[LogicalSelector, ScriptedLLM]
 
 
 def test_logical_json_reply_keeps_reason_and_prompt_lists_routes() -> None:
-    selector, llm = _logical(['```json\n{"routes": ["math"], "reason": "It asks for a derivative."}\n```'])
+    selector, llm = _logical(
+        ['```json\n{"routes": ["math"], "reason": "It asks for a derivative."}\n```']
+    )
     result = selector.select(CHOICES, "What is d/dx of x^3?")
     assert result.names == ["math"] and result.ind == 1
     assert result.reason == "It asks for a derivative."
@@ -266,10 +291,20 @@ def test_logical_tolerant_text_replies(reply: str, route: str) -> None:
 
 @pytest.mark.parametrize(
     "reply",
-    ["7", '{"route": "astrology"}', '{"routes": ["physics"', "I'm not sure, maybe physics or math.", ""],
+    [
+        "7",
+        '{"route": "astrology"}',
+        '{"routes": ["physics"',
+        "I'm not sure, maybe physics or math.",
+        "",
+    ],
 )
-def test_logical_unusable_reply_goes_to_fallback_never_a_wrong_route(reply: str, caplog: Any) -> None:
-    selector, _ = _logical([reply], fallback="cooking") if reply != '{"routes": ["physics"' else (None, None)
+def test_logical_unusable_reply_goes_to_fallback_never_a_wrong_route(
+    reply: str, caplog: Any
+) -> None:
+    selector, _ = (
+        _logical([reply], fallback="cooking") if reply != '{"routes": ["physics"' else (None, None)
+    )
     if selector is None:  # broken JSON that still names one route in prose is usable
         selector, _ = _logical([reply], fallback="cooking")
         assert selector.select(CHOICES, "q").names == ["physics"]
@@ -314,8 +349,11 @@ def test_logical_function_calling_uses_the_tool_call() -> None:
 
 
 def test_logical_function_calling_hallucinated_route_and_plain_text_reply() -> None:
-    selector, _ = _logical([ToolCallReply("select_routes", {"routes": ["chemistry"]})],
-                           function_calling=True, fallback="math")
+    selector, _ = _logical(
+        [ToolCallReply("select_routes", {"routes": ["chemistry"]})],
+        function_calling=True,
+        fallback="math",
+    )
     assert selector.select(CHOICES, "q").names == ["math"]
     # a function-calling model that answers in text instead: parsed like a text reply
     selector, _ = _logical(["I'd use the cooking source."], function_calling=True)
@@ -326,8 +364,11 @@ async def test_logical_async_never_calls_sync_methods() -> None:
     selector, llm = _logical(['{"routes": ["cooking"], "reason": "recipe"}'], forbid_sync=True)
     result = await selector.aselect(CHOICES, "How do I make pancakes?")
     assert result.names == ["cooking"] and llm.call_count == 1
-    selector, llm = _logical([ToolCallReply("select_routes", {"routes": ["math"]})], forbid_sync=True,
-                             function_calling=True)
+    selector, llm = _logical(
+        [ToolCallReply("select_routes", {"routes": ["math"]})],
+        forbid_sync=True,
+        function_calling=True,
+    )
     assert (await selector.aselect(CHOICES, "2+2?")).names == ["math"]
 
 
@@ -335,7 +376,9 @@ def test_logical_multi_select_and_prompt_override() -> None:
     selector, llm = _logical(['{"routes": ["physics", "math"], "reason": "both"}'], max_outputs=2)
     assert selector.select(CHOICES, "q").names == ["physics", "math"]
     assert "at most 2 source(s)" in llm.prompts[0]
-    custom = PromptTemplate("Routes:\n{context_list}\nQ: {query_str}\nPick {max_outputs}. e.g. {example_name}")
+    custom = PromptTemplate(
+        "Routes:\n{context_list}\nQ: {query_str}\nPick {max_outputs}. e.g. {example_name}"
+    )
     selector, llm = _logical(['{"routes": ["cooking"]}'])
     selector.update_prompts({"select_prompt": custom})
     assert selector.get_prompts()["select_prompt"].get_template() == custom.get_template()

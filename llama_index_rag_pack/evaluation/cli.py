@@ -23,22 +23,59 @@ def register(subparsers: Any) -> None:
         "table, a JSON file and a bar chart. Results are cached per strategy: a re-run only "
         "recomputes strategies whose configuration, code or data changed.",
     )
-    p.add_argument("--dataset", default="wiki_qa", help="shipped set name (default wiki_qa) or a .jsonl path")
-    p.add_argument("--corpus", default=None, help="corpus the ids refer to: wikipedia, lee or a path (default: from the set)")
-    p.add_argument("--strategies", default="all", help="'all' or a comma list: vector(dense),bm25(sparse),hybrid,fusion,...")
+    p.add_argument(
+        "--dataset", default="wiki_qa", help="shipped set name (default wiki_qa) or a .jsonl path"
+    )
+    p.add_argument(
+        "--corpus",
+        default=None,
+        help="corpus the ids refer to: wikipedia, lee or a path (default: from the set)",
+    )
+    p.add_argument(
+        "--strategies",
+        default="all",
+        help="'all' or a comma list: vector(dense),bm25(sparse),hybrid,fusion,...",
+    )
     p.add_argument("--list", action="store_true", help="list the strategies and sets, then exit")
-    p.add_argument("--top-k", type=int, default=10, help="chunks retrieved per question (default 10)")
-    p.add_argument("--limit", type=int, default=None, help="evaluate a seeded sample of N questions")
-    p.add_argument("--llm-limit", type=int, default=10,
-                   help="at most N questions for strategies that call an LLM per query (default 10; 0 = all)")
-    p.add_argument("--corpus-limit", type=int, default=None,
-                   help="index only the first N documents and keep the questions about them")
+    p.add_argument(
+        "--top-k", type=int, default=10, help="chunks retrieved per question (default 10)"
+    )
+    p.add_argument(
+        "--limit", type=int, default=None, help="evaluate a seeded sample of N questions"
+    )
+    p.add_argument(
+        "--llm-limit",
+        type=int,
+        default=10,
+        help="at most N questions for strategies that call an LLM per query (default 10; 0 = all)",
+    )
+    p.add_argument(
+        "--corpus-limit",
+        type=int,
+        default=None,
+        help="index only the first N documents and keep the questions about them",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of the question sample (default 0)")
-    p.add_argument("--concurrency", type=int, default=4, help="questions in flight at once (default 4; 1 = sync path)")
-    p.add_argument("--answers", action="store_true", help="also let the LLM answer and score EM / token F1")
-    p.add_argument("--cache-dir", default=None, help="index and result cache (default $RAG_PACK_DATA_DIR/eval)")
-    p.add_argument("--out", default=None, help="where to write <name>.md/.json/.png (default <cache-dir>/reports)")
-    p.add_argument("--name", default=None, help="file stem of the outputs (default: the dataset name)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help="questions in flight at once (default 4; 1 = sync path)",
+    )
+    p.add_argument(
+        "--answers", action="store_true", help="also let the LLM answer and score EM / token F1"
+    )
+    p.add_argument(
+        "--cache-dir", default=None, help="index and result cache (default $RAG_PACK_DATA_DIR/eval)"
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="where to write <name>.md/.json/.png (default <cache-dir>/reports)",
+    )
+    p.add_argument(
+        "--name", default=None, help="file stem of the outputs (default: the dataset name)"
+    )
     p.add_argument("--rebuild-index", action="store_true", help="index the corpus again")
     p.add_argument("--force", action="store_true", help="ignore cached results")
     p.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
@@ -85,7 +122,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         force=args.force,
         show_progress=True,
     )
-    _out(f"rag-pack eval: {harness.dataset.name} ({len(harness.dataset)} questions, corpus {harness.dataset.corpus})")
+    _out(
+        f"rag-pack eval: {harness.dataset.name} ({len(harness.dataset)} questions, corpus {harness.dataset.corpus})"
+    )
     _out("→ loading the corpus and opening the cached index (built on first use) ...")
     pack = harness.prepare()
     _out(f"  {pack.count()} chunks; {len(harness.examples())} questions to evaluate")

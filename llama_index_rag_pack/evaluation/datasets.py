@@ -204,7 +204,9 @@ def load_lee_documents(limit: int | None = None) -> list[Document]:
             if not line:
                 continue
             docs.append(
-                Document(id_=f"lee:{i}", text=line, metadata={"source": "lee_background", "line": i})
+                Document(
+                    id_=f"lee:{i}", text=line, metadata={"source": "lee_background", "line": i}
+                )
             )
             if limit is not None and len(docs) >= limit:
                 break
@@ -242,7 +244,9 @@ def load_fanoutqa_questions(split: str = "dev", limit: int | None = None) -> lis
         raise ConfigurationError(f"split must be 'dev' or 'test', got {split!r}")
     spec = importlib.util.find_spec("fanoutqa")
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigurationError("FanOutQA ships in the fanoutqa wheel: `pip install 'llama-index-rag-pack[data]'`.")
+        raise ConfigurationError(
+            "FanOutQA ships in the fanoutqa wheel: `pip install 'llama-index-rag-pack[data]'`."
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / f"fanout-final-{split}.json"
     with open(path, encoding="utf-8") as fh:
         raw = json.load(fh)

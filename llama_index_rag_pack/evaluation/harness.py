@@ -36,8 +36,18 @@ from llama_index.core.schema import NodeWithScore
 
 from llama_index_rag_pack.errors import ConfigurationError, LLMNotConfiguredError, RagPackError
 from llama_index_rag_pack.evaluation import metrics as M
-from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet, load_corpus, load_labelled_set
-from llama_index_rag_pack.evaluation.strategies import Strategy, code_fingerprint, resolve_strategies, retriever_builder
+from llama_index_rag_pack.evaluation.labelled import (
+    LabelledExample,
+    LabelledSet,
+    load_corpus,
+    load_labelled_set,
+)
+from llama_index_rag_pack.evaluation.strategies import (
+    Strategy,
+    code_fingerprint,
+    resolve_strategies,
+    retriever_builder,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +115,9 @@ def evidence_in_text(text: str, evidence: Sequence[str], answers: Sequence[str] 
     return False
 
 
-def score_retrieval(example: LabelledExample, nodes: Sequence[NodeWithScore]) -> list[dict[str, Any]]:
+def score_retrieval(
+    example: LabelledExample, nodes: Sequence[NodeWithScore]
+) -> list[dict[str, Any]]:
     """Per retrieved node: its document ids and whether it is relevant / holds evidence / answer."""
     relevant = set(example.relevant_ids)
     out = []
@@ -120,14 +132,18 @@ def score_retrieval(example: LabelledExample, nodes: Sequence[NodeWithScore]) ->
                 "doc_ids": doc_ids,
                 "score": None if nws.score is None else float(nws.score),
                 "relevant": is_rel,
-                "evidence": is_rel and bool(example.evidence) and evidence_in_text(text, example.evidence, example.answers),
+                "evidence": is_rel
+                and bool(example.evidence)
+                and evidence_in_text(text, example.evidence, example.answers),
                 "answer": bool(example.answers) and M.answer_in_text(text, example.answers),
             }
         )
     return out
 
 
-def question_metrics(result: dict[str, Any], example: LabelledExample, ks: Sequence[int]) -> dict[str, float]:
+def question_metrics(
+    result: dict[str, Any], example: LabelledExample, ks: Sequence[int]
+) -> dict[str, float]:
     """Metrics of one question from its cached per-node flags."""
     retrieved = result.get("retrieved") or []
     ranked_docs: list[str] = []
@@ -252,8 +268,15 @@ class EvalReport:
                     "cached": r.cached,
                     "seconds": round(r.seconds, 3),
                     "metrics": {k: round(v, 6) for k, v in r.metrics.items()},
-                    **({"shared_subset_metrics": {k: round(v, 6) for k, v in shared[r.strategy.name].items()}}
-                       if r.strategy.name in shared else {}),
+                    **(
+                        {
+                            "shared_subset_metrics": {
+                                k: round(v, 6) for k, v in shared[r.strategy.name].items()
+                            }
+                        }
+                        if r.strategy.name in shared
+                        else {}
+                    ),
                 }
                 for r in self.rows
             ],
@@ -271,7 +294,13 @@ class EvalReport:
             cols += [("em", "EM"), ("f1", "F1")]
         return cols
 
-    def _table(self, metrics_by_name: dict[str, dict[str, float]], rows: list[StrategyResult], *, n_col: bool) -> list[str]:
+    def _table(
+        self,
+        metrics_by_name: dict[str, dict[str, float]],
+        rows: list[StrategyResult],
+        *,
+        n_col: bool,
+    ) -> list[str]:
         cols = self._columns()
         header = ["strategy", *[label for _, label in cols], "ms/query"] + (["n"] if n_col else [])
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -314,7 +343,18 @@ class EvalReport:
         ]
         return "\n".join(lines) + "\n"
 
-    def plot(self, path: str | Path, *, metrics: Sequence[str] = ("recall@5", "mrr@10", "ndcg@10", "evidence@5", "answer_in_context@5")) -> Path:
+    def plot(
+        self,
+        path: str | Path,
+        *,
+        metrics: Sequence[str] = (
+            "recall@5",
+            "mrr@10",
+            "ndcg@10",
+            "evidence@5",
+            "answer_in_context@5",
+        ),
+    ) -> Path:
         """Grouped bar chart of ``metrics`` per strategy, saved as PNG."""
         import matplotlib
 
@@ -332,12 +372,22 @@ class EvalReport:
         fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(rows) + 2), 4.2))
         for i, metric in enumerate(metrics):
             values = [r.metrics.get(metric, 0.0) for r in rows]
-            bars = ax.bar(x + (i - (len(metrics) - 1) / 2) * width, values, width, label=labels.get(metric, metric))
+            bars = ax.bar(
+                x + (i - (len(metrics) - 1) / 2) * width,
+                values,
+                width,
+                label=labels.get(metric, metric),
+            )
             if len(rows) * len(metrics) <= 40:
                 ax.bar_label(bars, fmt="%.2f", fontsize=6, padding=1)
         uneven = self._uneven()
-        ticks = [r.strategy.name + ("*" if r.llm else "") + (f"\nn={r.n}" if uneven else "") for r in rows]
-        ax.set_xticks(x, ticks, rotation=20 if not uneven else 0, ha="right" if not uneven else "center")
+        ticks = [
+            r.strategy.name + ("*" if r.llm else "") + (f"\nn={r.n}" if uneven else "")
+            for r in rows
+        ]
+        ax.set_xticks(
+            x, ticks, rotation=20 if not uneven else 0, ha="right" if not uneven else "center"
+        )
         ax.set_ylim(0, 1.08)
         ax.set_ylabel("score")
         title = f"{self.dataset}: {self.n_questions} questions, top_k={self.config.get('top_k')}"
@@ -353,7 +403,9 @@ class EvalReport:
         plt.close(fig)
         return path
 
-    def write(self, out_dir: str | Path, *, stem: str | None = None, chart: bool = True) -> dict[str, Path]:
+    def write(
+        self, out_dir: str | Path, *, stem: str | None = None, chart: bool = True
+    ) -> dict[str, Path]:
         """Write ``<stem>.md``, ``<stem>.json`` and (if any row ran) ``<stem>.png`` to ``out_dir``."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -447,18 +499,34 @@ class EvalHarness(PromptMixin):
         documents: Sequence[Any] | None = None,
         results_dir: str | Path | None = None,
     ) -> None:
-        for name, value in (("top_k", top_k), ("concurrency", concurrency), ("answer_top_k", answer_top_k)):
+        for name, value in (
+            ("top_k", top_k),
+            ("concurrency", concurrency),
+            ("answer_top_k", answer_top_k),
+        ):
             if not isinstance(value, int) or value <= 0:
                 raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
-        for name, value in (("limit", limit), ("llm_limit", llm_limit), ("corpus_limit", corpus_limit)):
+        for name, value in (
+            ("limit", limit),
+            ("llm_limit", llm_limit),
+            ("corpus_limit", corpus_limit),
+        ):
             if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ConfigurationError(f"{name} must be a positive integer or None, got {value!r}")
+                raise ConfigurationError(
+                    f"{name} must be a positive integer or None, got {value!r}"
+                )
         ks = tuple(sorted(set(ks)))
         if not ks or any(not isinstance(k, int) or k <= 0 for k in ks):
             raise ConfigurationError(f"ks must be positive integers, got {ks!r}")
         if ks[-1] > top_k:
-            raise ConfigurationError(f"The largest k ({ks[-1]}) exceeds top_k ({top_k}); raise top_k or drop that k.")
-        self.dataset = dataset if isinstance(dataset, LabelledSet) else load_labelled_set(dataset, corpus=corpus)
+            raise ConfigurationError(
+                f"The largest k ({ks[-1]}) exceeds top_k ({top_k}); raise top_k or drop that k."
+            )
+        self.dataset = (
+            dataset
+            if isinstance(dataset, LabelledSet)
+            else load_labelled_set(dataset, corpus=corpus)
+        )
         if corpus:
             self.dataset.corpus = corpus
         self.top_k = top_k
@@ -515,27 +583,41 @@ class EvalHarness(PromptMixin):
             return self._pack
         from llama_index_rag_pack.milvus import count_entities
 
-        documents = self._documents if self._documents is not None else load_corpus(self.dataset.corpus)
+        documents = (
+            self._documents if self._documents is not None else load_corpus(self.dataset.corpus)
+        )
         if self.corpus_limit is not None:
             documents = documents[: self.corpus_limit]
         doc_ids = {d.doc_id for d in documents}
-        examples = [ex for ex in self.dataset.examples if not ex.relevant_ids or set(ex.relevant_ids) <= doc_ids]
+        examples = [
+            ex
+            for ex in self.dataset.examples
+            if not ex.relevant_ids or set(ex.relevant_ids) <= doc_ids
+        ]
         dropped = len(self.dataset.examples) - len(examples)
         if dropped:
-            logger.info("%d questions refer to documents outside the indexed corpus: left out", dropped)
+            logger.info(
+                "%d questions refer to documents outside the indexed corpus: left out", dropped
+            )
         if not examples:
             raise ConfigurationError(
                 f"None of the {len(self.dataset)} questions has its relevant documents in the corpus "
                 f"({len(documents)} documents): check --corpus / --corpus-limit and the ids in the set."
             )
-        subset = LabelledSet(self.dataset.name, examples, self.dataset.corpus).subset(self.limit, seed=self.seed)
+        subset = LabelledSet(self.dataset.name, examples, self.dataset.corpus).subset(
+            self.limit, seed=self.seed
+        )
         self._examples = subset.examples
 
         from llama_index_rag_pack.settings import describe_embed_model, resolve_embed_model
 
         embed_model = resolve_embed_model(self._embed_spec)
-        corpus_hash = _hash([(d.doc_id, hashlib.sha256(d.text.encode()).hexdigest()) for d in documents])
-        self._index_key = _hash(corpus_hash, self.chunk_size, self.chunk_overlap, describe_embed_model(embed_model))
+        corpus_hash = _hash(
+            [(d.doc_id, hashlib.sha256(d.text.encode()).hexdigest()) for d in documents]
+        )
+        self._index_key = _hash(
+            corpus_hash, self.chunk_size, self.chunk_overlap, describe_embed_model(embed_model)
+        )
         collection = f"eval_{_slug(str(self.dataset.corpus))}_{self._index_key}"
         marker = self.cache_dir / "index" / f"{collection}.json"
         kwargs = dict(
@@ -566,7 +648,11 @@ class EvalHarness(PromptMixin):
             marker.unlink(missing_ok=True)
             pack = factory(documents, overwrite=True, **kwargs)
             marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.write_text(json.dumps({"chunks": count_entities(pack.vector_store), "documents": len(documents)}))
+            marker.write_text(
+                json.dumps(
+                    {"chunks": count_entities(pack.vector_store), "documents": len(documents)}
+                )
+            )
         self._pack = pack
         return pack
 
@@ -578,7 +664,9 @@ class EvalHarness(PromptMixin):
             self._run_one(plan, None)
         return self._report(report_rows)
 
-    async def arun(self, strategies: str | Iterable[str] | Sequence[Strategy] = "all") -> EvalReport:
+    async def arun(
+        self, strategies: str | Iterable[str] | Sequence[Strategy] = "all"
+    ) -> EvalReport:
         """Evaluate ``strategies`` with up to ``concurrency`` questions in flight (async path)."""
         plans, report_rows = self._plan(strategies)
         for plan in plans:
@@ -586,8 +674,14 @@ class EvalHarness(PromptMixin):
         return self._report(report_rows)
 
     # ------------------------------------------------------------------ internals
-    def _plan(self, strategies: str | Iterable[str] | Sequence[Strategy]) -> tuple[list[_Plan], list[StrategyResult]]:
-        if isinstance(strategies, (list, tuple)) and strategies and all(isinstance(s, Strategy) for s in strategies):
+    def _plan(
+        self, strategies: str | Iterable[str] | Sequence[Strategy]
+    ) -> tuple[list[_Plan], list[StrategyResult]]:
+        if (
+            isinstance(strategies, (list, tuple))
+            and strategies
+            and all(isinstance(s, Strategy) for s in strategies)
+        ):
             chosen = list(strategies)
         else:
             chosen = resolve_strategies(strategies)  # type: ignore[arg-type]
@@ -628,7 +722,10 @@ class EvalHarness(PromptMixin):
             return None
         except Exception as e:  # noqa: BLE001 - one broken strategy must not stop the others
             logger.debug("building %s failed", strategy.name, exc_info=True)
-            row.status, row.note = "error", f"building the retriever failed: {type(e).__name__}: {e}"
+            row.status, row.note = (
+                "error",
+                f"building the retriever failed: {type(e).__name__}: {e}",
+            )
             return None
         uses_llm = strategy.needs_llm or _retriever_llm(retriever) is not None
         if uses_llm:
@@ -645,7 +742,9 @@ class EvalHarness(PromptMixin):
             self.top_k,
             row.llm,
             self.seed,
-            (describe_llm(answer_llm), self._answer_prompt.get_template(), self.answer_top_k) if answer_llm else None,
+            (describe_llm(answer_llm), self._answer_prompt.get_template(), self.answer_top_k)
+            if answer_llm
+            else None,
         )
         path = self.results_dir / _slug(self.dataset.name) / f"{_slug(strategy.name)}-{key}.json"
         return _Plan(strategy, row, retriever, examples, path, answer_llm)
@@ -661,7 +760,9 @@ class EvalHarness(PromptMixin):
         plan.timing = data.get("timing", {"questions": 0, "seconds": 0.0})
         return data.get("results", {})
 
-    def _save_cache(self, plan: _Plan, results: dict[str, dict[str, Any]], computed: int, seconds: float) -> None:
+    def _save_cache(
+        self, plan: _Plan, results: dict[str, dict[str, Any]], computed: int, seconds: float
+    ) -> None:
         plan.timing = {
             "questions": plan.timing.get("questions", 0) + computed,
             "seconds": plan.timing.get("seconds", 0.0) + seconds,
@@ -748,10 +849,14 @@ class EvalHarness(PromptMixin):
     def _answer_sync(self, llm: Any, ex: LabelledExample, nodes: Sequence[NodeWithScore]) -> str:
         return clean_prediction(llm.complete(self._answer_prompt_for(ex, nodes)).text)
 
-    async def _answer_async(self, llm: Any, ex: LabelledExample, nodes: Sequence[NodeWithScore]) -> str:
+    async def _answer_async(
+        self, llm: Any, ex: LabelledExample, nodes: Sequence[NodeWithScore]
+    ) -> str:
         return clean_prediction((await llm.acomplete(self._answer_prompt_for(ex, nodes))).text)
 
-    def _finish(self, plan: _Plan, cache: dict[str, dict[str, Any]], cached: int, seconds: float) -> None:
+    def _finish(
+        self, plan: _Plan, cache: dict[str, dict[str, Any]], cached: int, seconds: float
+    ) -> None:
         row = plan.row
         ids = {ex.id for ex in plan.examples}
         row.results = {k: v for k, v in cache.items() if k in ids}
@@ -765,12 +870,16 @@ class EvalHarness(PromptMixin):
             # per-question latency under concurrency meaningless; throughput is what one waits for)
             row.metrics["ms_per_query"] = 1000.0 * plan.timing["seconds"] / plan.timing["questions"]
         if row.metrics.get("errors"):
-            row.note = (row.note + "; " if row.note else "") + f"{int(row.metrics['errors'])} questions failed"
+            row.note = (
+                row.note + "; " if row.note else ""
+            ) + f"{int(row.metrics['errors'])} questions failed"
 
     def _report(self, rows: list[StrategyResult]) -> EvalReport:
         return EvalReport(
             dataset=self.dataset.name,
-            corpus=self.dataset.corpus if self.corpus_limit is None else f"{self.dataset.corpus} (first {self.corpus_limit} documents)",
+            corpus=self.dataset.corpus
+            if self.corpus_limit is None
+            else f"{self.dataset.corpus} (first {self.corpus_limit} documents)",
             n_questions=len(self.examples()),
             config={
                 "top_k": self.top_k,

@@ -27,7 +27,9 @@ from llama_index_rag_pack.errors import ConfigurationError
 logger = logging.getLogger(__name__)
 
 SHIPPED_CORPORA = ("wikipedia", "lee")
-_KNOWN_FIELDS = frozenset({"id", "question", "answers", "relevant_ids", "evidence", "type", "corpus"})
+_KNOWN_FIELDS = frozenset(
+    {"id", "question", "answers", "relevant_ids", "evidence", "type", "corpus"}
+)
 
 
 def shipped_data_dir() -> Path:
@@ -133,7 +135,9 @@ def _str_list(value: Any, name: str, where: str) -> tuple[str, ...]:
         return (value,)
     if isinstance(value, (list, tuple)) and all(isinstance(v, (str, int)) for v in value):
         return tuple(str(v) for v in value)
-    raise ConfigurationError(f"{where}: {name!r} must be a string or a list of strings, got {value!r}")
+    raise ConfigurationError(
+        f"{where}: {name!r} must be a string or a list of strings, got {value!r}"
+    )
 
 
 def parse_example(obj: Any, *, where: str, default_id: str) -> LabelledExample:
@@ -146,7 +150,9 @@ def parse_example(obj: Any, *, where: str, default_id: str) -> LabelledExample:
         raise ConfigurationError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     question = obj.get("question")
     if not isinstance(question, str) or not question.strip():
-        raise ConfigurationError(f"{where}: 'question' must be a non-empty string, got {question!r}")
+        raise ConfigurationError(
+            f"{where}: 'question' must be a non-empty string, got {question!r}"
+        )
     qid = obj.get("id", default_id)
     extra = {k: v for k, v in obj.items() if k not in _KNOWN_FIELDS}
     qtype = obj.get("type")
@@ -193,7 +199,9 @@ def load_labelled_set(name_or_path: str | Path, *, corpus: str | None = None) ->
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ConfigurationError(f"{where}: invalid JSON ({e.msg}); one JSON object per line.") from e
+                raise ConfigurationError(
+                    f"{where}: invalid JSON ({e.msg}); one JSON object per line."
+                ) from e
             ex = parse_example(obj, where=where, default_id=f"q{lineno}")
             if ex.id in seen:
                 raise ConfigurationError(f"{where}: duplicate id {ex.id!r}; ids must be unique.")
@@ -204,16 +212,20 @@ def load_labelled_set(name_or_path: str | Path, *, corpus: str | None = None) ->
     if not examples:
         raise ConfigurationError(f"{path} holds no questions.")
     if len(corpora) > 1 and corpus is None:
-        raise ConfigurationError(f"{path} mixes corpora {sorted(corpora)}; use one corpus per file.")
+        raise ConfigurationError(
+            f"{path} mixes corpora {sorted(corpora)}; use one corpus per file."
+        )
     resolved = corpus or (next(iter(corpora)) if corpora else None)
     if resolved and resolved not in SHIPPED_CORPORA and not Path(resolved).is_absolute():
-        candidate = (path.parent / resolved)
+        candidate = path.parent / resolved
         if candidate.exists():
             resolved = str(candidate)
     return LabelledSet(path.stem, examples, resolved, path)
 
 
-def save_labelled_set(examples: Iterable[LabelledExample], path: str | Path, *, corpus: str | None = None) -> None:
+def save_labelled_set(
+    examples: Iterable[LabelledExample], path: str | Path, *, corpus: str | None = None
+) -> None:
     """Write examples as JSONL (the format :func:`load_labelled_set` reads)."""
     with open(path, "w", encoding="utf-8") as fh:
         for ex in examples:

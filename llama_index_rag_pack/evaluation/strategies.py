@@ -57,7 +57,9 @@ class Strategy:
 
     def config_key(self) -> str:
         """Hash of what defines this strategy (mode and arguments; not its description)."""
-        blob = json.dumps({"mode": self.mode, "kwargs": dict(self.kwargs)}, sort_keys=True, default=repr)
+        blob = json.dumps(
+            {"mode": self.mode, "kwargs": dict(self.kwargs)}, sort_keys=True, default=repr
+        )
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -80,7 +82,9 @@ def register_strategy(
     """
     modes = mode_names()
     if mode not in modes:
-        raise ConfigurationError(f"Unknown retrieval mode {mode!r} for strategy {name!r}; valid modes: {', '.join(modes)}.")
+        raise ConfigurationError(
+            f"Unknown retrieval mode {mode!r} for strategy {name!r}; valid modes: {', '.join(modes)}."
+        )
     strategy = Strategy(
         name=name,
         mode=mode,
@@ -117,7 +121,9 @@ def resolve_strategies(spec: str | Iterable[str]) -> list[Strategy]:
         ConfigurationError: an unknown name (the message lists the valid ones) or an empty list.
     """
     known = available_strategies()
-    names = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s and s.strip()]
+    names = [
+        s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s and s.strip()
+    ]
     if not names:
         raise ConfigurationError(f"No strategies named; use 'all' or some of: {', '.join(known)}.")
     if names == ["all"]:
@@ -146,14 +152,18 @@ def code_fingerprint(*objects: Any) -> str:
     for obj in objects:
         targets: list[Any]
         if inspect.isclass(obj):
-            targets = [c for c in obj.__mro__ if c.__module__.startswith("llama_index_rag_pack")] or [obj]
+            targets = [
+                c for c in obj.__mro__ if c.__module__.startswith("llama_index_rag_pack")
+            ] or [obj]
         elif inspect.isfunction(obj) or inspect.ismethod(obj):
             targets = [obj]
         elif obj is None:
             continue
         else:
             cls = type(obj)
-            targets = [c for c in cls.__mro__ if c.__module__.startswith("llama_index_rag_pack")] or [cls]
+            targets = [
+                c for c in cls.__mro__ if c.__module__.startswith("llama_index_rag_pack")
+            ] or [cls]
         for target in targets:
             if target in seen:
                 continue
@@ -161,7 +171,9 @@ def code_fingerprint(*objects: Any) -> str:
             try:
                 h.update(inspect.getsource(target).encode())
             except (OSError, TypeError):
-                h.update(f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}".encode())
+                h.update(
+                    f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}".encode()
+                )
     return h.hexdigest()[:16]
 
 

@@ -15,13 +15,13 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.errors import ConfigurationError
-from llama_index_rag_pack.settings import LazyLLMMixin
 from llama_index_rag_pack.fusion.queries import (
     DEFAULT_QUERY_GEN_PROMPT,
     agenerate_queries,
     generate_queries,
 )
 from llama_index_rag_pack.fusion.rank_fusion import DEFAULT_RRF_K, FusionMode, fuse
+from llama_index_rag_pack.settings import LazyLLMMixin
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM

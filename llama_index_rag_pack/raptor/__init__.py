@@ -2,7 +2,12 @@
 
 from llama_index_rag_pack.raptor.clustering import choose_n_clusters, cluster_embeddings
 from llama_index_rag_pack.raptor.retriever import RaptorRetrieveMode, RaptorRetriever
-from llama_index_rag_pack.raptor.tree import DEFAULT_SUMMARY_PROMPT, BuildStats, RaptorBuildError, RaptorTree
+from llama_index_rag_pack.raptor.tree import (
+    DEFAULT_SUMMARY_PROMPT,
+    BuildStats,
+    RaptorBuildError,
+    RaptorTree,
+)
 
 __all__ = [
     "DEFAULT_SUMMARY_PROMPT",

@@ -73,11 +73,13 @@ def cmd_build(args: argparse.Namespace) -> int:
         if client.has_collection(raptor_collection_name(collection)):
             client.drop_collection(raptor_collection_name(collection))
     tree = _open_tree(args, must_exist=False, llm=llm)
-    with _cli._step(f"building the RAPTOR tree in {tree.store.collection_name!r} (resumes a partial build)"):
+    with _cli._step(
+        f"building the RAPTOR tree in {tree.store.collection_name!r} (resumes a partial build)"
+    ):
         stats = tree.build(documents)
     _cli._out(f"  levels    : {stats.levels}")
     _cli._out(f"  llm calls : {stats.llm_calls} ({stats.summaries_reused} summaries reused)")
-    _cli._out(f"Ask with: rag-pack --collection {collection} ask --mode raptor \"your question\"")
+    _cli._out(f'Ask with: rag-pack --collection {collection} ask --mode raptor "your question"')
     return 0
 
 
@@ -119,24 +121,40 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add ``rag-pack raptor ...`` to the CLI."""
-    p = subparsers.add_parser("raptor", help="build, show or plot a RAPTOR tree next to a collection")
+    p = subparsers.add_parser(
+        "raptor", help="build, show or plot a RAPTOR tree next to a collection"
+    )
     sub = p.add_subparsers(dest="raptor_command", required=True)
 
-    b = sub.add_parser("build", help="build (or resume) the tree from files, or from the indexed chunks")
-    b.add_argument("paths", nargs="*", help="files or directories; none: reuse the collection's chunks")
+    b = sub.add_parser(
+        "build", help="build (or resume) the tree from files, or from the indexed chunks"
+    )
+    b.add_argument(
+        "paths", nargs="*", help="files or directories; none: reuse the collection's chunks"
+    )
     b.add_argument("--max-levels", type=int, default=None, help="highest summary level (default 5)")
-    b.add_argument("--max-concurrency", type=int, default=None, help="summaries in flight (default 16)")
-    b.add_argument("--chunk-size", type=int, default=None, help="leaf chunk size in tokens (default 256)")
-    b.add_argument("--chunk-overlap", type=int, default=None, help="leaf chunk overlap (default 32)")
+    b.add_argument(
+        "--max-concurrency", type=int, default=None, help="summaries in flight (default 16)"
+    )
+    b.add_argument(
+        "--chunk-size", type=int, default=None, help="leaf chunk size in tokens (default 256)"
+    )
+    b.add_argument(
+        "--chunk-overlap", type=int, default=None, help="leaf chunk overlap (default 32)"
+    )
     b.add_argument("--overwrite", action="store_true", help="drop the existing tree first")
     b.set_defaults(func=cmd_build)
 
     s = sub.add_parser("show", help="print the tree as an outline, Mermaid or Graphviz")
     s.add_argument("--format", choices=["text", "mermaid", "dot"], default="text")
-    s.add_argument("--max-nodes", type=int, default=150, help="nodes in mermaid/dot output (top levels first)")
+    s.add_argument(
+        "--max-nodes", type=int, default=150, help="nodes in mermaid/dot output (top levels first)"
+    )
     s.add_argument("--out", default=None, help="write to this file instead of stdout")
     s.set_defaults(func=cmd_show)
 
     q = sub.add_parser("plot", help="PNG scatter of each level's clusters, plus tree.mmd")
-    q.add_argument("--out", default="raptor_plots", help="output directory (default ./raptor_plots)")
+    q.add_argument(
+        "--out", default="raptor_plots", help="output directory (default ./raptor_plots)"
+    )
     q.set_defaults(func=cmd_plot)

@@ -191,7 +191,9 @@ def choose_n_clusters(
     for k in range(a, b + 1):
         bic_of(k)
     best_k = min(bics, key=lambda k: (bics[k], k))
-    return BICSearchResult(k=best_k, bic=bics[best_k], model=models[best_k], bics=dict(sorted(bics.items())))
+    return BICSearchResult(
+        k=best_k, bic=bics[best_k], model=models[best_k], bics=dict(sorted(bics.items()))
+    )
 
 
 def exhaustive_n_clusters(
@@ -254,7 +256,9 @@ def reduce_embeddings(
                 return np.asarray(out, dtype=np.float64)
             logger.warning("UMAP returned non-finite values for %d points; using PCA instead", n)
         except Exception as e:  # umap/numba raise assorted errors on degenerate inputs
-            logger.warning("UMAP failed on %d points (%s: %s); using PCA instead", n, type(e).__name__, e)
+            logger.warning(
+                "UMAP failed on %d points (%s: %s); using PCA instead", n, type(e).__name__, e
+            )
     return _pca(x, dim)
 
 
@@ -297,9 +301,7 @@ def _gmm_soft_clusters(
     return [np.asarray(m, dtype=np.int64) for m in members if m]
 
 
-def _split_in_order(
-    x: np.ndarray, lengths: np.ndarray, budget: int
-) -> list[np.ndarray]:
+def _split_in_order(x: np.ndarray, lengths: np.ndarray, budget: int) -> list[np.ndarray]:
     """Deterministic fallback: order rows along the first principal axis and pack them greedily."""
     order = np.argsort(_pca(x, 1)[:, 0], kind="stable") if len(x) > 1 else np.arange(len(x))
     groups: list[list[int]] = [[]]
@@ -326,7 +328,9 @@ def _cluster_members(
     n = len(x)
     if n <= reduction_dim + 1 or _n_unique(x) <= 1:
         return [np.arange(n)]
-    reduced = reduce_embeddings(x, reduction_dim, metric=metric, random_state=_seed(random_state, 0))
+    reduced = reduce_embeddings(
+        x, reduction_dim, metric=metric, random_state=_seed(random_state, 0)
+    )
     global_clusters = _gmm_soft_clusters(
         reduced, threshold=threshold, max_clusters=max_clusters, random_state=_seed(random_state, 1)
     )
@@ -343,7 +347,10 @@ def _cluster_members(
             random_state=_seed(random_state, 10 + g),
         )
         for local_members in _gmm_soft_clusters(
-            local, threshold=threshold, max_clusters=max_clusters, random_state=_seed(random_state, 2)
+            local,
+            threshold=threshold,
+            max_clusters=max_clusters,
+            random_state=_seed(random_state, 2),
         ):
             clusters.append(members[local_members])
     return clusters
@@ -426,7 +433,12 @@ def cluster_embeddings(
     def run(idx: np.ndarray, depth: int) -> list[np.ndarray]:
         if len(idx) == 1:
             return [idx]
-        found = [idx[m] for m in _cluster_members(x[idx], random_state=_seed(random_state, 100 * depth), **options)]
+        found = [
+            idx[m]
+            for m in _cluster_members(
+                x[idx], random_state=_seed(random_state, 100 * depth), **options
+            )
+        ]
         if max_length_in_cluster is None:
             return found
         out: list[np.ndarray] = []
@@ -437,7 +449,10 @@ def cluster_embeddings(
             elif depth < max_split_depth and len(members) < len(idx):
                 out.extend(run(members, depth + 1))
             else:  # clustering cannot shrink it further: split deterministically
-                out.extend(members[g] for g in _split_in_order(x[members], lens[members], max_length_in_cluster))
+                out.extend(
+                    members[g]
+                    for g in _split_in_order(x[members], lens[members], max_length_in_cluster)
+                )
         return out
 
     clusters = run(np.arange(n), 0)

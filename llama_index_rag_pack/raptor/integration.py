@@ -14,7 +14,11 @@ RAPTOR_SUFFIX = "_raptor"
 
 def raptor_collection_name(collection_name: str) -> str:
     """The collection holding the RAPTOR tree of ``collection_name``."""
-    return collection_name if collection_name.endswith(RAPTOR_SUFFIX) else f"{collection_name}{RAPTOR_SUFFIX}"
+    return (
+        collection_name
+        if collection_name.endswith(RAPTOR_SUFFIX)
+        else f"{collection_name}{RAPTOR_SUFFIX}"
+    )
 
 
 def build_hint(collection_name: str) -> str:
@@ -26,7 +30,12 @@ def build_hint(collection_name: str) -> str:
 
 
 def open_raptor_store(
-    uri: str | None, collection_name: str, *, dim: int, token: str | None = None, must_exist: bool = True
+    uri: str | None,
+    collection_name: str,
+    *,
+    dim: int,
+    token: str | None = None,
+    must_exist: bool = True,
 ) -> Any:
     """Open the ``MilvusVectorStore`` of the tree next to ``collection_name``.
 
@@ -37,7 +46,11 @@ def open_raptor_store(
 
     try:
         return open_vector_store(
-            uri, raptor_collection_name(collection_name), dim=dim, token=token, must_exist=must_exist
+            uri,
+            raptor_collection_name(collection_name),
+            dim=dim,
+            token=token,
+            must_exist=must_exist,
         )
     except CollectionNotFoundError:
         raise CollectionNotFoundError(build_hint(collection_name)) from None
@@ -61,7 +74,9 @@ def pack_raptor_retriever(pack: Any, mode: str, similarity_top_k: int | None = N
         )
     dim = len(pack.embed_model.get_text_embedding("dimension probe"))
     store = open_raptor_store(pack.uri, collection, dim=dim)
-    tree = RaptorTree(store, embed_model=pack.embed_model, llm=pack._llm_spec if pack._llm is None else pack._llm)
+    tree = RaptorTree(
+        store, embed_model=pack.embed_model, llm=pack._llm_spec if pack._llm is None else pack._llm
+    )
     try:
         return RaptorRetriever(
             tree=tree,

@@ -24,7 +24,9 @@ __all__ = ["plot_levels", "to_dot", "to_mermaid", "tree_outline"]
 def _store(tree_or_store: Any) -> RaptorStore:
     if isinstance(tree_or_store, RaptorStore):
         return tree_or_store
-    store = getattr(tree_or_store, "store", None) or getattr(getattr(tree_or_store, "tree", None), "store", None)
+    store = getattr(tree_or_store, "store", None) or getattr(
+        getattr(tree_or_store, "tree", None), "store", None
+    )
     return store if isinstance(store, RaptorStore) else RaptorStore(tree_or_store)
 
 
@@ -73,7 +75,7 @@ def to_dot(tree_or_store: Any, *, max_nodes: int = 150, label_chars: int = 48) -
     """A Graphviz ``digraph`` of the tree (render with ``dot -Tpng``)."""
     nodes = _selected(_store(tree_or_store), max_nodes)
     ids = {n.node_id for n in nodes}
-    lines = ["digraph raptor {", "  rankdir=TB;", '  node [shape=box, fontsize=10];']
+    lines = ["digraph raptor {", "  rankdir=TB;", "  node [shape=box, fontsize=10];"]
     for n in nodes:
         label = f"L{n.metadata.get(LEVEL_KEY, 0)} · {_label(n, label_chars)}"
         lines.append(f"  {json.dumps(n.node_id)} [label={json.dumps(label)}];")
@@ -96,7 +98,9 @@ def tree_outline(tree_or_store: Any, *, max_depth_nodes: int = 8, label_chars: i
     lines = ["levels: " + ", ".join(f"L{lvl}={count}" for lvl, count in levels.items())]
 
     def walk(node: Any, depth: int) -> None:
-        lines.append(f"{'  ' * depth}- L{node.metadata.get(LEVEL_KEY, 0)} {_label(node, label_chars)}")
+        lines.append(
+            f"{'  ' * depth}- L{node.metadata.get(LEVEL_KEY, 0)} {_label(node, label_chars)}"
+        )
         children = [nodes[c] for c in node.metadata.get(CHILD_KEY) or [] if c in nodes]
         for child in children[:max_depth_nodes]:
             walk(child, depth + 1)
@@ -143,8 +147,15 @@ def plot_levels(
         fig, ax = plt.subplots(figsize=(7, 6))
         sc = ax.scatter(xy[:, 0], xy[:, 1], c=colour, cmap="tab20", s=22, alpha=0.85)
         if multi.any():
-            ax.scatter(xy[multi, 0], xy[multi, 1], facecolors="none", edgecolors="black", s=60,
-                       linewidths=0.8, label="in several clusters")
+            ax.scatter(
+                xy[multi, 0],
+                xy[multi, 1],
+                facecolors="none",
+                edgecolors="black",
+                s=60,
+                linewidths=0.8,
+                label="in several clusters",
+            )
             ax.legend(loc="best", fontsize=8)
         n_clusters = len({c for row in clusters for c in row if c >= 0})
         ax.set_title(f"RAPTOR level {level}: {count} nodes, {n_clusters} clusters")

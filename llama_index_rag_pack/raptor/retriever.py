@@ -45,7 +45,9 @@ class RaptorRetrieveMode(str, Enum):
             return cls(value)
         except ValueError:
             valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(f"Unknown RAPTOR mode {value!r}; valid modes: {valid}.") from None
+            raise ConfigurationError(
+                f"Unknown RAPTOR mode {value!r}; valid modes: {valid}."
+            ) from None
 
 
 class RaptorRetriever(BaseRetriever):
@@ -100,7 +102,9 @@ class RaptorRetriever(BaseRetriever):
     ) -> None:
         self.mode = RaptorRetrieveMode.parse(mode)
         if not isinstance(similarity_top_k, int) or similarity_top_k <= 0:
-            raise ConfigurationError(f"similarity_top_k must be an integer > 0, got {similarity_top_k!r}")
+            raise ConfigurationError(
+                f"similarity_top_k must be an integer > 0, got {similarity_top_k!r}"
+            )
         if token_budget is not None and token_budget <= 0:
             raise ConfigurationError(f"token_budget must be > 0 or None, got {token_budget!r}")
         if tree is None:
@@ -109,7 +113,9 @@ class RaptorRetriever(BaseRetriever):
                     "Give vector_store= (a MilvusVectorStore holding the tree) or tree=RaptorTree(...); "
                     "open one with llama_index_rag_pack.milvus.open_vector_store(uri, collection_name)."
                 )
-            tree = RaptorTree(vector_store, embed_model=embed_model, llm=llm, summary_prompt=summary_prompt)
+            tree = RaptorTree(
+                vector_store, embed_model=embed_model, llm=llm, summary_prompt=summary_prompt
+            )
         elif summary_prompt is not None:
             tree.update_prompts({"summary_prompt": summary_prompt})
         self.tree = tree
@@ -176,7 +182,11 @@ class RaptorRetriever(BaseRetriever):
 
     @staticmethod
     def _make_tree(
-        llm: Any, embed_model: Any, vector_store: Any, uri: str | None, collection_name: str | None,
+        llm: Any,
+        embed_model: Any,
+        vector_store: Any,
+        uri: str | None,
+        collection_name: str | None,
         tree_options: dict[str, Any] | None,
     ) -> RaptorTree:
         from llama_index_rag_pack.settings import resolve_embed_model
@@ -256,7 +266,9 @@ class RaptorRetriever(BaseRetriever):
         if not query_bundle.query_str.strip():
             logger.warning("Empty query: nothing retrieved")
             return []
-        embedding = query_bundle.embedding or self.tree.embed_model.get_query_embedding(query_bundle.query_str)
+        embedding = query_bundle.embedding or self.tree.embed_model.get_query_embedding(
+            query_bundle.query_str
+        )
         search = self.tree.store.search
         k = self.similarity_top_k
         if self.mode is RaptorRetrieveMode.COLLAPSED:
@@ -269,7 +281,11 @@ class RaptorRetriever(BaseRetriever):
         while level > 0 and picked:
             children = self._children(picked)
             level -= 1
-            picked = search(embedding, k, f"{LEVEL_KEY} == {level} and id in {quote_ids(children)}") if children else []
+            picked = (
+                search(embedding, k, f"{LEVEL_KEY} == {level} and id in {quote_ids(children)}")
+                if children
+                else []
+            )
             self._log_level(level, picked)
             selected.extend(picked)
         return self._cut(selected)
@@ -278,7 +294,9 @@ class RaptorRetriever(BaseRetriever):
         if not query_bundle.query_str.strip():
             logger.warning("Empty query: nothing retrieved")
             return []
-        embedding = query_bundle.embedding or await self.tree.embed_model.aget_query_embedding(query_bundle.query_str)
+        embedding = query_bundle.embedding or await self.tree.embed_model.aget_query_embedding(
+            query_bundle.query_str
+        )
         search = self.tree.store.asearch
         k = self.similarity_top_k
         if self.mode is RaptorRetrieveMode.COLLAPSED:
@@ -292,8 +310,11 @@ class RaptorRetriever(BaseRetriever):
             children = self._children(picked)
             level -= 1
             picked = (
-                await search(embedding, k, f"{LEVEL_KEY} == {level} and id in {quote_ids(children)}")
-                if children else []
+                await search(
+                    embedding, k, f"{LEVEL_KEY} == {level} and id in {quote_ids(children)}"
+                )
+                if children
+                else []
             )
             self._log_level(level, picked)
             selected.extend(picked)
@@ -301,7 +322,9 @@ class RaptorRetriever(BaseRetriever):
 
     def _log_level(self, level: int, picked: list[NodeWithScore]) -> None:
         if self._verbose:
-            logger.info("RAPTOR traversal: level %d picked %s", level, [h.node.node_id for h in picked])
+            logger.info(
+                "RAPTOR traversal: level %d picked %s", level, [h.node.node_id for h in picked]
+            )
 
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "RaptorRetrieveMode", "RaptorRetriever"]

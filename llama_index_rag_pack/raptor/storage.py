@@ -155,7 +155,9 @@ class RaptorStore:
 
     # ------------------------------------------------------------------ reads
     def _to_node(self, row: dict[str, Any], with_embedding: bool) -> TextNode:
-        node = metadata_dict_to_node({"_node_content": row["_node_content"], "_node_type": row.get("_node_type")})
+        node = metadata_dict_to_node(
+            {"_node_content": row["_node_content"], "_node_type": row.get("_node_type")}
+        )
         node.text = row.get(self.text_key, node.text) or ""
         if with_embedding and row.get(self.embedding_field) is not None:
             node.embedding = [float(v) for v in row[self.embedding_field]]
@@ -173,7 +175,9 @@ class RaptorStore:
 
     def _rows(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Rows matching ``expr``: one ``query`` when they fit its window, else a query iterator."""
-        rows = self.client.query(self.collection_name, filter=expr, output_fields=fields, limit=_QUERY_WINDOW)
+        rows = self.client.query(
+            self.collection_name, filter=expr, output_fields=fields, limit=_QUERY_WINDOW
+        )
         if len(rows) < _QUERY_WINDOW:
             return list(rows)
         rows = []
@@ -198,16 +202,25 @@ class RaptorStore:
         ids = list(dict.fromkeys(ids))
         out: list[TextNode] = []
         for start in range(0, len(ids), _ID_CHUNK):
-            out.extend(self.scan(f"id in {quote_ids(ids[start:start + _ID_CHUNK])}", with_embeddings=with_embeddings))
+            out.extend(
+                self.scan(
+                    f"id in {quote_ids(ids[start : start + _ID_CHUNK])}",
+                    with_embeddings=with_embeddings,
+                )
+            )
         return out
 
-    def by_doc(self, ref_doc_ids: Iterable[str], *, with_embeddings: bool = False) -> list[TextNode]:
+    def by_doc(
+        self, ref_doc_ids: Iterable[str], *, with_embeddings: bool = False
+    ) -> list[TextNode]:
         """Leaves that came from the given documents."""
         ids = list(dict.fromkeys(ref_doc_ids))
         doc_field = getattr(self.vector_store, "doc_id_field", "doc_id") or "doc_id"
         out: list[TextNode] = []
         for start in range(0, len(ids), _ID_CHUNK):
-            expr = f"{doc_field} in {quote_ids(ids[start:start + _ID_CHUNK])} and {LEVEL_KEY} == 0"
+            expr = (
+                f"{doc_field} in {quote_ids(ids[start : start + _ID_CHUNK])} and {LEVEL_KEY} == 0"
+            )
             out.extend(self.scan(expr, with_embeddings=with_embeddings))
         return out
 
@@ -242,7 +255,9 @@ class RaptorStore:
         result = self.vector_store.query(self._query(embedding, top_k, expr), string_expr=expr)
         return self._with_scores(result)
 
-    async def asearch(self, embedding: Sequence[float], top_k: int, expr: str = "") -> list[NodeWithScore]:
+    async def asearch(
+        self, embedding: Sequence[float], top_k: int, expr: str = ""
+    ) -> list[NodeWithScore]:
         """Async :meth:`search`: the sync client in a worker thread, so the event loop never blocks.
 
         (pymilvus' ``AsyncMilvusClient`` is bound to the first event loop that used it and fails on

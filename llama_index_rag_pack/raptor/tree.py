@@ -194,9 +194,13 @@ class RaptorTree(PromptMixin):
         if retry_backoff < 0:
             raise ConfigurationError(f"retry_backoff must be >= 0 seconds, got {retry_backoff!r}")
         if max_length_in_cluster is not None and max_length_in_cluster <= 0:
-            raise ConfigurationError(f"max_length_in_cluster must be > 0, got {max_length_in_cluster!r}")
+            raise ConfigurationError(
+                f"max_length_in_cluster must be > 0, got {max_length_in_cluster!r}"
+            )
         if not -1.0 <= new_cluster_similarity <= 1.0:
-            raise ConfigurationError(f"new_cluster_similarity must be in [-1, 1], got {new_cluster_similarity!r}")
+            raise ConfigurationError(
+                f"new_cluster_similarity must be in [-1, 1], got {new_cluster_similarity!r}"
+            )
         from llama_index_rag_pack.settings import resolve_embed_model
 
         self.store = RaptorStore(vector_store)
@@ -281,19 +285,27 @@ class RaptorTree(PromptMixin):
         """
         documents = list(documents or [])
         if not documents:
-            raise EmptyCorpusError("No documents given: pass at least one non-empty Document to build a RAPTOR tree.")
+            raise EmptyCorpusError(
+                "No documents given: pass at least one non-empty Document to build a RAPTOR tree."
+            )
         docs, chunks = [], []
         for d in documents:
             if not isinstance(d, BaseNode):
-                raise ConfigurationError(f"Expected LlamaIndex Documents or nodes, got {type(d).__name__}.")
+                raise ConfigurationError(
+                    f"Expected LlamaIndex Documents or nodes, got {type(d).__name__}."
+                )
             if not (d.get_content() or "").strip():
                 logger.warning("Skipping blank document %s", d.node_id)
                 continue
             (docs if isinstance(d, Document) else chunks).append(d)
         if not docs and not chunks:
-            raise EmptyCorpusError(f"All {len(documents)} documents are blank: nothing to build a RAPTOR tree from.")
+            raise EmptyCorpusError(
+                f"All {len(documents)} documents are blank: nothing to build a RAPTOR tree from."
+            )
         if docs:
-            chunks.extend(split_documents(docs, chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap))
+            chunks.extend(
+                split_documents(docs, chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap)
+            )
         leaves: dict[str, TextNode] = {}
         renamed: dict[str, str] = {}
         positions: dict[str | None, int] = {}
@@ -315,8 +327,16 @@ class RaptorTree(PromptMixin):
                 end_char_idx=getattr(chunk, "end_char_idx", None),
                 embedding=chunk.embedding,
             )
-            mark_raptor_node(node, **{LEVEL_KEY: 0, CLUSTER_KEY: [], PARENT_KEY: [], CHILD_KEY: [],
-                                      TOKENS_KEY: self.count_tokens(text)})
+            mark_raptor_node(
+                node,
+                **{
+                    LEVEL_KEY: 0,
+                    CLUSTER_KEY: [],
+                    PARENT_KEY: [],
+                    CHILD_KEY: [],
+                    TOKENS_KEY: self.count_tokens(text),
+                },
+            )
             leaves[new_id] = node
         for node in leaves.values():  # keep prev/next links pointing at the renamed chunks
             for rel in (NodeRelationship.PREVIOUS, NodeRelationship.NEXT):
@@ -332,13 +352,19 @@ class RaptorTree(PromptMixin):
         if not todo:
             return
         texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in todo]
-        vectors = self.embed_model.get_text_embedding_batch(texts, show_progress=self.show_progress and len(texts) > 32)
+        vectors = self.embed_model.get_text_embedding_batch(
+            texts, show_progress=self.show_progress and len(texts) > 32
+        )
         for node, vec in zip(todo, vectors):
             node.embedding = list(vec)
         logger.info("Embedded %d %s", len(todo), what)
 
     def _store_leaves(self, leaves: list[TextNode], stats: BuildStats) -> None:
-        existing = {n.node_id for n in self.store.get([n.node_id for n in leaves])} if self.store.exists() else set()
+        existing = (
+            {n.node_id for n in self.store.get([n.node_id for n in leaves])}
+            if self.store.exists()
+            else set()
+        )
         new = [n for n in leaves if n.node_id not in existing]
         self._embed(new, "leaves")
         self.store.add(new)
@@ -347,7 +373,9 @@ class RaptorTree(PromptMixin):
 
     # ------------------------------------------------------------------ summaries
     def _prompt_for(self, job: _Job) -> str:
-        return "\n\n".join(c.get_content(metadata_mode=MetadataMode.LLM).strip() for c in job.children)
+        return "\n\n".join(
+            c.get_content(metadata_mode=MetadataMode.LLM).strip() for c in job.children
+        )
 
     def _count_call(self) -> None:
         with self._calls_lock:
@@ -364,7 +392,9 @@ class RaptorTree(PromptMixin):
             for attempt in range(self.max_retries + 1):
                 self._count_call()
                 try:
-                    text = clean_summary(self.llm.predict(self.summary_prompt, context_str=self._prompt_for(job)))
+                    text = clean_summary(
+                        self.llm.predict(self.summary_prompt, context_str=self._prompt_for(job))
+                    )
                     if text:
                         return text
                     last = ValueError("the LLM returned an empty summary")
@@ -378,7 +408,11 @@ class RaptorTree(PromptMixin):
         results: dict[str, str | BaseException] = {}
         if not jobs:
             return results
-        bar = tqdm(total=len(jobs), desc=f"RAPTOR level {jobs[0].level} summaries", disable=not self.show_progress)
+        bar = tqdm(
+            total=len(jobs),
+            desc=f"RAPTOR level {jobs[0].level} summaries",
+            disable=not self.show_progress,
+        )
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(jobs))) as pool:
             futures = {pool.submit(one, job): job for job in jobs}
             for fut in as_completed(futures):
@@ -395,8 +429,11 @@ class RaptorTree(PromptMixin):
         from tqdm.auto import tqdm
 
         semaphore = asyncio.Semaphore(self.max_concurrency)
-        bar = tqdm(total=len(jobs), desc=f"RAPTOR level {jobs[0].level if jobs else 0} summaries",
-                   disable=not self.show_progress or not jobs)
+        bar = tqdm(
+            total=len(jobs),
+            desc=f"RAPTOR level {jobs[0].level if jobs else 0} summaries",
+            disable=not self.show_progress or not jobs,
+        )
 
         async def one(job: _Job) -> str:
             last: BaseException | None = None
@@ -404,7 +441,9 @@ class RaptorTree(PromptMixin):
                 async with semaphore:
                     self._count_call()
                     try:
-                        reply = await self.llm.apredict(self.summary_prompt, context_str=self._prompt_for(job))
+                        reply = await self.llm.apredict(
+                            self.summary_prompt, context_str=self._prompt_for(job)
+                        )
                         text = clean_summary(reply)
                         if text:
                             bar.update(1)
@@ -438,18 +477,26 @@ class RaptorTree(PromptMixin):
             out = results.get(job.node_id)
             if isinstance(out, str):
                 node = TextNode(id_=job.node_id, text=out)
-                mark_raptor_node(node, **{
-                    LEVEL_KEY: job.level,
-                    CLUSTER_KEY: [],
-                    PARENT_KEY: [],
-                    CHILD_KEY: [c.node_id for c in job.children],
-                    TOKENS_KEY: self.count_tokens(out),
-                    SOURCE_CLUSTER_KEY: job.source_cluster,
-                    **(inherited or {}).get(job.node_id, {}),
-                })
+                mark_raptor_node(
+                    node,
+                    **{
+                        LEVEL_KEY: job.level,
+                        CLUSTER_KEY: [],
+                        PARENT_KEY: [],
+                        CHILD_KEY: [c.node_id for c in job.children],
+                        TOKENS_KEY: self.count_tokens(out),
+                        SOURCE_CLUSTER_KEY: job.source_cluster,
+                        **(inherited or {}).get(job.node_id, {}),
+                    },
+                )
                 done.append(node)
             else:
-                failed.append((job.node_id, out if isinstance(out, BaseException) else RuntimeError("no result")))
+                failed.append(
+                    (
+                        job.node_id,
+                        out if isinstance(out, BaseException) else RuntimeError("no result"),
+                    )
+                )
         self._embed(done, f"level-{jobs[0].level if jobs else '?'} summaries")
         (self.store.upsert if replace else self.store.add)(done)
         stats.summaries_written += len(done)
@@ -469,7 +516,9 @@ class RaptorTree(PromptMixin):
         if len(nodes) == 0:
             return []
         emb = np.asarray([n.embedding for n in nodes], dtype=np.float32)
-        lengths = [int(n.metadata.get(TOKENS_KEY) or self.count_tokens(n.get_content())) for n in nodes]
+        lengths = [
+            int(n.metadata.get(TOKENS_KEY) or self.count_tokens(n.get_content())) for n in nodes
+        ]
         assignment = cluster_embeddings(
             emb,
             reduction_dim=self.reduction_dim,
@@ -503,10 +552,16 @@ class RaptorTree(PromptMixin):
             existing = {n.node_id for n in self.store.level(level + 1)}
             stale = existing - set(targets)
             if stale:
-                logger.info("Level %d: removing %d summaries of an earlier clustering", level + 1, len(stale))
+                logger.info(
+                    "Level %d: removing %d summaries of an earlier clustering",
+                    level + 1,
+                    len(stale),
+                )
                 self.store.delete_ids(stale)
             # every node of this level learns its clusters and parents before the summaries exist
-            memberships: dict[str, tuple[list[int], list[str]]] = {n.node_id: ([], []) for n in nodes}
+            memberships: dict[str, tuple[list[int], list[str]]] = {
+                n.node_id: ([], []) for n in nodes
+            }
             for sid, (cid, children) in targets.items():
                 for c in children:
                     memberships[c.node_id][0].append(cid)
@@ -526,7 +581,11 @@ class RaptorTree(PromptMixin):
             stats.summaries_reused += len(targets) - len(jobs)
             logger.info(
                 "Level %d: %d nodes → %d clusters (%d to summarise, %d already stored)",
-                level, len(nodes), len(targets), len(jobs), len(targets) - len(jobs),
+                level,
+                len(nodes),
+                len(targets),
+                len(jobs),
+                len(targets) - len(jobs),
             )
             if jobs:
                 self._write_summaries(jobs, summarise(jobs), stats, replace=False)
@@ -619,7 +678,11 @@ class RaptorTree(PromptMixin):
         stats, start, calls0 = self._start()
         leaves = self.make_leaves(documents)
         doc_ids = {n.ref_doc_id for n in leaves if n.ref_doc_id}
-        old = {n.node_id for n in self.store.by_doc(doc_ids)} if doc_ids and self.store.exists() else set()
+        old = (
+            {n.node_id for n in self.store.by_doc(doc_ids)}
+            if doc_ids and self.store.exists()
+            else set()
+        )
         new_ids = {n.node_id for n in leaves}
         removed = old - new_ids
         added = [n for n in leaves if n.node_id not in old]
@@ -669,18 +732,22 @@ class RaptorTree(PromptMixin):
             nodes = {n.node_id: n for n in self.store.level(level, with_embeddings=True)}
             by_id = {p.node_id: p for p in parents}
             children: dict[str, list[str]] = {
-                p.node_id: [c for c in (p.metadata.get(CHILD_KEY) or []) if c in nodes] for p in parents
+                p.node_id: [c for c in (p.metadata.get(CHILD_KEY) or []) if c in nodes]
+                for p in parents
             }
             affected = {
-                pid for pid, p in by_id.items()
-                if set(children[pid]) != set(p.metadata.get(CHILD_KEY) or []) or changed & set(children[pid])
+                pid
+                for pid, p in by_id.items()
+                if set(children[pid]) != set(p.metadata.get(CHILD_KEY) or [])
+                or changed & set(children[pid])
             }
             # place new nodes into the cluster with the nearest centroid
             orphans: list[TextNode] = []
             live = [pid for pid in by_id if children[pid]]
             if added and live:
                 centroids = np.asarray(
-                    [np.mean([nodes[c].embedding for c in children[pid]], axis=0) for pid in live], dtype=np.float32
+                    [np.mean([nodes[c].embedding for c in children[pid]], axis=0) for pid in live],
+                    dtype=np.float32,
                 )
                 centroids /= np.linalg.norm(centroids, axis=1, keepdims=True) + 1e-12
                 emb = np.asarray([n.embedding for n in added], dtype=np.float32)
@@ -696,7 +763,9 @@ class RaptorTree(PromptMixin):
             else:
                 orphans = list(added)
             budget = self.cluster_budget()
-            next_source = 1 + max((int(p.metadata.get(SOURCE_CLUSTER_KEY, -1)) for p in parents), default=-1)
+            next_source = 1 + max(
+                (int(p.metadata.get(SOURCE_CLUSTER_KEY, -1)) for p in parents), default=-1
+            )
             jobs: list[_Job] = []
             replaced: list[_Job] = []
             deleted: set[str] = set()
@@ -706,20 +775,31 @@ class RaptorTree(PromptMixin):
                 if not members:
                     deleted.add(pid)
                     continue
-                if sum(int(m.metadata.get(TOKENS_KEY) or 0) for m in members) > budget and len(members) > 1:
+                if (
+                    sum(int(m.metadata.get(TOKENS_KEY) or 0) for m in members) > budget
+                    and len(members) > 1
+                ):
                     groups = self._groups(members)
                     members_first, rest = [members[i] for i in groups[0]], groups[1:]
                     new_groups.extend([members[i] for i in g] for g in rest)
                     members = members_first
                 source = int(by_id[pid].metadata.get(SOURCE_CLUSTER_KEY, 0))
-                replaced.append(_Job(node_id=pid, level=level + 1, children=members, source_cluster=source))
+                replaced.append(
+                    _Job(node_id=pid, level=level + 1, children=members, source_cluster=source)
+                )
             if len(orphans) == 1:
                 new_groups.append(orphans)
             elif orphans:
                 new_groups.extend([[orphans[i] for i in g] for g in self._groups(orphans)])
             for group in new_groups:
-                jobs.append(_Job(node_id=summary_id(level + 1, [m.node_id for m in group]), level=level + 1,
-                                 children=group, source_cluster=next_source))
+                jobs.append(
+                    _Job(
+                        node_id=summary_id(level + 1, [m.node_id for m in group]),
+                        level=level + 1,
+                        children=group,
+                        source_cluster=next_source,
+                    )
+                )
                 next_source += 1
             # children learn their (new) parents and clusters
             membership: dict[str, tuple[list[int], list[str]]] = {}
@@ -727,8 +807,12 @@ class RaptorTree(PromptMixin):
             for pid, p in by_id.items():
                 if pid in deleted or pid in final_children:
                     continue
-                final_children[pid] = _Job(pid, level + 1, [nodes[c] for c in children[pid]],
-                                           int(p.metadata.get(SOURCE_CLUSTER_KEY, 0)))
+                final_children[pid] = _Job(
+                    pid,
+                    level + 1,
+                    [nodes[c] for c in children[pid]],
+                    int(p.metadata.get(SOURCE_CLUSTER_KEY, 0)),
+                )
             for job in final_children.values():
                 for c in job.children:
                     cl, pa = membership.setdefault(c.node_id, ([], []))
@@ -744,7 +828,10 @@ class RaptorTree(PromptMixin):
             self.store.delete_ids(deleted)
             logger.info(
                 "Level %d update: %d summaries refreshed, %d new, %d removed",
-                level + 1, len(replaced), len(jobs), len(deleted),
+                level + 1,
+                len(replaced),
+                len(jobs),
+                len(deleted),
             )
             all_jobs = replaced + jobs
             results = summarise(all_jobs) if all_jobs else {}

@@ -64,7 +64,9 @@ def ask_routed(args: argparse.Namespace) -> int:
     _cli._out()
     nodes = retriever.retrieve_selected(args.question, selection)
     stream = not args.no_stream
-    synthesizer = get_response_synthesizer(llm=llm, streaming=stream, callback_manager=pack.callback_manager)
+    synthesizer = get_response_synthesizer(
+        llm=llm, streaming=stream, callback_manager=pack.callback_manager
+    )
     response = synthesizer.synthesize(args.question, nodes)
     if stream and hasattr(response, "response_gen"):
         for delta in response.response_gen:
@@ -87,15 +89,33 @@ def cmd_route(args: argparse.Namespace) -> int:
 
 
 def add_route_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--routes", default=None, metavar="FILE",
-                   help="JSON file listing the sources (name, collection, description, utterances); "
-                        "default: every collection of the database")
-    p.add_argument("--route-selector", choices=("semantic", "logical"), default=None,
-                   help="semantic (embeddings, default) or logical (the LLM picks)")
+    p.add_argument(
+        "--routes",
+        default=None,
+        metavar="FILE",
+        help="JSON file listing the sources (name, collection, description, utterances); "
+        "default: every collection of the database",
+    )
+    p.add_argument(
+        "--route-selector",
+        choices=("semantic", "logical"),
+        default=None,
+        help="semantic (embeddings, default) or logical (the LLM picks)",
+    )
     p.add_argument("--route-fallback", default=None, help="source used when no route fits")
-    p.add_argument("--route-threshold", type=float, default=None, help="semantic cosine threshold (default 0.2)")
-    p.add_argument("--route-top-k", dest="route_top_k_routes", type=int, default=None,
-                   help="most sources searched per question (default 1)")
+    p.add_argument(
+        "--route-threshold",
+        type=float,
+        default=None,
+        help="semantic cosine threshold (default 0.2)",
+    )
+    p.add_argument(
+        "--route-top-k",
+        dest="route_top_k_routes",
+        type=int,
+        default=None,
+        help="most sources searched per question (default 1)",
+    )
 
 
 def register(subparsers: Any) -> None:

@@ -36,7 +36,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RoutedRagPack", "RouteSource", "build_route_retriever", "discover_sources", "load_sources"]
+__all__ = [
+    "RoutedRagPack",
+    "RouteSource",
+    "build_route_retriever",
+    "discover_sources",
+    "load_sources",
+]
 
 SELECTOR_CHOICES = ("semantic", "logical")
 
@@ -73,7 +79,9 @@ class RouteSource:
         self.utterances = tuple(self.utterances)
         self.route()  # validates name, description/utterances and threshold
         if self.mode == RetrievalMode.ROUTE.value:
-            raise ConfigurationError(f"RouteSource {self.name!r}: mode 'route' would route recursively; use 'vector'.")
+            raise ConfigurationError(
+                f"RouteSource {self.name!r}: mode 'route' would route recursively; use 'vector'."
+            )
         RetrievalMode.parse(self.mode)
 
     @property
@@ -91,12 +99,25 @@ def _coerce_source(value: RouteSource | Mapping[str, Any]) -> RouteSource:
         data = dict(value)
         if "collection" in data:
             data["collection_name"] = data.pop("collection")
-        allowed = {"name", "description", "utterances", "collection_name", "documents", "input_dir", "threshold", "mode"}
+        allowed = {
+            "name",
+            "description",
+            "utterances",
+            "collection_name",
+            "documents",
+            "input_dir",
+            "threshold",
+            "mode",
+        }
         unknown = sorted(set(data) - allowed)
         if unknown:
-            raise ConfigurationError(f"Unknown source field(s) {unknown}; use {sorted(allowed | {'collection'})}.")
+            raise ConfigurationError(
+                f"Unknown source field(s) {unknown}; use {sorted(allowed | {'collection'})}."
+            )
         return RouteSource(**data)
-    raise ConfigurationError(f"A source must be a RouteSource or a dict, got {type(value).__name__}.")
+    raise ConfigurationError(
+        f"A source must be a RouteSource or a dict, got {type(value).__name__}."
+    )
 
 
 class RoutedRagPack(RagPack):
@@ -139,23 +160,37 @@ class RoutedRagPack(RagPack):
     ) -> None:
         srcs = [_coerce_source(s) for s in sources or ()]
         if not srcs:
-            raise ConfigurationError("RoutedRagPack needs at least one source: sources=[RouteSource(name, description)].")
+            raise ConfigurationError(
+                "RoutedRagPack needs at least one source: sources=[RouteSource(name, description)]."
+            )
         names = [s.name for s in srcs]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ConfigurationError(f"Duplicate source names {dupes}: every source needs its own name.")
+            raise ConfigurationError(
+                f"Duplicate source names {dupes}: every source needs its own name."
+            )
         collections = [s.collection for s in srcs]
         if len(set(collections)) != len(collections):
-            raise ConfigurationError(f"Two sources share a collection: {collections}. Give each its own.")
+            raise ConfigurationError(
+                f"Two sources share a collection: {collections}. Give each its own."
+            )
         for bad in ("vector_store", "collection_name", "documents", "input_dir"):
             if bad in kwargs:
-                raise ConfigurationError(f"RoutedRagPack takes {bad!r} per source (RouteSource(...)), not for the pack.")
+                raise ConfigurationError(
+                    f"RoutedRagPack takes {bad!r} per source (RouteSource(...)), not for the pack."
+                )
         if fallback is not None and fallback not in names:
-            raise ConfigurationError(f"Fallback source {fallback!r} is not among the sources {names}.")
+            raise ConfigurationError(
+                f"Fallback source {fallback!r} is not among the sources {names}."
+            )
         if isinstance(selector, str) and selector not in SELECTOR_CHOICES:
-            raise ConfigurationError(f"Unknown selector {selector!r}; valid: {', '.join(SELECTOR_CHOICES)} or a BaseSelector.")
+            raise ConfigurationError(
+                f"Unknown selector {selector!r}; valid: {', '.join(SELECTOR_CHOICES)} or a BaseSelector."
+            )
         if not isinstance(selector, (str, BaseSelector)):
-            raise ConfigurationError(f"selector must be a name or a BaseSelector, got {type(selector).__name__}.")
+            raise ConfigurationError(
+                f"selector must be a name or a BaseSelector, got {type(selector).__name__}."
+            )
         if not isinstance(top_k_routes, int) or top_k_routes < 1:
             raise ConfigurationError(f"top_k_routes must be an integer >= 1, got {top_k_routes!r}.")
         self.sources: dict[str, RouteSource] = {s.name: s for s in srcs}
@@ -163,10 +198,15 @@ class RoutedRagPack(RagPack):
         self.top_k_routes = top_k_routes
         self.route_threshold = threshold
         self._selector_spec = selector
-        self._selector: BaseSelector | None = selector if isinstance(selector, BaseSelector) else None
+        self._selector: BaseSelector | None = (
+            selector if isinstance(selector, BaseSelector) else None
+        )
         first = srcs[0]
         super().__init__(
-            documents=first.documents, input_dir=first.input_dir, collection_name=first.collection, **kwargs
+            documents=first.documents,
+            input_dir=first.input_dir,
+            collection_name=first.collection,
+            **kwargs,
         )
         self.source_packs: dict[str, RagPack] = {first.name: self}
         shared = {k: v for k, v in kwargs.items() if k not in ("embed_model", "uri")}
@@ -181,13 +221,17 @@ class RoutedRagPack(RagPack):
             )
 
     @classmethod
-    def open_sources(cls, sources: Sequence[RouteSource | Mapping[str, Any]], **kwargs: Any) -> RoutedRagPack:
+    def open_sources(
+        cls, sources: Sequence[RouteSource | Mapping[str, Any]], **kwargs: Any
+    ) -> RoutedRagPack:
         """Reopen existing collections (documents are never indexed)."""
         cleaned = []
         for s in sources:
             src = _coerce_source(s)
             if src.documents is not None or src.input_dir is not None:
-                raise ConfigurationError(f"open_sources reopens collections; source {src.name!r} has documents.")
+                raise ConfigurationError(
+                    f"open_sources reopens collections; source {src.name!r} has documents."
+                )
             cleaned.append(src)
         return cls(cleaned, **kwargs)
 
@@ -201,7 +245,9 @@ class RoutedRagPack(RagPack):
         """The selector, built on first use (a logical one resolves the LLM then)."""
         if self._selector is None:
             if self._selector_spec == "logical":
-                self._selector = LogicalSelector(self.llm, fallback=self.fallback, max_outputs=self.top_k_routes)
+                self._selector = LogicalSelector(
+                    self.llm, fallback=self.fallback, max_outputs=self.top_k_routes
+                )
             else:
                 self._selector = SemanticSelector(
                     self.routes,
@@ -215,7 +261,9 @@ class RoutedRagPack(RagPack):
     def insert_into(self, source: str, documents: Sequence[Document]) -> int:
         """Index ``documents`` into the named source's collection."""
         if source not in self.source_packs:
-            raise ConfigurationError(f"Unknown source {source!r}; sources: {list(self.source_packs)}.")
+            raise ConfigurationError(
+                f"Unknown source {source!r}; sources: {list(self.source_packs)}."
+            )
         n = self.source_packs[source].insert(documents)
         self._retrievers.clear()
         self._query_engines.clear()
@@ -227,10 +275,14 @@ class RoutedRagPack(RagPack):
 
     def describe(self) -> dict[str, str]:
         info = super().describe()
-        info["vector_store"] = f"{len(self.sources)} Milvus collections " + ", ".join(
-            f"{n}={s.collection!r}" for n, s in self.sources.items()
-        ) + (f" at {self.uri}" if self.uri else "")
-        info["router"] = type(self.selector).__name__ if self._selector is not None else str(self._selector_spec)
+        info["vector_store"] = (
+            f"{len(self.sources)} Milvus collections "
+            + ", ".join(f"{n}={s.collection!r}" for n, s in self.sources.items())
+            + (f" at {self.uri}" if self.uri else "")
+        )
+        info["router"] = (
+            type(self.selector).__name__ if self._selector is not None else str(self._selector_spec)
+        )
         return info
 
     def get_modules(self) -> dict[str, Any]:
@@ -245,14 +297,20 @@ class RoutedRagPack(RagPack):
     def query_engine(self) -> Any:
         return self.make_query_engine(RetrievalMode.ROUTE)
 
-    def run(self, query: str, *, mode: str | RetrievalMode = RetrievalMode.ROUTE, **kwargs: Any) -> Any:
+    def run(
+        self, query: str, *, mode: str | RetrievalMode = RetrievalMode.ROUTE, **kwargs: Any
+    ) -> Any:
         return super().run(query, mode=mode, **kwargs)
 
-    async def arun(self, query: str, *, mode: str | RetrievalMode = RetrievalMode.ROUTE, **kwargs: Any) -> Any:
+    async def arun(
+        self, query: str, *, mode: str | RetrievalMode = RetrievalMode.ROUTE, **kwargs: Any
+    ) -> Any:
         return await super().arun(query, mode=mode, **kwargs)
 
 
-def build_route_retriever(pack: RagPack, similarity_top_k: int | None = None, **kwargs: Any) -> BaseRetriever:
+def build_route_retriever(
+    pack: RagPack, similarity_top_k: int | None = None, **kwargs: Any
+) -> BaseRetriever:
     """The ``"route"`` retriever of a pack with sources (``RagPack._build_route_retriever`` calls this)."""
     if not isinstance(pack, RoutedRagPack):
         raise ConfigurationError(
@@ -264,7 +322,12 @@ def build_route_retriever(pack: RagPack, similarity_top_k: int | None = None, **
         source_pack = pack.source_packs[name]
         extra = {"similarity_top_k": similarity_top_k} if similarity_top_k else {}
         retriever = source_pack.retriever(src.mode, **extra)
-        tools.append(RetrieverTool(retriever=retriever, metadata=ToolMetadata(name=name, description=src.description or src.utterances[0])))
+        tools.append(
+            RetrieverTool(
+                retriever=retriever,
+                metadata=ToolMetadata(name=name, description=src.description or src.utterances[0]),
+            )
+        )
     return FusionRouterRetriever(
         tools,
         selector=pack.selector,
@@ -283,7 +346,9 @@ def load_sources(path: str | Path) -> tuple[list[RouteSource], dict[str, Any]]:
     """
     p = Path(path)
     if not p.is_file():
-        raise ConfigurationError(f"Routes file {str(p)!r} not found: give a JSON file with the sources.")
+        raise ConfigurationError(
+            f"Routes file {str(p)!r} not found: give a JSON file with the sources."
+        )
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
@@ -291,15 +356,21 @@ def load_sources(path: str | Path) -> tuple[list[RouteSource], dict[str, Any]]:
     options: dict[str, Any] = {}
     if isinstance(data, dict):
         raw = data.get("sources", data.get("routes"))
-        options = {k: data[k] for k in ("fallback", "threshold", "top_k_routes", "selector") if k in data}
+        options = {
+            k: data[k] for k in ("fallback", "threshold", "top_k_routes", "selector") if k in data
+        }
     else:
         raw = data
     if not isinstance(raw, list) or not raw:
-        raise ConfigurationError(f"Routes file {str(p)!r} has no sources: expected a list of {{name, description, collection}}.")
+        raise ConfigurationError(
+            f"Routes file {str(p)!r} has no sources: expected a list of {{name, description, collection}}."
+        )
     return [_coerce_source(s) for s in raw], options
 
 
-def discover_sources(uri: str, *, token: str | None = None, sample: int = 40, max_utterances: int = 8) -> list[RouteSource]:
+def discover_sources(
+    uri: str, *, token: str | None = None, sample: int = 40, max_utterances: int = 8
+) -> list[RouteSource]:
     """Every collection of a Milvus database as a source, described from a sample of its chunks.
 
     The description lists the titles/file names seen in the sample; the first sentences of a few
@@ -310,7 +381,9 @@ def discover_sources(uri: str, *, token: str | None = None, sample: int = 40, ma
     client = open_client(uri, token=token)
     names = sorted(client.list_collections())
     if not names:
-        raise ConfigurationError(f"No collections in {uri}: index some documents first (rag-pack index ... --collection NAME).")
+        raise ConfigurationError(
+            f"No collections in {uri}: index some documents first (rag-pack index ... --collection NAME)."
+        )
     sources = []
     for name in names:
         ensure_loaded(client, name)
@@ -325,7 +398,20 @@ def discover_sources(uri: str, *, token: str | None = None, sample: int = 40, ma
                 if text and len(utterances) < max_utterances:
                     utterances.append(text)
         if not titles:
-            utterances = [" ".join(str(r.get("text", "")).split())[:200] for r in rows[:max_utterances] if r.get("text")]
-        description = (f"Documents about: {', '.join(titles[:20])}" if titles else f"Collection {name}")
-        sources.append(RouteSource(name=name, description=description, utterances=tuple(utterances), collection_name=name))
+            utterances = [
+                " ".join(str(r.get("text", "")).split())[:200]
+                for r in rows[:max_utterances]
+                if r.get("text")
+            ]
+        description = (
+            f"Documents about: {', '.join(titles[:20])}" if titles else f"Collection {name}"
+        )
+        sources.append(
+            RouteSource(
+                name=name,
+                description=description,
+                utterances=tuple(utterances),
+                collection_name=name,
+            )
+        )
     return sources

@@ -26,14 +26,36 @@ from typing import Any
 
 __all__ = ["ParsedRouteReply", "normalize_name", "parse_route_reply", "resolve_name"]
 
-_ROUTE_KEYS = ("routes", "route", "choices", "choice", "selections", "selection", "datasource",
-               "datasources", "data_source", "source", "sources", "name", "index", "indices",
-               "answer", "destination", "tool", "category")
+_ROUTE_KEYS = (
+    "routes",
+    "route",
+    "choices",
+    "choice",
+    "selections",
+    "selection",
+    "datasource",
+    "datasources",
+    "data_source",
+    "source",
+    "sources",
+    "name",
+    "index",
+    "indices",
+    "answer",
+    "destination",
+    "tool",
+    "category",
+)
 _REASON_KEYS = ("reason", "reasons", "reasoning", "explanation", "why", "rationale")
-_NONE_WORDS = re.compile(r"\b(none|no route|no suitable|no relevant|not applicable|n/a|nothing fits)\b", re.I)
+_NONE_WORDS = re.compile(
+    r"\b(none|no route|no suitable|no relevant|not applicable|n/a|nothing fits)\b", re.I
+)
 _NUMBER_PATTERNS = (
     re.compile(r"^\W*#?\(?\[?(\d{1,3})\]?\)?\W*$"),  # "2", "2.", "(2)", "#2", "[2]"
-    re.compile(r"\b(?:choice|route|option|number|answer|source|index|selection|pick)\s*(?:is|:|=|#|no\.?)?\s*#?(\d{1,3})\b", re.I),
+    re.compile(
+        r"\b(?:choice|route|option|number|answer|source|index|selection|pick)\s*(?:is|:|=|#|no\.?)?\s*#?(\d{1,3})\b",
+        re.I,
+    ),
     re.compile(r"^\s*\(?(\d{1,3})[.):]\s", re.M),  # "2. physics is ..." or "2) ..."
 )
 
@@ -208,12 +230,18 @@ def _names_in_text(text: str, names: Sequence[str]) -> list[int]:
             if n and n in compact:
                 start = compact.index(n)
                 hits.append((start, start + len(n), i))
-    kept = [h for h in hits if not any(o[0] <= h[0] and h[1] <= o[1] and (o[1] - o[0]) > (h[1] - h[0]) for o in hits)]
+    kept = [
+        h
+        for h in hits
+        if not any(o[0] <= h[0] and h[1] <= o[1] and (o[1] - o[0]) > (h[1] - h[0]) for o in hits)
+    ]
     kept.sort()
     return _dedupe([h[2] for h in kept])
 
 
-def parse_route_reply(reply: str, names: Sequence[str], *, max_outputs: int = 1) -> ParsedRouteReply:
+def parse_route_reply(
+    reply: str, names: Sequence[str], *, max_outputs: int = 1
+) -> ParsedRouteReply:
     """Parse an LLM's routing reply against the route ``names`` (in prompt order).
 
     Args:
@@ -255,7 +283,9 @@ def parse_route_reply(reply: str, names: Sequence[str], *, max_outputs: int = 1)
         if len(named) > max_outputs:
             mentioned = [names[i] for i in named]
             return ParsedRouteReply(
-                "invalid", reason=text, problem=f"ambiguous: names {mentioned} but at most {max_outputs} wanted"
+                "invalid",
+                reason=text,
+                problem=f"ambiguous: names {mentioned} but at most {max_outputs} wanted",
             )
         return ParsedRouteReply("ok", named, reason=text)
     # 3. numbers

@@ -13,7 +13,7 @@ import logging
 import re
 import string
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.response.schema import RESPONSE_TYPE, Response
@@ -80,18 +80,24 @@ class PromptRouter(BaseQueryEngine):
         from llama_index_rag_pack.settings import resolve_llm
 
         if not templates:
-            raise ConfigurationError("PromptRouter needs at least one template: templates={name: text}.")
+            raise ConfigurationError(
+                "PromptRouter needs at least one template: templates={name: text}."
+            )
         self._templates: dict[str, BasePromptTemplate] = {}
         self._descriptions = dict(descriptions or {})
         self._utterances = {k: list(v) for k, v in (utterances or {}).items()}
         for extra in (self._descriptions, self._utterances):
             unknown = sorted(set(extra) - set(templates))
             if unknown:
-                raise ConfigurationError(f"descriptions/utterances name unknown template(s) {unknown}.")
+                raise ConfigurationError(
+                    f"descriptions/utterances name unknown template(s) {unknown}."
+                )
         for name, template in templates.items():
             self._templates[name] = _check_template(name, template)
         if fallback is not None and fallback not in self._templates:
-            raise ConfigurationError(f"Fallback template {fallback!r} is not among {list(self._templates)}.")
+            raise ConfigurationError(
+                f"Fallback template {fallback!r} is not among {list(self._templates)}."
+            )
         self._llm_spec = llm
         self._llm: LLM | None = None if llm is None or isinstance(llm, str) else llm
         self._resolve_llm = resolve_llm
@@ -130,7 +136,9 @@ class PromptRouter(BaseQueryEngine):
     def _update_prompts(self, prompts: PromptDictType) -> None:
         for name, template in prompts.items():
             if name not in self._templates:
-                raise ConfigurationError(f"Unknown template {name!r}; templates: {list(self._templates)}.")
+                raise ConfigurationError(
+                    f"Unknown template {name!r}; templates: {list(self._templates)}."
+                )
             self._templates[name] = _check_template(name, template)
         self._selector.set_routes(self._routes())  # only changed texts are embedded again
 
@@ -182,7 +190,9 @@ class PromptRouter(BaseQueryEngine):
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
         selection = await self.aselect(query_bundle)
         logger.info("Prompt routing: %s", selection.explain())
-        text = (await self.llm.acomplete(self._prompt_for(selection.route, query_bundle.query_str))).text
+        text = (
+            await self.llm.acomplete(self._prompt_for(selection.route, query_bundle.query_str))
+        ).text
         return self._response(text, selection)
 
 
@@ -199,7 +209,9 @@ def _check_template(name: str, template: str | BasePromptTemplate) -> BasePrompt
     if isinstance(template, str):
         template = PromptTemplate(template)
     if not isinstance(template, BasePromptTemplate):
-        raise ConfigurationError(f"Template {name!r} must be a string or PromptTemplate, got {type(template).__name__}.")
+        raise ConfigurationError(
+            f"Template {name!r} must be a string or PromptTemplate, got {type(template).__name__}."
+        )
     variables = _template_vars(template)
     found = [v for v in variables if v in QUERY_VARIABLES]
     if len(found) != 1:

@@ -70,7 +70,9 @@ class FusionRouterRetriever(BaseRetriever):
         verbose: bool = False,
     ) -> None:
         if not isinstance(selector, BaseSelector):
-            raise ConfigurationError(f"selector must be a LlamaIndex BaseSelector, got {type(selector).__name__}.")
+            raise ConfigurationError(
+                f"selector must be a LlamaIndex BaseSelector, got {type(selector).__name__}."
+            )
         self._metadatas: list[ToolMetadata] = [t.metadata for t in retriever_tools]
         self._names = route_names(self._metadatas)  # raises on no routes / duplicate names
         self._retrievers: list[BaseRetriever] = [t.retriever for t in retriever_tools]
@@ -83,7 +85,9 @@ class FusionRouterRetriever(BaseRetriever):
         weights = dict(route_weights or {})
         unknown = sorted(set(weights) - set(self._names))
         if unknown:
-            raise ConfigurationError(f"route_weights names unknown route(s) {unknown}; routes: {self._names}.")
+            raise ConfigurationError(
+                f"route_weights names unknown route(s) {unknown}; routes: {self._names}."
+            )
         self._selector = selector
         self._weights = weights
         self.fusion_k = float(fusion_k)
@@ -103,9 +107,13 @@ class FusionRouterRetriever(BaseRetriever):
         """Build from ``{name: retriever}`` and ``{name: description}``."""
         missing = sorted(set(retrievers) - set(descriptions))
         if missing:
-            raise ConfigurationError(f"No description for route(s) {missing}: describe every route.")
+            raise ConfigurationError(
+                f"No description for route(s) {missing}: describe every route."
+            )
         tools = [
-            RetrieverTool(retriever=r, metadata=ToolMetadata(name=name, description=descriptions[name]))
+            RetrieverTool(
+                retriever=r, metadata=ToolMetadata(name=name, description=descriptions[name])
+            )
             for name, r in retrievers.items()
         ]
         return cls(tools, selector=selector, **kwargs)
@@ -130,7 +138,9 @@ class FusionRouterRetriever(BaseRetriever):
                 )
         if isinstance(result, RouteSelection):
             return result
-        return RouteSelection(selections=list(result.selections), names=[self._names[i] for i in result.inds])
+        return RouteSelection(
+            selections=list(result.selections), names=[self._names[i] for i in result.inds]
+        )
 
     def select(self, query: str | QueryBundle) -> RouteSelection:
         """Only the routing decision (no retrieval)."""
@@ -141,13 +151,17 @@ class FusionRouterRetriever(BaseRetriever):
         return self._as_route_selection(await self._selector.aselect(self._metadatas, query))
 
     # ------------------------------------------------------------------ retrieval
-    def retrieve_selected(self, query: str | QueryBundle, selection: RouteSelection) -> list[NodeWithScore]:
+    def retrieve_selected(
+        self, query: str | QueryBundle, selection: RouteSelection
+    ) -> list[NodeWithScore]:
         """Retrieve from the routes of an existing ``selection`` (e.g. one already shown to a user)."""
         bundle = QueryBundle(query) if isinstance(query, str) else query
         lists = [self._retrievers[i].retrieve(bundle) for i in selection.inds]
         return self._combine(selection, lists)
 
-    async def aretrieve_selected(self, query: str | QueryBundle, selection: RouteSelection) -> list[NodeWithScore]:
+    async def aretrieve_selected(
+        self, query: str | QueryBundle, selection: RouteSelection
+    ) -> list[NodeWithScore]:
         """Async :meth:`retrieve_selected`: the selected retrievers are searched concurrently."""
         bundle = QueryBundle(query) if isinstance(query, str) else query
         semaphore = asyncio.Semaphore(self.max_concurrency)
@@ -172,7 +186,9 @@ class FusionRouterRetriever(BaseRetriever):
     def _log(self, selection: RouteSelection) -> None:
         logger.info("Routing: %s", selection.explain())
 
-    def _combine(self, selection: RouteSelection, lists: list[list[NodeWithScore]]) -> list[NodeWithScore]:
+    def _combine(
+        self, selection: RouteSelection, lists: list[list[NodeWithScore]]
+    ) -> list[NodeWithScore]:
         names = [self._names[i] for i in selection.inds]
         reasons = dict(zip(names, selection.reasons))
         if not lists:
@@ -185,7 +201,9 @@ class FusionRouterRetriever(BaseRetriever):
             from llama_index_rag_pack.fusion.rank_fusion import reciprocal_rank_fusion
 
             weights = [self._weights.get(n, 1.0) for n in names]
-            fused = reciprocal_rank_fusion(lists, k=self.fusion_k, weights=weights, top_n=self.top_n)
+            fused = reciprocal_rank_fusion(
+                lists, k=self.fusion_k, weights=weights, top_n=self.top_n
+            )
         found_in: dict[str, list[str]] = {}
         for name, results in zip(names, lists):
             for n in results:

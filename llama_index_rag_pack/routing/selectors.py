@@ -88,7 +88,9 @@ class Aggregation(str, Enum):
             return cls(getattr(value, "value", value))
         except ValueError:
             valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(f"Unknown aggregation {value!r}; valid values: {valid}.") from None
+            raise ConfigurationError(
+                f"Unknown aggregation {value!r}; valid values: {valid}."
+            ) from None
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,9 @@ class Route:
                 utterances=tuple(value.get("utterances") or ()),
                 threshold=value.get("threshold"),
             )
-        raise ConfigurationError(f"Cannot make a route from {type(value).__name__}: give a Route or a dict.")
+        raise ConfigurationError(
+            f"Cannot make a route from {type(value).__name__}: give a Route or a dict."
+        )
 
 
 class RouteSelection(MultiSelection):
@@ -270,14 +274,18 @@ class SemanticSelector(BaseSelector):
         from llama_index_rag_pack.settings import resolve_embed_model
 
         if not -1.0 <= float(threshold) <= 1.0:
-            raise ConfigurationError(f"threshold must be a cosine score in [-1, 1], got {threshold!r}.")
+            raise ConfigurationError(
+                f"threshold must be a cosine score in [-1, 1], got {threshold!r}."
+            )
         if not isinstance(top_k, int) or top_k < 1:
             raise ConfigurationError(f"top_k must be an integer >= 1, got {top_k!r}.")
         self._routes: dict[str, Route] = {}
         if routes is not None:
             coerced = [Route.coerce(r) for r in routes]
             if not coerced:
-                raise ConfigurationError("routes is empty: give at least one route, or routes=None.")
+                raise ConfigurationError(
+                    "routes is empty: give at least one route, or routes=None."
+                )
             _check_unique([r.name for r in coerced])
             self._routes = {r.name: r for r in coerced}
         if fallback is not None and self._routes and fallback not in self._routes:
@@ -385,13 +393,19 @@ class SemanticSelector(BaseSelector):
             )
         return self.routes
 
-    def scores(self, query_embedding: Sequence[float], routes: Sequence[Route] | None = None) -> dict[str, float]:
+    def scores(
+        self, query_embedding: Sequence[float], routes: Sequence[Route] | None = None
+    ) -> dict[str, float]:
         """Score of every route for an already embedded query (routes must be embedded)."""
         routes = list(routes) if routes is not None else self._configured()
         self._ensure_embedded(routes)
-        return dict(zip([r.name for r in routes], self._score_vector(query_embedding, routes).tolist()))
+        return dict(
+            zip([r.name for r in routes], self._score_vector(query_embedding, routes).tolist())
+        )
 
-    def _score_vector(self, query_embedding: Sequence[float], routes: Sequence[Route]) -> np.ndarray:
+    def _score_vector(
+        self, query_embedding: Sequence[float], routes: Sequence[Route]
+    ) -> np.ndarray:
         matrix, ids = self._route_matrix(routes)
         sims = similarity.cosine_similarities(np.asarray(query_embedding), matrix)
         return similarity.aggregate_route_scores(sims, ids, len(routes), self.aggregation.value)
@@ -406,10 +420,14 @@ class SemanticSelector(BaseSelector):
         how = f"{self.aggregation.value} cosine"
         if chosen:
             sels = [
-                SingleSelection(index=i, reason=f"{how} {scores[i]:.3f} >= threshold {thresholds[i]:.3f}")
+                SingleSelection(
+                    index=i, reason=f"{how} {scores[i]:.3f} >= threshold {thresholds[i]:.3f}"
+                )
                 for i in chosen
             ]
-            return RouteSelection(selections=sels, names=[names[i] for i in chosen], scores=score_map)
+            return RouteSelection(
+                selections=sels, names=[names[i] for i in chosen], scores=score_map
+            )
         best = int(np.argmax(scores))
         below = f"best {names[best]!r} {how} {scores[best]:.3f} < threshold {thresholds[best]:.3f}"
         if fallback is not None:
@@ -420,7 +438,12 @@ class SemanticSelector(BaseSelector):
                 scores=score_map,
                 fallback=True,
             )
-        return RouteSelection(selections=[], names=[], scores=score_map, reply=f"no route reached its threshold ({below})")
+        return RouteSelection(
+            selections=[],
+            names=[],
+            scores=score_map,
+            reply=f"no route reached its threshold ({below})",
+        )
 
     def _select(self, choices: Sequence[ToolMetadata], query: QueryBundle) -> RouteSelection:
         routes = self._routes_for(choices)
@@ -435,7 +458,10 @@ class SemanticSelector(BaseSelector):
         return self._decide(embedding, routes)
 
     def _choices(self) -> list[ToolMetadata]:
-        return [ToolMetadata(name=r.name, description=r.description or r.utterances[0]) for r in self._configured()]
+        return [
+            ToolMetadata(name=r.name, description=r.description or r.utterances[0])
+            for r in self._configured()
+        ]
 
     def route(self, query: str | QueryBundle) -> RouteSelection:
         """Select among the configured routes."""
@@ -480,15 +506,19 @@ class SemanticSelector(BaseSelector):
             acceptable = [] if label is None else [label] if isinstance(label, str) else list(label)
             unknown = [a for a in acceptable if a not in names]
             if unknown:
-                raise ConfigurationError(f"Label(s) {unknown} for {query!r} name no route; routes: {names}.")
+                raise ConfigurationError(
+                    f"Label(s) {unknown} for {query!r} name no route; routes: {names}."
+                )
             queries.append(query)
             labels.append(frozenset(names.index(a) for a in acceptable))
         if not queries:
             raise ConfigurationError("fit_thresholds needs at least one labelled query.")
         self._ensure_embedded(routes)
-        q = self.embed_model.get_text_embedding_batch(queries) if _symmetric(self.embed_model) else [
-            self.embed_model.get_query_embedding(x) for x in queries
-        ]
+        q = (
+            self.embed_model.get_text_embedding_batch(queries)
+            if _symmetric(self.embed_model)
+            else [self.embed_model.get_query_embedding(x) for x in queries]
+        )
         matrix = np.vstack([self._score_vector(v, routes) for v in q])
         own = {i for i, r in enumerate(routes) if r.threshold is not None}
         start = np.asarray([self._threshold_for(r) for r in routes])
@@ -504,15 +534,25 @@ class SemanticSelector(BaseSelector):
         before = similarity.routing_accuracy(matrix, labels, start)
         after = similarity.routing_accuracy(matrix, labels, fitted)
         self._fitted = {n: float(t) for i, (n, t) in enumerate(zip(names, fitted)) if i not in own}
-        logger.info("Fitted routing thresholds on %d queries: accuracy %.3f -> %.3f", len(queries), before, after)
+        logger.info(
+            "Fitted routing thresholds on %d queries: accuracy %.3f -> %.3f",
+            len(queries),
+            before,
+            after,
+        )
         return ThresholdReport(
-            thresholds=self.thresholds, accuracy_before=before, accuracy_after=after, n_examples=len(queries)
+            thresholds=self.thresholds,
+            accuracy_before=before,
+            accuracy_after=after,
+            n_examples=len(queries),
         )
 
 
 def _symmetric(embed_model: Any) -> bool:
     """True when query and text embeddings are the same function (no query instruction)."""
-    return type(embed_model).__name__ == "HuggingFaceEmbedding" and not getattr(embed_model, "query_instruction", None)
+    return type(embed_model).__name__ == "HuggingFaceEmbedding" and not getattr(
+        embed_model, "query_instruction", None
+    )
 
 
 # =========================================================================== logical
@@ -584,13 +624,18 @@ class LogicalSelector(BaseSelector):
             return self.use_function_calling
         return bool(getattr(self.llm.metadata, "is_function_calling_model", False))
 
-    def _format(self, choices: Sequence[ToolMetadata], names: Sequence[str], query: QueryBundle) -> str:
+    def _format(
+        self, choices: Sequence[ToolMetadata], names: Sequence[str], query: QueryBundle
+    ) -> str:
         context = "\n".join(
             f"{i}. {name}: {' '.join((c.description or '').split())}"
             for i, (name, c) in enumerate(zip(names, choices), 1)
         )
         return self._prompt.format(
-            context_list=context, query_str=query.query_str, max_outputs=self.max_outputs, example_name=names[0]
+            context_list=context,
+            query_str=query.query_str,
+            max_outputs=self.max_outputs,
+            example_name=names[0],
         )
 
     def _tool(self, names: Sequence[str]) -> Any:
@@ -601,9 +646,13 @@ class LogicalSelector(BaseSelector):
             return ", ".join(routes)
 
         description = f"{SELECT_TOOL_DESCRIPTION} Valid names: {', '.join(names)}."
-        return FunctionTool.from_defaults(fn=select_routes, name=SELECT_TOOL_NAME, description=description)
+        return FunctionTool.from_defaults(
+            fn=select_routes, name=SELECT_TOOL_NAME, description=description
+        )
 
-    def _parse_tool_response(self, response: Any, names: Sequence[str]) -> tuple[ParsedRouteReply, str]:
+    def _parse_tool_response(
+        self, response: Any, names: Sequence[str]
+    ) -> tuple[ParsedRouteReply, str]:
         import json
 
         calls = self.llm.get_tool_calls_from_response(response, error_on_no_tool_call=False)
@@ -627,10 +676,16 @@ class LogicalSelector(BaseSelector):
             if fallback is None:
                 return RouteSelection(selections=[], names=[], reply=reply)
             reason = f"the model chose no route ({parsed.reason}); fallback route"
-            return RouteSelection(selections=[SingleSelection(index=fallback, reason=reason)],
-                                  names=[names[fallback]], fallback=True, reply=reply)
+            return RouteSelection(
+                selections=[SingleSelection(index=fallback, reason=reason)],
+                names=[names[fallback]],
+                fallback=True,
+                reply=reply,
+            )
         problem = parsed.problem or "the model chose no route"
-        message = f"The LLM's routing reply named no valid route ({problem}); reply: {reply[:300]!r}."
+        message = (
+            f"The LLM's routing reply named no valid route ({problem}); reply: {reply[:300]!r}."
+        )
         if fallback is None or self.raise_on_failure:
             raise RoutingError(
                 message + " Configure fallback=<route name> to route such replies somewhere safe, "
@@ -638,7 +693,11 @@ class LogicalSelector(BaseSelector):
             )
         logger.warning("%s Using fallback route %r.", message, names[fallback])
         return RouteSelection(
-            selections=[SingleSelection(index=fallback, reason=f"unusable reply ({problem}); fallback route")],
+            selections=[
+                SingleSelection(
+                    index=fallback, reason=f"unusable reply ({problem}); fallback route"
+                )
+            ],
             names=[names[fallback]],
             fallback=True,
             reply=reply,
@@ -649,11 +708,15 @@ class LogicalSelector(BaseSelector):
         _fallback_index(self.fallback, names)
         prompt = self._format(choices, names, query)
         if self._function_calling:
-            response = self.llm.chat_with_tools([self._tool(names)], user_msg=prompt, allow_parallel_tool_calls=False)
+            response = self.llm.chat_with_tools(
+                [self._tool(names)], user_msg=prompt, allow_parallel_tool_calls=False
+            )
             parsed, reply = self._parse_tool_response(response, names)
             return self._finish(parsed, names, reply)
         reply = self.llm.complete(prompt).text
-        return self._finish(parse_route_reply(reply, names, max_outputs=self.max_outputs), names, reply)
+        return self._finish(
+            parse_route_reply(reply, names, max_outputs=self.max_outputs), names, reply
+        )
 
     async def _aselect(self, choices: Sequence[ToolMetadata], query: QueryBundle) -> RouteSelection:
         names = route_names(choices)
@@ -666,7 +729,9 @@ class LogicalSelector(BaseSelector):
             parsed, reply = self._parse_tool_response(response, names)
             return self._finish(parsed, names, reply)
         reply = (await self.llm.acomplete(prompt)).text
-        return self._finish(parse_route_reply(reply, names, max_outputs=self.max_outputs), names, reply)
+        return self._finish(
+            parse_route_reply(reply, names, max_outputs=self.max_outputs), names, reply
+        )
 
 
 def _as_template(prompt: str | BasePromptTemplate) -> BasePromptTemplate:
@@ -674,4 +739,6 @@ def _as_template(prompt: str | BasePromptTemplate) -> BasePromptTemplate:
         return prompt
     if isinstance(prompt, str):
         return PromptTemplate(prompt)
-    raise ConfigurationError(f"prompt must be a string or a PromptTemplate, got {type(prompt).__name__}.")
+    raise ConfigurationError(
+        f"prompt must be a string or a PromptTemplate, got {type(prompt).__name__}."
+    )

@@ -106,7 +106,9 @@ def routing_accuracy(
     """
     if len(labels) == 0:
         return 0.0
-    preds = _predictions(np.asarray(score_matrix, dtype=np.float64), np.asarray(thresholds, dtype=np.float64))
+    preds = _predictions(
+        np.asarray(score_matrix, dtype=np.float64), np.asarray(thresholds, dtype=np.float64)
+    )
     correct = [(p == -1 and not lab) or (p in lab) for p, lab in zip(preds.tolist(), labels)]
     return float(np.mean(correct))
 
@@ -160,7 +162,9 @@ def fit_thresholds(
     """
     s = np.asarray(score_matrix, dtype=np.float64)
     if s.ndim != 2 or s.shape[0] != len(labels) or s.shape[0] == 0:
-        raise ValueError(f"need a non-empty (n_examples, n_routes) matrix matching {len(labels)} labels")
+        raise ValueError(
+            f"need a non-empty (n_examples, n_routes) matrix matching {len(labels)} labels"
+        )
     n_routes = s.shape[1]
     if initial is None:
         shared = _candidates(s.ravel())
@@ -186,4 +190,6 @@ def fit_thresholds(
                 thresholds[r], accuracy, changed = value, best, True
         if not changed:
             break
-    return ThresholdFit(thresholds=thresholds, accuracy=accuracy, initial_accuracy=initial_accuracy, passes=passes)
+    return ThresholdFit(
+        thresholds=thresholds, accuracy=accuracy, initial_accuracy=initial_accuracy, passes=passes
+    )

@@ -21,8 +21,8 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.errors import ConfigurationError
-from llama_index_rag_pack.settings import LazyLLMMixin
 from llama_index_rag_pack.fusion.retriever import annotate_node
+from llama_index_rag_pack.settings import LazyLLMMixin
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
