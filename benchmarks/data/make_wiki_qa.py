@@ -44,10 +44,15 @@ HARD_DROP = 2
 WH_WORDS = frozenset({"what", "year", "which", "who", "whom"})
 
 STOPWORDS = frozenset(
-    ["a", "an", "the", "and", "or", "but", "if", "of", "at", "by", "for", "with", "about", "against", "between", "into", "through", "during", "before", "after", "above", "below", "to", "from", "up", "down", "in", "out", "on", "off", "over", "under", "again", "further", "then", "once", "here", "there", "when", "where", "why", "how", "all", "any", "both", "each", "few", "more", "most", "other", "some", "such", "no", "nor", "not", "only", "own", "same", "so", "than", "too", "very", "can", "will", "just", "should", "now", "is", "are", "was", "were", "be", "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "it", "its", "it's", "this", "that", "these", "those", "he", "she", "they", "them", "his", "her", "their", "what", "which", "who", "whom", "as", "also", "may", "might", "would", "could", "one", "two", "first", "new", "many", "much", "however", "while", "since"]
+    """a an the and or but if of at by for with about against between into through during before
+    after above below to from up down in out on off over under again further then once here there
+    when where why how all any both each few more most other some such no nor not only own same so
+    than too very can will just should now is are was were be been being have has had having do does
+    did doing it its it's this that these those he she they them his her their what which who whom
+    as also may might would could one two first new many much however while since""".split()
 )
 MONTHS = frozenset(
-    ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"]
+    "January February March April May June July August September October November December".split()
 )
 LEADING_MARKERS = re.compile(
     r"^(However|Moreover|Furthermore|In addition|Additionally|Also|Thus|Therefore|Nevertheless|"
@@ -64,7 +69,7 @@ ABBREVIATION = re.compile(
     r"(?:\b(?:[A-Z]\.){1,3}|\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|ca|No|Gen|Col|Lt|Mt)\.)$"
 )
 YEAR_CUE = frozenset(
-    ["in", "since", "until", "till", "from", "between", "by", "to", "and", "early", "late", "mid", "around", "circa", "before", "after", "during"]
+    "in since until till from between by to and early late mid around circa before after during".split()
 ) | {m.lower() for m in MONTHS}
 WORD = re.compile(r"[a-z0-9]+")
 DEFINITION = re.compile(
