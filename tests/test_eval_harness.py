@@ -209,7 +209,7 @@ def test_results_are_cached_per_strategy_and_question(harness_factory) -> None:
 async def test_async_path_matches_sync_path(harness_factory) -> None:
     sync = harness_factory(force=True).run("vector,hybrid")
     asyn = await harness_factory(force=True, concurrency=3).arun("vector,hybrid")
-    for a, b in zip(sync.rows, asyn.rows):
+    for a, b in zip(sync.rows, asyn.rows, strict=True):
         for key in ("recall@1", "recall@5", "mrr@5", "ndcg@5", "evidence@5"):
             assert a.metrics[key] == pytest.approx(b.metrics[key])
 
@@ -347,7 +347,7 @@ def test_cli_eval_writes_table_json_and_chart(tmp_path: Path, capsys) -> None:
     for key, text in DOCS.items():
         (corpus / f"{key.split(':')[1]}.txt").write_text(text, encoding="utf-8")
     lines = []
-    for qid, question, answer, doc, evidence in QUESTIONS:
+    for qid, question, answer, doc, _evidence in QUESTIONS:
         path = str((corpus / f"{doc.split(':')[1]}.txt").resolve())
         lines.append(
             json.dumps(

@@ -246,7 +246,9 @@ class RaptorStore:
     @staticmethod
     def _with_scores(result: Any) -> list[NodeWithScore]:
         sims = result.similarities or [None] * len(result.nodes or [])
-        return [NodeWithScore(node=n, score=s) for n, s in zip(result.nodes or [], sims)]
+        return [
+            NodeWithScore(node=n, score=s) for n, s in zip(result.nodes or [], sims, strict=False)
+        ]
 
     def search(self, embedding: Sequence[float], top_k: int, expr: str = "") -> list[NodeWithScore]:
         """Dense search restricted by a filter expression."""

@@ -355,7 +355,7 @@ class RaptorTree(PromptMixin):
         vectors = self.embed_model.get_text_embedding_batch(
             texts, show_progress=self.show_progress and len(texts) > 32
         )
-        for node, vec in zip(todo, vectors):
+        for node, vec in zip(todo, vectors, strict=True):
             node.embedding = list(vec)
         logger.info("Embedded %d %s", len(todo), what)
 
@@ -459,7 +459,7 @@ class RaptorTree(PromptMixin):
 
         outcomes = await asyncio.gather(*(one(job) for job in jobs), return_exceptions=True)
         bar.close()
-        return {job.node_id: out for job, out in zip(jobs, outcomes)}
+        return {job.node_id: out for job, out in zip(jobs, outcomes, strict=True)}
 
     def _write_summaries(
         self,
@@ -753,7 +753,7 @@ class RaptorTree(PromptMixin):
                 emb = np.asarray([n.embedding for n in added], dtype=np.float32)
                 emb /= np.linalg.norm(emb, axis=1, keepdims=True) + 1e-12
                 sims = emb @ centroids.T
-                for n, row in zip(added, sims):
+                for n, row in zip(added, sims, strict=True):
                     best = int(np.argmax(row))
                     if row[best] >= self.new_cluster_similarity:
                         children[live[best]].append(n.node_id)

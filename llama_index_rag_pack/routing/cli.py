@@ -39,7 +39,7 @@ def _print_selection(selection: Any) -> None:
     if selection.names:
         tag = " (fallback)" if selection.fallback else ""
         _cli._out(f"  route     : {', '.join(selection.names)}{tag}")
-        for name, reason in zip(selection.names, selection.reasons):
+        for name, reason in zip(selection.names, selection.reasons, strict=False):
             _cli._out(f"  why       : {name}: {' '.join(reason.split())[:200]}")
     else:
         _cli._out("  route     : none")

@@ -178,7 +178,7 @@ def _numbers_to_indices(numbers: list[int], n: int) -> tuple[list[int] | None, s
         return None, "no number"
     zero_based = 0 in numbers
     indices = [k if zero_based else k - 1 for k in numbers]
-    bad = [k for k, i in zip(numbers, indices) if not 0 <= i < n]
+    bad = [k for k, i in zip(numbers, indices, strict=True) if not 0 <= i < n]
     if bad:
         base = "0-based" if zero_based else "1-based"
         return None, f"number(s) {bad} out of range for {n} routes ({base})"

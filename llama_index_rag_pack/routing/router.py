@@ -190,7 +190,7 @@ class FusionRouterRetriever(BaseRetriever):
         self, selection: RouteSelection, lists: list[list[NodeWithScore]]
     ) -> list[NodeWithScore]:
         names = [self._names[i] for i in selection.inds]
-        reasons = dict(zip(names, selection.reasons))
+        reasons = dict(zip(names, selection.reasons, strict=True))
         if not lists:
             return []
         if len(lists) == 1:
@@ -205,7 +205,7 @@ class FusionRouterRetriever(BaseRetriever):
                 lists, k=self.fusion_k, weights=weights, top_n=self.top_n
             )
         found_in: dict[str, list[str]] = {}
-        for name, results in zip(names, lists):
+        for name, results in zip(names, lists, strict=True):
             for n in results:
                 routes = found_in.setdefault(n.node.node_id, [])
                 if name not in routes:

@@ -184,7 +184,9 @@ class RouteSelection(MultiSelection):
         """One line saying what was chosen and why (for logs and the CLI)."""
         if not self.selections:
             return "no route: " + (self.reply or "nothing matched")
-        parts = [f"{name} ({sel.reason})" for name, sel in zip(self.names, self.selections)]
+        parts = [
+            f"{name} ({sel.reason})" for name, sel in zip(self.names, self.selections, strict=False)
+        ]
         return ("fallback → " if self.fallback else "") + "; ".join(parts)
 
 
@@ -344,7 +346,7 @@ class SemanticSelector(BaseSelector):
     def _store(self, texts: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
         if texts:
             unit = similarity.normalize_rows(np.asarray(vectors, dtype=np.float32))
-            self._vectors.update(zip(texts, unit))
+            self._vectors.update(zip(texts, unit, strict=True))
             self.text_embedding_count += len(texts)
             logger.debug("Embedded %d route texts", len(texts))
 
@@ -374,7 +376,7 @@ class SemanticSelector(BaseSelector):
     def _routes_for(self, choices: Sequence[ToolMetadata]) -> list[Route]:
         names = route_names(choices)
         routes = []
-        for name, choice in zip(names, choices):
+        for name, choice in zip(names, choices, strict=True):
             if name in self._routes:
                 routes.append(self._routes[name])
             elif choice.description and choice.description.strip():
@@ -400,7 +402,11 @@ class SemanticSelector(BaseSelector):
         routes = list(routes) if routes is not None else self._configured()
         self._ensure_embedded(routes)
         return dict(
-            zip([r.name for r in routes], self._score_vector(query_embedding, routes).tolist())
+            zip(
+                [r.name for r in routes],
+                self._score_vector(query_embedding, routes).tolist(),
+                strict=True,
+            )
         )
 
     def _score_vector(
@@ -416,7 +422,7 @@ class SemanticSelector(BaseSelector):
         scores = self._score_vector(query_embedding, routes)
         thresholds = np.asarray([self._threshold_for(r) for r in routes])
         chosen = similarity.decide(scores, thresholds, self.top_k)
-        score_map = {n: round(float(s), 4) for n, s in zip(names, scores)}
+        score_map = {n: round(float(s), 4) for n, s in zip(names, scores, strict=True)}
         how = f"{self.aggregation.value} cosine"
         if chosen:
             sels = [
@@ -533,7 +539,9 @@ class SemanticSelector(BaseSelector):
                 fitted[i] = start[i]
         before = similarity.routing_accuracy(matrix, labels, start)
         after = similarity.routing_accuracy(matrix, labels, fitted)
-        self._fitted = {n: float(t) for i, (n, t) in enumerate(zip(names, fitted)) if i not in own}
+        self._fitted = {
+            n: float(t) for i, (n, t) in enumerate(zip(names, fitted, strict=True)) if i not in own
+        }
         logger.info(
             "Fitted routing thresholds on %d queries: accuracy %.3f -> %.3f",
             len(queries),
@@ -629,7 +637,7 @@ class LogicalSelector(BaseSelector):
     ) -> str:
         context = "\n".join(
             f"{i}. {name}: {' '.join((c.description or '').split())}"
-            for i, (name, c) in enumerate(zip(names, choices), 1)
+            for i, (name, c) in enumerate(zip(names, choices, strict=True), 1)
         )
         return self._prompt.format(
             context_list=context,

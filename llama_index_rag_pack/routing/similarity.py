@@ -109,7 +109,9 @@ def routing_accuracy(
     preds = _predictions(
         np.asarray(score_matrix, dtype=np.float64), np.asarray(thresholds, dtype=np.float64)
     )
-    correct = [(p == -1 and not lab) or (p in lab) for p, lab in zip(preds.tolist(), labels)]
+    correct = [
+        (p == -1 and not lab) or (p in lab) for p, lab in zip(preds.tolist(), labels, strict=False)
+    ]
     return float(np.mean(correct))
 
 
@@ -132,7 +134,7 @@ def _candidates(values: np.ndarray) -> np.ndarray:
 
 def _best_of(accuracies: list[float], candidates: np.ndarray) -> tuple[float, float]:
     best = max(accuracies)
-    tied = [c for a, c in zip(accuracies, candidates.tolist()) if a >= best - 1e-12]
+    tied = [c for a, c in zip(accuracies, candidates.tolist(), strict=True) if a >= best - 1e-12]
     # the middle of the optimal thresholds: the largest margin to both sides
     return tied[len(tied) // 2], best
 
@@ -176,7 +178,8 @@ def fit_thresholds(
     initial_accuracy = routing_accuracy(s, labels, thresholds)
     accuracy = initial_accuracy
     passes = 0
-    for passes in range(1, max_passes + 1):
+    for pass_no in range(1, max_passes + 1):
+        passes = pass_no
         changed = False
         for r in range(n_routes):
             cands = _candidates(s[:, r])
