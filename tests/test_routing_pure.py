@@ -1,4 +1,6 @@
-"""Pure routing algorithms: reply parsing and similarity/threshold arithmetic (no LlamaIndex, no Milvus)."""
+"""Pure routing algorithms: reply parsing and similarity/threshold arithmetic (no LlamaIndex,
+no Milvus).
+"""
 
 from __future__ import annotations
 

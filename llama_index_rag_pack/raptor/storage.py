@@ -81,8 +81,9 @@ class RaptorStore:
         for attr in ("client", "collection_name", "add", "query"):
             if not hasattr(vector_store, attr):
                 raise ConfigurationError(
-                    f"RAPTOR needs a MilvusVectorStore (got {type(vector_store).__name__}). Create one "
-                    "with llama_index_rag_pack.milvus.open_vector_store(uri, collection_name)."
+                    "RAPTOR needs a MilvusVectorStore "
+                    f"(got {type(vector_store).__name__}). Create one with "
+                    "llama_index_rag_pack.milvus.open_vector_store(uri, collection_name)."
                 )
         self.vector_store = vector_store
 

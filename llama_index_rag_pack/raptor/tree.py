@@ -117,7 +117,8 @@ def clean_summary(text: str) -> str:
 
 
 def summary_id(level: int, child_ids: Sequence[str]) -> str:
-    """Deterministic id of the summary of ``child_ids`` at ``level`` (what makes builds resumable)."""
+    """Deterministic id of the summary of ``child_ids`` at ``level`` (what makes builds
+    resumable)."""
     digest = hashlib.sha1(("\n".join(sorted(child_ids)) + f"\n@{level}").encode()).hexdigest()[:24]
     return f"raptor-{level}-{digest}"
 
@@ -154,7 +155,9 @@ class RaptorTree(PromptMixin):
     Example:
         >>> from llama_index.core import Document
         >>> from llama_index_rag_pack.milvus import open_vector_store
-        >>> tree = RaptorTree(open_vector_store("./raptor.db", "docs_raptor"), llm=my_llm)  # doctest: +SKIP
+        >>> tree = RaptorTree(  # doctest: +SKIP
+        ...     open_vector_store("./raptor.db", "docs_raptor"), llm=my_llm
+        ... )
         >>> tree.build([Document(text="...")]).levels  # doctest: +SKIP
         {0: 40, 1: 5, 2: 1}
     """
@@ -278,7 +281,8 @@ class RaptorTree(PromptMixin):
 
     # ------------------------------------------------------------------ leaves
     def make_leaves(self, documents: Sequence[BaseNode]) -> list[TextNode]:
-        """Chunk ``Document`` objects (other nodes are used as chunks as they are) into level-0 nodes.
+        """Chunk ``Document`` objects (other nodes are used as chunks as they are) into level-0
+        nodes.
 
         Raises:
             EmptyCorpusError: no documents, or only blank ones.
@@ -503,10 +507,11 @@ class RaptorTree(PromptMixin):
         if failed:
             first_id, first_err = failed[0]
             raise RaptorBuildError(
-                f"{len(failed)} of {len(jobs)} summaries failed after {self.max_retries + 1} attempts each "
-                f"(first: {first_id}: {type(first_err).__name__}: {first_err}). The {len(done)} that succeeded "
-                "are stored: fix the LLM and build again (RaptorRetriever.from_documents with the same "
-                "vector store, RaptorTree.resume(), or `rag-pack raptor build`) to resume without redoing them."
+                f"{len(failed)} of {len(jobs)} summaries failed after {self.max_retries + 1} "
+                f"attempts each (first: {first_id}: {type(first_err).__name__}: {first_err}). "
+                f"The {len(done)} that succeeded are stored: fix the LLM and build again "
+                "(RaptorRetriever.from_documents with the same vector store, RaptorTree.resume(), "
+                "or `rag-pack raptor build`) to resume without redoing them."
             ) from first_err
         return done
 

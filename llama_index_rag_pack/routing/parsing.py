@@ -130,7 +130,8 @@ def _json_values(text: str) -> list[Any]:
 
 
 def _literal_at(text: str, start: int) -> tuple[Any, int]:
-    """Parse a Python literal (single-quoted dict/list) starting at ``start``; (None, start) if none."""
+    """Parse a Python literal (single-quoted dict/list) starting at ``start``; (None, start) if
+    none."""
     opener = text[start]
     closer = "}" if opener == "{" else "]"
     depth = 0
@@ -254,7 +255,9 @@ def parse_route_reply(
         A :class:`ParsedRouteReply`.
 
     Example:
-        >>> parse_route_reply('Sure! {"route": "Physics", "reason": "black holes"}', ["math", "physics"])
+        >>> parse_route_reply(
+        ...     'Sure! {"route": "Physics", "reason": "black holes"}', ["math", "physics"]
+        ... )
         ParsedRouteReply(status='ok', indices=[1], reason='black holes', problem='')
     """
     text = (reply or "").strip()

@@ -134,7 +134,8 @@ class FusionRouterRetriever(BaseRetriever):
         for i in result.inds:
             if not 0 <= i < len(self._names):
                 raise ConfigurationError(
-                    f"The selector returned route index {i}, but there are {len(self._names)} routes."
+                    f"The selector returned route index {i}, "
+                    f"but there are {len(self._names)} routes."
                 )
         if isinstance(result, RouteSelection):
             return result
@@ -154,7 +155,8 @@ class FusionRouterRetriever(BaseRetriever):
     def retrieve_selected(
         self, query: str | QueryBundle, selection: RouteSelection
     ) -> list[NodeWithScore]:
-        """Retrieve from the routes of an existing ``selection`` (e.g. one already shown to a user)."""
+        """Retrieve from the routes of an existing ``selection`` (e.g. one already shown to a
+        user)."""
         bundle = QueryBundle(query) if isinstance(query, str) else query
         lists = [self._retrievers[i].retrieve(bundle) for i in selection.inds]
         return self._combine(selection, lists)

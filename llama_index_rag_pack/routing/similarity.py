@@ -80,7 +80,8 @@ def aggregate_route_scores(
 
 
 def decide(scores: np.ndarray, thresholds: np.ndarray, top_k: int = 1) -> list[int]:
-    """Routes whose score reaches their threshold, best first (ties: lower index), at most ``top_k``."""
+    """Routes whose score reaches their threshold, best first (ties: lower index), at most
+    ``top_k``."""
     scores = np.asarray(scores, dtype=np.float64)
     thresholds = np.asarray(thresholds, dtype=np.float64)
     passing = np.flatnonzero(scores >= thresholds)
@@ -160,7 +161,8 @@ def fit_thresholds(
         max_passes: Upper bound on coordinate-ascent passes.
 
     Returns:
-        The fitted thresholds and the accuracy before (``initial`` or the shared threshold) and after.
+        The fitted thresholds and the accuracy before (``initial`` or the shared threshold) and
+        after.
     """
     s = np.asarray(score_matrix, dtype=np.float64)
     if s.ndim != 2 or s.shape[0] != len(labels) or s.shape[0] == 0:
