@@ -11,18 +11,18 @@ from llama_index_rag_pack import RagPack
 
 DOCS = [
     Document(
-        text="Milvus is an open-source vector database built for AI applications. It supports dense, "
-        "sparse and hybrid search.",
+        text="Milvus is an open-source vector database built for AI applications. It supports "
+        "dense, sparse and hybrid search.",
         metadata={"title": "Milvus", "url": "https://milvus.io"},
     ),
     Document(
-        text="RAPTOR recursively clusters document chunks and summarises each cluster, building a tree "
-        "that can be searched at every level of abstraction.",
+        text="RAPTOR recursively clusters document chunks and summarises each cluster, building a "
+        "tree that can be searched at every level of abstraction.",
         metadata={"title": "RAPTOR", "url": "https://arxiv.org/abs/2401.18059"},
     ),
     Document(
-        text="RAG-Fusion generates several versions of a question, retrieves for each and merges the "
-        "rankings with reciprocal rank fusion.",
+        text="RAG-Fusion generates several versions of a question, retrieves for each and merges "
+        "the rankings with reciprocal rank fusion.",
         metadata={"title": "RAG-Fusion"},
     ),
 ]

@@ -219,7 +219,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     else:
         _out("  reusing the existing index (pass --rebuild to index again)")
     _out(
-        f"  {pack.count()} chunks in collection {pack.vector_store.collection_name!r} at {kwargs['uri']}"
+        f"  {pack.count()} chunks in collection {pack.vector_store.collection_name!r} "
+        f"at {kwargs['uri']}"
     )
     with _step("loading the LLM", timings):
         llm = pack.llm
@@ -249,7 +250,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rag-pack",
-        description="Advanced RAG over Milvus: index documents, ask questions, run the offline demo.",
+        description=(
+            "Advanced RAG over Milvus: index documents, ask questions, run the offline demo."
+        ),
     )
     parser.add_argument(
         "--uri",

@@ -71,7 +71,8 @@ class LocalGGUFLLM(CustomLLM):
         super().__init__(**kwargs)
         if not Path(self.model_path).is_file():
             raise ConfigurationError(
-                f"GGUF model not found: {self.model_path!r}. Give the path of an existing .gguf file."
+                f"GGUF model not found: {self.model_path!r}. "
+                "Give the path of an existing .gguf file."
             )
 
     @classmethod

@@ -70,8 +70,8 @@ def check_uri(uri: str, *, timeout: float = 3.0) -> None:
         return
     if not uri.endswith(".db"):
         raise ConfigurationError(
-            f"Milvus Lite needs a path ending in '.db', got {uri!r} (e.g. ./rag_pack_data/milvus.db), "
-            "or give a server address http://host:19530."
+            f"Milvus Lite needs a path ending in '.db', got {uri!r} "
+            "(e.g. ./rag_pack_data/milvus.db), or give a server address http://host:19530."
         )
     path = Path(uri)
     if path.exists() and not path.is_dir():

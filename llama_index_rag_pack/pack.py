@@ -69,9 +69,10 @@ class RagPack(BaseLlamaPack):
     """Advanced RAG over Milvus in one object: index documents, retrieve, answer.
 
     Built from documents (indexes them) or from an existing collection (reopens it without
-    re-indexing). Every part is injectable; missing ones come from :mod:`~llama_index_rag_pack.settings`:
-    the bundled all-MiniLM-L6-v2 embeddings, Milvus Lite in ``./rag_pack_data/milvus.db`` and the
-    LLM resolution order (explicit → OpenAI / compatible server → local GGUF).
+    re-indexing). Every part is injectable; missing ones come from
+    :mod:`~llama_index_rag_pack.settings`: the bundled all-MiniLM-L6-v2 embeddings, Milvus Lite in
+    ``./rag_pack_data/milvus.db`` and the LLM resolution order (explicit → OpenAI / compatible
+    server → local GGUF).
 
     Args:
         documents: Documents to index now (blank ones are skipped with a warning).
@@ -92,7 +93,9 @@ class RagPack(BaseLlamaPack):
 
     Example:
         >>> from llama_index.core import Document
-        >>> pack = RagPack([Document(text="Milvus is a vector database.")], uri="./demo.db")  # doctest: +SKIP
+        >>> pack = RagPack(  # doctest: +SKIP
+        ...     [Document(text="Milvus is a vector database.")], uri="./demo.db"
+        ... )
         >>> print(pack.run("What is Milvus?"))  # doctest: +SKIP
     """
 
@@ -382,7 +385,8 @@ class RagPack(BaseLlamaPack):
 
     @property
     def query_engine(self) -> BaseQueryEngine:
-        """The default query engine: answers with citations (``make_query_engine(citations=False)`` for none)."""
+        """The default query engine: answers with citations
+        (``make_query_engine(citations=False)`` for none)."""
         return self.make_query_engine()
 
     def get_modules(self) -> dict[str, Any]:

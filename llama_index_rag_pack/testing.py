@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -50,7 +50,7 @@ class ToolCallReply:
     text: str = ""
 
 
-Reply = Union[str, ToolCallReply, BaseException]
+Reply = str | ToolCallReply | BaseException
 ReplyFn = Callable[[str], Reply]
 
 

@@ -11,6 +11,16 @@
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 # Offline first: a hub name must fail at once instead of hanging on the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,18 +40,7 @@ for _var in (
 ):
     os.environ.pop(_var, None)
 
-import shutil
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
-
-import pytest
-
-from llama_index_rag_pack.testing import ScriptedLLM
+from llama_index_rag_pack.testing import ScriptedLLM  # noqa: E402  (env setup above must run first)
 
 
 @pytest.fixture(scope="session")

@@ -38,11 +38,13 @@ CHEETAH_URL = "https://en.wikipedia.org/wiki/Cheetah"
 LION_URL = "https://en.wikipedia.org/wiki/Lion"
 CHUNKS = [
     (
-        "The cheetah is capable of running at 93 to 104 km/h (58 to 65 mph). It has a light build and long thin legs.",
+        "The cheetah is capable of running at 93 to 104 km/h (58 to 65 mph). "
+        "It has a light build and long thin legs.",
         {"title": "Cheetah", "url": CHEETAH_URL},
     ),
     (
-        "The cheetah lives in three main social groups: females and their cubs, male coalitions, and solitary males.",
+        "The cheetah lives in three main social groups: females and their cubs, "
+        "male coalitions, and solitary males.",
         {"title": "Cheetah", "url": CHEETAH_URL},
     ),
     (
@@ -125,7 +127,8 @@ class TestMarkersMode:
         response = engine.query(QUESTION)
         assert isinstance(response, CitedResponse)
         assert response.answer == (
-            "Cheetahs can run at 93 to 104 km/h [1], and they live in small groups [1]. Lions live in prides [2]."
+            "Cheetahs can run at 93 to 104 km/h [1], and they live in small groups [1]. "
+            "Lions live in prides [2]."
         )
         assert (
             response.references
@@ -263,7 +266,8 @@ class TestQuotesMode:
             i = id_of(prompt, CHUNKS[0][0])
             return (
                 "Here is the answer in JSON:\n```json\n"
-                f'{{"answer": "About 100 km/h.", "citations": [{{"source_id": "[{i}]", "quote": "93 to 104 km/h (58 to 65 mph)"}},]}}'
+                f'{{"answer": "About 100 km/h.", "citations": [{{"source_id": "[{i}]", '
+                '"quote": "93 to 104 km/h (58 to 65 mph)"},]}'
                 "\n```\nHope this helps!"
             )
 
@@ -289,7 +293,8 @@ class TestQuotesMode:
     def test_tool_model_answering_in_text(self, retriever) -> None:
         llm = ScriptedLLM(
             replies=[
-                '{"answer": "Prides.", "citations": [{"id": 99, "quote": "Lions live in groups called prides"}]}'
+                '{"answer": "Prides.", "citations": '
+                '[{"id": 99, "quote": "Lions live in groups called prides"}]}'
             ],
             function_calling=True,
         )
@@ -324,9 +329,8 @@ class TestAnnotateMode:
         response = CitedQueryEngine(retriever, llm, style="text", mode="annotate").query(QUESTION)
         assert llm.call_count == 2
         assert "S2: Lions live in prides!" in llm.prompts[1]
-        assert (
-            response.answer
-            == "Cheetahs run at 100 km/h [1]. Lions live in prides [2]! I am not sure about the rest."
+        assert response.answer == (
+            "Cheetahs run at 100 km/h [1]. Lions live in prides [2]! I am not sure about the rest."
         )
         assert response.metadata["dropped_ids"] == [42]
         assert response.metadata["raw_answer"].startswith("Cheetahs run at 100 km/h.")
@@ -467,7 +471,8 @@ class TestPostprocessor:
 
 @pytest.mark.slow
 def test_local_llm_stream_is_rewritten_consistently(retriever, local_llm) -> None:
-    """Whatever the real local model writes, no well-formed marker survives and citations are valid."""
+    """Whatever the real local model writes, no well-formed marker survives and citations are
+    valid."""
     from llama_index_rag_pack.citations.references import _MATCH, _scan_marker
 
     engine = CitedQueryEngine(retriever, local_llm, style="text", streaming=True)

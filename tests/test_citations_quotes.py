@@ -13,9 +13,11 @@ from llama_index_rag_pack.citations.quotes import (
 )
 
 SOURCES = [
-    "Adults weigh between 21 and 72 kg (46 and 159 lb). The cheetah is capable of running at 93 to 104 km/h "
-    "(58 to 65 mph); it has evolved specialized adaptations for speed, including a light build.",
-    "The lion is a large cat of the genus Panthera native to Africa and India. It lives in groups called prides.",
+    "Adults weigh between 21 and 72 kg (46 and 159 lb). The cheetah is capable of running at "
+    "93 to 104 km/h (58 to 65 mph); it has evolved specialized adaptations for speed, including "
+    "a light build.",
+    "The lion is a large cat of the genus Panthera native to Africa and India. "
+    "It lives in groups called prides.",
     "The abacus — a calculating tool — was used in “ancient” Sumer.",
 ]
 
@@ -110,7 +112,10 @@ class TestParse:
         assert parse_quoted_answer(data) == ("Prides.", [(2, "prides"), (3, "x"), (None, "y")])
 
     def test_json_inside_prose_and_fences(self) -> None:
-        text = 'Sure!\n```json\n{"answer": "1969", "quotes": [{"document": 1, "excerpt": "July 1969"}]}\n```\nDone.'
+        text = (
+            'Sure!\n```json\n{"answer": "1969", '
+            '"quotes": [{"document": 1, "excerpt": "July 1969"}]}\n```\nDone.'
+        )
         assert parse_quoted_answer(text) == ("1969", [(1, "July 1969")])
 
     def test_trailing_commas_and_escaped_braces(self) -> None:

@@ -343,7 +343,8 @@ class TestStyles:
         ]
         out = render_references("Fast [1](id=1). Spotted [2](id=2).", nodes, style="markdown")
         assert out == (
-            "Fast <sup>[[1](https://en.wikipedia.org/wiki/Cheetah)]</sup>. Spotted <sup>[2]</sup>.\n\n"
+            "Fast <sup>[[1](https://en.wikipedia.org/wiki/Cheetah)]</sup>. "
+            "Spotted <sup>[2]</sup>.\n\n"
             "- **1** [Cheetah \\[cat\\]](https://en.wikipedia.org/wiki/Cheetah)\n- **2** No link"
         )
 
@@ -396,7 +397,8 @@ class TestStyles:
 
 
 def test_importable_without_llama_index() -> None:
-    """references.py loads on its own when llama_index cannot be imported (benchmarks beside peers)."""
+    """references.py loads on its own when llama_index cannot be imported (benchmarks beside
+    peers)."""
     path = (
         Path(__file__).resolve().parents[1] / "llama_index_rag_pack" / "citations" / "references.py"
     )

@@ -22,18 +22,30 @@ from llama_index_rag_pack.evaluation.strategies import register_strategy, resolv
 from llama_index_rag_pack.pack import RagPack, RetrievalMode
 
 DOCS = {
-    "doc:aardvark": "The aardvark is a burrowing nocturnal mammal native to Africa. It feeds almost "
-    "exclusively on ants and termites, which it digs out with strong claws.",
-    "doc:apollo": "Apollo 11 was the spaceflight that first landed humans on the Moon. Neil Armstrong "
-    "and Buzz Aldrin landed the lunar module Eagle on 20 July 1969.",
-    "doc:abacus": "The abacus is a calculating tool used in Europe, China and Russia centuries before "
-    "the adoption of the Hindu-Arabic numeral system.",
-    "doc:alchemy": "Alchemy is a philosophical and protoscientific tradition. The writings attributed "
-    "to Hermes Trismegistus are a primary source of alchemical theory.",
-    "doc:asphalt": "Asphalt is a sticky, black and highly viscous liquid form of petroleum, used mainly "
-    "in road construction as the glue for aggregate particles.",
-    "doc:aikido": "Aikido is a Japanese martial art developed by Morihei Ueshiba as a synthesis of his "
-    "martial studies, philosophy and religious beliefs.",
+    "doc:aardvark": (
+        "The aardvark is a burrowing nocturnal mammal native to Africa. It feeds almost "
+        "exclusively on ants and termites, which it digs out with strong claws."
+    ),
+    "doc:apollo": (
+        "Apollo 11 was the spaceflight that first landed humans on the Moon. Neil Armstrong "
+        "and Buzz Aldrin landed the lunar module Eagle on 20 July 1969."
+    ),
+    "doc:abacus": (
+        "The abacus is a calculating tool used in Europe, China and Russia centuries before "
+        "the adoption of the Hindu-Arabic numeral system."
+    ),
+    "doc:alchemy": (
+        "Alchemy is a philosophical and protoscientific tradition. The writings attributed "
+        "to Hermes Trismegistus are a primary source of alchemical theory."
+    ),
+    "doc:asphalt": (
+        "Asphalt is a sticky, black and highly viscous liquid form of petroleum, used mainly "
+        "in road construction as the glue for aggregate particles."
+    ),
+    "doc:aikido": (
+        "Aikido is a Japanese martial art developed by Morihei Ueshiba as a synthesis of his "
+        "martial studies, philosophy and religious beliefs."
+    ),
 }
 
 QUESTIONS = [
@@ -56,8 +68,8 @@ QUESTIONS = [
         "What calculating tool was used in China before Hindu-Arabic numerals?",
         "abacus",
         "doc:abacus",
-        "The abacus is a calculating tool used in Europe, China and Russia centuries before the adoption "
-        "of the Hindu-Arabic numeral system.",
+        "The abacus is a calculating tool used in Europe, China and Russia centuries before the "
+        "adoption of the Hindu-Arabic numeral system.",
     ),
     (
         "q4",
@@ -71,16 +83,16 @@ QUESTIONS = [
         "What black viscous petroleum liquid is used in road construction?",
         "asphalt",
         "doc:asphalt",
-        "Asphalt is a sticky, black and highly viscous liquid form of petroleum, used mainly in road "
-        "construction as the glue for aggregate particles.",
+        "Asphalt is a sticky, black and highly viscous liquid form of petroleum, used mainly in "
+        "road construction as the glue for aggregate particles.",
     ),
     (
         "q6",
         "Who developed the Japanese martial art aikido?",
         "Morihei Ueshiba",
         "doc:aikido",
-        "Aikido is a Japanese martial art developed by Morihei Ueshiba as a synthesis of his martial "
-        "studies, philosophy and religious beliefs.",
+        "Aikido is a Japanese martial art developed by Morihei Ueshiba as a synthesis of his "
+        "martial studies, philosophy and religious beliefs.",
     ),
 ]
 
@@ -209,7 +221,7 @@ def test_results_are_cached_per_strategy_and_question(harness_factory) -> None:
 async def test_async_path_matches_sync_path(harness_factory) -> None:
     sync = harness_factory(force=True).run("vector,hybrid")
     asyn = await harness_factory(force=True, concurrency=3).arun("vector,hybrid")
-    for a, b in zip(sync.rows, asyn.rows):
+    for a, b in zip(sync.rows, asyn.rows, strict=True):
         for key in ("recall@1", "recall@5", "mrr@5", "ndcg@5", "evidence@5"):
             assert a.metrics[key] == pytest.approx(b.metrics[key])
 
@@ -347,7 +359,7 @@ def test_cli_eval_writes_table_json_and_chart(tmp_path: Path, capsys) -> None:
     for key, text in DOCS.items():
         (corpus / f"{key.split(':')[1]}.txt").write_text(text, encoding="utf-8")
     lines = []
-    for qid, question, answer, doc, evidence in QUESTIONS:
+    for qid, question, answer, doc, _evidence in QUESTIONS:
         path = str((corpus / f"{doc.split(':')[1]}.txt").resolve())
         lines.append(
             json.dumps(

@@ -144,7 +144,7 @@ def test_hard_variant_drops_words_but_keeps_labels() -> None:
     easy = load_labelled_set("wiki_qa")
     hard = load_labelled_set("wiki_qa_hard")
     assert len(hard) == len(easy)
-    for e, h in zip(easy, hard):
+    for e, h in zip(easy, hard, strict=True):
         assert h.relevant_ids == e.relevant_ids and h.answers == e.answers
         assert len(h.question.split()) < len(e.question.split())
 

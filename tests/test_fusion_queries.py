@@ -27,7 +27,8 @@ ORIGINAL = "How does Milvus run keyword search?"
         ),
         # bullets, blank lines and the original question echoed back
         (
-            "- How does Milvus run keyword search?\n\n- milvus text match\n* Milvus analyzer tokenizer\n",
+            "- How does Milvus run keyword search?\n\n"
+            "- milvus text match\n* Milvus analyzer tokenizer\n",
             ["milvus text match", "Milvus analyzer tokenizer"],
         ),
         # code fence
@@ -42,7 +43,8 @@ ORIGINAL = "How does Milvus run keyword search?"
         ),
         # "Query 1:" labels, parenthesised numbers, single quotes
         (
-            "Query 1: milvus full-text search\nQuery 2: 'BM25 in vector databases'\n(3) milvus tokenizer",
+            "Query 1: milvus full-text search\n"
+            "Query 2: 'BM25 in vector databases'\n(3) milvus tokenizer",
             ["milvus full-text search", "BM25 in vector databases", "milvus tokenizer"],
         ),
         # duplicates differing only by case and punctuation

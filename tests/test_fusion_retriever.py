@@ -23,7 +23,9 @@ from llama_index_rag_pack.milvus import flush, open_vector_store
 from llama_index_rag_pack.testing import ScriptedLLM
 
 CORPUS = {
-    "milvus": "Milvus is an open-source vector database built for similarity search over embeddings.",
+    "milvus": (
+        "Milvus is an open-source vector database built for similarity search over embeddings."
+    ),
     "bm25": "Okapi BM25 is a ranking function that search engines use to score keyword matches.",
     "tfidf": "TF-IDF weighs a term by its frequency in a document and its rarity in the corpus.",
     "cat": "The cat sat on the warm mat and purred quietly all afternoon.",

@@ -16,7 +16,9 @@ from llama_index_rag_pack.fusion import MilvusHybridRetriever
 from llama_index_rag_pack.milvus import flush, open_vector_store
 
 CORPUS = {
-    "milvus": "Milvus is an open-source vector database built for similarity search over embeddings.",
+    "milvus": (
+        "Milvus is an open-source vector database built for similarity search over embeddings."
+    ),
     "bm25": "Okapi BM25 is a ranking function that search engines use to score keyword matches "
     "by term frequency and inverse document frequency.",
     "cat": "The cat sat on the warm mat and purred quietly all afternoon.",
@@ -181,7 +183,8 @@ def test_second_stage_reranker_gets_pre_top_k_and_keeps_top_k(store, embed_model
 
 
 def test_second_stage_llm_reranker_with_realistic_reply(store, embed_model, scripted_llm):
-    # LLMRerank numbers candidates from 1; the model answers in its usual "Doc: n, Relevance: r" form.
+    # LLMRerank numbers candidates from 1; the model answers in its usual
+    # "Doc: n, Relevance: r" form.
     llm = scripted_llm(["Doc: 3, Relevance: 9\nDoc: 1, Relevance: 4\nDoc: 12, Relevance: 10\n"])
     r = MilvusHybridRetriever(
         store,

@@ -61,10 +61,16 @@ def test_reopening_in_a_new_process_finds_data_without_reindexing(tmp_path: Path
         from unittest import mock
         from llama_index_rag_pack import RagPack
         from llama_index.core.indices.vector_store import VectorStoreIndex
-        with mock.patch.object(VectorStoreIndex, "insert_nodes", side_effect=AssertionError("re-indexed")):
+        with mock.patch.object(
+            VectorStoreIndex, "insert_nodes", side_effect=AssertionError("re-indexed")
+        ):
             pack = RagPack.open(uri={uri!r}, collection_name="reopen", llm="none")
             hits = pack.retriever().retrieve("When did astronauts land on the Moon?")
-        print(json.dumps({{"count": pack.count(), "top": hits[0].node.ref_doc_id, "text": hits[0].node.get_content()}}))
+        print(json.dumps({{
+            "count": pack.count(),
+            "top": hits[0].node.ref_doc_id,
+            "text": hits[0].node.get_content(),
+        }}))
     """
     written = _run(write, tmp_path)
     assert written["count"] == 2

@@ -85,7 +85,7 @@ def test_build_from_indexed_chunks_then_show_plot_and_ask(
     assert "levels" in out and llm.call_count >= 1
 
     code, out, _ = run(capsys, *base, "raptor", "build")  # again: resumes, nothing to do
-    assert code == 0 and "(%d summaries reused)" % llm.call_count in out
+    assert code == 0 and f"({llm.call_count} summaries reused)" in out
 
     code, out, _ = run(capsys, *base, "raptor", "show", "--format", "mermaid")
     assert code == 0 and out.startswith("graph TD") and "-->" in out and "L1 · Aardvarks" in out

@@ -142,8 +142,8 @@ def test_soft_labels_keep_rows_below_the_threshold() -> None:
     # the reference drops a row whose probabilities are all <= threshold; we keep its argmax
     probs = np.array([[0.5, 0.3, 0.2], [0.05, 0.05, 0.9], [0.34, 0.33, 0.33]])
     labels = _soft_labels(probs, 0.4)
-    assert [list(l) for l in labels] == [[0], [2], [0]]
-    assert [list(l) for l in _soft_labels(probs, 0.1)] == [[0, 1, 2], [2], [0, 1, 2]]
+    assert [list(row) for row in labels] == [[0], [2], [0]]
+    assert [list(row) for row in _soft_labels(probs, 0.1)] == [[0, 1, 2], [2], [0, 1, 2]]
 
 
 def test_umap_path_separates_blobs_and_is_reproducible() -> None:

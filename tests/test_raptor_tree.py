@@ -236,7 +236,7 @@ def test_missing_tree_says_how_to_build_one(tmp_path: Any, embed_model: Any) -> 
         RaptorRetriever(vector_store=store, embed_model=embed_model)
 
 
-# ----------------------------------------------------------------------------- bad input, small corpora
+# ------------------------------------------------------------------ bad input, small corpora
 def test_empty_and_blank_documents(
     tmp_path: Any, embed_model: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -98,7 +98,8 @@ def test_raise_on_failure(dense, scripted_llm):
         ('"ancient greek philosophers"**', "ancient greek philosophers"),
         ("**ancient greek philosophers**", "ancient greek philosophers"),
         (
-            "Rewritten query: ancient greek philosophers\n\nThis query removes the unrelated details.",
+            "Rewritten query: ancient greek philosophers\n\n"
+            "This query removes the unrelated details.",
             "ancient greek philosophers",
         ),
         ("1. ancient greek philosophers", "ancient greek philosophers"),

@@ -27,7 +27,9 @@ SPACE = [
         metadata={"title": "Moon"},
     ),
     Document(
-        text="Jupiter is the largest planet in the Solar System, a gas giant with a great red spot.",
+        text=(
+            "Jupiter is the largest planet in the Solar System, a gas giant with a great red spot."
+        ),
         metadata={"title": "Jupiter"},
     ),
 ]

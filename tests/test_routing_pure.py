@@ -1,4 +1,6 @@
-"""Pure routing algorithms: reply parsing and similarity/threshold arithmetic (no LlamaIndex, no Milvus)."""
+"""Pure routing algorithms: reply parsing and similarity/threshold arithmetic (no LlamaIndex,
+no Milvus).
+"""
 
 from __future__ import annotations
 
@@ -150,7 +152,7 @@ def _brute_scores(q: np.ndarray, rows: np.ndarray, ids: np.ndarray, n: int, agg:
     for r in range(n):
         sims = [
             float(q @ v / (np.linalg.norm(q) * np.linalg.norm(v)))
-            for v, i in zip(rows, ids)
+            for v, i in zip(rows, ids, strict=True)
             if i == r
         ]
         out.append(max(sims) if agg == "max" else sum(sims) / len(sims))
@@ -181,7 +183,7 @@ def test_property_decide_matches_definition(scores: list[float], data: st.DataOb
     thresholds = data.draw(st.lists(st.floats(-1, 1), min_size=len(scores), max_size=len(scores)))
     top_k = data.draw(st.integers(1, 4))
     chosen = similarity.decide(np.asarray(scores), np.asarray(thresholds), top_k)
-    passing = [i for i, (s, t) in enumerate(zip(scores, thresholds)) if s >= t]
+    passing = [i for i, (s, t) in enumerate(zip(scores, thresholds, strict=True)) if s >= t]
     assert set(chosen) <= set(passing)
     assert len(chosen) == min(top_k, len(passing))
     assert [scores[i] for i in chosen] == sorted((scores[i] for i in chosen), reverse=True)

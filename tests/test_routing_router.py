@@ -220,14 +220,15 @@ def test_router_bad_configuration(retrievers: Any, embed_model: Any) -> None:
 
 # =========================================================================== PromptRouter
 PHYSICS = (
-    "You are a very smart physics professor. You are great at answering questions about physics in "
-    "a concise and easy-to-understand manner. When you don't know the answer to a question, you admit "
-    "that you don't know.\n\nHere is a question:\n{query}"
+    "You are a very smart physics professor. You are great at answering questions about physics "
+    "in a concise and easy-to-understand manner. When you don't know the answer to a question, "
+    "you admit that you don't know.\n\nHere is a question:\n{query}"
 )
 MATH = (
-    "You are a very good mathematician. You are great at answering math questions. You are so good "
-    "because you are able to break down hard problems into their component parts, answer the component "
-    "parts, and then put them together to answer the broader question.\n\nHere is a question:\n{query}"
+    "You are a very good mathematician. You are great at answering math questions. You are so "
+    "good because you are able to break down hard problems into their component parts, answer "
+    "the component parts, and then put them together to answer the broader question.\n\n"
+    "Here is a question:\n{query}"
 )
 
 

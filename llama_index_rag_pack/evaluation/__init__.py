@@ -1,6 +1,7 @@
 """Evaluation: metrics, offline corpora, labelled question sets and the strategy harness.
 
-The harness (:class:`EvalHarness`) is imported lazily so ``import llama_index_rag_pack`` stays light.
+The harness (:class:`EvalHarness`) is imported lazily so ``import llama_index_rag_pack`` stays
+light.
 """
 
 from __future__ import annotations

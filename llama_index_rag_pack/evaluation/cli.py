@@ -123,7 +123,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         show_progress=True,
     )
     _out(
-        f"rag-pack eval: {harness.dataset.name} ({len(harness.dataset)} questions, corpus {harness.dataset.corpus})"
+        f"rag-pack eval: {harness.dataset.name} ({len(harness.dataset)} questions, "
+        f"corpus {harness.dataset.corpus})"
     )
     _out("→ loading the corpus and opening the cached index (built on first use) ...")
     pack = harness.prepare()

@@ -37,8 +37,8 @@ def gensim_test_data_dir() -> Path:
     spec = importlib.util.find_spec("gensim")
     if spec is None or not spec.submodule_search_locations:
         raise ConfigurationError(
-            "The offline corpora ship inside the gensim wheel: `pip install 'llama-index-rag-pack[data]'` "
-            "(or `pip install gensim`)."
+            "The offline corpora ship inside the gensim wheel: "
+            "`pip install 'llama-index-rag-pack[data]'` (or `pip install gensim`)."
         )
     return Path(next(iter(spec.submodule_search_locations))) / "test" / "test_data"
 

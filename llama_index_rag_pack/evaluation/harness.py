@@ -314,11 +314,13 @@ class EvalReport:
         return lines
 
     def to_markdown(self) -> str:
-        """The results table (plus a shared-subset table when strategies ran on different counts)."""
+        """The results table (plus a shared-subset table when strategies ran on different
+        counts)."""
         rows = self.ok_rows()
         cfg = self.config
         lines = [
-            f"### `{self.dataset}`: {self.n_questions} questions, corpus `{self.corpus}`, top_k={cfg.get('top_k')}",
+            f"### `{self.dataset}`: {self.n_questions} questions, corpus `{self.corpus}`, "
+            f"top_k={cfg.get('top_k')}",
             "",
         ]
         if rows:
@@ -327,7 +329,8 @@ class EvalReport:
             shared = self.shared_metrics()
             lines += [
                 "",
-                f"Same {len(self.shared_question_ids())} questions for every strategy (LLM strategies ran on a subset):",
+                f"Same {len(self.shared_question_ids())} questions for every strategy "
+                "(LLM strategies ran on a subset):",
                 "",
                 *self._table(shared, rows, n_col=False),
             ]
@@ -337,8 +340,9 @@ class EvalReport:
             lines += [f"- `{r.strategy.name}` ({r.status}): {r.note}" for r in others]
         lines += [
             "",
-            "R@k: a chunk of the relevant article in the top k (document level); chunk hit@k: a chunk "
-            "holding the evidence sentence in the top k; answer@k: the gold answer appears in a top-k chunk; "
+            "R@k: a chunk of the relevant article in the top k (document level); chunk hit@k: a "
+            "chunk holding the evidence sentence in the top k; answer@k: the gold answer "
+            "appears in a top-k chunk; "
             f"ms/query: wall time per question with {cfg.get('concurrency', 1)} in flight.",
         ]
         return "\n".join(lines) + "\n"
@@ -406,7 +410,8 @@ class EvalReport:
     def write(
         self, out_dir: str | Path, *, stem: str | None = None, chart: bool = True
     ) -> dict[str, Path]:
-        """Write ``<stem>.md``, ``<stem>.json`` and (if any row ran) ``<stem>.png`` to ``out_dir``."""
+        """Write ``<stem>.md``, ``<stem>.json`` and (if any row ran) ``<stem>.png`` to
+        ``out_dir``."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         stem = stem or self.dataset
@@ -601,8 +606,9 @@ class EvalHarness(PromptMixin):
             )
         if not examples:
             raise ConfigurationError(
-                f"None of the {len(self.dataset)} questions has its relevant documents in the corpus "
-                f"({len(documents)} documents): check --corpus / --corpus-limit and the ids in the set."
+                f"None of the {len(self.dataset)} questions has its relevant documents in the "
+                f"corpus ({len(documents)} documents): check --corpus / --corpus-limit and the ids "
+                "in the set."
             )
         subset = LabelledSet(self.dataset.name, examples, self.dataset.corpus).subset(
             self.limit, seed=self.seed
@@ -715,9 +721,9 @@ class EvalHarness(PromptMixin):
             if strategy.needs_tree:
                 collection = getattr(pack.vector_store, "collection_name", "?")
                 row.note += (
-                    f" For this evaluation index: `rag-pack --uri {self.uri} --collection {collection} "
-                    "raptor build` (LLM summaries of every cluster: slow with a local model; use "
-                    "--corpus-limit for a small corpus)."
+                    f" For this evaluation index: `rag-pack --uri {self.uri} "
+                    f"--collection {collection} raptor build` (LLM summaries of every cluster: "
+                    "slow with a local model; use --corpus-limit for a small corpus)."
                 )
             return None
         except Exception as e:  # noqa: BLE001 - one broken strategy must not stop the others

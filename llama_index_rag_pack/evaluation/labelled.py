@@ -52,8 +52,10 @@ class LabelledExample:
     """One labelled question.
 
     Example:
-        >>> ex = LabelledExample(id="q1", question="What is Milvus?", answers=("a vector database",),
-        ...                      relevant_ids=("doc:milvus",))
+        >>> ex = LabelledExample(
+        ...     id="q1", question="What is Milvus?", answers=("a vector database",),
+        ...     relevant_ids=("doc:milvus",)
+        ... )
         >>> ex.has_relevance
         True
     """
@@ -254,7 +256,8 @@ def load_corpus(corpus: str | None, *, titles: Sequence[str] | None = None) -> l
     path = Path(corpus)
     if not path.exists():
         raise ConfigurationError(
-            f"Unknown corpus {corpus!r}: use one of {', '.join(SHIPPED_CORPORA)} or a path to files."
+            f"Unknown corpus {corpus!r}: use one of {', '.join(SHIPPED_CORPORA)} "
+            "or a path to files."
         )
     from llama_index_rag_pack.ingest import load_documents
 

@@ -180,7 +180,7 @@ def citation_precision(
     if len(cited) != len(supporting):
         raise ValueError(f"cited has {len(cited)} sentences but supporting has {len(supporting)}")
     total = correct = 0
-    for ids, support in zip(cited, supporting):
+    for ids, support in zip(cited, supporting, strict=True):
         support_set = set(support)
         for cid in set(ids):
             total += 1
@@ -202,7 +202,7 @@ def citation_recall(
     if len(cited) != len(supporting):
         raise ValueError(f"cited has {len(cited)} sentences but supporting has {len(supporting)}")
     needed = covered = 0
-    for ids, support in zip(cited, supporting):
+    for ids, support in zip(cited, supporting, strict=True):
         support_set = set(support)
         if not support_set:
             continue

@@ -83,7 +83,8 @@ def register_strategy(
     modes = mode_names()
     if mode not in modes:
         raise ConfigurationError(
-            f"Unknown retrieval mode {mode!r} for strategy {name!r}; valid modes: {', '.join(modes)}."
+            f"Unknown retrieval mode {mode!r} for strategy {name!r}; "
+            f"valid modes: {', '.join(modes)}."
         )
     strategy = Strategy(
         name=name,
@@ -172,7 +173,10 @@ def code_fingerprint(*objects: Any) -> str:
                 h.update(inspect.getsource(target).encode())
             except (OSError, TypeError):
                 h.update(
-                    f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', target)}".encode()
+                    (
+                        f"{getattr(target, '__module__', '')}."
+                        f"{getattr(target, '__qualname__', target)}"
+                    ).encode()
                 )
     return h.hexdigest()[:16]
 

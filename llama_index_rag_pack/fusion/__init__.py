@@ -1,4 +1,6 @@
-"""Fusion retrieval: rank fusion functions, query generation, RAG-Fusion and Milvus hybrid search."""
+"""Fusion retrieval: rank fusion functions, query generation, RAG-Fusion and Milvus hybrid
+search.
+"""
 
 from llama_index_rag_pack.fusion.milvus_hybrid import (
     MilvusHybridRetriever,

@@ -4,8 +4,9 @@ Works on the collection :func:`llama_index_rag_pack.milvus.open_vector_store` ma
 ``embedding``, BM25 built-in sparse field ``sparse_embedding`` computed from ``text``, node JSON in
 ``_node_content``), on Milvus Lite and on a Milvus server, with public pymilvus calls only.
 
-Milvus Lite pitfalls handled: sparse search is sent with ``drop_ratio_search=0`` (MilvusVectorStore
-sends 0.2, which Lite rejects) and BM25 distances, negative on Lite, are returned as positive scores.
+Milvus Lite pitfalls handled: sparse search is sent with ``drop_ratio_search=0``
+(MilvusVectorStore sends 0.2, which Lite rejects) and BM25 distances, negative on Lite, are
+returned as positive scores.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class MilvusRanker(str, Enum):
 
 
 class MilvusHybridRetriever(BaseRetriever):
-    """Dense, BM25 (sparse) or hybrid search on one Milvus collection, with an optional rerank stage.
+    """Dense, BM25 (sparse) or hybrid search on one Milvus collection, with an optional rerank
+    stage.
 
     Hybrid search sends one dense and one BM25 request in a single ``hybrid_search`` call and lets
     Milvus merge them with ``RRFRanker(k)`` or ``WeightedRanker(w_dense, w_sparse)``. With a
@@ -105,8 +107,10 @@ class MilvusHybridRetriever(BaseRetriever):
     Example:
         >>> from llama_index_rag_pack.milvus import open_vector_store
         >>> store = open_vector_store("./rag.db", "docs")  # doctest: +SKIP
-        >>> retriever = MilvusHybridRetriever(vector_store=store, search_type="hybrid",  # doctest: +SKIP
-        ...                                   ranker="weighted", weights=[0.6, 0.4], similarity_top_k=5)
+        >>> retriever = MilvusHybridRetriever(  # doctest: +SKIP
+        ...     vector_store=store, search_type="hybrid",
+        ...     ranker="weighted", weights=[0.6, 0.4], similarity_top_k=5
+        ... )
         >>> retriever.retrieve("What is BM25?")  # doctest: +SKIP
     """
 
@@ -138,7 +142,8 @@ class MilvusHybridRetriever(BaseRetriever):
         if client is None or not collection_name:
             raise ConfigurationError(
                 "MilvusHybridRetriever needs vector_store=MilvusVectorStore(...) "
-                "(e.g. llama_index_rag_pack.milvus.open_vector_store), or client= and collection_name=."
+                "(e.g. llama_index_rag_pack.milvus.open_vector_store), "
+                "or client= and collection_name=."
             )
         self.search_type = MilvusSearchType.parse(search_type)
         self.ranker = MilvusRanker.parse(ranker)
@@ -217,10 +222,10 @@ class MilvusHybridRetriever(BaseRetriever):
             self.sparse_field not in fields or not has_bm25(self.client, self.collection_name)
         ):
             raise ConfigurationError(
-                f"Collection {self.collection_name!r} has no BM25 sparse field {self.sparse_field!r}, "
-                f"so search_type={self.search_type.value!r} cannot work. Re-index with "
-                "open_vector_store(..., enable_bm25=True) (RagPack(enable_bm25=True)), or use "
-                "search_type='dense'."
+                f"Collection {self.collection_name!r} has no BM25 sparse field "
+                f"{self.sparse_field!r}, so search_type={self.search_type.value!r} cannot work. "
+                "Re-index with open_vector_store(..., enable_bm25=True) "
+                "(RagPack(enable_bm25=True)), or use search_type='dense'."
             )
         output = [self.text_field]
         if info.get("enable_dynamic_field") or "_node_content" in fields:
@@ -339,7 +344,8 @@ class MilvusHybridRetriever(BaseRetriever):
         embedding = None
         if self.search_type is not MilvusSearchType.SPARSE:
             embedding = query_bundle.embedding or await self.embed_model.aget_query_embedding(query)
-        # MilvusClient is blocking (AsyncMilvusClient does not cover Milvus Lite): run it in a thread
+        # MilvusClient is blocking (AsyncMilvusClient does not cover Milvus Lite): run it in a
+        # thread
         hits = await asyncio.to_thread(self._search, query, embedding, self._limit())
         nodes = self._to_nodes(hits)
         if self.reranker is not None and nodes:

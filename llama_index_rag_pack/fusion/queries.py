@@ -143,7 +143,8 @@ def _after_reply(text: str | None, query: str, num_queries: int) -> list[str]:
     queries = parse_queries(text or "", original=query, num_queries=num_queries)
     if not queries:
         logger.warning(
-            "Query generation returned nothing usable (%r); searching with the original query only.",
+            "Query generation returned nothing usable (%r); "
+            "searching with the original query only.",
             (text or "")[:200],
         )
     elif len(queries) < num_queries:

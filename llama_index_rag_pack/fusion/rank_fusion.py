@@ -110,7 +110,8 @@ def _node_id(item: Any) -> str:
     node_id = getattr(node, "node_id", None)
     if node_id is None:
         raise ConfigurationError(
-            f"Cannot fuse {type(item).__name__!r}: expected NodeWithScore items (with .node.node_id)."
+            f"Cannot fuse {type(item).__name__!r}: "
+            "expected NodeWithScore items (with .node.node_id)."
         )
     return str(node_id)
 
@@ -141,7 +142,8 @@ def _finish(
     combine: Callable[[float, float], float],
     top_n: int | None,
 ) -> list[T]:
-    """Accumulate per-list contributions, sort (stable, first-seen on ties), copy with new scores."""
+    """Accumulate per-list contributions, sort (stable, first-seen on ties), copy with new
+    scores."""
     fused: dict[str, float] = {}
     first: dict[str, T] = {}
     for li, items in enumerate(result_lists):
@@ -339,7 +341,9 @@ def union_fusion(
     Example:
         >>> from llama_index.core.schema import NodeWithScore, TextNode
         >>> a = TextNode(id_="a", text="a")
-        >>> fused = union_fusion([[NodeWithScore(node=a, score=0.4)], [NodeWithScore(node=a, score=0.7)]])
+        >>> fused = union_fusion(
+        ...     [[NodeWithScore(node=a, score=0.4)], [NodeWithScore(node=a, score=0.7)]]
+        ... )
         >>> [(n.node.node_id, n.score) for n in fused]
         [('a', 0.7)]
     """

@@ -1,4 +1,6 @@
-"""``FusionRetriever``: RAG-Fusion — query variants × retrievers, searched concurrently, rank-fused."""
+"""``FusionRetriever``: RAG-Fusion — query variants × retrievers, searched concurrently,
+rank-fused.
+"""
 
 from __future__ import annotations
 
@@ -124,7 +126,8 @@ class FusionRetriever(LazyLLMMixin, BaseRetriever):
         for r in items:
             if not isinstance(r, BaseRetriever):
                 raise ConfigurationError(
-                    f"FusionRetriever takes LlamaIndex BaseRetriever objects, got {type(r).__name__!r}."
+                    "FusionRetriever takes LlamaIndex BaseRetriever objects, "
+                    f"got {type(r).__name__!r}."
                 )
         if len(set(names)) != len(names):
             raise ConfigurationError(f"Retriever names must be unique, got {names!r}.")

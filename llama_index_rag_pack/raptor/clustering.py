@@ -108,7 +108,8 @@ def _geometric_grid(k_max: int, ratio: float) -> list[int]:
 
 
 def _max_components(x: np.ndarray, max_clusters: int) -> int:
-    # Like the reference (range(1, min(max_clusters, n))), never more components than distinct points.
+    # Like the reference (range(1, min(max_clusters, n))), never more components than distinct
+    # points.
     return max(1, min(max_clusters - 1, len(x) - 1, _n_unique(x)))
 
 

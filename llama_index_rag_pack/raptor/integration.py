@@ -1,4 +1,6 @@
-"""How ``RagPack`` and the CLI find a RAPTOR tree: a collection next to the pack's, ``<name>_raptor``."""
+"""How ``RagPack`` and the CLI find a RAPTOR tree: a collection next to the pack's,
+``<name>_raptor``.
+"""
 
 from __future__ import annotations
 
@@ -40,7 +42,8 @@ def open_raptor_store(
     """Open the ``MilvusVectorStore`` of the tree next to ``collection_name``.
 
     Raises:
-        CollectionNotFoundError: ``must_exist`` and no tree was built (the message says how to build it).
+        CollectionNotFoundError: ``must_exist`` and no tree was built (the message says how to
+            build it).
     """
     from llama_index_rag_pack.milvus import open_vector_store
 
@@ -69,8 +72,9 @@ def pack_raptor_retriever(pack: Any, mode: str, similarity_top_k: int | None = N
     collection = pack.vector_store.collection_name
     if not getattr(pack, "uri", None):
         raise ConfigurationError(
-            "RAPTOR modes need the pack's Milvus uri to find the tree collection: create RagPack with "
-            "uri=... (not only vector_store=...), or use RaptorRetriever(vector_store=...) directly."
+            "RAPTOR modes need the pack's Milvus uri to find the tree collection: create RagPack "
+            "with uri=... (not only vector_store=...), or use RaptorRetriever(vector_store=...) "
+            "directly."
         )
     dim = len(pack.embed_model.get_text_embedding("dimension probe"))
     store = open_raptor_store(pack.uri, collection, dim=dim)
@@ -89,7 +93,8 @@ def pack_raptor_retriever(pack: Any, mode: str, similarity_top_k: int | None = N
 
 
 def leaves_from_collection(vector_store: Any) -> list[Any]:
-    """Every chunk stored in a pack's collection, as nodes with their embeddings (for reuse as leaves)."""
+    """Every chunk stored in a pack's collection, as nodes with their embeddings (for reuse as
+    leaves)."""
     from llama_index_rag_pack.raptor.storage import RaptorStore
 
     store = RaptorStore(vector_store)

@@ -88,7 +88,8 @@ def to_dot(tree_or_store: Any, *, max_nodes: int = 150, label_chars: int = 48) -
 
 
 def tree_outline(tree_or_store: Any, *, max_depth_nodes: int = 8, label_chars: int = 90) -> str:
-    """An indented text outline from the top level down (at most ``max_depth_nodes`` children each)."""
+    """An indented text outline from the top level down (at most ``max_depth_nodes`` children
+    each)."""
     store = _store(tree_or_store)
     levels = store.levels()
     if not levels:

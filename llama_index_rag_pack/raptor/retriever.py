@@ -1,4 +1,6 @@
-"""``RaptorRetriever``: collapsed-tree, tree-traversal and leaves-only retrieval over a RAPTOR tree."""
+"""``RaptorRetriever``: collapsed-tree, tree-traversal and leaves-only retrieval over a RAPTOR
+tree.
+"""
 
 from __future__ import annotations
 
@@ -79,9 +81,13 @@ class RaptorRetriever(BaseRetriever):
         >>> from llama_index.core import Document
         >>> from llama_index_rag_pack.milvus import open_vector_store
         >>> store = open_vector_store("./raptor.db", "docs_raptor")  # doctest: +SKIP
-        >>> retriever = RaptorRetriever.from_documents(docs, llm=llm, vector_store=store)  # doctest: +SKIP
+        >>> retriever = RaptorRetriever.from_documents(  # doctest: +SKIP
+        ...     docs, llm=llm, vector_store=store
+        ... )
         >>> later = RaptorRetriever(vector_store=store, mode="tree_traversal")  # doctest: +SKIP
-        >>> [n.metadata["raptor_level"] for n in later.retrieve("What is RAPTOR?")]  # doctest: +SKIP
+        >>> [  # doctest: +SKIP
+        ...     n.metadata["raptor_level"] for n in later.retrieve("What is RAPTOR?")
+        ... ]
         [2, 1, 1, 0, 0]
     """
 
@@ -110,8 +116,9 @@ class RaptorRetriever(BaseRetriever):
         if tree is None:
             if vector_store is None:
                 raise ConfigurationError(
-                    "Give vector_store= (a MilvusVectorStore holding the tree) or tree=RaptorTree(...); "
-                    "open one with llama_index_rag_pack.milvus.open_vector_store(uri, collection_name)."
+                    "Give vector_store= (a MilvusVectorStore holding the tree) or "
+                    "tree=RaptorTree(...); open one with "
+                    "llama_index_rag_pack.milvus.open_vector_store(uri, collection_name)."
                 )
             tree = RaptorTree(
                 vector_store, embed_model=embed_model, llm=llm, summary_prompt=summary_prompt
@@ -144,13 +151,15 @@ class RaptorRetriever(BaseRetriever):
         tree_options: dict[str, Any] | None = None,
         **retriever_options: Any,
     ) -> RaptorRetriever:
-        """Build a tree from ``documents`` (resuming a partial one in the same store) and return its retriever.
+        """Build a tree from ``documents`` (resuming a partial one in the same store) and return
+        its retriever.
 
         Args:
             documents: ``Document`` objects (chunked here) or ready chunks (other nodes).
             llm: Writes the summaries.
             embed_model: Embedding model.
-            vector_store: Where the tree goes; default: a new/existing ``raptor`` collection at ``uri``.
+            vector_store: Where the tree goes; default: a new/existing ``raptor`` collection at
+                ``uri``.
             uri: Milvus address when ``vector_store`` is not given.
             collection_name: Collection name when ``vector_store`` is not given.
             tree_options: Extra :class:`RaptorTree` options (max_levels, max_concurrency, ...).

@@ -81,8 +81,9 @@ class RaptorStore:
         for attr in ("client", "collection_name", "add", "query"):
             if not hasattr(vector_store, attr):
                 raise ConfigurationError(
-                    f"RAPTOR needs a MilvusVectorStore (got {type(vector_store).__name__}). Create one "
-                    "with llama_index_rag_pack.milvus.open_vector_store(uri, collection_name)."
+                    "RAPTOR needs a MilvusVectorStore "
+                    f"(got {type(vector_store).__name__}). Create one with "
+                    "llama_index_rag_pack.milvus.open_vector_store(uri, collection_name)."
                 )
         self.vector_store = vector_store
 
@@ -246,7 +247,9 @@ class RaptorStore:
     @staticmethod
     def _with_scores(result: Any) -> list[NodeWithScore]:
         sims = result.similarities or [None] * len(result.nodes or [])
-        return [NodeWithScore(node=n, score=s) for n, s in zip(result.nodes or [], sims)]
+        return [
+            NodeWithScore(node=n, score=s) for n, s in zip(result.nodes or [], sims, strict=False)
+        ]
 
     def search(self, embedding: Sequence[float], top_k: int, expr: str = "") -> list[NodeWithScore]:
         """Dense search restricted by a filter expression."""

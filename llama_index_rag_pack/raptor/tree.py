@@ -117,7 +117,8 @@ def clean_summary(text: str) -> str:
 
 
 def summary_id(level: int, child_ids: Sequence[str]) -> str:
-    """Deterministic id of the summary of ``child_ids`` at ``level`` (what makes builds resumable)."""
+    """Deterministic id of the summary of ``child_ids`` at ``level`` (what makes builds
+    resumable)."""
     digest = hashlib.sha1(("\n".join(sorted(child_ids)) + f"\n@{level}").encode()).hexdigest()[:24]
     return f"raptor-{level}-{digest}"
 
@@ -154,7 +155,9 @@ class RaptorTree(PromptMixin):
     Example:
         >>> from llama_index.core import Document
         >>> from llama_index_rag_pack.milvus import open_vector_store
-        >>> tree = RaptorTree(open_vector_store("./raptor.db", "docs_raptor"), llm=my_llm)  # doctest: +SKIP
+        >>> tree = RaptorTree(  # doctest: +SKIP
+        ...     open_vector_store("./raptor.db", "docs_raptor"), llm=my_llm
+        ... )
         >>> tree.build([Document(text="...")]).levels  # doctest: +SKIP
         {0: 40, 1: 5, 2: 1}
     """
@@ -278,7 +281,8 @@ class RaptorTree(PromptMixin):
 
     # ------------------------------------------------------------------ leaves
     def make_leaves(self, documents: Sequence[BaseNode]) -> list[TextNode]:
-        """Chunk ``Document`` objects (other nodes are used as chunks as they are) into level-0 nodes.
+        """Chunk ``Document`` objects (other nodes are used as chunks as they are) into level-0
+        nodes.
 
         Raises:
             EmptyCorpusError: no documents, or only blank ones.
@@ -355,7 +359,7 @@ class RaptorTree(PromptMixin):
         vectors = self.embed_model.get_text_embedding_batch(
             texts, show_progress=self.show_progress and len(texts) > 32
         )
-        for node, vec in zip(todo, vectors):
+        for node, vec in zip(todo, vectors, strict=True):
             node.embedding = list(vec)
         logger.info("Embedded %d %s", len(todo), what)
 
@@ -459,7 +463,7 @@ class RaptorTree(PromptMixin):
 
         outcomes = await asyncio.gather(*(one(job) for job in jobs), return_exceptions=True)
         bar.close()
-        return {job.node_id: out for job, out in zip(jobs, outcomes)}
+        return {job.node_id: out for job, out in zip(jobs, outcomes, strict=True)}
 
     def _write_summaries(
         self,
@@ -503,10 +507,11 @@ class RaptorTree(PromptMixin):
         if failed:
             first_id, first_err = failed[0]
             raise RaptorBuildError(
-                f"{len(failed)} of {len(jobs)} summaries failed after {self.max_retries + 1} attempts each "
-                f"(first: {first_id}: {type(first_err).__name__}: {first_err}). The {len(done)} that succeeded "
-                "are stored: fix the LLM and build again (RaptorRetriever.from_documents with the same "
-                "vector store, RaptorTree.resume(), or `rag-pack raptor build`) to resume without redoing them."
+                f"{len(failed)} of {len(jobs)} summaries failed after {self.max_retries + 1} "
+                f"attempts each (first: {first_id}: {type(first_err).__name__}: {first_err}). "
+                f"The {len(done)} that succeeded are stored: fix the LLM and build again "
+                "(RaptorRetriever.from_documents with the same vector store, RaptorTree.resume(), "
+                "or `rag-pack raptor build`) to resume without redoing them."
             ) from first_err
         return done
 
@@ -753,7 +758,7 @@ class RaptorTree(PromptMixin):
                 emb = np.asarray([n.embedding for n in added], dtype=np.float32)
                 emb /= np.linalg.norm(emb, axis=1, keepdims=True) + 1e-12
                 sims = emb @ centroids.T
-                for n, row in zip(added, sims):
+                for n, row in zip(added, sims, strict=True):
                     best = int(np.argmax(row))
                     if row[best] >= self.new_cluster_similarity:
                         children[live[best]].append(n.node_id)

@@ -1,4 +1,6 @@
-"""Query routing: logical (LLM) and semantic (embedding) selectors, a fusing router, a prompt router."""
+"""Query routing: logical (LLM) and semantic (embedding) selectors, a fusing router, a prompt
+router.
+"""
 
 from llama_index_rag_pack.routing.pack import RoutedRagPack, RouteSource
 from llama_index_rag_pack.routing.prompt_router import PromptRouter

@@ -1,7 +1,8 @@
 """CLI for routing: ``rag-pack ask --route`` and ``rag-pack route``.
 
-Sources come from ``--routes FILE`` (JSON, see :func:`~llama_index_rag_pack.routing.pack.load_sources`)
-or, without one, from every collection of the Milvus database, described from a sample of its chunks.
+Sources come from ``--routes FILE`` (JSON, see
+:func:`~llama_index_rag_pack.routing.pack.load_sources`) or, without one, from every collection of
+the Milvus database, described from a sample of its chunks.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _print_selection(selection: Any) -> None:
     if selection.names:
         tag = " (fallback)" if selection.fallback else ""
         _cli._out(f"  route     : {', '.join(selection.names)}{tag}")
-        for name, reason in zip(selection.names, selection.reasons):
+        for name, reason in zip(selection.names, selection.reasons, strict=False):
             _cli._out(f"  why       : {name}: {' '.join(reason.split())[:200]}")
     else:
         _cli._out("  route     : none")
@@ -79,7 +80,8 @@ def ask_routed(args: argparse.Namespace) -> int:
 
 
 def cmd_route(args: argparse.Namespace) -> int:
-    """``rag-pack route``: only the routing decision, with every route's score (no LLM for semantic)."""
+    """``rag-pack route``: only the routing decision, with every route's score (no LLM for
+    semantic)."""
     pack = open_routed_pack(args)
     retriever = pack.retriever("route")
     for question in args.questions:

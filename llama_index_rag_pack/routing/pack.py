@@ -1,4 +1,5 @@
-"""``RoutedRagPack``: one pack over several named sources (Milvus collections), routing between them.
+"""``RoutedRagPack``: one pack over several named sources (Milvus collections), routing between
+them.
 
 Each :class:`RouteSource` is a collection with a name, a description and optionally example
 questions. ``RagPack.retriever("route")`` (``RetrievalMode.ROUTE``) is a
@@ -64,7 +65,7 @@ class RouteSource:
     Example:
         >>> RouteSource("python_docs", "The Python language reference", collection_name="py")
         RouteSource(name='python_docs', description='The Python language reference', utterances=(), collection_name='py', documents=None, input_dir=None, threshold=None, mode='vector')
-    """
+    """  # noqa: E501  (doctest output: the dataclass repr is one line)
 
     name: str
     description: str = ""
@@ -132,10 +133,12 @@ class RoutedRagPack(RagPack):
             ``collection``, ``documents``, ``input_dir``, ``threshold``, ``mode``).
         selector: ``"semantic"`` (default, no LLM call), ``"logical"`` (the pack's LLM), or any
             LlamaIndex ``BaseSelector``.
-        fallback: RouteSource used when no route fits (default: none, the answer then has no context).
+        fallback: RouteSource used when no route fits (default: none, the answer then has no
+            context).
         top_k_routes: Most sources searched per question.
         threshold: Default semantic threshold.
-        **kwargs: Passed to :class:`RagPack` (``uri``, ``embed_model``, ``llm``, ``similarity_top_k``, ...).
+        **kwargs: Passed to :class:`RagPack` (``uri``, ``embed_model``, ``llm``,
+            ``similarity_top_k``, ...).
 
     Example:
         >>> pack = RoutedRagPack(  # doctest: +SKIP
@@ -185,7 +188,8 @@ class RoutedRagPack(RagPack):
             )
         if isinstance(selector, str) and selector not in SELECTOR_CHOICES:
             raise ConfigurationError(
-                f"Unknown selector {selector!r}; valid: {', '.join(SELECTOR_CHOICES)} or a BaseSelector."
+                f"Unknown selector {selector!r}; valid: {', '.join(SELECTOR_CHOICES)} "
+                "or a BaseSelector."
             )
         if not isinstance(selector, (str, BaseSelector)):
             raise ConfigurationError(
@@ -311,11 +315,13 @@ class RoutedRagPack(RagPack):
 def build_route_retriever(
     pack: RagPack, similarity_top_k: int | None = None, **kwargs: Any
 ) -> BaseRetriever:
-    """The ``"route"`` retriever of a pack with sources (``RagPack._build_route_retriever`` calls this)."""
+    """The ``"route"`` retriever of a pack with sources (``RagPack._build_route_retriever`` calls
+    this)."""
     if not isinstance(pack, RoutedRagPack):
         raise ConfigurationError(
             "mode 'route' needs a pack over several sources: build it with "
-            "RoutedRagPack([RouteSource(name, description, ...), ...]) or RagPack.from_sources(...)."
+            "RoutedRagPack([RouteSource(name, description, ...), ...]) "
+            "or RagPack.from_sources(...)."
         )
     tools = []
     for name, src in pack.sources.items():
@@ -337,12 +343,14 @@ def build_route_retriever(
     )
 
 
-# --------------------------------------------------------------------------- sources from files / databases
+# ------------------------------------------------------------------ sources from files / databases
 def load_sources(path: str | Path) -> tuple[list[RouteSource], dict[str, Any]]:
-    """Read sources from a JSON file: a list of sources, or ``{"sources": [...], "fallback": ..., "threshold": ...}``.
+    """Read sources from a JSON file: a list of sources, or
+    ``{"sources": [...], "fallback": ..., "threshold": ...}``.
 
     Returns:
-        The sources and the pack options found beside them (``fallback``, ``threshold``, ``top_k_routes``, ``selector``).
+        The sources and the pack options found beside them (``fallback``, ``threshold``,
+        ``top_k_routes``, ``selector``).
     """
     p = Path(path)
     if not p.is_file():
@@ -363,7 +371,8 @@ def load_sources(path: str | Path) -> tuple[list[RouteSource], dict[str, Any]]:
         raw = data
     if not isinstance(raw, list) or not raw:
         raise ConfigurationError(
-            f"Routes file {str(p)!r} has no sources: expected a list of {{name, description, collection}}."
+            f"Routes file {str(p)!r} has no sources: "
+            "expected a list of {name, description, collection}."
         )
     return [_coerce_source(s) for s in raw], options
 
@@ -382,7 +391,8 @@ def discover_sources(
     names = sorted(client.list_collections())
     if not names:
         raise ConfigurationError(
-            f"No collections in {uri}: index some documents first (rag-pack index ... --collection NAME)."
+            f"No collections in {uri}: index some documents first "
+            "(rag-pack index ... --collection NAME)."
         )
     sources = []
     for name in names:

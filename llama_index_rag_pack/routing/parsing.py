@@ -130,7 +130,8 @@ def _json_values(text: str) -> list[Any]:
 
 
 def _literal_at(text: str, start: int) -> tuple[Any, int]:
-    """Parse a Python literal (single-quoted dict/list) starting at ``start``; (None, start) if none."""
+    """Parse a Python literal (single-quoted dict/list) starting at ``start``; (None, start) if
+    none."""
     opener = text[start]
     closer = "}" if opener == "{" else "]"
     depth = 0
@@ -178,7 +179,7 @@ def _numbers_to_indices(numbers: list[int], n: int) -> tuple[list[int] | None, s
         return None, "no number"
     zero_based = 0 in numbers
     indices = [k if zero_based else k - 1 for k in numbers]
-    bad = [k for k, i in zip(numbers, indices) if not 0 <= i < n]
+    bad = [k for k, i in zip(numbers, indices, strict=True) if not 0 <= i < n]
     if bad:
         base = "0-based" if zero_based else "1-based"
         return None, f"number(s) {bad} out of range for {n} routes ({base})"
@@ -254,7 +255,9 @@ def parse_route_reply(
         A :class:`ParsedRouteReply`.
 
     Example:
-        >>> parse_route_reply('Sure! {"route": "Physics", "reason": "black holes"}', ["math", "physics"])
+        >>> parse_route_reply(
+        ...     'Sure! {"route": "Physics", "reason": "black holes"}', ["math", "physics"]
+        ... )
         ParsedRouteReply(status='ok', indices=[1], reason='black holes', problem='')
     """
     text = (reply or "").strip()

@@ -44,10 +44,12 @@ class PromptRouter(BaseQueryEngine):
     itself (as in the seed). No LLM call is spent on routing.
 
     Args:
-        templates: ``{name: template}``; each template has one ``{query}``/``{query_str}``/``{question}``.
+        templates: ``{name: template}``; each template has one
+            ``{query}``/``{query_str}``/``{question}``.
         llm: LLM that answers (default: :func:`~llama_index_rag_pack.settings.resolve_llm`).
         embed_model: Embedding model for routing (default: the bundled MiniLM).
-        descriptions: Optional ``{name: what the template is for}`` used for routing instead of the text.
+        descriptions: Optional ``{name: what the template is for}`` used for routing instead of
+            the text.
         utterances: Optional ``{name: [example questions]}``.
         threshold: Minimum cosine score; ``-1`` (default) always picks the closest template.
         fallback: Template used when no template reaches the threshold (else a clear error).
@@ -56,7 +58,8 @@ class PromptRouter(BaseQueryEngine):
 
     Example:
         >>> router = PromptRouter(  # doctest: +SKIP
-        ...     {"physics": "You are a very smart physics professor. ... Here is a question: {query}",
+        ...     {"physics": "You are a very smart physics professor. ... "
+        ...                 "Here is a question: {query}",
         ...      "math": "You are a very good mathematician. ... Here is a question: {query}"},
         ... )
         >>> response = router.query("What's a black hole")  # doctest: +SKIP
@@ -159,8 +162,8 @@ class PromptRouter(BaseQueryEngine):
         if not selection.names:
             text = query if isinstance(query, str) else query.query_str
             raise ConfigurationError(
-                f"No prompt template is close enough to {text[:80]!r} ({selection.reply}). Lower the "
-                "threshold or configure fallback=<template name>."
+                f"No prompt template is close enough to {text[:80]!r} ({selection.reply}). "
+                "Lower the threshold or configure fallback=<template name>."
             )
         return selection
 
@@ -216,7 +219,8 @@ def _check_template(name: str, template: str | BasePromptTemplate) -> BasePrompt
     found = [v for v in variables if v in QUERY_VARIABLES]
     if len(found) != 1:
         raise ConfigurationError(
-            f"Template {name!r} must contain exactly one of {{query}}, {{query_str}} or {{question}} "
+            f"Template {name!r} must contain exactly one of "
+            "{query}, {query_str} or {question} "
             f"for the question; it has variables {variables}."
         )
     partial = set(getattr(template, "kwargs", {}) or {})

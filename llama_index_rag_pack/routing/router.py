@@ -134,7 +134,8 @@ class FusionRouterRetriever(BaseRetriever):
         for i in result.inds:
             if not 0 <= i < len(self._names):
                 raise ConfigurationError(
-                    f"The selector returned route index {i}, but there are {len(self._names)} routes."
+                    f"The selector returned route index {i}, "
+                    f"but there are {len(self._names)} routes."
                 )
         if isinstance(result, RouteSelection):
             return result
@@ -154,7 +155,8 @@ class FusionRouterRetriever(BaseRetriever):
     def retrieve_selected(
         self, query: str | QueryBundle, selection: RouteSelection
     ) -> list[NodeWithScore]:
-        """Retrieve from the routes of an existing ``selection`` (e.g. one already shown to a user)."""
+        """Retrieve from the routes of an existing ``selection`` (e.g. one already shown to a
+        user)."""
         bundle = QueryBundle(query) if isinstance(query, str) else query
         lists = [self._retrievers[i].retrieve(bundle) for i in selection.inds]
         return self._combine(selection, lists)
@@ -190,7 +192,7 @@ class FusionRouterRetriever(BaseRetriever):
         self, selection: RouteSelection, lists: list[list[NodeWithScore]]
     ) -> list[NodeWithScore]:
         names = [self._names[i] for i in selection.inds]
-        reasons = dict(zip(names, selection.reasons))
+        reasons = dict(zip(names, selection.reasons, strict=True))
         if not lists:
             return []
         if len(lists) == 1:
@@ -205,7 +207,7 @@ class FusionRouterRetriever(BaseRetriever):
                 lists, k=self.fusion_k, weights=weights, top_n=self.top_n
             )
         found_in: dict[str, list[str]] = {}
-        for name, results in zip(names, lists):
+        for name, results in zip(names, lists, strict=True):
             for n in results:
                 routes = found_in.setdefault(n.node.node_id, [])
                 if name not in routes:

@@ -1,4 +1,5 @@
-"""Route selectors: :class:`LogicalSelector` (an LLM decides) and :class:`SemanticSelector` (embeddings).
+"""Route selectors: :class:`LogicalSelector` (an LLM decides) and :class:`SemanticSelector`
+(embeddings).
 
 Both are LlamaIndex ``BaseSelector`` subclasses, so core ``RouterQueryEngine`` and
 ``RouterRetriever`` accept them, and both return a :class:`RouteSelection` (a core
@@ -106,7 +107,7 @@ class Route:
     Example:
         >>> Route("physics", "Questions about physics", utterances=("What is a black hole?",))
         Route(name='physics', description='Questions about physics', utterances=('What is a black hole?',), threshold=None)
-    """
+    """  # noqa: E501  (doctest output: the dataclass repr is one line)
 
     name: str
     description: str = ""
@@ -127,7 +128,8 @@ class Route:
             )
         if self.threshold is not None and not -1.0 <= float(self.threshold) <= 1.0:
             raise ConfigurationError(
-                f"Route {self.name!r}: threshold must be a cosine score in [-1, 1], got {self.threshold!r}."
+                f"Route {self.name!r}: threshold must be a cosine score in [-1, 1], "
+                f"got {self.threshold!r}."
             )
 
     def texts(self, use_description: bool = True) -> list[str]:
@@ -147,7 +149,8 @@ class Route:
             unknown = set(value) - {"name", "description", "utterances", "threshold"}
             if unknown:
                 raise ConfigurationError(
-                    f"Unknown route field(s) {sorted(unknown)}; use name, description, utterances, threshold."
+                    f"Unknown route field(s) {sorted(unknown)}; "
+                    "use name, description, utterances, threshold."
                 )
             return cls(
                 name=value.get("name", ""),
@@ -184,12 +187,15 @@ class RouteSelection(MultiSelection):
         """One line saying what was chosen and why (for logs and the CLI)."""
         if not self.selections:
             return "no route: " + (self.reply or "nothing matched")
-        parts = [f"{name} ({sel.reason})" for name, sel in zip(self.names, self.selections)]
+        parts = [
+            f"{name} ({sel.reason})" for name, sel in zip(self.names, self.selections, strict=False)
+        ]
         return ("fallback → " if self.fallback else "") + "; ".join(parts)
 
 
 def route_names(choices: Sequence[ToolMetadata]) -> list[str]:
-    """Names of ``choices`` (``choice_<n>`` for unnamed ones), checked for emptiness and duplicates."""
+    """Names of ``choices`` (``choice_<n>`` for unnamed ones), checked for emptiness and
+    duplicates."""
     if not choices:
         raise ConfigurationError("No routes to choose from: give at least one route (choice).")
     names = [c.name or f"choice_{i + 1}" for i, c in enumerate(choices)]
@@ -209,7 +215,8 @@ def _fallback_index(fallback: str | None, names: Sequence[str]) -> int | None:
         return None
     if fallback not in names:
         raise ConfigurationError(
-            f"Fallback route {fallback!r} is not among the routes {list(names)}: add it or change fallback."
+            f"Fallback route {fallback!r} is not among the routes {list(names)}: "
+            "add it or change fallback."
         )
     return list(names).index(fallback)
 
@@ -241,7 +248,8 @@ class SemanticSelector(BaseSelector):
     choice is routed on its description.
 
     Args:
-        routes: Configured routes (``Route`` objects or dicts with name/description/utterances/threshold).
+        routes: Configured routes (``Route`` objects or dicts with
+            name/description/utterances/threshold).
         embed_model: LlamaIndex embedding model (default: the bundled all-MiniLM-L6-v2).
         threshold: Default cosine threshold for routes without their own.
         top_k: Most routes selected per query (1 = single routing).
@@ -344,7 +352,7 @@ class SemanticSelector(BaseSelector):
     def _store(self, texts: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
         if texts:
             unit = similarity.normalize_rows(np.asarray(vectors, dtype=np.float32))
-            self._vectors.update(zip(texts, unit))
+            self._vectors.update(zip(texts, unit, strict=True))
             self.text_embedding_count += len(texts)
             logger.debug("Embedded %d route texts", len(texts))
 
@@ -374,14 +382,15 @@ class SemanticSelector(BaseSelector):
     def _routes_for(self, choices: Sequence[ToolMetadata]) -> list[Route]:
         names = route_names(choices)
         routes = []
-        for name, choice in zip(names, choices):
+        for name, choice in zip(names, choices, strict=True):
             if name in self._routes:
                 routes.append(self._routes[name])
             elif choice.description and choice.description.strip():
                 routes.append(Route(name=name, description=choice.description))
             else:
                 raise ConfigurationError(
-                    f"Choice {name!r} has no description and is not a configured route: describe it."
+                    f"Choice {name!r} has no description and is not a configured route: "
+                    "describe it."
                 )
         return routes
 
@@ -400,7 +409,11 @@ class SemanticSelector(BaseSelector):
         routes = list(routes) if routes is not None else self._configured()
         self._ensure_embedded(routes)
         return dict(
-            zip([r.name for r in routes], self._score_vector(query_embedding, routes).tolist())
+            zip(
+                [r.name for r in routes],
+                self._score_vector(query_embedding, routes).tolist(),
+                strict=True,
+            )
         )
 
     def _score_vector(
@@ -416,7 +429,7 @@ class SemanticSelector(BaseSelector):
         scores = self._score_vector(query_embedding, routes)
         thresholds = np.asarray([self._threshold_for(r) for r in routes])
         chosen = similarity.decide(scores, thresholds, self.top_k)
-        score_map = {n: round(float(s), 4) for n, s in zip(names, scores)}
+        score_map = {n: round(float(s), 4) for n, s in zip(names, scores, strict=True)}
         how = f"{self.aggregation.value} cosine"
         if chosen:
             sels = [
@@ -483,7 +496,8 @@ class SemanticSelector(BaseSelector):
         Args:
             labelled_queries: ``(query, route)`` pairs or dicts with ``query`` and ``route``; the
                 route is a name, a list of acceptable names (ambiguous queries) or ``None`` for a
-                query that belongs to no route (out of scope — these teach the thresholds to say no).
+                query that belongs to no route (out of scope — these teach the thresholds to say
+                no).
             max_passes: Coordinate-ascent passes (see :func:`similarity.fit_thresholds`).
 
         Returns:
@@ -533,7 +547,9 @@ class SemanticSelector(BaseSelector):
                 fitted[i] = start[i]
         before = similarity.routing_accuracy(matrix, labels, start)
         after = similarity.routing_accuracy(matrix, labels, fitted)
-        self._fitted = {n: float(t) for i, (n, t) in enumerate(zip(names, fitted)) if i not in own}
+        self._fitted = {
+            n: float(t) for i, (n, t) in enumerate(zip(names, fitted, strict=True)) if i not in own
+        }
         logger.info(
             "Fitted routing thresholds on %d queries: accuracy %.3f -> %.3f",
             len(queries),
@@ -572,16 +588,21 @@ class LogicalSelector(BaseSelector):
     A reply that explicitly says no route fits selects ``fallback`` or nothing.
 
     Args:
-        llm: Any LlamaIndex LLM (default: resolved by :func:`~llama_index_rag_pack.settings.resolve_llm`).
+        llm: Any LlamaIndex LLM (default: resolved by
+            :func:`~llama_index_rag_pack.settings.resolve_llm`).
         max_outputs: Most routes selected per query.
         fallback: Route name used when the reply is unusable or says "none".
         raise_on_failure: Raise on an unusable reply even when a fallback exists.
-        prompt: Text prompt (``{context_list}``, ``{query_str}``, ``{max_outputs}``, ``{example_name}``).
-        use_function_calling: Force (True) or forbid (False) tool calls; None = if the model supports them.
+        prompt: Text prompt (``{context_list}``, ``{query_str}``, ``{max_outputs}``,
+            ``{example_name}``).
+        use_function_calling: Force (True) or forbid (False) tool calls; None = if the model
+            supports them.
 
     Example:
         >>> from llama_index_rag_pack.testing import ScriptedLLM
-        >>> selector = LogicalSelector(ScriptedLLM(replies=['{"routes": ["python_docs"], "reason": "Python code"}']))
+        >>> selector = LogicalSelector(
+        ...     ScriptedLLM(replies=['{"routes": ["python_docs"], "reason": "Python code"}'])
+        ... )
         >>> result = selector.select(
         ...     [ToolMetadata(name="python_docs", description="Python docs"),
         ...      ToolMetadata(name="js_docs", description="JavaScript docs")],
@@ -629,7 +650,7 @@ class LogicalSelector(BaseSelector):
     ) -> str:
         context = "\n".join(
             f"{i}. {name}: {' '.join((c.description or '').split())}"
-            for i, (name, c) in enumerate(zip(names, choices), 1)
+            for i, (name, c) in enumerate(zip(names, choices, strict=True), 1)
         )
         return self._prompt.format(
             context_list=context,

@@ -80,7 +80,8 @@ def aggregate_route_scores(
 
 
 def decide(scores: np.ndarray, thresholds: np.ndarray, top_k: int = 1) -> list[int]:
-    """Routes whose score reaches their threshold, best first (ties: lower index), at most ``top_k``."""
+    """Routes whose score reaches their threshold, best first (ties: lower index), at most
+    ``top_k``."""
     scores = np.asarray(scores, dtype=np.float64)
     thresholds = np.asarray(thresholds, dtype=np.float64)
     passing = np.flatnonzero(scores >= thresholds)
@@ -109,7 +110,9 @@ def routing_accuracy(
     preds = _predictions(
         np.asarray(score_matrix, dtype=np.float64), np.asarray(thresholds, dtype=np.float64)
     )
-    correct = [(p == -1 and not lab) or (p in lab) for p, lab in zip(preds.tolist(), labels)]
+    correct = [
+        (p == -1 and not lab) or (p in lab) for p, lab in zip(preds.tolist(), labels, strict=False)
+    ]
     return float(np.mean(correct))
 
 
@@ -132,7 +135,7 @@ def _candidates(values: np.ndarray) -> np.ndarray:
 
 def _best_of(accuracies: list[float], candidates: np.ndarray) -> tuple[float, float]:
     best = max(accuracies)
-    tied = [c for a, c in zip(accuracies, candidates.tolist()) if a >= best - 1e-12]
+    tied = [c for a, c in zip(accuracies, candidates.tolist(), strict=True) if a >= best - 1e-12]
     # the middle of the optimal thresholds: the largest margin to both sides
     return tied[len(tied) // 2], best
 
@@ -158,7 +161,8 @@ def fit_thresholds(
         max_passes: Upper bound on coordinate-ascent passes.
 
     Returns:
-        The fitted thresholds and the accuracy before (``initial`` or the shared threshold) and after.
+        The fitted thresholds and the accuracy before (``initial`` or the shared threshold) and
+        after.
     """
     s = np.asarray(score_matrix, dtype=np.float64)
     if s.ndim != 2 or s.shape[0] != len(labels) or s.shape[0] == 0:
@@ -176,7 +180,8 @@ def fit_thresholds(
     initial_accuracy = routing_accuracy(s, labels, thresholds)
     accuracy = initial_accuracy
     passes = 0
-    for passes in range(1, max_passes + 1):
+    for pass_no in range(1, max_passes + 1):
+        passes = pass_no
         changed = False
         for r in range(n_routes):
             cands = _candidates(s[:, r])

@@ -104,8 +104,10 @@ class HyDERetriever(LazyLLMMixin, BaseRetriever):
 
     Example:
         >>> from llama_index_rag_pack.testing import ScriptedLLM
-        >>> hyde = HyDERetriever(index.as_retriever(similarity_top_k=5),  # doctest: +SKIP
-        ...                      llm=ScriptedLLM(replies=["BM25 is a bag-of-words ranking function."]))
+        >>> hyde = HyDERetriever(  # doctest: +SKIP
+        ...     index.as_retriever(similarity_top_k=5),
+        ...     llm=ScriptedLLM(replies=["BM25 is a bag-of-words ranking function."]),
+        ... )
         >>> hyde.retrieve("How do search engines rank keyword matches?")  # doctest: +SKIP
     """
 

@@ -49,7 +49,9 @@ def parse_rewrite(text: str, *, max_chars: int = 500) -> str | None:
     quotes and the ``**`` markers of the classic rewrite prompt; takes the first query line.
 
     Example:
-        >>> parse_rewrite('Sure, here is a better query:\\n"key figures ancient greek philosophy"**')
+        >>> parse_rewrite(
+        ...     'Sure, here is a better query:\\n"key figures ancient greek philosophy"**'
+        ... )
         'key figures ancient greek philosophy'
     """
     if not text or not text.strip():
@@ -84,7 +86,9 @@ class RewriteRetriever(LazyLLMMixin, BaseRetriever):
         >>> from llama_index_rag_pack.testing import ScriptedLLM
         >>> rrr = RewriteRetriever(index.as_retriever(),  # doctest: +SKIP
         ...                        llm=ScriptedLLM(replies=['"ancient greek philosophers"']))
-        >>> nodes = rrr.retrieve("I burnt my toast... anyway who were the greek philosophers?")  # doctest: +SKIP
+        >>> nodes = rrr.retrieve(  # doctest: +SKIP
+        ...     "I burnt my toast... anyway who were the greek philosophers?"
+        ... )
         >>> nodes[0].node.metadata["rewritten_query"]  # doctest: +SKIP
         'ancient greek philosophers'
     """
@@ -101,7 +105,8 @@ class RewriteRetriever(LazyLLMMixin, BaseRetriever):
     ) -> None:
         if not isinstance(retriever, BaseRetriever):
             raise ConfigurationError(
-                f"RewriteRetriever wraps a LlamaIndex BaseRetriever, got {type(retriever).__name__!r}."
+                "RewriteRetriever wraps a LlamaIndex BaseRetriever, "
+                f"got {type(retriever).__name__!r}."
             )
         self.retriever = retriever
         if isinstance(rewrite_prompt, str):
