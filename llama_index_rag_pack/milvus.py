@@ -81,14 +81,66 @@ def check_uri(uri: str, *, timeout: float = 3.0) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
 
 
+# Milvus Lite's gRPC server (in-process for a ``*.db`` path, or ``milvus-lite server``) keeps
+# gRPC's default ping policy (an idle client may ping once per 5 minutes), while pymilvus pings
+# every 10 s: after a few idle seconds the server answers with a "too_many_pings" GOAWAY, which
+# gRPC prints to stderr. A loopback connection needs no keepalive pings at all.
+_LOOPBACK_GRPC_OPTIONS = {
+    "grpc.keepalive_time_ms": 2**31 - 1,
+    "grpc.keepalive_permit_without_calls": 0,
+}
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def client_kwargs(uri: str) -> dict[str, Any]:
+    """Extra ``MilvusClient`` keyword arguments for ``uri`` (gRPC options for local servers).
+
+    Every client of one address must get the same options: pymilvus shares one gRPC channel per
+    address and token, made with the options of the first client.
+
+    Example:
+        >>> client_kwargs("http://milvus.internal:19530")
+        {}
+        >>> sorted(client_kwargs("./rag_pack_data/milvus.db")["grpc_options"])
+        ['grpc.keepalive_permit_without_calls', 'grpc.keepalive_time_ms']
+    """
+    if is_remote_uri(uri) and urlparse(uri).hostname not in _LOOPBACK_HOSTS:
+        return {}
+    return {"grpc_options": dict(_LOOPBACK_GRPC_OPTIONS)}
+
+
+class _DemoteToDebug(logging.Filter):
+    """Turns a known, harmless log record of another library into a DEBUG record."""
+
+    def __init__(self, fragment: str) -> None:
+        super().__init__()
+        self.fragment = fragment
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.fragment in record.getMessage():
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info = record.exc_text = None
+        return record.levelno >= logging.getLogger(record.name).getEffectiveLevel()
+
+
+@functools.lru_cache(maxsize=1)
+def _quiet_lite_server_logs() -> None:
+    """Milvus Lite answers the RPCs it lacks (pymilvus' ``AllocTimestamp`` while an index is
+    created) with UNIMPLEMENTED, and gRPC's server logs each as an ERROR with a traceback. The
+    client copes, so these records go to DEBUG (``rag-pack -v`` or your own DEBUG logging)."""
+    logging.getLogger("grpc._server").addFilter(_DemoteToDebug("Method not implemented"))
+
+
 def open_client(uri: str | None = None, *, token: str | None = None) -> Any:
     """Open a ``pymilvus.MilvusClient`` on ``uri`` with clear errors."""
     from pymilvus import MilvusClient
 
     uri = uri or default_milvus_uri()
     check_uri(uri)
+    if not is_remote_uri(uri):
+        _quiet_lite_server_logs()
     try:
-        return MilvusClient(uri=uri, token=default_token(token))
+        return MilvusClient(uri=uri, token=default_token(token), **client_kwargs(uri))
     except Exception as e:  # pymilvus raises MilvusException / RuntimeError / OSError
         raise _open_error(uri, e) from e
 
@@ -198,6 +250,7 @@ def open_vector_store(
             hybrid_ranker="RRFRanker",
             hybrid_ranker_params={"k": 60},
         )
+    kwargs.update(client_kwargs(uri))
     kwargs.update(store_kwargs)
     kwargs.setdefault("use_async_client", False)
     store_class = loop_safe_store_class() if not kwargs["use_async_client"] else MilvusVectorStore

@@ -122,6 +122,8 @@ def test_demo_answers_offline_with_the_local_llm(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr[-2000:]
+    for noise in ("Traceback", "GOAWAY", "too_many_pings", "NotImplementedError"):
+        assert noise not in out.stdout and noise not in out.stderr, (noise, out.stderr[-2000:])
     assert "local GGUF SmolLM2-135M-Instruct" in out.stdout
     assert "all-MiniLM-L6-v2 (bundled, CPU)" in out.stdout
     assert "Sources:" in out.stdout and "Apollo 11" in out.stdout.split("Sources:")[1]

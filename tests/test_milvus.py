@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import textwrap
@@ -180,3 +181,37 @@ def test_same_code_against_a_milvus_server(milvus_server: str) -> None:
     assert result.nodes[0].node_id == "n1"
     reopened = milvus.open_vector_store(milvus_server, "server_c", dim=8, must_exist=True)
     assert milvus.count_entities(reopened) == 5
+
+
+def test_opening_milvus_lite_logs_no_error_or_traceback(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Creating a collection makes pymilvus call AllocTimestamp, an RPC Milvus Lite lacks; gRPC's
+    # server would log that as an ERROR with a traceback although nothing failed.
+    caplog.set_level(logging.WARNING)
+    store = milvus.open_vector_store(str(tmp_path / "quiet.db"), "quiet", dim=8)
+    store.add(_nodes())
+    hits = store.query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * 7, similarity_top_k=2))
+    assert [n.node_id for n in hits.nodes][0] == "n0"
+    noisy = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not noisy, [f"{r.name}: {r.getMessage()}" for r in noisy]
+
+
+@pytest.mark.parametrize(
+    ("uri", "local"),
+    [
+        ("./data/milvus.db", True),
+        ("http://127.0.0.1:19530", True),
+        ("http://localhost:19530", True),
+        ("http://milvus.internal:19530", False),
+        ("https://example.zillizcloud.com", False),
+    ],
+)
+def test_local_servers_get_no_keepalive_pings(uri: str, local: bool) -> None:
+    # Milvus Lite's server answers pymilvus' 10 s pings with a "too_many_pings" GOAWAY that gRPC
+    # prints; remote servers keep pymilvus' defaults.
+    options = milvus.client_kwargs(uri).get("grpc_options", {})
+    assert bool(options) is local
+    if local:
+        assert options["grpc.keepalive_permit_without_calls"] == 0
+        assert options["grpc.keepalive_time_ms"] >= 5 * 60 * 1000
