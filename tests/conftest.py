@@ -26,6 +26,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist every worker gets one core: threads beyond that (torch's OpenMP pool, BLAS)
+# only spin against the other worker.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 # Never pick up a developer's real OpenAI configuration in tests.
 for _var in (
     "OPENAI_API_KEY",
@@ -120,3 +125,13 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each test module on one xdist worker (its module fixtures are built once), except the
+    tests that use the local LLM: those all go to one worker, so the model loads once."""
+    for item in items:
+        uses_llm = "local_llm" in getattr(item, "fixturenames", ())
+        group = "local_llm" if uses_llm else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
