@@ -6,15 +6,23 @@
 * ``scripted_llm``: factory ``scripted_llm(replies, **kwargs) -> ScriptedLLM``.
 * ``local_llm`` (session, use with ``@pytest.mark.slow``): the real SmolLM2-135M GGUF.
 * ``milvus_server`` (module): a ``milvus-lite server`` on 127.0.0.1, yields its uri.
+* ``concurrency_gate``: factory ``concurrency_gate(target) -> ConcurrencyGate``.
+* ``gated_llm``: factory ``gated_llm(replies, target, **kwargs) -> GatedLLM``.
+
+Concurrency is proved with gates, never with timings: a gated call waits until ``target`` calls
+are in flight at once. Code that runs the calls concurrently reaches the target at once, however
+slow the machine; code that runs them one by one never does, and the test fails after a timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,7 +53,100 @@ for _var in (
 ):
     os.environ.pop(_var, None)
 
-from llama_index_rag_pack.testing import ScriptedLLM  # noqa: E402  (env setup above must run first)
+from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402  (env setup above first)
+
+from llama_index_rag_pack.testing import ScriptedLLM, SyncCallError  # noqa: E402
+
+GATE_TIMEOUT = 20.0
+
+
+class ConcurrencyGate:
+    """Counts calls in flight; ``hold``/``ahold`` wait until ``target`` were in flight at once.
+
+    The wait ends for good once the target was reached (later calls pass at once) or after
+    ``timeout`` seconds (then ``reached`` is False and the test's assertion on ``max_in_flight``
+    fails): a serial implementation makes a test fail, never hang.
+    """
+
+    def __init__(self, target: int, timeout: float = GATE_TIMEOUT) -> None:
+        self.target, self.timeout = target, timeout
+        self.in_flight = self.max_in_flight = 0
+        self.timed_out = False
+        self._cond = threading.Condition()
+
+    @property
+    def reached(self) -> bool:
+        return self.max_in_flight >= self.target
+
+    def enter(self) -> None:
+        with self._cond:
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self._cond.notify_all()
+
+    def exit(self) -> None:
+        with self._cond:
+            self.in_flight -= 1
+
+    def hold(self) -> None:
+        """Block this thread until the target is reached (or the gate gave up)."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.reached or self.timed_out, self.timeout):
+                self.timed_out = True
+                self._cond.notify_all()
+
+    async def ahold(self) -> None:
+        """Suspend this task (never blocking the loop) until the target is reached."""
+        deadline = time.monotonic() + self.timeout
+        while not (self.reached or self.timed_out):
+            if time.monotonic() > deadline:
+                self.timed_out = True
+                break
+            await asyncio.sleep(0.001)
+
+
+class GatedLLM(ScriptedLLM):
+    """A ScriptedLLM whose calls wait at a :class:`ConcurrencyGate` before replying.
+
+    ``max_concurrency`` then reaches ``gate.target`` exactly when the code under test really has
+    that many calls in flight, whatever the machine's speed. ``delay`` still applies afterwards.
+    """
+
+    _gate: Any = PrivateAttr(default=None)
+
+    def __init__(self, *args: Any, gate: ConcurrencyGate, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._gate = gate
+
+    @property
+    def gate(self) -> ConcurrencyGate:
+        return self._gate
+
+    def _sync_reply(self, prompt: str, method: str) -> Any:
+        if self.forbid_sync:
+            raise SyncCallError(f"ScriptedLLM.{method} called, but this LLM forbids sync calls")
+        self._enter()
+        self._gate.enter()
+        try:
+            self._gate.hold()
+            if self.delay:
+                time.sleep(self.delay)
+            return self._next_reply(prompt)
+        finally:
+            self._gate.exit()
+            self._exit()
+
+    async def _async_reply(self, prompt: str) -> Any:
+        self._enter()
+        self._gate.enter()
+        try:
+            await self._gate.ahold()
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            return self._next_reply(prompt)
+        finally:
+            self._gate.exit()
+            self._exit()
 
 
 @pytest.fixture(scope="session")
@@ -71,6 +172,50 @@ def vector_store(milvus_uri: str) -> Any:
 def scripted_llm() -> Callable[..., ScriptedLLM]:
     def make(replies: Any = None, **kwargs: Any) -> ScriptedLLM:
         return ScriptedLLM(replies=replies if replies is not None else [], **kwargs)
+
+    return make
+
+
+def _tie_groups(hits: list[Any], rel: float) -> list[tuple[float, set[str]]]:
+    """Consecutive hits with (approximately) equal scores, as (score, ids) groups."""
+    groups: list[tuple[float, set[str]]] = []
+    for h in hits:
+        if groups and h.score == pytest.approx(groups[-1][0], rel=rel, abs=1e-9):
+            groups[-1][1].add(h.node.node_id)
+        else:
+            groups.append((h.score, {h.node.node_id}))
+    return groups
+
+
+def same_ranking(a: list[Any], b: list[Any], rel: float = 1e-5) -> None:
+    """Assert two result lists rank the same nodes with the same scores.
+
+    Nodes with equal scores (the same text, say) may come in either order, and when the list is
+    cut inside such a tie, either of the tied nodes may be the one kept: only those are let go.
+    """
+    assert len(a) == len(b), ([h.node.node_id for h in a], [h.node.node_id for h in b])
+    assert [h.score for h in a] == pytest.approx([h.score for h in b], rel=rel, abs=1e-9)
+    ga, gb = _tie_groups(a, rel), _tie_groups(b, rel)
+    assert [ids for _, ids in ga[:-1]] == [ids for _, ids in gb[:-1]]
+    assert len(ga[-1][1]) == len(gb[-1][1]) if ga else not gb
+
+
+@pytest.fixture(scope="session")
+def assert_same_ranking() -> Callable[..., None]:
+    """``assert_same_ranking(hits_a, hits_b)``: see :func:`same_ranking`."""
+    return same_ranking
+
+
+@pytest.fixture(scope="session")
+def concurrency_gate() -> Callable[..., ConcurrencyGate]:
+    return ConcurrencyGate
+
+
+@pytest.fixture(scope="session")
+def gated_llm() -> Callable[..., GatedLLM]:
+    def make(replies: Any = None, target: int = 2, **kwargs: Any) -> GatedLLM:
+        gate = ConcurrencyGate(target)
+        return GatedLLM(replies=replies if replies is not None else [], gate=gate, **kwargs)
 
     return make
 

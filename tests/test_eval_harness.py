@@ -258,17 +258,18 @@ def test_llm_strategies_are_skipped_without_an_llm(harness_factory) -> None:
     rows = {r.strategy.name: r for r in report.rows}
     assert rows["vector"].status == "ok"
     for name in ("fusion", "hyde", "rewrite"):
-        if name in rows:
-            assert rows[name].status == "skipped"
-            assert "needs an LLM" in rows[name].note and "RAG_PACK_LLM=none" in rows[name].note
+        assert rows[name].status == "skipped"
+        assert "needs an LLM" in rows[name].note and "RAG_PACK_LLM=none" in rows[name].note
     for name in ("raptor", "raptor_traversal"):
-        if name in rows:  # no tree was built over the evaluation index: skipped, with the command
-            assert rows[name].status == "skipped"
-            assert (
-                "raptor build" in rows[name].note and "--collection eval_custom_" in rows[name].note
-            )
+        # no tree was built over the evaluation index: skipped, with the command that builds one
+        assert rows[name].status == "skipped"
+        assert "raptor build" in rows[name].note and "--collection eval_custom_" in rows[name].note
+    skipped = {"fusion", "hyde", "rewrite", "raptor", "raptor_traversal"}
+    assert all(rows[name].status == "ok" for name in ("bm25", "hybrid", "hybrid_weighted"))
     md = report.to_markdown()
     assert "Not run:" in md
+    for name in skipped:
+        assert f"- `{name}` (skipped): " in md
 
 
 def test_answers_are_scored_with_em_and_f1(harness_factory, scripted_llm) -> None:
@@ -387,7 +388,17 @@ def test_cli_eval_writes_table_json_and_chart(tmp_path: Path, capsys) -> None:
     ]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "| vector | 1.000 |" in out or "| vector |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| vector |"))
+    header = next(line for line in out.splitlines() if line.startswith("| strategy |"))
+    cells = dict(
+        zip(
+            [c.strip() for c in header.strip("|").split("|")],
+            [c.strip() for c in row.strip("|").split("|")],
+            strict=True,
+        )
+    )
+    assert cells["R@5"] == "1.000"  # 6 documents, top 5: every question finds its document
+    assert float(cells["R@1"]) >= 5 / 6 - 1e-3
     assert (tmp_path / "out" / "mine.png").exists() and (tmp_path / "out" / "mine.json").exists()
     result = json.loads((tmp_path / "out" / "mine.json").read_text())
     assert result["strategies"][0]["metrics"]["recall@5"] == 1.0

@@ -70,10 +70,14 @@ def bm25(store):
 
 
 class Delayed(BaseRetriever):
-    """Wraps a real retriever, adding latency and counting searches in flight."""
+    """Wraps a real retriever, counting searches in flight.
 
-    def __init__(self, inner: BaseRetriever, delay: float) -> None:
-        self.inner, self.delay = inner, delay
+    With a ``gate`` (shared by several retrievers) each search waits until ``gate.target``
+    searches are in flight at once; ``delay`` adds latency after that.
+    """
+
+    def __init__(self, inner: BaseRetriever, delay: float = 0.0, gate=None) -> None:
+        self.inner, self.delay, self.gate = inner, delay, gate
         self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
         super().__init__()
@@ -82,14 +86,20 @@ class Delayed(BaseRetriever):
         with self.lock:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        if self.gate is not None:
+            self.gate.enter()
 
     def _exit(self):
+        if self.gate is not None:
+            self.gate.exit()
         with self.lock:
             self.in_flight -= 1
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         self._enter()
         try:
+            if self.gate is not None:
+                self.gate.hold()
             time.sleep(self.delay)
             return self.inner.retrieve(query_bundle)
         finally:
@@ -98,6 +108,8 @@ class Delayed(BaseRetriever):
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         self._enter()
         try:
+            if self.gate is not None:
+                await self.gate.ahold()
             await asyncio.sleep(self.delay)
             return await self.inner.aretrieve(query_bundle)
         finally:
@@ -190,29 +202,34 @@ def test_weights_are_honoured(dense, bm25, scripted_llm):
     assert ids(fusion.retrieve(q)) == ids(expected)
 
 
-async def test_searches_run_concurrently(dense, bm25, scripted_llm):
-    d, b = Delayed(dense, 0.2), Delayed(bm25, 0.2)
+async def test_searches_run_concurrently(dense, bm25, scripted_llm, concurrency_gate):
+    # every search waits until all 4 x 2 are in flight: reached only if they run concurrently
+    gate = concurrency_gate(8)
+    d, b = Delayed(dense, gate=gate), Delayed(bm25, gate=gate)
     fusion = FusionRetriever([d, b], llm=scripted_llm([VARIANTS_REPLY] * 2), num_queries=4)
-    start = time.perf_counter()
-    await fusion.aretrieve(QUESTION)
-    elapsed = time.perf_counter() - start
+    assert await fusion.aretrieve(QUESTION)
+    assert not gate.timed_out and gate.max_in_flight == 8
     assert d.max_in_flight == 4 and b.max_in_flight == 4  # 4 queries on each retriever at once
-    assert elapsed < 0.2 * 8 / 2  # well under the 1.6 s a sequential run takes
-    # sync path: threads
+    # sync path: threads (one per search)
+    gate = d.gate = b.gate = concurrency_gate(8)
     d.max_in_flight = b.max_in_flight = 0
-    start = time.perf_counter()
-    fusion.retrieve(QUESTION)
-    assert time.perf_counter() - start < 0.2 * 8 / 2
-    assert d.max_in_flight + b.max_in_flight >= 6
+    assert fusion.retrieve(QUESTION)
+    assert not gate.timed_out and d.max_in_flight == 4 and b.max_in_flight == 4
 
 
 class SyncOnly(BaseRetriever):
-    """A retriever with only a blocking ``_retrieve`` (like many third-party ones)."""
+    """A retriever with only a blocking ``_retrieve`` (like many third-party ones).
 
-    def __init__(self, inner: BaseRetriever, delay: float) -> None:
-        self.inner, self.delay = inner, delay
+    Each search blocks its thread until ``release`` is set (at most ``timeout`` seconds) and
+    records whether it was released or gave up.
+    """
+
+    def __init__(self, inner: BaseRetriever, timeout: float = 20.0) -> None:
+        self.inner, self.timeout = inner, timeout
         self.in_flight = self.max_in_flight = 0
         self.lock = threading.Lock()
+        self.release = threading.Event()
+        self.released: list[bool] = []
         super().__init__()
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -220,7 +237,7 @@ class SyncOnly(BaseRetriever):
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
-            time.sleep(self.delay)
+            self.released.append(self.release.wait(self.timeout))
             return self.inner.retrieve(query_bundle)
         finally:
             with self.lock:
@@ -228,25 +245,25 @@ class SyncOnly(BaseRetriever):
 
 
 async def test_sync_only_retrievers_do_not_block_the_event_loop(dense, scripted_llm):
-    slow = SyncOnly(dense, 0.2)
+    slow = SyncOnly(dense)
     fusion = FusionRetriever(
         [slow], llm=scripted_llm([VARIANTS_REPLY], forbid_sync=True), num_queries=4
     )
-    ticks = 0
 
-    async def ticker():
-        nonlocal ticks
-        while True:
-            await asyncio.sleep(0.02)
-            ticks += 1
+    async def releaser():
+        # runs on the event loop: it can only see the 4 blocked searches, and let them go, if
+        # they block worker threads and not the loop
+        while slow.max_in_flight < 4:
+            await asyncio.sleep(0.001)
+        slow.release.set()
 
-    task = asyncio.create_task(ticker())
-    start = time.perf_counter()
-    await fusion.aretrieve(QUESTION)
-    elapsed = time.perf_counter() - start
-    task.cancel()
-    assert slow.max_in_flight == 4 and elapsed < 0.6
-    assert ticks >= 5  # the loop kept running while the searches blocked their threads
+    task = asyncio.create_task(releaser())
+    try:
+        nodes = await fusion.aretrieve(QUESTION)
+    finally:
+        task.cancel()
+    assert slow.released == [True] * 4, "the loop kept running while the searches blocked"
+    assert slow.max_in_flight == 4 and nodes
 
 
 async def test_max_concurrency_is_a_real_limit(dense, bm25, scripted_llm):

@@ -88,19 +88,20 @@ def test_searches_with_the_passage_embedded_as_a_document(dense, embed_model, sc
     assert QUESTION in llm.prompts[0]
 
 
-async def test_several_hypotheses_are_averaged_concurrently(dense, embed_model, scripted_llm):
+async def test_several_hypotheses_are_averaged_concurrently(dense, embed_model, gated_llm):
     passages = [
         "Chloroplasts use sunlight to make glucose.",
         "Leaves are green because of chlorophyll.",
         "Plants release oxygen during photosynthesis.",
     ]
-    llm = scripted_llm(passages, delay=0.2, forbid_sync=True)
+    # each call waits until 3 are in flight: reached only if the passages are written at once
+    llm = gated_llm(passages, target=3, forbid_sync=True)
     spy = Spy(dense)
     hyde = HyDERetriever(
         spy, llm=llm, embed_model=embed_model, num_hypotheses=3, include_query=True
     )
     nodes = await hyde.aretrieve(QUESTION)
-    assert llm.max_concurrency == 3  # the three passages were written at the same time
+    assert llm.max_concurrency == 3 and not llm.gate.timed_out  # written at the same time
     assert nodes[0].node.node_id == "photosynthesis"
     bundle = spy.bundles[-1]
     assert bundle.query_str == QUESTION  # BM25 / rerankers still see the question

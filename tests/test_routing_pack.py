@@ -82,7 +82,12 @@ def test_routed_pack_answers_from_the_chosen_source(pack: RoutedRagPack) -> None
     nodes = retriever.retrieve("How long do onions take to caramelise?")
     assert nodes and {n.metadata["route"] for n in nodes} == {"food"}
     assert "Onions" in {n.metadata["title"] for n in nodes}
-    assert response is not None
+    # the answer was written from the food source's chunks, by the pack's LLM
+    assert response.source_nodes
+    assert {n.node.metadata["route"] for n in response.source_nodes} == {"food"}
+    assert "it depends" in str(response)
+    llm = pack.get_modules()["llm"]
+    assert llm.call_count >= 1 and "Caramelising onions" in llm.prompts[-1]
     assert (
         "vector_store" in pack.describe() and "food='food_docs'" in pack.describe()["vector_store"]
     )
