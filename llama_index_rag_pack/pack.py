@@ -231,9 +231,13 @@ class RagPack(BaseLlamaPack):
     ) -> BaseRetriever:
         """The retriever for ``mode`` (cached per mode and arguments)."""
         mode = RetrievalMode.parse(mode)
-        key = (mode, tuple(sorted(kwargs.items())))
+        builder = getattr(self, f"_build_{mode.value}_retriever")
+        try:
+            key = (mode, _cache_key(kwargs))
+            hash(key)
+        except TypeError:  # an unhashable argument object: build a new retriever, uncached
+            return builder(**kwargs)
         if key not in self._retrievers:
-            builder = getattr(self, f"_build_{mode.value}_retriever")
             self._retrievers[key] = builder(**kwargs)
         return self._retrievers[key]
 
@@ -438,3 +442,19 @@ def _check_query(query: str) -> None:
 
 
 __all__ = ["RagPack", "RetrievalMode"]
+
+
+def _cache_key(value: Any) -> Any:
+    """A hashable stand-in for retriever arguments: lists, tuples, sets and dicts by value.
+
+    Example:
+        >>> _cache_key({"weights": [1.0, 0.5], "modes": ("a", "b")})
+        (('modes', ('a', 'b')), ('weights', (1.0, 0.5)))
+    """
+    if isinstance(value, dict):
+        return tuple(sorted((k, _cache_key(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_cache_key(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_cache_key(v) for v in value)
+    return value

@@ -61,6 +61,16 @@ def test_every_mode_retrieves_through_the_pack(pack, mode):
     assert pack.retriever(mode) is retriever  # cached
 
 
+def test_sequence_arguments_are_accepted_and_cached_by_value(pack):
+    # lists are unhashable: the retriever cache must not choke on them
+    weighted = pack.retriever("fusion", weights=[1.0, 0.5])
+    assert weighted.weights == [1.0, 0.5]
+    assert pack.retriever("fusion", weights=(1.0, 0.5)) is weighted
+    assert pack.retriever("fusion", weights=[0.5, 1.0]) is not weighted
+    hybrid = pack.retriever("hybrid_weighted", weights=[0.4, 0.6])
+    assert hybrid.weights == [0.4, 0.6]
+
+
 def test_pack_modes_build_the_right_classes(pack):
     assert isinstance(pack.retriever("bm25"), MilvusHybridRetriever)
     assert pack.retriever("bm25").search_type.value == "sparse"
