@@ -16,6 +16,7 @@ from llama_index_rag_pack.errors import ConfigurationError
 from llama_index_rag_pack.fusion import (
     FusionRetriever,
     MilvusHybridRetriever,
+    fuse,
     reciprocal_rank_fusion,
     relative_score_fusion,
 )
@@ -200,6 +201,48 @@ def test_weights_are_honoured(dense, bm25, scripted_llm):
         [dense.retrieve(q), bm25.retrieve(q)], weights=[0.2, 0.8], top_n=5
     )
     assert ids(fusion.retrieve(q)) == ids(expected)
+
+
+class Fixed(BaseRetriever):
+    """Returns the same ranked ``(node id, score)`` list for every query (sync and async)."""
+
+    def __init__(self, ranking: list[tuple[str, float]]) -> None:
+        self.ranking = ranking
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return [NodeWithScore(node=TextNode(id_=i, text=i), score=s) for i, s in self.ranking]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self._retrieve(query_bundle)
+
+
+@pytest.mark.parametrize("mode", ["reciprocal_rank", "relative_score", "dist_based_score", "union"])
+async def test_weights_decide_between_retrievers_that_disagree(scripted_llm, mode):
+    # two retrievers with opposite rankings and mirrored scores: unweighted, "x" and "y" tie;
+    # whichever retriever weighs more must put its own favourite first, in sync and async
+    first = Fixed([("x", 0.9), ("m", 0.5), ("y", 0.1)])
+    second = Fixed([("y", 0.9), ("m", 0.5), ("x", 0.1)])
+    variant = "1. another wording of the question"
+    for weights, winner in (([3.0, 1.0], "x"), ([1.0, 3.0], "y")):
+        fusion = FusionRetriever(
+            {"first": first, "second": second},
+            llm=scripted_llm(lambda prompt: variant),
+            num_queries=2,  # the original and one variant: 2 queries x 2 retrievers
+            mode=mode,
+            weights=weights,
+            similarity_top_k=3,
+        )
+        # the reference: the pure fusion of the four result lists, each with its retriever's weight
+        lists = [first.retrieve(QUESTION), second.retrieve(QUESTION)] * 2
+        expected = fuse(lists, mode, weights=weights * 2, top_n=3)
+        assert ids(expected)[0] == winner
+        sync_nodes = fusion.retrieve(QUESTION)
+        async_nodes = await fusion.aretrieve(QUESTION)
+        for nodes in (sync_nodes, async_nodes):
+            assert ids(nodes)[0] == winner, (weights, ids(nodes))
+            assert ids(nodes) == ids(expected)
+            assert [n.score for n in nodes] == pytest.approx([n.score for n in expected])
 
 
 async def test_searches_run_concurrently(dense, bm25, scripted_llm, concurrency_gate):
