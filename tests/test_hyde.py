@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import QueryBundle, TextNode
 
 from llama_index_rag_pack.errors import ConfigurationError
@@ -69,6 +73,110 @@ class Spy(BaseRetriever):
     async def _aretrieve(self, query_bundle):
         self.bundles.append(query_bundle)
         return await self.inner.aretrieve(query_bundle)
+
+
+class Recording(BaseEmbedding):
+    """The real embedding model, recording which texts it embedded as queries and which as
+    documents."""
+
+    _inner: Any = PrivateAttr()
+    _queries: list[str] = PrivateAttr()
+    _texts: list[str] = PrivateAttr()
+
+    def __init__(self, inner: BaseEmbedding) -> None:
+        super().__init__(model_name="recording")
+        self._inner, self._queries, self._texts = inner, [], []
+
+    @property
+    def queries(self) -> list[str]:
+        return self._queries
+
+    @property
+    def texts(self) -> list[str]:
+        return self._texts
+
+    def _get_query_embedding(self, query: str) -> list[float]:
+        self._queries.append(query)
+        return self._inner.get_query_embedding(query)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        self._queries.append(query)
+        return await self._inner.aget_query_embedding(query)
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        self._texts.append(text)
+        return self._inner.get_text_embedding(text)
+
+    async def _aget_text_embedding(self, text: str) -> list[float]:
+        self._texts.append(text)
+        return await self._inner.aget_text_embedding(text)
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        self._texts.extend(texts)
+        return self._inner.get_text_embedding_batch(texts)
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        self._texts.extend(texts)
+        return await self._inner.aget_text_embedding_batch(texts)
+
+
+def run_hyde(hyde: HyDERetriever, query: str, use_async: bool) -> list[Any]:
+    return asyncio.run(hyde.aretrieve(query)) if use_async else hyde.retrieve(query)
+
+
+# The question's own embedding finds Paris; the scripted passage is about volcanoes.
+PARIS_QUESTION = "What is the capital city of France?"
+VOLCANO_PASSAGE = (
+    'Sure! Here is a passage:\n"Volcanoes erupt when molten magma rises up through the '
+    'crust of the Earth."'
+)
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_the_passage_not_the_question_decides_the_search(
+    dense, embed_model, scripted_llm, use_async
+):
+    assert dense.retrieve(PARIS_QUESTION)[0].node.node_id == "paris"
+    recording = Recording(embed_model)
+    llm = scripted_llm([VOLCANO_PASSAGE], forbid_sync=use_async)
+    hyde = HyDERetriever(dense, llm=llm, embed_model=recording)
+    nodes = run_hyde(hyde, PARIS_QUESTION, use_async)
+    passage = clean_passage(VOLCANO_PASSAGE)
+    assert nodes[0].node.node_id == "volcano", [n.node.node_id for n in nodes]
+    assert nodes[0].score == pytest.approx(
+        cosine(
+            embed_model.get_text_embedding(passage),
+            embed_model.get_text_embedding(CORPUS["volcano"]),
+        ),
+        abs=1e-3,
+    )
+    # the passage is embedded as a document; the question is not embedded at all
+    assert recording.texts == [passage]
+    assert recording.queries == []
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_passages_are_embedded_as_documents_and_the_question_as_a_query(
+    dense, embed_model, scripted_llm, use_async
+):
+    passages = ["Volcanoes erupt when magma rises.", "Lava flows from an erupting volcano."]
+    recording = Recording(embed_model)
+    spy = Spy(dense)
+    hyde = HyDERetriever(
+        spy,
+        llm=scripted_llm(passages, forbid_sync=use_async),
+        embed_model=recording,
+        num_hypotheses=2,
+        include_query=True,
+    )
+    run_hyde(hyde, PARIS_QUESTION, use_async)
+    assert sorted(recording.texts) == sorted(passages)
+    assert recording.queries == [PARIS_QUESTION]
+    bundle = spy.bundles[-1]
+    assert bundle.query_str == PARIS_QUESTION
+    vectors = [embed_model.get_text_embedding(p) for p in passages]
+    vectors.append(embed_model.get_query_embedding(PARIS_QUESTION))
+    assert bundle.embedding == pytest.approx(mean_embedding(vectors), abs=1e-5)
 
 
 def test_searches_with_the_passage_embedded_as_a_document(dense, embed_model, scripted_llm):
