@@ -227,6 +227,76 @@ def test_tree_traversal_descends_through_children(built: dict[str, Any]) -> None
         assert len(by_level[level]) <= 2
 
 
+ANIMAL = [
+    "Aardvarks dig burrows and feed at night on ants and termites.",
+    "The aardvark uses its long sticky tongue to catch ants and termites.",
+]
+VOLCANO = [
+    "A volcano erupts when magma rises through the crust of the Earth.",
+    "Lava from an erupting volcano flows down its slopes and cools into rock.",
+]
+
+
+def swapped_summary(prompt: str) -> str:
+    """A misleading summary: a cluster of aardvark chunks is summarised as volcanoes and the
+    other way round (anything mixed, like the root's context, gets a neutral one)."""
+    animal = any(t in prompt for t in ANIMAL)
+    volcano = any(t in prompt for t in VOLCANO)
+    if animal and not volcano:
+        return "Volcanoes erupt when magma rises through the crust."
+    if volcano and not animal:
+        return "Aardvarks eat ants and termites."
+    return "Animals and geology."
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+async def test_tree_traversal_only_searches_the_children_of_what_it_picked(
+    vector_store: Any, embed_model: Any, use_async: bool
+) -> None:
+    # The query matches the (misleading) summary above the aardvark chunks best, while the best
+    # chunk in the whole tree is a volcano chunk under the other summary: a traversal that
+    # searched the whole next level instead of the children would return that chunk.
+    docs = [Document(text=t) for t in ANIMAL + VOLCANO]
+    tokens = sorted(
+        n.metadata[TOKENS_KEY]
+        for n in RaptorTree(
+            vector_store, embed_model=embed_model, llm=ScriptedLLM(replies=[]), **TREE_OPTIONS
+        ).make_leaves(docs)
+    )
+    # two chunks fit one cluster, three do not: level 1 has two summaries or more
+    budget = tokens[-1] + tokens[-2]
+    assert len(tokens) == 4 and sum(tokens[:3]) > budget
+    tree = RaptorTree(
+        vector_store,
+        embed_model=embed_model,
+        llm=ScriptedLLM(replies=swapped_summary),
+        **{**TREE_OPTIONS, "max_length_in_cluster": budget},
+    )
+    tree.build(docs)
+    check_invariants(tree)
+    query = "volcano magma eruption"
+    best_leaf = RaptorRetriever(tree=tree, mode="leaves", similarity_top_k=1).retrieve(query)[0]
+    assert best_leaf.node.text in VOLCANO
+
+    retriever = RaptorRetriever(
+        tree=tree, mode="tree_traversal", similarity_top_k=1, token_budget=None
+    )
+    hits = await retriever.aretrieve(query) if use_async else retriever.retrieve(query)
+    by_level: dict[int, list[Any]] = {}
+    for h in hits:
+        by_level.setdefault(h.node.metadata[LEVEL_KEY], []).append(h.node)
+    assert set(by_level) == set(range(max(tree.levels()) + 1)), "one pick per level"
+    # the picked summary is the one that reads like the query, above the aardvark chunks
+    (summary,) = by_level[1]
+    assert summary.text.startswith("Volcanoes")
+    assert best_leaf.node.node_id not in summary.metadata[CHILD_KEY], "the test can tell"
+    for level in range(max(tree.levels())):
+        allowed = {c for p in by_level[level + 1] for c in p.metadata[CHILD_KEY]}
+        assert {n.node_id for n in by_level[level]} <= allowed, f"level {level} left the subtree"
+    (leaf,) = by_level[0]
+    assert leaf.text in ANIMAL, "the best chunk under the picked summary, not the best overall"
+
+
 def test_leaves_mode_only_returns_chunks(built: dict[str, Any]) -> None:
     retriever = RaptorRetriever(
         tree=built["retriever"].tree, mode="leaves", similarity_top_k=6, token_budget=None
