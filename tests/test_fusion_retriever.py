@@ -403,3 +403,53 @@ def test_bad_input(dense, bm25, scripted_llm):
         FusionRetriever([dense], llm=llm).retrieve(" ")
     with pytest.raises(ConfigurationError, match="empty"):
         asyncio.run(FusionRetriever([dense], llm=llm).aretrieve(""))
+
+
+class Plain(BaseRetriever):
+    """Only ``_retrieve``: FusionRetriever's async path runs its searches in worker threads."""
+
+    def __init__(self, inner: BaseRetriever) -> None:
+        self.inner = inner
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self.inner.retrieve(query_bundle)
+
+
+@pytest.mark.parametrize("path", ["sync", "async", "async_sync_only"])
+def test_every_span_of_a_query_descends_from_its_root(dense, bm25, scripted_llm, path):
+    # Searches run in worker threads; without the caller's context their instrumentation spans
+    # would have no parent, and observability tools would show them as unrelated work.
+    from llama_index.core.instrumentation import get_dispatcher
+    from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+
+    retrievers = {"dense": dense, "bm25": bm25}
+    if path == "async_sync_only":
+        retrievers = {name: Plain(r) for name, r in retrievers.items()}
+    fusion = FusionRetriever(
+        retrievers, llm=scripted_llm([VARIANTS_REPLY]), num_queries=4, similarity_top_k=4
+    )
+    root = get_dispatcher()
+    handler = SimpleSpanHandler()
+    root.add_span_handler(handler)
+    try:
+        if path == "sync":
+            nodes = fusion.retrieve(QUESTION)
+        else:
+            nodes = asyncio.run(fusion.aretrieve(QUESTION))
+    finally:
+        root.span_handlers.remove(handler)
+    assert nodes
+    spans = handler.completed_spans + handler.dropped_spans
+    by_id = {s.id_: s for s in spans}
+    roots = [s for s in spans if s.parent_id is None]
+    assert len(roots) == 1 and roots[0].id_.startswith("FusionRetriever."), [s.id_ for s in roots]
+    searches = [s for s in spans if s.id_.startswith("MilvusHybridRetriever.")]
+    assert len(searches) >= 8, "4 queries x 2 retrievers, each a span"
+    for span in spans:
+        chain, seen = span, set()
+        while chain.parent_id is not None and chain.id_ not in seen:
+            seen.add(chain.id_)
+            assert chain.parent_id in by_id, f"{span.id_} has a parent outside this query"
+            chain = by_id[chain.parent_id]
+        assert chain is roots[0]

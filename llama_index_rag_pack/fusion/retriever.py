@@ -5,6 +5,7 @@ rank-fused.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -280,10 +281,13 @@ class FusionRetriever(LazyLLMMixin, BaseRetriever):
         if self.max_concurrency == 1 or len(jobs) == 1:
             results = [run(j) for j in jobs]
         else:
+            # each search runs in a copy of this thread's context, so its instrumentation spans
+            # (and callbacks) stay children of this query's span
+            contexts = [contextvars.copy_context() for _ in jobs]
             with ThreadPoolExecutor(
                 max_workers=min(self.max_concurrency, len(jobs)), thread_name_prefix="fusion-search"
             ) as pool:
-                results = list(pool.map(run, jobs))
+                results = list(pool.map(lambda ctx, job: ctx.run(run, job), contexts, jobs))
         return self._fuse(queries, jobs, results)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -310,7 +314,10 @@ class FusionRetriever(LazyLLMMixin, BaseRetriever):
                 if pool is not None and _sync_only(retriever):
                     # its aretrieve would run the blocking _retrieve on the event loop and
                     # serialise every search: run it in a worker thread instead
-                    return await loop.run_in_executor(pool, retriever.retrieve, queries[qi])
+                    ctx = contextvars.copy_context()  # keeps the span parent in the thread
+                    return await loop.run_in_executor(
+                        pool, ctx.run, retriever.retrieve, queries[qi]
+                    )
                 return await retriever.aretrieve(queries[qi])
 
         try:

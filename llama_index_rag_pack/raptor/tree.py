@@ -21,6 +21,7 @@ summaries above them.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import logging
 import random
@@ -418,7 +419,8 @@ class RaptorTree(PromptMixin):
             disable=not self.show_progress,
         )
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(jobs))) as pool:
-            futures = {pool.submit(one, job): job for job in jobs}
+            # a copy of this thread's context per job keeps the LLM spans under the build's span
+            futures = {pool.submit(contextvars.copy_context().run, one, job): job for job in jobs}
             for fut in as_completed(futures):
                 job = futures[fut]
                 try:
