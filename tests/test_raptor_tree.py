@@ -560,3 +560,22 @@ def test_delete_removes_leaves_and_refreshes_summaries(small_tree: RaptorRetriev
             or after[pid].metadata[CHILD_KEY] != before[pid].metadata[CHILD_KEY]
         )
     assert llm.call_count <= sum(1 for n in before.values() if n.metadata[LEVEL_KEY] > 0)
+
+
+async def test_async_traversal_scans_levels_off_the_event_loop(
+    built: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = built["retriever"].tree
+    retriever = RaptorRetriever(tree=tree, mode="tree_traversal", similarity_top_k=2)
+    loop_thread = threading.current_thread()
+    scanned_in: list[threading.Thread] = []
+    real_top_level = tree.store.top_level
+
+    def recording_top_level() -> int | None:
+        scanned_in.append(threading.current_thread())
+        return real_top_level()
+
+    monkeypatch.setattr(tree.store, "top_level", recording_top_level)
+    hits = await retriever.aretrieve("Who landed on the Moon?")
+    assert hits and scanned_in, "the first traversal reads the top level from Milvus"
+    assert loop_thread not in scanned_in, "the level scan blocked the event loop"

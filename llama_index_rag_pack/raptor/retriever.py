@@ -4,6 +4,7 @@ tree.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from enum import Enum
@@ -312,7 +313,10 @@ class RaptorRetriever(BaseRetriever):
             return self._cut(await search(embedding, k, f"{LEVEL_KEY} >= 0"))
         if self.mode is RaptorRetrieveMode.LEAVES:
             return self._cut(await search(embedding, k, f"{LEVEL_KEY} == 0"))
-        level = self.top_level
+        # the first traversal scans the levels in Milvus: do it off the event loop
+        level = self._top_level
+        if level is None:
+            level = await asyncio.to_thread(lambda: self.top_level)
         picked = await search(embedding, k, f"{LEVEL_KEY} == {level}")
         selected = list(picked)
         while level > 0 and picked:
