@@ -8,6 +8,7 @@ catch those keep working.
 from __future__ import annotations
 
 __all__ = [
+    "check_query",
     "RagPackError",
     "ConfigurationError",
     "EmptyCorpusError",
@@ -39,3 +40,25 @@ class MilvusUnavailableError(RagPackError, ConnectionError):
 
 class CollectionNotFoundError(RagPackError, LookupError):
     """The Milvus collection to reopen does not exist (nothing was indexed there yet)."""
+
+
+EMPTY_QUERY_MESSAGE = "The query is empty: ask a question with some text in it."
+
+
+def check_query(query: object) -> str:
+    """The query's text (a ``str`` or anything with ``query_str``), or ``ConfigurationError``
+    when it is missing, empty or only whitespace. Every retriever and engine calls this first,
+    before any model is loaded or any search is sent.
+
+    Example:
+        >>> check_query("What is Milvus?")
+        'What is Milvus?'
+        >>> check_query("   ")
+        Traceback (most recent call last):
+        ...
+        llama_index_rag_pack.errors.ConfigurationError: The query is empty: ask a question with some text in it.
+    """  # noqa: E501  (doctest output: the exception line can't be wrapped)
+    text = getattr(query, "query_str", query)
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigurationError(EMPTY_QUERY_MESSAGE)
+    return text

@@ -13,11 +13,12 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.response.schema import RESPONSE_TYPE
 from llama_index.core.callbacks import CallbackManager
-from llama_index.core.schema import Document
+from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
+from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
 from llama_index_rag_pack import milvus as milvus_utils
 from llama_index_rag_pack._compat import BaseLlamaPack
-from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError
+from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError, check_query
 from llama_index_rag_pack.ingest import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -242,7 +243,12 @@ class RagPack(BaseLlamaPack):
         return self._retrievers[key]
 
     def _build_vector_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
-        return self.index.as_retriever(similarity_top_k=similarity_top_k or self.similarity_top_k)
+        return _CheckedVectorIndexRetriever(
+            self.index,
+            node_ids=list(self.index.index_struct.nodes_dict.values()),
+            callback_manager=self.callback_manager,
+            similarity_top_k=similarity_top_k or self.similarity_top_k,
+        )
 
     def _build_route_retriever(self, **kwargs: Any) -> BaseRetriever:
         from llama_index_rag_pack.routing.pack import build_route_retriever
@@ -425,20 +431,15 @@ class RagPack(BaseLlamaPack):
         self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any
     ) -> RESPONSE_TYPE:
         """Answer ``query`` with the query engine of ``mode``."""
-        _check_query(query)
+        check_query(query)
         return self.make_query_engine(mode, **kwargs).query(query)
 
     async def arun(
         self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any
     ) -> RESPONSE_TYPE:
         """Async :meth:`run`."""
-        _check_query(query)
+        check_query(query)
         return await self.make_query_engine(mode, **kwargs).aquery(query)
-
-
-def _check_query(query: str) -> None:
-    if not isinstance(query, str) or not query.strip():
-        raise ConfigurationError("The query is empty: ask a question with some text in it.")
 
 
 __all__ = ["RagPack", "RetrievalMode"]
@@ -458,3 +459,16 @@ def _cache_key(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         return frozenset(_cache_key(v) for v in value)
     return value
+
+
+class _CheckedVectorIndexRetriever(VectorIndexRetriever):
+    """Core's ``VectorIndexRetriever`` (what ``index.as_retriever()`` returns) that rejects an
+    empty query with the pack's error before embedding it, like every other mode."""
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        check_query(query_bundle)
+        return super()._retrieve(query_bundle)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        check_query(query_bundle)
+        return await super()._aretrieve(query_bundle)

@@ -173,3 +173,17 @@ def test_async_answers_work_across_event_loops(milvus_uri, embed_model, scripted
     for _ in range(2):  # two separate event loops, like two asyncio.run() calls in a script
         response = asyncio.run(pack.arun("What is an abacus?"))
         assert [n.node.ref_doc_id for n in response.source_nodes] == ["abacus"]
+
+
+@pytest.mark.parametrize(
+    "mode", ["vector", "bm25", "hybrid", "hybrid_weighted", "fusion", "hyde", "rewrite"]
+)
+@pytest.mark.parametrize("query", ["", "   ", "\n\t"])
+async def test_every_mode_rejects_an_empty_query_the_same_way(pack, mode, query) -> None:
+    retriever = pack.retriever(mode)
+    calls = pack.llm.call_count
+    with pytest.raises(ConfigurationError, match="The query is empty"):
+        retriever.retrieve(query)
+    with pytest.raises(ConfigurationError, match="The query is empty"):
+        await retriever.aretrieve(query)
+    assert pack.llm.call_count == calls, "no LLM call for an empty query"

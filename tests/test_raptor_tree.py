@@ -321,7 +321,9 @@ def test_empty_query_and_large_k(built: dict[str, Any]) -> None:
     retriever = RaptorRetriever(
         tree=built["retriever"].tree, similarity_top_k=10_000, token_budget=None
     )
-    assert retriever.retrieve("   ") == []
+    for empty in ("", "   "):
+        with pytest.raises(ConfigurationError, match="query is empty"):
+            retriever.retrieve(empty)
     assert len(retriever.retrieve("abacus")) == sum(retriever.levels().values())
 
 

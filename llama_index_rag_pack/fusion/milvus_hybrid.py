@@ -22,7 +22,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
-from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError
+from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError, check_query
 from llama_index_rag_pack.fusion.rank_fusion import DEFAULT_RRF_K
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -330,7 +330,7 @@ class MilvusHybridRetriever(BaseRetriever):
         return self.pre_top_k if self.reranker is not None else self.similarity_top_k
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = _check_query(query_bundle)
+        query = check_query(query_bundle)
         embedding = None
         if self.search_type is not MilvusSearchType.SPARSE:
             embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
@@ -340,7 +340,7 @@ class MilvusHybridRetriever(BaseRetriever):
         return nodes[: self.similarity_top_k]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = _check_query(query_bundle)
+        query = check_query(query_bundle)
         embedding = None
         if self.search_type is not MilvusSearchType.SPARSE:
             embedding = query_bundle.embedding or await self.embed_model.aget_query_embedding(query)
@@ -351,10 +351,3 @@ class MilvusHybridRetriever(BaseRetriever):
         if self.reranker is not None and nodes:
             nodes = await self.reranker.apostprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes[: self.similarity_top_k]
-
-
-def _check_query(query_bundle: QueryBundle) -> str:
-    query = query_bundle.query_str
-    if not query or not query.strip():
-        raise ConfigurationError("The query is empty: ask a question with some text in it.")
-    return query

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from llama_index.core.prompts import PromptTemplate
 
+from llama_index_rag_pack.errors import check_query
+
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
 
@@ -131,14 +133,6 @@ def parse_queries(
     return out
 
 
-def _check_query(query: str) -> str:
-    from llama_index_rag_pack.errors import ConfigurationError
-
-    if not isinstance(query, str) or not query.strip():
-        raise ConfigurationError("The query is empty: ask a question with some text in it.")
-    return query.strip()
-
-
 def _after_reply(text: str | None, query: str, num_queries: int) -> list[str]:
     queries = parse_queries(text or "", original=query, num_queries=num_queries)
     if not queries:
@@ -170,7 +164,7 @@ def generate_queries(
         >>> generate_queries(ScriptedLLM(replies=["1. milvus bm25\\n2. milvus sparse"]), "bm25?", 3)
         ['milvus bm25', 'milvus sparse']
     """
-    query = _check_query(query)
+    query = check_query(query).strip()
     if num_queries <= 0:
         return []
     try:
@@ -194,7 +188,7 @@ async def agenerate_queries(
     raise_on_failure: bool = False,
 ) -> list[str]:
     """Async :func:`generate_queries` (awaits ``llm.acomplete``)."""
-    query = _check_query(query)
+    query = check_query(query).strip()
     if num_queries <= 0:
         return []
     try:

@@ -17,7 +17,7 @@ from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.errors import ConfigurationError, check_query
 from llama_index_rag_pack.fusion.queries import (
     DEFAULT_QUERY_GEN_PROMPT,
     agenerate_queries,
@@ -270,7 +270,7 @@ class FusionRetriever(LazyLLMMixin, BaseRetriever):
 
     # ------------------------------------------------------------------ BaseRetriever
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        _check_bundle(query_bundle)
+        check_query(query_bundle)
         queries = self._query_list(query_bundle, self.generate_queries(query_bundle.query_str))
         jobs = self._jobs(queries)
 
@@ -291,7 +291,7 @@ class FusionRetriever(LazyLLMMixin, BaseRetriever):
         return self._fuse(queries, jobs, results)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        _check_bundle(query_bundle)
+        check_query(query_bundle)
         generated = await self.agenerate_queries(query_bundle.query_str)
         queries = self._query_list(query_bundle, generated)
         jobs = self._jobs(queries)
@@ -332,8 +332,3 @@ def _sync_only(retriever: BaseRetriever) -> bool:
     """True when the retriever implements only ``_retrieve`` (BaseRetriever's ``_aretrieve``
     just calls it, blocking the event loop)."""
     return type(retriever)._aretrieve is BaseRetriever._aretrieve
-
-
-def _check_bundle(query_bundle: QueryBundle) -> None:
-    if not query_bundle.query_str or not query_bundle.query_str.strip():
-        raise ConfigurationError("The query is empty: ask a question with some text in it.")

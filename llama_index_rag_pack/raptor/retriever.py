@@ -16,7 +16,11 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
-from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError
+from llama_index_rag_pack.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    check_query,
+)
 from llama_index_rag_pack.raptor.storage import CHILD_KEY, LEVEL_KEY, TOKENS_KEY, quote_ids
 from llama_index_rag_pack.raptor.tree import BuildStats, RaptorTree
 
@@ -273,9 +277,7 @@ class RaptorRetriever(BaseRetriever):
         return list(ids)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if not query_bundle.query_str.strip():
-            logger.warning("Empty query: nothing retrieved")
-            return []
+        check_query(query_bundle)
         embedding = query_bundle.embedding or self.tree.embed_model.get_query_embedding(
             query_bundle.query_str
         )
@@ -301,9 +303,7 @@ class RaptorRetriever(BaseRetriever):
         return self._cut(selected)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if not query_bundle.query_str.strip():
-            logger.warning("Empty query: nothing retrieved")
-            return []
+        check_query(query_bundle)
         embedding = query_bundle.embedding or await self.tree.embed_model.aget_query_embedding(
             query_bundle.query_str
         )

@@ -20,7 +20,7 @@ from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.errors import ConfigurationError, check_query
 from llama_index_rag_pack.fusion.retriever import annotate_node
 from llama_index_rag_pack.settings import LazyLLMMixin
 
@@ -207,7 +207,7 @@ class HyDERetriever(LazyLLMMixin, BaseRetriever):
         return [annotate_node(n, {"hyde_passages": list(passages)}) for n in nodes]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = _check_query(query_bundle)
+        query = check_query(query_bundle)
         replies: list[Any] = []
         for _ in range(self.num_hypotheses):
             try:
@@ -224,7 +224,7 @@ class HyDERetriever(LazyLLMMixin, BaseRetriever):
         return self._finish(nodes, passages)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = _check_query(query_bundle)
+        query = check_query(query_bundle)
         semaphore = asyncio.Semaphore(self.max_concurrency)
 
         async def write() -> str:
@@ -242,10 +242,3 @@ class HyDERetriever(LazyLLMMixin, BaseRetriever):
         embedding = self._embedding(query, passages, doc_vecs, query_vec)
         nodes = await self.retriever.aretrieve(QueryBundle(query_str=query, embedding=embedding))
         return self._finish(nodes, passages)
-
-
-def _check_query(query_bundle: QueryBundle) -> str:
-    query = query_bundle.query_str
-    if not query or not query.strip():
-        raise ConfigurationError("The query is empty: ask a question with some text in it.")
-    return query

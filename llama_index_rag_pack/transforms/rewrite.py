@@ -16,7 +16,7 @@ from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.errors import ConfigurationError, check_query
 from llama_index_rag_pack.fusion.queries import parse_queries
 from llama_index_rag_pack.fusion.retriever import annotate_node
 from llama_index_rag_pack.settings import LazyLLMMixin
@@ -147,7 +147,7 @@ class RewriteRetriever(LazyLLMMixin, BaseRetriever):
 
     def rewrite(self, query: str) -> str:
         """The rewritten query (the original one when the LLM gives nothing usable)."""
-        query = _check_query(query)
+        query = check_query(query)
         try:
             text, error = self.llm.complete(self.rewrite_prompt.format(query=query)).text, None
         except Exception as e:
@@ -156,7 +156,7 @@ class RewriteRetriever(LazyLLMMixin, BaseRetriever):
 
     async def arewrite(self, query: str) -> str:
         """Async :meth:`rewrite`."""
-        query = _check_query(query)
+        query = check_query(query)
         try:
             text, error = (
                 (await self.llm.acomplete(self.rewrite_prompt.format(query=query))).text,
@@ -181,9 +181,3 @@ class RewriteRetriever(LazyLLMMixin, BaseRetriever):
         rewritten = await self.arewrite(query_bundle.query_str)
         nodes = await self.retriever.aretrieve(QueryBundle(rewritten))
         return self._finish(nodes, query_bundle.query_str, rewritten)
-
-
-def _check_query(query: str) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise ConfigurationError("The query is empty: ask a question with some text in it.")
-    return query
