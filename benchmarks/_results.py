@@ -194,6 +194,7 @@ def write_results(
     peers: dict[str, Any] | None = None,
     description: str = "",
     notes: Sequence[str] = (),
+    peer_kind: str | None = None,
 ) -> tuple[Path, Path]:
     """Write ``<out>/<name>.json`` and ``<out>/<name>.md``; return both paths.
 
@@ -206,6 +207,8 @@ def write_results(
         peers: What each peer side reported about itself (``runtime_info``), by label.
         description: What was measured, printed under the first line.
         notes: Paragraphs printed after the tables.
+        peer_kind: ``"raptor"`` or ``"lcref"`` when a peer ran: the Markdown then says how its
+            venv is made.
     """
     directory = resolve_out(out)
     directory.mkdir(parents=True, exist_ok=True)
@@ -231,6 +234,13 @@ def write_results(
     for note in notes:
         parts += [note, ""]
     parts += ["Reproduce (from the repository root):", "", f"    {env['command']}", ""]
+    if peer_kind:
+        parts += [
+            f"The peer runs from its own venv: `benchmarks/make_peer_venv.sh {peer_kind} PATH`, "
+            f"then `--peer-python PATH/bin/python` or `{PEER_ENV[peer_kind]}=PATH/bin/python` "
+            f"(default `.venv-peer-{peer_kind}/bin/python`).",
+            "",
+        ]
     md_path = directory / f"{name}.md"
     md_path.write_text("\n".join(parts), encoding="utf-8")
     print(f"wrote {_display_path(str(json_path))} and {_display_path(str(md_path))}")
