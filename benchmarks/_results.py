@@ -79,11 +79,18 @@ def _git(*args: str) -> subprocess.CompletedProcess[str] | None:
 
 
 def _git_commit() -> str | None:
-    """Short commit of the checkout, ``+modified`` when tracked code differs from it."""
+    """Short commit of the checkout, ``+modified`` when the measured code differs from it."""
     head = _git("rev-parse", "--short", "HEAD")
     if head is None or head.returncode != 0:
         return None
-    diff = _git("diff", "--quiet", "HEAD", "--", ".", ":(exclude)benchmarks/results")
+    # The code that produced the numbers: the package, the running script and these helpers.
+    paths = [
+        "llama_index_rag_pack",
+        "pyproject.toml",
+        "benchmarks/_*.py",
+        _display_path(sys.argv[0]),
+    ]
+    diff = _git("diff", "--quiet", "HEAD", "--", *paths)
     return head.stdout.strip() + ("+modified" if diff is not None and diff.returncode else "")
 
 
