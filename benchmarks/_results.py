@@ -58,6 +58,10 @@ def package_versions(names: Iterable[str]) -> dict[str, str]:
     return versions
 
 
+def metadata_version(name: str) -> str:
+    return package_versions([name])[name]
+
+
 def runtime_info(packages: Iterable[str] = ()) -> dict[str, Any]:
     """Python, platform and package versions of the running interpreter (what a peer reports)."""
     return {
@@ -175,14 +179,15 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def headline(env: dict[str, Any]) -> str:
+def headline(env: dict[str, Any], extra_packages: Sequence[str] = ()) -> str:
     """One line: date, CPUs, Python and the main versions (ours, then each peer's)."""
     packages = env["packages"]
+    names = [*HEADLINE_PACKAGES, *(p for p in extra_packages if p not in HEADLINE_PACKAGES)]
     parts = [
         env["date_utc"].replace("T", " ").replace("+00:00", " UTC"),
         f"{env['cpu_count']} CPUs",
         f"Python {env['python']}",
-        *(f"{name} {packages[name]}" for name in HEADLINE_PACKAGES),
+        *(f"{name} {packages.get(name) or metadata_version(name)}" for name in names),
     ]
     if env.get("git_commit"):
         parts.append(f"commit {env['git_commit']}")
@@ -202,6 +207,7 @@ def write_results(
     description: str = "",
     notes: Sequence[str] = (),
     peer_kind: str | None = None,
+    headline_packages: Sequence[str] = (),
 ) -> tuple[Path, Path]:
     """Write ``<out>/<name>.json`` and ``<out>/<name>.md``; return both paths.
 
@@ -216,6 +222,8 @@ def write_results(
         notes: Paragraphs printed after the tables.
         peer_kind: ``"raptor"`` or ``"lcref"`` when a peer ran: the Markdown then says how its
             venv is made.
+        headline_packages: Versions to name on the first Markdown line besides llama-index-core
+            and llama-index-rag-pack (the JSON has every key package).
     """
     directory = resolve_out(out)
     directory.mkdir(parents=True, exist_ok=True)
@@ -233,7 +241,7 @@ def write_results(
         json.dumps(_clean(payload), indent=2, ensure_ascii=False, allow_nan=False) + "\n",
         encoding="utf-8",
     )
-    parts = [headline(env), ""]
+    parts = [headline(env, headline_packages), ""]
     if description:
         parts += [description, ""]
     for title, table in tables:

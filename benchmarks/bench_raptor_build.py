@@ -397,6 +397,7 @@ def main() -> None:
         description=description,
         notes=[note] if peer else ["Peer not run: our side only."],
         peer_kind="raptor" if peer else None,
+        headline_packages=["pymilvus", "milvus-lite", "umap-learn", "scikit-learn"],
     )
 
 
