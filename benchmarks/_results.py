@@ -19,11 +19,13 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+_STARTED = time.monotonic()  # imported first thing by every script: its wall time starts here
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = "benchmarks/results"
 KEY_PACKAGES = (
@@ -120,6 +122,7 @@ def environment(peers: dict[str, Any] | None = None) -> dict[str, Any]:
         **runtime_info(KEY_PACKAGES),
         "git_commit": _git_commit(),
         "command": command_line(),
+        "wall_s": round(time.monotonic() - _STARTED, 1),
     }
     if peers:
         env["peers"] = peers
@@ -191,6 +194,8 @@ def headline(env: dict[str, Any], extra_packages: Sequence[str] = ()) -> str:
     ]
     if env.get("git_commit"):
         parts.append(f"commit {env['git_commit']}")
+    if env.get("wall_s") is not None:
+        parts.append(f"run took {env['wall_s']:.0f} s")
     for label, peer in (env.get("peers") or {}).items():
         versions = ", ".join(f"{k} {v}" for k, v in peer.get("packages", {}).items())
         parts.append(f"peer {label}: {versions} (Python {peer.get('python', '?')})")

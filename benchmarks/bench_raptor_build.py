@@ -361,7 +361,12 @@ def main() -> None:
             (mode, ms(o), ms(p), ratio(p and p["mean_ms"], o and o["mean_ms"]) if o else "")
         )
     latency_table = md_table(
-        ["mode", "rag-pack mean / p50 / p95", "packs-raptor mean / p50 / p95", "mean ratio"],
+        [
+            "mode",
+            "rag-pack mean / p50 / p95",
+            "packs-raptor mean / p50 / p95",
+            "peer / ours (mean)",
+        ],
         latency_rows,
         align="lrrr",
     )

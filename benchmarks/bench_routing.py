@@ -331,7 +331,11 @@ def main() -> None:
             f"out of scope ({counts['out_of_scope']})",
         ],
         [
-            (res["selector"], pct(res["all"]), *(pct(res[k]) if k in res else "–" for k in kinds))
+            (
+                res["selector"],
+                pct(res["all"]).strip(),
+                *(pct(res[k]).strip() if k in res else "–" for k in kinds),
+            )
             for res in results
         ],
         align="lrrrr",
@@ -370,8 +374,8 @@ def main() -> None:
         f"`benchmarks/data/routing_queries.jsonl`: {len(calib) + len(test)} hand-written "
         f"questions over {len(ROUTES)} routes ({', '.join(NAMES)}); thresholds fitted on the "
         f"{len(calib)} calib questions, accuracy on the {len(test)} test questions. Same "
-        "bundled all-MiniLM-L6-v2 embeddings for every embedding selector; LogicalSelector "
-        "with the bundled SmolLM2-135M."
+        "bundled all-MiniLM-L6-v2 embeddings for every embedding selector"
+        + ("; LogicalSelector with the bundled SmolLM2-135M." if llm_info else ".")
     )
 
     if not (args.only_llm or args.skip_latency):
