@@ -13,8 +13,14 @@ Measured: throughput (tokens/s over all answers, best of ``--repeats``), mean an
 ``feed`` (the latency the rewrite adds to each token), linear time on one huge answer, whether
 the rewritten text is correct, and the outputs of both on the peer's known failure cases.
 
+The peer's venv: ``benchmarks/make_peer_venv.sh lcref PATH``; then pass
+``--peer-python PATH/bin/python`` or set ``RAG_PACK_PEER_LCREF_PYTHON`` (default:
+``.venv-peer-lcref/bin/python`` under the repository root). Without it only our side is measured.
+
 Run:  python benchmarks/bench_citations_streaming.py [--answers 300] [--repeats 3]
-      [--huge-tokens 200000] [--peer-python /work/venv-peer-lcref/bin/python]
+      [--huge-tokens 200000] [--peer-python PATH/bin/python] [--out benchmarks/results]
+
+Writes ``citations_streaming.json`` and ``citations_streaming.md`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -28,6 +34,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _results import (
+    add_out_argument,
+    md_table,
+    peer_missing_message,
+    peer_python,
+    write_results,
+)
 
 from llama_index_rag_pack.citations.references import ReferenceManager, render_references
 from llama_index_rag_pack.testing import split_tokens
@@ -111,7 +125,10 @@ def per_token_ours(streams: list[list[str]]) -> list[int]:
 
 
 def body(text: str) -> str:
-    """The rewritten answer without the reference list, spaces before ``[n]`` ignored (the peer eats them)."""
+    """The rewritten answer without the reference list.
+
+    Spaces before ``[n]`` are ignored (the peer eats them).
+    """
     return re.sub(r" +(\[\d+\])", r"\1", text.split("\n\n", 1)[0]).rstrip()
 
 
@@ -155,7 +172,7 @@ CASES = {
 
 def run_peer(python: str, job: dict) -> dict:
     proc = subprocess.run(
-        [python, str(HERE / "bench_citations_lcref_peer.py")],
+        [python, str(HERE / "_peer_lcref.py")],
         input=json.dumps(job),
         capture_output=True,
         text=True,
@@ -171,6 +188,14 @@ def pct(samples: list[int], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000.0
 
 
+def rate(tokens: int, seconds: float | None) -> float | None:
+    return tokens / seconds if seconds else None
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "–" if value is None else format(value, spec)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -179,7 +204,13 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=8, help="sentences (citations) per answer")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--huge-tokens", type=int, default=200_000)
-    parser.add_argument("--peer-python", default="/work/venv-peer-lcref/bin/python")
+    parser.add_argument(
+        "--peer-python",
+        default=None,
+        help="Python of the langchain-references venv (default: $RAG_PACK_PEER_LCREF_PYTHON, "
+        "else .venv-peer-lcref/bin/python)",
+    )
+    add_out_argument(parser)
     args = parser.parse_args()
 
     ours_answers, peer_answers = build_streams(args.answers, args.sentences)
@@ -187,89 +218,232 @@ def main() -> None:
     ours_huge_src, peer_huge_src = build_streams(n_huge, args.sentences, seed=1)
     ours_huge = [[t for s in ours_huge_src for t in s]]
     peer_huge = [[t for s in peer_huge_src for t in s]]
-    half_o, half_p = (
+    quarter_o, quarter_p = (
         [ours_huge[0][: len(ours_huge[0]) // 4]],
         [peer_huge[0][: len(peer_huge[0]) // 4]],
     )
     job = {
         "docs": DOCS,
         "repeats": args.repeats,
-        "timed": {"answers": peer_answers, "huge": peer_huge, "quarter": half_p},
+        "timed": {"answers": peer_answers, "huge": peer_huge, "quarter": quarter_p},
         "per_token": ["answers"],
         "per_token_streams": 50,
         "cases": {name: peer for name, (_, peer) in CASES.items()},
     }
-    print(f"Running the peer ({args.peer_python}) ...", flush=True)
-    peer = run_peer(args.peer_python, job)
+    python = peer_python("lcref", args.peer_python)
+    peer: dict | None = None
+    if python.exists():
+        print("Running the peer ...", flush=True)
+        peer = run_peer(str(python), job)
+    else:
+        print(peer_missing_message("lcref", python), flush=True)
 
     print("Running ours ...", flush=True)
     ours_t = {
         "answers": time_ours(ours_answers, args.repeats),
         "huge": time_ours(ours_huge, args.repeats),
-        "quarter": time_ours(half_o, args.repeats),
+        "quarter": time_ours(quarter_o, args.repeats),
     }
     ours_pt = per_token_ours(ours_answers[:50])
-    peer_pt = peer["timings"]["answers"]["per_token_ns"]
+    peer_pt = peer["timings"]["answers"]["per_token_ns"] if peer else []
+
+    def peer_s(name: str) -> float | None:
+        return peer["timings"][name]["seconds"] if peer else None
 
     n_tokens_o = sum(map(len, ours_answers))
     n_tokens_p = sum(map(len, peer_answers))
-    print(
-        f"\nStreaming rewrite, {args.answers} answers x {args.sentences} citations "
-        f"(ours {n_tokens_o:,} tokens, peer {n_tokens_p:,} tokens: the peer's marker is 5 tokens, ours 7);"
-        f" best of {args.repeats}; langchain-references {peer['version']}\n"
+    peer_label = (
+        f"langchain-references {peer['version']} in its own venv" if peer else "peer not run"
     )
-    rows = []
+    description = (
+        f"Streaming rewrite, {args.answers} answers x {args.sentences} citations (ours "
+        f"{n_tokens_o:,} tokens, peer {n_tokens_p:,} tokens: the peer's marker is 5 tokens, "
+        f"ours 7); best of {args.repeats}; {peer_label}."
+    )
+    throughput = []
     for name, label, no, np_ in (
         ("answers", "typical answers", n_tokens_o, n_tokens_p),
-        ("quarter", "one answer, 1/4 size", len(half_o[0]), len(half_p[0])),
+        ("quarter", "one answer, 1/4 size", len(quarter_o[0]), len(quarter_p[0])),
         ("huge", "one huge answer", len(ours_huge[0]), len(peer_huge[0])),
     ):
-        to, tp = ours_t[name], peer["timings"][name]["seconds"]
-        rows.append((label, no, no / to, np_, np_ / tp, (np_ / tp and (no / to) / (np_ / tp))))
-    print(
-        "| workload | ours tokens | ours tokens/s | peer tokens | peer tokens/s | throughput ratio (ours/peer) |"
-    )
-    print("|---|---:|---:|---:|---:|---:|")
-    for label, no, ro, np_, rp, ratio in rows:
-        print(f"| {label} | {no:,} | {ro:,.0f} | {np_:,} | {rp:,.0f} | {ratio:.2f}x |")
-    print("\nAdded latency per token (time inside one feed/send call, first 50 typical answers)\n")
-    print("| | mean µs | p50 µs | p99 µs | max µs |")
-    print("|---|---:|---:|---:|---:|")
-    for label, s in (
-        ("ours (ReferenceManager.feed)", ours_pt),
-        ("peer (_manage_references.send)", peer_pt),
-    ):
-        print(
-            f"| {label} | {statistics.fmean(s) / 1000:.2f} | {pct(s, 0.5):.2f} | {pct(s, 0.99):.2f} | {max(s) / 1000:.1f} |"
+        ro, rp = rate(no, ours_t[name]), rate(np_, peer_s(name))
+        throughput.append(
+            {
+                "workload": label,
+                "ours_tokens": no,
+                "ours_seconds": ours_t[name],
+                "ours_tokens_per_s": ro,
+                "peer_tokens": np_,
+                "peer_seconds": peer_s(name),
+                "peer_tokens_per_s": rp,
+                "ratio_ours_over_peer": ro / rp if ro and rp else None,
+            }
         )
-    mean_o, mean_p = statistics.fmean(ours_pt), statistics.fmean(peer_pt)
-    print(f"\nmean added latency ratio (peer/ours): {mean_p / mean_o:.2f}x")
-    q_o, h_o = ours_t["quarter"] / len(half_o[0]), ours_t["huge"] / len(ours_huge[0])
-    q_p, h_p = (
-        peer["timings"]["quarter"]["seconds"] / len(half_p[0]),
-        peer["timings"]["huge"]["seconds"] / len(peer_huge[0]),
+    throughput_table = md_table(
+        [
+            "workload",
+            "ours tokens",
+            "ours tokens/s",
+            "peer tokens",
+            "peer tokens/s",
+            "throughput ratio (ours/peer)",
+        ],
+        [
+            (
+                r["workload"],
+                f"{r['ours_tokens']:,}",
+                fmt(r["ours_tokens_per_s"], ",.0f"),
+                f"{r['peer_tokens']:,}",
+                fmt(r["peer_tokens_per_s"], ",.0f"),
+                fmt(r["ratio_ours_over_peer"], ".2f") + ("x" if peer else ""),
+            )
+            for r in throughput
+        ],
+        align="lrrrrr",
     )
-    print(
-        f"linear time: µs/token at 1/4 size vs full size — ours {q_o * 1e6:.2f} vs {h_o * 1e6:.2f}; "
-        f"peer {q_p * 1e6:.2f} vs {h_p * 1e6:.2f}"
+
+    latency = {}
+    for key, samples in (("ours", ours_pt), ("peer", peer_pt)):
+        latency[key] = (
+            {
+                "mean_us": statistics.fmean(samples) / 1000,
+                "p50_us": pct(samples, 0.5),
+                "p99_us": pct(samples, 0.99),
+                "max_us": max(samples) / 1000,
+                "samples": len(samples),
+            }
+            if samples
+            else None
+        )
+    cols = (("mean_us", ".2f"), ("p50_us", ".2f"), ("p99_us", ".2f"), ("max_us", ".1f"))
+    latency_table = md_table(
+        ["", "mean µs", "p50 µs", "p99 µs", "max µs"],
+        [
+            (label, *(fmt(d[k] if d else None, spec) for k, spec in cols))
+            for label, d in (
+                ("ours (ReferenceManager.feed)", latency["ours"]),
+                ("peer (_manage_references.send)", latency["peer"]),
+            )
+        ],
+        align="lrrrr",
+    )
+    latency_ratio = (
+        latency["peer"]["mean_us"] / latency["ours"]["mean_us"] if latency["peer"] else None
+    )
+    us_per_token = {
+        "ours_quarter": ours_t["quarter"] / len(quarter_o[0]) * 1e6,
+        "ours_full": ours_t["huge"] / len(ours_huge[0]) * 1e6,
+        "peer_quarter": peer_s("quarter") / len(quarter_p[0]) * 1e6 if peer else None,
+        "peer_full": peer_s("huge") / len(peer_huge[0]) * 1e6 if peer else None,
+    }
+    linear = (
+        f"Linear time: µs/token at 1/4 size vs full size: ours {us_per_token['ours_quarter']:.2f}"
+        f" vs {us_per_token['ours_full']:.2f}"
+        + (
+            f"; peer {us_per_token['peer_quarter']:.2f} vs {us_per_token['peer_full']:.2f}."
+            if peer
+            else "."
+        )
     )
 
     expected = body(render_references("".join(ours_answers[0]), DOCS, style="text"))
-    print(
-        "\nCorrectness on the first typical answer (rewritten text equal to the whole-text rewrite):"
-    )
-    print(
-        f"  ours: {body(run_ours(ours_answers[0])) == expected}   peer: {body(peer['outputs']['answers#first']) == expected}"
+    correct_ours = body(run_ours(ours_answers[0])) == expected
+    correct_peer = body(peer["outputs"]["answers#first"]) == expected if peer else None
+    correctness = (
+        "Correctness on the first typical answer (rewritten text equal to the whole-text "
+        f"rewrite): ours {correct_ours}, peer {'not run' if peer is None else correct_peer}."
     )
 
-    print("\nKnown failure cases (each library in its own marker format; outputs verbatim)\n")
+    cases = {}
+    case_lines = []
     for name, (o_tokens, p_tokens) in CASES.items():
-        print(f"### {name}")
-        print(f"  input (ours): {''.join(o_tokens)!r}")
-        print(f"  ours        : {run_ours(o_tokens)!r}")
-        print(f"  input (peer): {''.join(p_tokens)!r}")
-        print(f"  peer        : {peer['outputs'][name]!r}")
-        print(f"  peer (async): {peer['outputs'][name + '#async']!r}\n")
+        entry = {
+            "input_ours": "".join(o_tokens),
+            "ours": run_ours(o_tokens),
+            "input_peer": "".join(p_tokens),
+            "peer": peer["outputs"][name] if peer else None,
+            "peer_async": peer["outputs"][name + "#async"] if peer else None,
+        }
+        cases[name] = entry
+        case_lines += [
+            f"### {name}",
+            f"  input (ours): {entry['input_ours']!r}",
+            f"  ours        : {entry['ours']!r}",
+            f"  input (peer): {entry['input_peer']!r}",
+            f"  peer        : {entry['peer']!r}",
+            f"  peer (async): {entry['peer_async']!r}",
+            "",
+        ]
+    cases_table = md_table(
+        ["case", "input (ours)", "ours", "input (peer)", "peer", "peer, async path"],
+        [
+            (
+                name.replace("[", "\\["),
+                *(
+                    "–" if v is None else "`" + repr(v).replace("|", "\\|") + "`"
+                    for v in (
+                        e["input_ours"],
+                        e["ours"],
+                        e["input_peer"],
+                        e["peer"],
+                        e["peer_async"],
+                    )
+                ),
+            )
+            for name, e in cases.items()
+        ],
+    )
+
+    print(f"\n{description}\n")
+    print(throughput_table)
+    print("\nAdded latency per token (time inside one feed/send call, first 50 typical answers)\n")
+    print(latency_table)
+    if latency_ratio:
+        print(f"\nmean added latency ratio (peer/ours): {latency_ratio:.2f}x")
+    print(linear)
+    print("\n" + correctness)
+    print("\nKnown failure cases (each library in its own marker format; outputs verbatim)\n")
+    print("\n".join(case_lines))
+
+    write_results(
+        "citations_streaming",
+        {
+            "answers": args.answers,
+            "sentences_per_answer": args.sentences,
+            "repeats": args.repeats,
+            "peer_ran": peer is not None,
+            "throughput": throughput,
+            "per_token_latency": latency,
+            "mean_latency_ratio_peer_over_ours": latency_ratio,
+            "us_per_token": us_per_token,
+            "correct_first_answer": {"ours": correct_ours, "peer": correct_peer},
+            "failure_cases": cases,
+        },
+        [
+            ("Throughput", throughput_table),
+            (
+                "Added latency per token (time inside one feed/send call, first 50 answers)",
+                latency_table,
+            ),
+            (
+                "Known failure cases (each library in its own marker format; outputs verbatim)",
+                cases_table,
+            ),
+        ],
+        out=args.out,
+        peers={"langchain-references": peer["runtime"]} if peer else None,
+        peer_kind="lcref" if peer else None,
+        description=description,
+        notes=[
+            (
+                f"Mean added latency ratio (peer/ours): {latency_ratio:.2f}x."
+                if latency_ratio
+                else "Peer not run: our side only."
+            ),
+            linear,
+            correctness,
+        ],
+    )
 
 
 if __name__ == "__main__":

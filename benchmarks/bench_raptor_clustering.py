@@ -14,6 +14,10 @@ Also compares the BIC search alone on the same reduced data: ours (geometric gri
 section) vs fitting every k in 1..49.
 
     python benchmarks/bench_raptor_clustering.py [--sizes 1000 10000] [--skip-reference-above 20000]
+        [--out benchmarks/results]
+
+Writes ``raptor_clustering.json`` and ``raptor_clustering.md`` to ``--out``. Both sides run in
+this project's venv (same numpy, scikit-learn, umap-learn), so no peer venv is needed.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ import tracemalloc
 from typing import Any
 
 import numpy as np
+from _results import add_out_argument, md_table, write_results
 
 
-# ----------------------------------------------------------------------------- reference (verbatim logic)
+# ----------------------------------------------------------------------------- reference (verbatim)
 def reference_perform_clustering(
     embeddings: np.ndarray, dim: int, threshold: float
 ) -> list[np.ndarray]:
@@ -200,17 +205,19 @@ def main() -> None:
         help="also run the reference with default BLAS threading up to this n "
         "(above it only with 1 BLAS thread: the default can take hours on a busy machine)",
     )
+    add_out_argument(parser)
     parser.add_argument(
         "--case", choices=["ours", "reference", "bic"], default=None, help=argparse.SUPPRESS
     )
     parser.add_argument("--n", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case, args.n)))  # noqa: T201
+        print(json.dumps(run_case(args.case, args.n)))
         return
 
     rows = []
     for n in args.sizes:
+        start = time.perf_counter()
         ours = child("ours", n)
         ref1 = (
             child("reference", n, {"OPENBLAS_NUM_THREADS": "1"})
@@ -223,46 +230,116 @@ def main() -> None:
             else {"error": "skipped"}
         )
         bic = child("bic", n)
-        rows.append((n, ours, ref1, ref, bic))
-        print(f"n={n}: done", file=sys.stderr, flush=True)  # noqa: T201
+        rows.append(
+            {"n": n, "ours": ours, "reference": ref1, "reference_default_blas": ref, "bic": bic}
+        )
+        print(f"n={n}: done in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
 
-    print("Clustering (384-d, threshold 0.1, reduction_dim 10; time excludes the UMAP JIT)")  # noqa: T201
-    print(
-        f"{'n':>6} {'':10} {'time s':>8} {'tracemalloc MB':>15} {'RSS growth MB':>14} {'clusters':>9} {'rows lost':>10}"
-    )  # noqa: T201
-    for n, ours, ref, ref_default, _ in rows:
-        for name, r in (("ours", ours), ("reference", ref), ("ref, BLAS*", ref_default)):
+    clustering_rows = []
+    for row in rows:
+        n, ours, ref = row["n"], row["ours"], row["reference"]
+        for name, r in (
+            ("ours", ours),
+            ("reference, 1 BLAS thread", ref),
+            ("reference, default BLAS", row["reference_default_blas"]),
+        ):
             if "error" in r:
-                print(f"{n:>6} {name:10} {r['error']}")  # noqa: T201
+                clustering_rows.append((n, name, r["error"], "", "", "", ""))
                 continue
-            print(
-                f"{n:>6} {name:10} {r['seconds']:8.1f} {r['tracemalloc_peak_mb']:15.0f} "  # noqa: T201
-                f"{r['rss_growth_mb']:14.0f} {r['clusters']:9d} {r['unassigned_rows']:10d}"
+            clustering_rows.append(
+                (
+                    n,
+                    name,
+                    f"{r['seconds']:.1f}",
+                    f"{r['tracemalloc_peak_mb']:.0f}",
+                    f"{r['rss_growth_mb']:.0f}",
+                    r["clusters"],
+                    r["unassigned_rows"],
+                )
             )
         if "error" not in ref and "error" not in ours:
-            print(
-                f"{'':>6} {'ratio':10} {ref['seconds'] / ours['seconds']:7.1f}x "  # noqa: T201
-                f"{ref['tracemalloc_peak_mb'] / max(ours['tracemalloc_peak_mb'], 1e-9):14.1f}x   (reference / ours)"
+            row["time_ratio_reference_over_ours"] = ref["seconds"] / ours["seconds"]
+            row["tracemalloc_ratio_reference_over_ours"] = ref["tracemalloc_peak_mb"] / max(
+                ours["tracemalloc_peak_mb"], 1e-9
             )
-    print(
-        "reference = run with OPENBLAS_NUM_THREADS=1 (what ours does inside its GMM fits); "  # noqa: T201
-        "ref, BLAS* = default BLAS threading"
+            clustering_rows.append(
+                (
+                    n,
+                    "**ratio** (reference 1 thread / ours)",
+                    f"**{row['time_ratio_reference_over_ours']:.1f}x**",
+                    f"{row['tracemalloc_ratio_reference_over_ours']:.1f}x",
+                    "",
+                    "",
+                    "",
+                )
+            )
+    clustering_table = md_table(
+        ["n", "", "time s", "tracemalloc peak MB", "RSS growth MB", "clusters", "rows lost"],
+        clustering_rows,
+        align="rlrrrrr",
     )
-    print("\nChoosing k by BIC on the same global UMAP reduction (10-d)")  # noqa: T201
-    print(f"{'n':>6} {'search':16} {'k':>4} {'BIC':>14} {'fits':>5} {'time s':>8}")  # noqa: T201
-    for n, _, _, _, bic in rows:
+    bic_rows = []
+    for row in rows:
+        n, bic = row["n"], row["bic"]
         if "error" in bic:
-            print(f"{n:>6} {bic['error']}")  # noqa: T201
+            bic_rows.append((n, bic["error"], "", "", "", ""))
             continue
-        print(
-            f"{n:>6} {'ours (grid+gold)':16} {bic['ours_k']:>4} {bic['ours_bic']:14.1f} {bic['ours_fits']:>5} {bic['ours_s']:8.2f}"
-        )  # noqa: T201,E501
-        print(
-            f"{n:>6} {'every k 1..49':16} {bic['full_k']:>4} {bic['full_bic']:14.1f} {bic['full_fits']:>5} {bic['full_s']:8.2f}"
-        )  # noqa: T201,E501
-        print(
-            f"{'':>6} {'speed-up':16} {'':>4} {'':>14} {'':>5} {bic['full_s'] / bic['ours_s']:7.1f}x"
-        )  # noqa: T201
+        row["bic_speedup"] = bic["full_s"] / bic["ours_s"]
+        bic_rows += [
+            (
+                n,
+                "ours (grid + golden section)",
+                bic["ours_k"],
+                f"{bic['ours_bic']:.1f}",
+                bic["ours_fits"],
+                f"{bic['ours_s']:.2f}",
+            ),
+            (
+                n,
+                "every k in 1..49",
+                bic["full_k"],
+                f"{bic['full_bic']:.1f}",
+                bic["full_fits"],
+                f"{bic['full_s']:.2f}",
+            ),
+            (n, "**speed-up**", "", "", "", f"**{row['bic_speedup']:.1f}x**"),
+        ]
+    bic_table = md_table(["n", "search", "k", "BIC", "fits", "time s"], bic_rows, align="rlrrrr")
+    clustering_title = (
+        "Clustering (384-d, threshold 0.1, reduction_dim 10; time excludes the UMAP JIT)"
+    )
+    bic_title = "Choosing k by BIC on the same global UMAP reduction (10-d)"
+    description = (
+        "Ours (`llama_index_rag_pack.raptor.clustering`) vs the reference algorithm "
+        "(llama-index-packs-raptor 0.4.2's clustering.py, the RAPTOR paper's code, reproduced "
+        "in the script) on synthetic unit-normalised 384-d vectors from 60 Gaussian topics; "
+        "every case in a fresh process, both in this venv (same numpy, scikit-learn, "
+        "umap-learn)."
+    )
+    blas_note = (
+        "reference, 1 BLAS thread = OPENBLAS_NUM_THREADS=1 (what ours does inside its GMM "
+        "fits), the like-for-like comparison; reference, default BLAS = default threading, "
+        f"run up to n={args.default_blas_reference_up_to}. Peak memory: tracemalloc peak "
+        "(Python + numpy allocations) and the process' peak RSS growth during the call."
+    )
+    print(clustering_title)
+    print(clustering_table)
+    print(blas_note)
+    print(f"\n{bic_title}")
+    print(bic_table)
+    write_results(
+        "raptor_clustering",
+        {
+            "reference": "llama-index-packs-raptor 0.4.2 clustering.py, reproduced in the script",
+            "sizes": args.sizes,
+            "rows": rows,
+        },
+        [(clustering_title, clustering_table), (bic_title, bic_table)],
+        out=args.out,
+        description=description,
+        notes=[blas_note],
+        headline_packages=["numpy", "scikit-learn", "umap-learn", "numba"],
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Routing accuracy and latency: SemanticSelector and LogicalSelector vs core EmbeddingSingleSelector.
+"""Routing accuracy and latency: SemanticSelector, LogicalSelector vs core EmbeddingSingleSelector.
 
 Data: ``benchmarks/data/routing_queries.jsonl`` — 94 hand-written questions over 4 routes
 (``python_docs``, ``js_docs``, ``physics``, ``math``, defined in ``ROUTES`` below): 64 in scope,
@@ -15,7 +15,8 @@ Selectors (same bundled all-MiniLM-L6-v2 embeddings for every embedding selector
 
 * core ``EmbeddingSingleSelector`` on the route descriptions;
 * ``SemanticSelector`` on descriptions only / on descriptions + 3 example utterances per route,
-  with the default threshold (0.2), and with per-route thresholds from ``fit_thresholds`` on ``calib``;
+  with the default threshold (0.2), and with per-route thresholds from ``fit_thresholds`` on
+  ``calib``;
 * ``LogicalSelector`` with the bundled local SmolLM2-135M (text prompt, tolerant parsing; a
   135M model is far too small to route well — reported for honesty, not as a recommendation).
 
@@ -24,7 +25,9 @@ embedding, and our routing step alone given the query embedding. The count of ro
 embeddings shows that ours embeds the routes once while core re-embeds every description on
 every query.
 
-Run:  python benchmarks/bench_routing.py [--llm-limit 47] [--skip-llm]
+Run:  python benchmarks/bench_routing.py [--llm-limit 47] [--skip-llm] [--out benchmarks/results]
+
+Writes ``routing.json`` and ``routing.md`` to ``--out``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from _results import add_out_argument, md_table, write_results
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -60,7 +65,8 @@ DATA = Path(__file__).parent / "data" / "routing_queries.jsonl"
 ROUTES = [
     Route(
         "python_docs",
-        "Python programming language documentation: syntax, standard library, packages, errors and tracebacks",
+        "Python programming language documentation: syntax, standard library, packages, "
+        "errors and tracebacks",
         (
             "How do I read a file line by line in Python?",
             "What does the yield keyword do?",
@@ -78,7 +84,8 @@ ROUTES = [
     ),
     Route(
         "physics",
-        "Physics: mechanics, energy, electricity, light, relativity, quantum mechanics, astrophysics",
+        "Physics: mechanics, energy, electricity, light, relativity, quantum mechanics, "
+        "astrophysics",
         (
             "What is a black hole?",
             "Why does a satellite stay in orbit?",
@@ -142,7 +149,7 @@ def accuracy_table(
     name: str, rows: list[dict[str, Any]], predictions: list[str | None]
 ) -> dict[str, Any]:
     by_kind: dict[str, list[bool]] = {}
-    for row, pred in zip(rows, predictions):
+    for row, pred in zip(rows, predictions, strict=True):
         by_kind.setdefault(row["kind"], []).append(correct(row, pred))
     every = [c for cs in by_kind.values() for c in cs]
     return {
@@ -173,7 +180,10 @@ def embedding_selectors(
     results: list[dict[str, Any]],
     fitted_reports: dict[str, Any],
 ) -> float:
-    """Accuracy of core's and our embedding selectors; returns core's route-text embeddings per query."""
+    """Accuracy of core's and our embedding selectors.
+
+    Returns core's route-text embeddings per query.
+    """
     core_embed = CountingEmbedding(embed)
     core = EmbeddingSingleSelector.from_defaults(embed_model=core_embed)
     core_preds = [NAMES[core.select(CHOICES, r["query"]).ind] for r in test]
@@ -236,6 +246,7 @@ def main() -> None:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="print every local-LLM decision"
     )
+    add_out_argument(parser)
     parser.add_argument(
         "--latency-queries", type=int, default=20, help="test questions timed per selector"
     )
@@ -257,6 +268,7 @@ def main() -> None:
 
     # ------------------------------------------------------------------ logical, local LLM
     llm_note = ""
+    llm_info: dict[str, Any] | None = None
     if not args.skip_llm or args.only_llm:
         from llama_index_rag_pack.local_llm import LocalGGUFLLM
         from llama_index_rag_pack.settings import bundled_gguf_path
@@ -273,10 +285,8 @@ def main() -> None:
             start = time.perf_counter()
             for i, r in enumerate(rows, 1):
                 if i % 10 == 0:
-                    print(
-                        f"  local LLM: {i}/{len(rows)} questions, {time.perf_counter() - start:.0f} s",
-                        flush=True,
-                    )
+                    elapsed = time.perf_counter() - start
+                    print(f"  local LLM: {i}/{len(rows)} questions, {elapsed:.0f} s", flush=True)
                 try:
                     sel = logical.select(CHOICES, r["query"])
                     preds.append(sel.route)
@@ -288,9 +298,9 @@ def main() -> None:
                     reply = str(e)
                 if args.verbose:
                     mark = "ok " if correct(r, preds[-1]) else "BAD"
+                    short = " ".join(reply.split())[:90]
                     print(
-                        f"  {mark} {r['query'][:50]!r} -> {preds[-1]}  reply={' '.join(reply.split())[:90]!r}",
-                        flush=True,
+                        f"  {mark} {r['query'][:50]!r} -> {preds[-1]}  reply={short!r}", flush=True
                     )
             per_q = (time.perf_counter() - start) / len(rows)
             results.append(
@@ -299,34 +309,98 @@ def main() -> None:
             llm_note = (
                 f"LogicalSelector/SmolLM2: {per_q:.2f} s per question; replies: {dict(statuses)}"
             )
+            llm_info = {
+                "questions": len(rows),
+                "seconds_per_question": per_q,
+                "replies": dict(statuses),
+            }
 
     # ------------------------------------------------------------------ accuracy table
     kinds = ["in_scope", "ambiguous", "out_of_scope"]
-    print(
-        "\nRouting accuracy on the test split (top-1 decision; out-of-scope is right only as 'no route')\n"
+    counts = Counter(r["kind"] for r in test)
+    accuracy_title = (
+        f"Routing accuracy on the {len(test)} test questions (top-1 decision; out-of-scope is "
+        "right only as 'no route')"
     )
-    print(
-        f"| {'selector':55s} | {'all':>6s} | {'in scope':>8s} | {'ambiguous':>9s} | {'out of scope':>12s} |"
+    accuracy_md = md_table(
+        [
+            "selector",
+            "all",
+            f"in scope ({counts['in_scope']})",
+            f"ambiguous ({counts['ambiguous']})",
+            f"out of scope ({counts['out_of_scope']})",
+        ],
+        [
+            (
+                res["selector"],
+                pct(res["all"]).strip(),
+                *(pct(res[k]).strip() if k in res else "–" for k in kinds),
+            )
+            for res in results
+        ],
+        align="lrrrr",
     )
-    print(f"|{'-' * 57}|{'-' * 8}|{'-' * 10}|{'-' * 11}|{'-' * 14}|")
-    for res in results:
-        cells = " | ".join(
-            f"{pct(res.get(k, float('nan'))):>{w}s}" for k, w in zip(kinds, (8, 9, 12))
-        )
-        print(f"| {res['selector']:55s} | {pct(res['all']):>6s} | {cells} |")
+    print(f"\n{accuracy_title}\n")
+    print(accuracy_md)
+    notes = []
     if llm_note:
         print(f"\n{llm_note}")
+        notes.append(llm_note + ".")
     for name, report in fitted_reports.items():
         th = ", ".join(f"{k} {v:.3f}" for k, v in report.thresholds.items())
-        print(
-            f"\n{name}: calib accuracy {pct(report.accuracy_before)} -> {pct(report.accuracy_after)}; "
-            f"thresholds: {th}"
+        line = (
+            f"{name}: calib accuracy {pct(report.accuracy_before)} -> "
+            f"{pct(report.accuracy_after)}; thresholds: {th}"
         )
+        print(f"\n{line}")
+        notes.append(line + ".")
+    result: dict[str, Any] = {
+        "routes": NAMES,
+        "calib_questions": len(calib),
+        "test_questions": dict(counts),
+        "accuracy": results,
+        "logical_selector": llm_info,
+        "fitted_thresholds": {
+            name: {
+                "calib_accuracy_before": report.accuracy_before,
+                "calib_accuracy_after": report.accuracy_after,
+                "thresholds": dict(report.thresholds),
+            }
+            for name, report in fitted_reports.items()
+        },
+    }
+    tables = [(accuracy_title, accuracy_md)]
+    description = (
+        f"`benchmarks/data/routing_queries.jsonl`: {len(calib) + len(test)} hand-written "
+        f"questions over {len(ROUTES)} routes ({', '.join(NAMES)}); thresholds fitted on the "
+        f"{len(calib)} calib questions, accuracy on the {len(test)} test questions. Same "
+        "bundled all-MiniLM-L6-v2 embeddings for every embedding selector"
+        + ("; LogicalSelector with the bundled SmolLM2-135M." if llm_info else ".")
+    )
 
-    if args.only_llm or args.skip_latency:
-        return
-    # ------------------------------------------------------------------ latency and embedding counts
-    queries = [r["query"] for r in test][: args.latency_queries]
+    if not (args.only_llm or args.skip_latency):
+        latency_title, latency_md, result["latency"] = latency_table(
+            embed, test, args.latency_queries, core_texts_per_query
+        )
+        print(f"\n{latency_title}\n")
+        print(latency_md)
+        tables.append((latency_title, latency_md))
+    write_results(
+        "routing",
+        result,
+        tables,
+        out=args.out,
+        description=description,
+        notes=notes,
+        headline_packages=["sentence-transformers", "transformers"],
+    )
+
+
+def latency_table(
+    embed: Any, test: list[dict[str, Any]], n_queries: int, core_texts_per_query: float
+) -> tuple[str, str, dict[str, Any]]:
+    """Latency and route-text embedding counts: title, Markdown table and the numbers."""
+    queries = [r["query"] for r in test][:n_queries]
     ours_embed = CountingEmbedding(embed)
     ours = SemanticSelector(ROUTES, embed_model=ours_embed)
     ours.route("warm-up")
@@ -339,26 +413,50 @@ def main() -> None:
     embed_ms = median_ms(embed.get_query_embedding, queries)
     bundles = [QueryBundle(q, embedding=embed.get_query_embedding(q)) for q in queries]
     route_only_ms = median_ms(lambda b: ours.route(b), bundles, repeats=5)
-    print(
-        f"\nLatency per query after warm-up (median over {len(queries)} test questions, CPU, "
-        f"{sum(len(r.texts()) for r in ROUTES)} route texts for ours, {len(ROUTES)} descriptions for core)\n"
+    route_texts = sum(len(r.texts()) for r in ROUTES)
+    title = (
+        f"Latency per query after warm-up (median over {len(queries)} test questions, CPU, "
+        f"{route_texts} route texts for ours, {len(ROUTES)} descriptions for core)"
     )
-    print("| step | ours (SemanticSelector) | core EmbeddingSingleSelector | core / ours |")
-    print("|---|---:|---:|---:|")
-    print(
-        f"| select(), query embedding included | {ours_ms:.1f} ms | {core_ms:.1f} ms | {core_ms / ours_ms:.1f}x |"
+    ours_per_q = ours_embed.texts / len(queries)
+    core_per_q = core_embed2.texts / len(queries)
+    table = md_table(
+        ["step", "ours (SemanticSelector)", "core EmbeddingSingleSelector", "core / ours"],
+        [
+            (
+                "select(), query embedding included",
+                f"{ours_ms:.1f} ms",
+                f"{core_ms:.1f} ms",
+                f"{core_ms / ours_ms:.1f}x",
+            ),
+            ("routing step alone (query already embedded)", f"{route_only_ms:.3f} ms", "n/a", ""),
+            ("one query embedding (MiniLM, for reference)", f"{embed_ms:.1f} ms", "", ""),
+            (
+                f"route texts embedded during {len(queries)} queries",
+                ours_embed.texts,
+                core_embed2.texts,
+                "",
+            ),
+            (
+                "route texts embedded per query",
+                f"{ours_per_q:.1f}",
+                f"{core_per_q:.1f} (accuracy run: {core_texts_per_query:.1f})",
+                "",
+            ),
+        ],
+        align="lrrr",
     )
-    print(f"| routing step alone (query already embedded) | {route_only_ms:.3f} ms | n/a | |")
-    print(
-        f"| one query embedding (MiniLM, for reference) | {embed_ms:.1f} ms | {embed_ms:.1f} ms | |"
-    )
-    print(
-        f"| route texts embedded during {len(queries)} queries | {ours_embed.texts} | {core_embed2.texts} | |"
-    )
-    print(
-        f"| route texts embedded per query | {ours_embed.texts / len(queries):.1f} | "
-        f"{core_embed2.texts / len(queries):.1f} (accuracy run: {core_texts_per_query:.1f}) | |"
-    )
+    numbers = {
+        "queries": len(queries),
+        "ours_select_ms": ours_ms,
+        "core_select_ms": core_ms,
+        "core_over_ours": core_ms / ours_ms,
+        "ours_route_only_ms": route_only_ms,
+        "query_embedding_ms": embed_ms,
+        "ours_route_texts_embedded_per_query": ours_per_q,
+        "core_route_texts_embedded_per_query": core_per_q,
+    }
+    return title, table, numbers
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ ABBREVIATION = re.compile(
     r"(?:\b(?:[A-Z]\.){1,3}|\b(?:Mr|Mrs|Ms|Dr|St|Jr|Sr|vs|ca|No|Gen|Col|Lt|Mt)\.)$"
 )
 YEAR_CUE = frozenset(
-    "in since until till from between by to and early late mid around circa before after during".split()
+    "in since until till from between by to and early late mid around circa before after "
+    "during".split()
 ) | {m.lower() for m in MONTHS}
 WORD = re.compile(r"[a-z0-9]+")
 DEFINITION = re.compile(

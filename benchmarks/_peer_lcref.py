@@ -1,11 +1,13 @@
 """Peer side of bench_citations_streaming.py: langchain-references 1.0.0, in its own venv.
 
-Not meant to be run by hand: ``bench_citations_streaming.py`` starts it with the peer venv's
-Python, passes recorded token streams as JSON on stdin and reads timings and outputs as JSON on
-stdout. It drives the peer's state machine exactly as its own ``_update_references`` does (feed
-every token, flush with empty chunks while output comes, then ``None``), with its
-``TextReferenceStyle``; tokens are passed as ``str``, which the peer accepts. The failure cases
-also go through the loop of its async path (``_aupdate_references``, no flush).
+Not a benchmark of its own and not meant to be run by hand: ``bench_citations_streaming.py``
+starts it with the peer venv's Python (made by ``benchmarks/make_peer_venv.sh lcref PATH``),
+passes recorded token streams as JSON on stdin and reads timings, outputs and the peer's own
+Python and package versions as JSON on stdout. It drives the peer's state machine exactly as
+its own ``_update_references`` does (feed every token, flush with empty chunks while output
+comes, then ``None``), with its ``TextReferenceStyle``; tokens are passed as ``str``, which the
+peer accepts. The failure cases also go through the loop of its async path
+(``_aupdate_references``, no flush).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 import time
 
 import langchain_references
+from _results import runtime_info
 from langchain_core.documents import Document
 from langchain_core.messages import AIMessageChunk
 from langchain_references import TextReferenceStyle
@@ -58,7 +61,12 @@ def run_async_driver(tokens: list[str], docs: list[Document]) -> str:
 def main() -> None:
     job = json.load(sys.stdin)
     docs = [Document(page_content=d["text"], metadata=d["metadata"]) for d in job["docs"]]
-    result: dict = {"version": langchain_references.__version__, "timings": {}, "outputs": {}}
+    result: dict = {
+        "version": langchain_references.__version__,
+        "runtime": runtime_info(["langchain-references", "langchain-core"]),
+        "timings": {},
+        "outputs": {},
+    }
     for name, streams in job["timed"].items():
         best = float("inf")
         per_token: list[float] = []
