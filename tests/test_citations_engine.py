@@ -386,7 +386,7 @@ class TestValidation:
         with pytest.raises(ConfigurationError, match="BaseRetriever"):
             CitedQueryEngine(object(), llm)  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match="needs an LLM"):
-            CitedQueryEngine(retriever, None)  # type: ignore[arg-type]
+            CitedQueryEngine(retriever, "gpt-4")  # type: ignore[arg-type]
         with pytest.raises(ConfigurationError, match="fuzzy_threshold"):
             CitedQueryEngine(retriever, llm, fuzzy_threshold=0)
 
@@ -485,3 +485,17 @@ def test_local_llm_stream_is_rewritten_consistently(retriever, local_llm) -> Non
     assert all(
         1 <= p <= len(response.context_nodes) for c in response.citations for p in c.positions
     )
+
+
+def test_without_llm_the_engine_uses_llamaindex_settings(
+    shared_retriever: BaseRetriever, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # like core's CitationQueryEngine: llm=None falls back to Settings.llm
+    from llama_index.core import Settings
+
+    llm = ScriptedLLM(replies=cheetah_marker_reply)
+    monkeypatch.setattr(Settings, "_llm", llm)
+    engine = CitedQueryEngine(shared_retriever, style="text")
+    response = engine.query("How fast can a cheetah run?")
+    assert llm.call_count == 1
+    assert "93 to 104 km/h [1]" in str(response) and CHEETAH_URL in str(response)

@@ -162,3 +162,27 @@ def test_components_resolve_their_llm_once_and_only_when_needed(
     assert calls == [None]  # resolved once
     given = ScriptedLLM(replies=["y"])
     assert RewriteRetriever(Empty(), llm=given).llm is given
+
+
+def test_llamaindex_settings_llm_is_used_when_no_llm_is_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from llama_index.core import Settings
+
+    configured = ScriptedLLM(replies=[])
+    monkeypatch.setattr(Settings, "_llm", configured)
+    assert settings.resolve_llm(None) is configured
+    # an explicit choice still wins, in the argument and in the environment
+    explicit = ScriptedLLM(replies=[])
+    assert settings.resolve_llm(explicit) is explicit
+    monkeypatch.setenv("RAG_PACK_LLM", "none")
+    with pytest.raises(LLMNotConfiguredError):
+        settings.resolve_llm(None)
+
+
+def test_nothing_set_on_llamaindex_settings_creates_no_default_client() -> None:
+    from llama_index.core import Settings
+
+    assert getattr(Settings, "_llm", None) is None, "a test leaked Settings.llm"
+    # the property would build core's OpenAI default; the pack reads the stored value only
+    assert settings._core_settings_llm() is None

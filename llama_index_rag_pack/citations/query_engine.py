@@ -46,6 +46,7 @@ from llama_index_rag_pack.citations.quotes import (
 )
 from llama_index_rag_pack.citations.references import Citation, ReferenceManager, ReferenceStyle
 from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.settings import resolve_llm
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +233,8 @@ class CitedQueryEngine(BaseQueryEngine):
 
     Args:
         retriever: Any LlamaIndex retriever.
-        llm: The LLM (required: resolve one with :func:`llama_index_rag_pack.settings.resolve_llm`).
+        llm: The LLM; default ``Settings.llm`` when set, else
+            :func:`llama_index_rag_pack.settings.resolve_llm`'s choice.
         node_postprocessors: Applied to the retrieved nodes before they are numbered (e.g. a
             :class:`~llama_index_rag_pack.citations.postprocessor.CitationPostprocessor`).
         mode: ``"markers"`` (default), ``"quotes"`` or ``"annotate"``.
@@ -263,7 +265,7 @@ class CitedQueryEngine(BaseQueryEngine):
     def __init__(
         self,
         retriever: BaseRetriever,
-        llm: LLM,
+        llm: LLM | None = None,
         *,
         node_postprocessors: Sequence[BaseNodePostprocessor] | None = None,
         mode: str | CitationMode = CitationMode.MARKERS,
@@ -282,7 +284,9 @@ class CitedQueryEngine(BaseQueryEngine):
                 "retriever must be a LlamaIndex BaseRetriever (e.g. index.as_retriever()), "
                 f"got {type(retriever).__name__}"
             )
-        if llm is None or not hasattr(llm, "predict"):
+        if llm is None:
+            llm = resolve_llm(None)  # LlamaIndex's Settings.llm when set, else the pack's order
+        if not hasattr(llm, "predict"):
             raise ConfigurationError(
                 "CitedQueryEngine needs an LLM: pass llm=<any LlamaIndex LLM> (or use "
                 "llama_index_rag_pack.settings.resolve_llm())."
