@@ -140,8 +140,8 @@ def latency(fn: Any, queries: list[str]) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- the two sides
 def run_ours(chunks_path: str, workdir: str) -> dict[str, Any]:
-    from llama_index_rag_pack.milvus import open_vector_store
-    from llama_index_rag_pack.raptor import RaptorRetriever
+    from llama_index_rag_pack.storage.milvus import open_vector_store
+    from llama_index_rag_pack.storage.raptor_retriever import RaptorRetriever
 
     chunks = load_chunks(chunks_path)
     embed = embed_model()
@@ -196,8 +196,8 @@ def run_peer(chunks_path: str) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- driver
 def prepare_chunks(n_articles: int, path: str) -> int:
+    from llama_index_rag_pack.components.ingest import split_documents
     from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
-    from llama_index_rag_pack.ingest import split_documents
 
     docs = load_wikipedia_documents(limit=n_articles)
     nodes = split_documents(docs, chunk_size=256, chunk_overlap=32)

@@ -124,7 +124,7 @@ def run_case(case: str, n: int) -> dict[str, Any]:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from llama_index_rag_pack.raptor.clustering import (
+    from llama_index_rag_pack.core.clustering import (
         choose_n_clusters,
         cluster_embeddings,
         exhaustive_n_clusters,
@@ -310,7 +310,7 @@ def main() -> None:
     )
     bic_title = "Choosing k by BIC on the same global UMAP reduction (10-d)"
     description = (
-        "Ours (`llama_index_rag_pack.raptor.clustering`) vs the reference algorithm "
+        "Ours (`llama_index_rag_pack.core.clustering`) vs the reference algorithm "
         "(llama-index-packs-raptor 0.4.2's clustering.py, the RAPTOR paper's code, reproduced "
         "in the script) on synthetic unit-normalised 384-d vectors from 60 Gaussian topics; "
         "every case in a fresh process, both in this venv (same numpy, scikit-learn, "

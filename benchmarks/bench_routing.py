@@ -51,14 +51,14 @@ from llama_index.core.schema import QueryBundle  # noqa: E402
 from llama_index.core.selectors import EmbeddingSingleSelector  # noqa: E402
 from llama_index.core.tools.types import ToolMetadata  # noqa: E402
 
-from llama_index_rag_pack.routing import (  # noqa: E402
+from llama_index_rag_pack.components.selectors import (  # noqa: E402
     DEFAULT_SEMANTIC_THRESHOLD,
     LogicalSelector,
     Route,
     RoutingError,
     SemanticSelector,
 )
-from llama_index_rag_pack.settings import resolve_embed_model  # noqa: E402
+from llama_index_rag_pack.components.settings import resolve_embed_model  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "routing_queries.jsonl"
 
@@ -270,8 +270,8 @@ def main() -> None:
     llm_note = ""
     llm_info: dict[str, Any] | None = None
     if not args.skip_llm or args.only_llm:
-        from llama_index_rag_pack.local_llm import LocalGGUFLLM
-        from llama_index_rag_pack.settings import bundled_gguf_path
+        from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
+        from llama_index_rag_pack.components.settings import bundled_gguf_path
 
         path = bundled_gguf_path()
         if path is None:

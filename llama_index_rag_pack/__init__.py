@@ -1,13 +1,21 @@
 """llama-index-rag-pack: advanced RAG for LlamaIndex over Milvus."""
 
-from llama_index_rag_pack.citations import (
-    CitationPostprocessor,
-    CitedQueryEngine,
-    ReferenceManager,
-    ReferenceStyle,
-    render_references,
+from llama_index_rag_pack.components.citation_postprocessor import CitationPostprocessor
+from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.components.fusion import FusionRetriever
+from llama_index_rag_pack.components.hyde import HyDERetriever
+from llama_index_rag_pack.components.prompt_router import PromptRouter
+from llama_index_rag_pack.components.rewrite import RewriteRetriever
+from llama_index_rag_pack.components.router import FusionRouterRetriever
+from llama_index_rag_pack.components.selectors import (
+    LogicalSelector,
+    Route,
+    RouteSelection,
+    RoutingError,
+    SemanticSelector,
 )
-from llama_index_rag_pack.errors import (
+from llama_index_rag_pack.core.clustering import cluster_embeddings
+from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
     EmptyCorpusError,
@@ -15,36 +23,21 @@ from llama_index_rag_pack.errors import (
     MilvusUnavailableError,
     RagPackError,
 )
-from llama_index_rag_pack.evaluation.harness import EvalHarness, EvalReport
-from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet, load_labelled_set
-from llama_index_rag_pack.fusion import (
-    FusionRetriever,
-    MilvusHybridRetriever,
+from llama_index_rag_pack.core.rank_fusion import (
     distribution_based_fusion,
     reciprocal_rank_fusion,
     relative_score_fusion,
     union_fusion,
 )
-from llama_index_rag_pack.pack import RagPack, RetrievalMode
-from llama_index_rag_pack.raptor import (
-    RaptorBuildError,
-    RaptorRetrieveMode,
-    RaptorRetriever,
-    RaptorTree,
-    cluster_embeddings,
-)
-from llama_index_rag_pack.routing import (
-    FusionRouterRetriever,
-    LogicalSelector,
-    PromptRouter,
-    Route,
-    RoutedRagPack,
-    RouteSelection,
-    RouteSource,
-    RoutingError,
-    SemanticSelector,
-)
-from llama_index_rag_pack.transforms import HyDERetriever, RewriteRetriever
+from llama_index_rag_pack.core.references import ReferenceManager, ReferenceStyle, render_references
+from llama_index_rag_pack.evaluation.harness import EvalHarness, EvalReport
+from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet, load_labelled_set
+from llama_index_rag_pack.pack.modes import ModeSpec, RetrievalMode, register_mode
+from llama_index_rag_pack.pack.rag_pack import RagPack
+from llama_index_rag_pack.pack.routed import RoutedRagPack, RouteSource
+from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.storage.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
+from llama_index_rag_pack.storage.raptor_tree import RaptorBuildError, RaptorTree
 
 __version__ = "0.1.0"
 
@@ -77,6 +70,8 @@ __all__ = [
     "RagPack",
     "RagPackError",
     "RetrievalMode",
+    "ModeSpec",
+    "register_mode",
     "RewriteRetriever",
     "Route",
     "RouteSelection",

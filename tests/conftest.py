@@ -151,7 +151,7 @@ class GatedLLM(ScriptedLLM):
 
 @pytest.fixture(scope="session")
 def embed_model() -> Any:
-    from llama_index_rag_pack.settings import resolve_embed_model
+    from llama_index_rag_pack.components.settings import resolve_embed_model
 
     return resolve_embed_model()
 
@@ -163,7 +163,7 @@ def milvus_uri(tmp_path: Path) -> str:
 
 @pytest.fixture()
 def vector_store(milvus_uri: str) -> Any:
-    from llama_index_rag_pack.milvus import open_vector_store
+    from llama_index_rag_pack.storage.milvus import open_vector_store
 
     return open_vector_store(milvus_uri, "test_collection", dim=384)
 
@@ -222,8 +222,8 @@ def gated_llm() -> Callable[..., GatedLLM]:
 
 @pytest.fixture(scope="session")
 def local_llm() -> Any:
-    from llama_index_rag_pack.local_llm import LocalGGUFLLM
-    from llama_index_rag_pack.settings import bundled_gguf_path
+    from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
+    from llama_index_rag_pack.components.settings import bundled_gguf_path
 
     path = bundled_gguf_path()
     if path is None:

@@ -18,20 +18,18 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, TextNode
 
-from llama_index_rag_pack.citations import (
-    CitationPostprocessor,
+from llama_index_rag_pack.components.citation_postprocessor import CitationPostprocessor
+from llama_index_rag_pack.components.cited_query_engine import (
+    DEFAULT_CITATION_QA_PROMPT,
     CitedQueryEngine,
     CitedResponse,
-    QuoteMatch,
-)
-from llama_index_rag_pack.citations.query_engine import (
-    DEFAULT_CITATION_QA_PROMPT,
     attach_markers,
     parse_annotations,
     split_sentences,
 )
-from llama_index_rag_pack.errors import ConfigurationError
-from llama_index_rag_pack.milvus import flush, open_vector_store
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.quotes import QuoteMatch
+from llama_index_rag_pack.storage.milvus import flush, open_vector_store
 from llama_index_rag_pack.testing import ScriptedLLM, ToolCallReply
 
 CHEETAH_URL = "https://en.wikipedia.org/wiki/Cheetah"
@@ -473,7 +471,7 @@ class TestPostprocessor:
 def test_local_llm_stream_is_rewritten_consistently(retriever, local_llm) -> None:
     """Whatever the real local model writes, no well-formed marker survives and citations are
     valid."""
-    from llama_index_rag_pack.citations.references import _MATCH, _scan_marker
+    from llama_index_rag_pack.core.references import _MATCH, _scan_marker
 
     engine = CitedQueryEngine(retriever, local_llm, style="text", streaming=True)
     response = engine.query("How fast can a cheetah run?")

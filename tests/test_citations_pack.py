@@ -10,7 +10,8 @@ from llama_index.core import Document
 from llama_index.core.query_engine import RetrieverQueryEngine
 
 from llama_index_rag_pack import RagPack, cli
-from llama_index_rag_pack.citations import CitedQueryEngine, CitedResponse
+from llama_index_rag_pack.cli import output as cli_output
+from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine, CitedResponse
 from llama_index_rag_pack.testing import ScriptedLLM
 
 DOCS = [
@@ -94,9 +95,10 @@ def test_cli_ask_streams_the_rewritten_answer(
     pack, milvus_uri, monkeypatch, fmt, marker, listing
 ) -> None:
     printed: list[tuple[str, dict[str, Any]]] = []
-    monkeypatch.setattr(cli, "_out", lambda text="", **kw: printed.append((text, kw)))
+    monkeypatch.setattr(cli_output, "out", lambda text="", **kw: printed.append((text, kw)))
     monkeypatch.setattr(
-        "llama_index_rag_pack.pack.resolve_llm", lambda spec=None: ScriptedLLM(replies=cite_apollo)
+        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
+        lambda spec=None: ScriptedLLM(replies=cite_apollo),
     )
     code = cli.main(
         [
@@ -121,7 +123,8 @@ def test_cli_ask_streams_the_rewritten_answer(
 @pytest.mark.integration
 def test_cli_no_citations_and_no_stream(pack, milvus_uri, monkeypatch, capsys) -> None:
     monkeypatch.setattr(
-        "llama_index_rag_pack.pack.resolve_llm", lambda spec=None: ScriptedLLM(replies=cite_apollo)
+        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
+        lambda spec=None: ScriptedLLM(replies=cite_apollo),
     )
     assert (
         cli.main(
@@ -147,7 +150,7 @@ def test_cli_answer_without_citations_lists_retrieved_chunks(
     pack, milvus_uri, monkeypatch, capsys
 ) -> None:
     monkeypatch.setattr(
-        "llama_index_rag_pack.pack.resolve_llm",
+        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
         lambda spec=None: ScriptedLLM(default_reply="Armstrong and Aldrin."),
     )
     assert (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.citations.quotes import (
+from llama_index_rag_pack.core.quotes import (
     QuoteMatch,
     normalize_with_map,
     parse_quoted_answer,

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.citations.references import (
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.references import (
     MAX_MARKER_LEN,
     Citation,
     EmptyReferenceStyle,
@@ -30,7 +31,6 @@ from llama_index_rag_pack.citations.references import (
     render_references,
     resolve_style,
 )
-from llama_index_rag_pack.errors import ConfigurationError
 
 # The marker grammar, written independently as one regex (the reference for the state machine).
 MARKER_RE = re.compile(
@@ -399,9 +399,7 @@ class TestStyles:
 def test_importable_without_llama_index() -> None:
     """references.py loads on its own when llama_index cannot be imported (benchmarks beside
     peers)."""
-    path = (
-        Path(__file__).resolve().parents[1] / "llama_index_rag_pack" / "citations" / "references.py"
-    )
+    path = Path(__file__).resolve().parents[1] / "llama_index_rag_pack" / "core" / "references.py"
     code = textwrap.dedent(
         f"""
         import importlib.abc, importlib.util, sys

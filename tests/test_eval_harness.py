@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
-from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.evaluation.harness import (
     EvalHarness,
     clean_prediction,
@@ -19,7 +20,8 @@ from llama_index_rag_pack.evaluation.harness import (
 )
 from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet
 from llama_index_rag_pack.evaluation.strategies import register_strategy, resolve_strategies
-from llama_index_rag_pack.pack import RagPack, RetrievalMode
+from llama_index_rag_pack.pack.modes import RetrievalMode, register_mode, unregister_mode
+from llama_index_rag_pack.pack.rag_pack import RagPack
 
 DOCS = {
     "doc:aardvark": (
@@ -149,9 +151,16 @@ class WorstFirstRetriever(BaseRetriever):
         return list(reversed(await self._inner.aretrieve(query_bundle)))
 
 
-class WorstFirstPack(RagPack):
-    def _build_vector_retriever(self, similarity_top_k: int | None = None) -> BaseRetriever:
-        return WorstFirstRetriever(self.index.as_retriever(similarity_top_k=6))
+@pytest.fixture
+def worst_first_mode() -> Iterator[str]:
+    """A mode added through the registry: the vector ranking, reversed."""
+
+    def build(pack: RagPack, similarity_top_k: int | None = None) -> BaseRetriever:
+        return WorstFirstRetriever(pack.index.as_retriever(similarity_top_k=6))
+
+    register_mode("worst_first", build, description="vector, worst first")
+    yield "worst_first"
+    unregister_mode("worst_first")
 
 
 def test_dense_and_bm25_find_the_relevant_documents(harness_factory) -> None:
@@ -172,16 +181,11 @@ def test_dense_and_bm25_find_the_relevant_documents(harness_factory) -> None:
 
 
 def test_a_worse_ranking_scores_worse_and_is_not_served_from_cache(
-    harness_factory, tmp_path: Path
+    harness_factory, worst_first_mode: str
 ) -> None:
     good = harness_factory().run("vector").rows[0]
-
-    def worst_pack(docs: Any, **kwargs: Any) -> RagPack:
-        return WorstFirstPack.open(**kwargs) if docs is None else WorstFirstPack(docs, **kwargs)
-
-    bad = (
-        harness_factory(pack_factory=worst_pack, cache_dir=tmp_path / "worst").run("vector").rows[0]
-    )
+    bad = harness_factory().run(worst_first_mode).rows[0]
+    assert bad.status == "ok", bad.note
     assert bad.cached == 0  # another retriever builder: another cache key
     assert bad.metrics["recall@1"] < good.metrics["recall@1"]
     assert bad.metrics["mrr@5"] < 0.5 < good.metrics["mrr@5"]

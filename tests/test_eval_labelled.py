@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.evaluation.labelled import (
     LabelledExample,
     LabelledSet,

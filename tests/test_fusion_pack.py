@@ -8,9 +8,11 @@ import pytest
 from llama_index.core import Document
 
 from llama_index_rag_pack import RagPack, RetrievalMode
-from llama_index_rag_pack.errors import ConfigurationError
-from llama_index_rag_pack.fusion import FusionRetriever, MilvusHybridRetriever
-from llama_index_rag_pack.transforms import HyDERetriever, RewriteRetriever
+from llama_index_rag_pack.components.fusion import FusionRetriever
+from llama_index_rag_pack.components.hyde import HyDERetriever
+from llama_index_rag_pack.components.rewrite import RewriteRetriever
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 
 DOCS = [
     Document(
@@ -128,7 +130,12 @@ def test_fusion_hyde_rewrite_with_the_real_local_llm(pack, local_llm, caplog):
     """The bundled SmolLM2-135M writes the variants / passage / rewrite; whatever it says, the
     retrievers parse it or fall back, and still answer from the collection."""
     q = "Which ranking function do search engines use for keyword matches?"
-    dense = pack._milvus_hybrid("dense", 3)
+    dense = MilvusHybridRetriever(
+        vector_store=pack.vector_store,
+        embed_model=pack.embed_model,
+        search_type="dense",
+        similarity_top_k=3,
+    )
     fusion = FusionRetriever(
         {"dense": dense, "bm25": pack.retriever("bm25")},
         llm=local_llm,

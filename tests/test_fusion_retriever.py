@@ -12,15 +12,15 @@ from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-from llama_index_rag_pack.errors import ConfigurationError
-from llama_index_rag_pack.fusion import (
-    FusionRetriever,
-    MilvusHybridRetriever,
+from llama_index_rag_pack.components.fusion import FusionRetriever
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.rank_fusion import (
     fuse,
     reciprocal_rank_fusion,
     relative_score_fusion,
 )
-from llama_index_rag_pack.milvus import flush, open_vector_store
+from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.storage.milvus import flush, open_vector_store
 from llama_index_rag_pack.testing import ScriptedLLM
 
 CORPUS = {

@@ -11,9 +11,9 @@ from llama_index.core.postprocessor import LLMRerank
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError
-from llama_index_rag_pack.fusion import MilvusHybridRetriever
-from llama_index_rag_pack.milvus import flush, open_vector_store
+from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
+from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.storage.milvus import flush, open_vector_store
 
 CORPUS = {
     "milvus": (

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 from llama_index.core.llms import ChatMessage
 
-from llama_index_rag_pack.errors import ConfigurationError
-from llama_index_rag_pack.local_llm import LocalGGUFLLM
+from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
+from llama_index_rag_pack.core.errors import ConfigurationError
 
 
 def test_missing_model_file_is_a_clear_error(tmp_path) -> None:

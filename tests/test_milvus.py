@@ -13,12 +13,12 @@ import pytest
 from llama_index.core.schema import TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
 
-from llama_index_rag_pack import milvus
-from llama_index_rag_pack.errors import (
+from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
     MilvusUnavailableError,
 )
+from llama_index_rag_pack.storage import milvus
 
 
 def _nodes(n: int = 5, dim: int = 8) -> list[TextNode]:
@@ -164,7 +164,7 @@ def test_database_locked_by_another_process(tmp_path: Path) -> None:
             "-c",
             textwrap.dedent(f"""
             import sys, time
-            from llama_index_rag_pack.milvus import open_vector_store
+            from llama_index_rag_pack.storage.milvus import open_vector_store
             open_vector_store({uri!r}, "c", dim=8)
             print("ready", flush=True)
             time.sleep(60)

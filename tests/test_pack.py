@@ -10,12 +10,12 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 
 from llama_index_rag_pack import RagPack
-from llama_index_rag_pack._compat import BaseLlamaPack
-from llama_index_rag_pack.errors import (
+from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
     EmptyCorpusError,
 )
+from llama_index_rag_pack.pack._compat import BaseLlamaPack
 
 DOCS = [
     Document(

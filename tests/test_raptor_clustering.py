@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.raptor.clustering import (
+from llama_index_rag_pack.core.clustering import (
     _soft_labels,
     choose_n_clusters,
     cluster_embeddings,

@@ -16,22 +16,27 @@ import pytest
 from llama_index.core import Document
 from llama_index.core.prompts import PromptTemplate
 
-from llama_index_rag_pack.errors import (
+from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
     EmptyCorpusError,
 )
 from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
-from llama_index_rag_pack.milvus import open_vector_store
-from llama_index_rag_pack.raptor import RaptorBuildError, RaptorRetriever, RaptorTree
-from llama_index_rag_pack.raptor.storage import (
+from llama_index_rag_pack.storage.milvus import open_vector_store
+from llama_index_rag_pack.storage.raptor_retriever import RaptorRetriever
+from llama_index_rag_pack.storage.raptor_store import (
     CHILD_KEY,
     CLUSTER_KEY,
     LEVEL_KEY,
     PARENT_KEY,
     TOKENS_KEY,
 )
-from llama_index_rag_pack.raptor.tree import clean_summary, summary_id
+from llama_index_rag_pack.storage.raptor_tree import (
+    RaptorBuildError,
+    RaptorTree,
+    clean_summary,
+    summary_id,
+)
 from llama_index_rag_pack.testing import ScriptedLLM
 
 TREE_OPTIONS = dict(

@@ -9,11 +9,10 @@ import pytest
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.schema import MetadataMode, TextNode
 
-from llama_index_rag_pack.errors import ConfigurationError
-from llama_index_rag_pack.fusion import MilvusHybridRetriever
-from llama_index_rag_pack.milvus import flush, open_vector_store
-from llama_index_rag_pack.transforms import RewriteRetriever
-from llama_index_rag_pack.transforms.rewrite import parse_rewrite
+from llama_index_rag_pack.components.rewrite import RewriteRetriever, parse_rewrite
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.storage.milvus import flush, open_vector_store
 
 CORPUS = {
     "philosophers": "Socrates, Plato and Aristotle are key figures of ancient Greek philosophy.",

@@ -11,14 +11,14 @@ from llama_index.core import Document
 
 from llama_index_rag_pack import RagPack, RetrievalMode
 from llama_index_rag_pack.cli import main
-from llama_index_rag_pack.errors import CollectionNotFoundError, ConfigurationError
-from llama_index_rag_pack.routing import (
-    LogicalSelector,
+from llama_index_rag_pack.components.selectors import LogicalSelector, SemanticSelector
+from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
+from llama_index_rag_pack.pack.routed import (
     RoutedRagPack,
     RouteSource,
-    SemanticSelector,
+    discover_sources,
+    load_sources,
 )
-from llama_index_rag_pack.routing.pack import discover_sources, load_sources
 from llama_index_rag_pack.testing import ScriptedLLM
 
 SPACE = [
@@ -237,7 +237,7 @@ def test_cli_route_and_ask_route(
     assert "scores    :" in out
 
     llm = ScriptedLLM(default_reply="Yeast ferments sugar [1](id=1).")
-    monkeypatch.setattr("llama_index_rag_pack.pack.resolve_llm", lambda spec=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
     routes = tmp_path / "routes.json"
     routes.write_text(
         json.dumps(

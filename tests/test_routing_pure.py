@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.routing import similarity
-from llama_index_rag_pack.routing.parsing import normalize_name, parse_route_reply, resolve_name
+from llama_index_rag_pack.core import similarity
+from llama_index_rag_pack.core.llm_output import normalize_name, parse_route_reply, resolve_name
 
 NAMES = ["python_docs", "js_docs", "physics"]
 

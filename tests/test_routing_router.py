@@ -15,16 +15,12 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 from llama_index.core.tools import RetrieverTool
 from llama_index.core.tools.types import ToolMetadata
 
-from llama_index_rag_pack.errors import ConfigurationError
-from llama_index_rag_pack.fusion import reciprocal_rank_fusion
-from llama_index_rag_pack.milvus import flush, open_vector_store
-from llama_index_rag_pack.routing import (
-    FusionRouterRetriever,
-    LogicalSelector,
-    PromptRouter,
-    Route,
-    SemanticSelector,
-)
+from llama_index_rag_pack.components.prompt_router import PromptRouter
+from llama_index_rag_pack.components.router import FusionRouterRetriever
+from llama_index_rag_pack.components.selectors import LogicalSelector, Route, SemanticSelector
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.rank_fusion import reciprocal_rank_fusion
+from llama_index_rag_pack.storage.milvus import flush, open_vector_store
 from llama_index_rag_pack.testing import ScriptedLLM
 
 # MilvusVectorStore binds its async client to the event loop of its first async call: the async

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from llama_index_rag_pack import settings
-from llama_index_rag_pack.errors import ConfigurationError, LLMNotConfiguredError
-from llama_index_rag_pack.local_llm import LocalGGUFLLM
+from llama_index_rag_pack.components import settings
+from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
+from llama_index_rag_pack.core.errors import ConfigurationError, LLMNotConfiguredError
 from llama_index_rag_pack.testing import ScriptedLLM
 
 
@@ -147,7 +147,7 @@ def test_components_resolve_their_llm_once_and_only_when_needed(
 ) -> None:
     from llama_index.core.base.base_retriever import BaseRetriever
 
-    from llama_index_rag_pack.transforms import RewriteRetriever
+    from llama_index_rag_pack.components.rewrite import RewriteRetriever
 
     class Empty(BaseRetriever):
         def _retrieve(self, query_bundle):  # type: ignore[no-untyped-def]

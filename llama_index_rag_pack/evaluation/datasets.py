@@ -22,7 +22,7 @@ from pathlib import Path
 
 from llama_index.core.schema import Document
 
-from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError
 
 WIKI_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
 LEE_BACKGROUND = "lee_background.cor"

@@ -34,8 +34,8 @@ from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 from llama_index.core.schema import NodeWithScore
 
-from llama_index_rag_pack.errors import ConfigurationError, LLMNotConfiguredError, RagPackError
-from llama_index_rag_pack.evaluation import metrics as M
+from llama_index_rag_pack.core import metrics as M
+from llama_index_rag_pack.core.errors import ConfigurationError, LLMNotConfiguredError, RagPackError
 from llama_index_rag_pack.evaluation.labelled import (
     LabelledExample,
     LabelledSet,
@@ -555,7 +555,7 @@ class EvalHarness(PromptMixin):
         if self._documents is not None and not self.dataset.corpus:
             self.dataset.corpus = "custom"
         self._answer_prompt = answer_prompt or DEFAULT_ANSWER_PROMPT
-        from llama_index_rag_pack.settings import data_dir
+        from llama_index_rag_pack.components.settings import data_dir
 
         self.cache_dir = Path(cache_dir) if cache_dir else data_dir() / "eval"
         self.uri = uri or str(self.cache_dir / "index.db")
@@ -586,7 +586,7 @@ class EvalHarness(PromptMixin):
         """Load the corpus and open (or build) the cached index; returns the ``RagPack``."""
         if self._pack is not None:
             return self._pack
-        from llama_index_rag_pack.milvus import count_entities
+        from llama_index_rag_pack.storage.milvus import count_entities
 
         documents = (
             self._documents if self._documents is not None else load_corpus(self.dataset.corpus)
@@ -615,7 +615,10 @@ class EvalHarness(PromptMixin):
         )
         self._examples = subset.examples
 
-        from llama_index_rag_pack.settings import describe_embed_model, resolve_embed_model
+        from llama_index_rag_pack.components.settings import (
+            describe_embed_model,
+            resolve_embed_model,
+        )
 
         embed_model = resolve_embed_model(self._embed_spec)
         corpus_hash = _hash(
@@ -703,7 +706,7 @@ class EvalHarness(PromptMixin):
         return plans, rows
 
     def _make_plan(self, pack: Any, strategy: Strategy, row: StrategyResult) -> _Plan | None:
-        from llama_index_rag_pack.settings import describe_llm
+        from llama_index_rag_pack.components.settings import describe_llm
 
         llm = None
         if strategy.needs_llm or self.answers:
@@ -743,7 +746,7 @@ class EvalHarness(PromptMixin):
         key = _hash(
             HARNESS_VERSION,
             strategy.config_key(),
-            code_fingerprint(retriever, retriever_builder(pack, strategy.mode)),
+            code_fingerprint(retriever, retriever_builder(strategy.mode)),
             self._index_key,
             self.top_k,
             row.llm,
@@ -936,7 +939,7 @@ def _retriever_llm(retriever: Any) -> Any | None:
 
 
 def _default_pack_factory(documents: Any, **kwargs: Any) -> Any:
-    from llama_index_rag_pack.pack import RagPack
+    from llama_index_rag_pack.pack.rag_pack import RagPack
 
     if documents is None:
         return RagPack.open(**kwargs)

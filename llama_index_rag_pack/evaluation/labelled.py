@@ -22,7 +22,7 @@ from typing import Any
 
 from llama_index.core.schema import Document
 
-from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ def load_corpus(corpus: str | None, *, titles: Sequence[str] | None = None) -> l
             f"Unknown corpus {corpus!r}: use one of {', '.join(SHIPPED_CORPORA)} "
             "or a path to files."
         )
-    from llama_index_rag_pack.ingest import load_documents
+    from llama_index_rag_pack.components.ingest import load_documents
 
     return load_documents(path)
 

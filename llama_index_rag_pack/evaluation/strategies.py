@@ -18,14 +18,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from llama_index_rag_pack.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.pack.modes import get_mode
+from llama_index_rag_pack.pack.modes import mode_names as registered_modes
 
 logger = logging.getLogger(__name__)
 
-# Modes whose retriever calls an LLM at query time (their numbers depend on the LLM in use).
-LLM_MODES = frozenset({"fusion", "hyde", "rewrite"})
-# Modes that need a RAPTOR tree (LLM summaries of every cluster) built over the corpus first.
-TREE_MODES = frozenset({"raptor", "raptor_traversal", "raptor_collapsed", "raptor_tree"})
+# Mode requirements come from the registry (llama_index_rag_pack.pack.modes): ``needs_llm``
+# (the retriever calls an LLM per query, so its numbers depend on the LLM in use) and
+# ``needs_tree`` (a RAPTOR tree must be built over the corpus first).
 # Friendly names accepted on the command line.
 ALIASES = {"dense": "vector", "sparse": "bm25", "full_text": "bm25", "raptor_collapsed": "raptor"}
 
@@ -90,8 +91,8 @@ def register_strategy(
         name=name,
         mode=mode,
         kwargs=dict(kwargs),
-        needs_llm=mode in LLM_MODES if needs_llm is None else needs_llm,
-        needs_tree=mode in TREE_MODES if needs_tree is None else needs_tree,
+        needs_llm=get_mode(mode).needs_llm if needs_llm is None else needs_llm,
+        needs_tree=get_mode(mode).needs_tree if needs_tree is None else needs_tree,
         description=description,
     )
     _REGISTRY[name] = strategy
@@ -99,18 +100,23 @@ def register_strategy(
 
 
 def mode_names() -> list[str]:
-    """Values of ``RetrievalMode`` as the pack defines them now."""
-    from llama_index_rag_pack.pack import RetrievalMode
-
-    return [m.value for m in RetrievalMode]
+    """Every retrieval mode registered now (built-in ones and those added with
+    ``register_mode``)."""
+    return registered_modes()
 
 
 def available_strategies() -> dict[str, Strategy]:
     """One strategy per ``RetrievalMode`` member, then the registered variants."""
-    out = {
-        m: Strategy(name=m, mode=m, needs_llm=m in LLM_MODES, needs_tree=m in TREE_MODES)
-        for m in mode_names()
-    }
+    out = {}
+    for m in mode_names():
+        spec = get_mode(m)
+        out[m] = Strategy(
+            name=m,
+            mode=m,
+            needs_llm=spec.needs_llm,
+            needs_tree=spec.needs_tree,
+            description=spec.description,
+        )
     out.update(_REGISTRY)
     return out
 
@@ -181,15 +187,13 @@ def code_fingerprint(*objects: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def retriever_builder(pack: Any, mode: str) -> Callable[..., Any] | None:
-    """The pack's ``_build_<mode>_retriever`` method (its code is part of the cache key)."""
-    return getattr(pack, f"_build_{mode}_retriever", None)
+def retriever_builder(mode: str) -> Callable[..., Any]:
+    """The registered builder of ``mode`` (its code is part of the cache key)."""
+    return get_mode(mode).build
 
 
 __all__ = [
     "ALIASES",
-    "LLM_MODES",
-    "TREE_MODES",
     "Strategy",
     "available_strategies",
     "code_fingerprint",

@@ -1,0 +1,290 @@
+"""``rag-pack``: index documents, ask questions, run the offline demo.
+
+Errors that a user can fix (bad paths, empty corpora, unreachable Milvus, no LLM) are printed as
+one ``error:`` line with the fix, exit status 2; no traceback unless ``--verbose``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index_rag_pack.cli.output import (
+    answer,
+    configure_logging,
+    err,
+    out,
+    pack_kwargs,
+    print_models,
+    step,
+)
+from llama_index_rag_pack.core.errors import RagPackError
+
+DEMO_TITLES = (
+    "Apollo 11",
+    "Albert Einstein",
+    "Aardvark",
+    "Abacus",
+    "Alchemy",
+    "Andre Agassi",
+    "Animal Farm",
+    "Atlantic Ocean",
+)
+DEMO_QUESTIONS = (
+    "Who were the astronauts of Apollo 11?",
+    "What does the aardvark eat?",
+    "Where was Albert Einstein born?",
+)
+
+
+# --------------------------------------------------------------------------- commands
+def cmd_index(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.components.ingest import load_documents
+    from llama_index_rag_pack.pack.rag_pack import RagPack
+
+    timings: dict[str, float] = {}
+    with step("reading documents", timings):
+        documents = load_documents(args.paths, recursive=not args.no_recursive, show_progress=True)
+        out(f"  {len(documents)} documents")
+    with step("chunking, embedding and storing in Milvus", timings):
+        pack = RagPack(
+            documents,
+            overwrite=args.overwrite,
+            chunk_size=args.chunk_size,
+            chunk_overlap=args.chunk_overlap,
+            show_progress=True,
+            **{k: v for k, v in pack_kwargs(args).items() if k != "llm"},
+        )
+    out(f"Collection {pack.vector_store.collection_name!r} now holds {pack.count()} chunks.")
+    return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.pack.rag_pack import RagPack
+
+    if getattr(args, "route", False) or getattr(args, "routes", None) or args.mode == "route":
+        from llama_index_rag_pack.cli.route import ask_routed
+
+        return ask_routed(args)
+    pack = RagPack.open(similarity_top_k=args.top_k, **pack_kwargs(args))
+    llm = pack.llm  # resolve now, so the model in use is printed before the answer
+    if hasattr(llm, "load"):
+        llm.load()
+    print_models(pack)
+    out()
+    answer(
+        pack,
+        args.question,
+        mode=args.mode,
+        stream=not args.no_stream,
+        fmt=args.format,
+        citations=not args.no_citations,
+    )
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
+    from llama_index_rag_pack.pack.rag_pack import RagPack
+    from llama_index_rag_pack.storage.milvus import count_entities
+
+    timings: dict[str, float] = {}
+    kwargs = pack_kwargs(args)
+    kwargs["uri"] = args.uri or os.path.join(
+        os.environ.get("RAG_PACK_DATA_DIR", "rag_pack_data"), "demo.db"
+    )
+    titles = args.titles or list(DEMO_TITLES)
+    # one collection per set of articles, so another --titles never reuses a different index
+    suffix = (
+        ""
+        if titles == list(DEMO_TITLES)
+        else "_" + hashlib.sha1("\n".join(titles).encode()).hexdigest()[:8]
+    )
+    kwargs["collection_name"] = args.collection or f"demo_wikipedia{suffix}"
+    out("rag-pack demo: Wikipedia articles shipped offline in the gensim wheel\n")
+    with step(f"loading {len(titles)} Wikipedia articles", timings):
+        documents = load_wikipedia_documents(titles)
+        out(f"  {sum(len(d.text) for d in documents):,} characters")
+    with step("loading the embedding model and opening Milvus", timings):
+        pack = None
+        if not args.rebuild:
+            try:
+                pack = RagPack.open(similarity_top_k=args.top_k, **kwargs)
+                if count_entities(pack.vector_store) == 0:
+                    pack = None
+            except RagPackError:
+                pack = None
+    if pack is None:
+        with step("chunking, embedding and indexing into Milvus", timings):
+            pack = RagPack(
+                documents, overwrite=True, similarity_top_k=args.top_k, show_progress=True, **kwargs
+            )
+    else:
+        out("  reusing the existing index (pass --rebuild to index again)")
+    out(
+        f"  {pack.count()} chunks in collection {pack.vector_store.collection_name!r} "
+        f"at {kwargs['uri']}"
+    )
+    with step("loading the LLM", timings):
+        llm = pack.llm
+        if hasattr(llm, "load"):
+            llm.load()
+    print_models(pack)
+    for question in args.questions or DEMO_QUESTIONS:
+        out(f"\nQ: {question}")
+        start = time.perf_counter()
+        out("A: ", end="")
+        answer(
+            pack,
+            question,
+            mode=args.mode,
+            stream=True,
+            fmt=args.format,
+            citations=not args.no_citations,
+        )
+        timings[f"answer: {question}"] = time.perf_counter() - start
+    out("\nTimings:")
+    for name, seconds in timings.items():
+        out(f"  {seconds:7.1f} s  {name}")
+    return 0
+
+
+# --------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rag-pack",
+        description=(
+            "Advanced RAG over Milvus: index documents, ask questions, run the offline demo."
+        ),
+    )
+    parser.add_argument(
+        "--uri",
+        default=None,
+        help="Milvus Lite path (*.db) or server http://host:19530 "
+        "(default: $RAG_PACK_MILVUS_URI or ./rag_pack_data/milvus.db)",
+    )
+    parser.add_argument("--collection", default=None, help="collection name (default: rag_pack)")
+    parser.add_argument("--token", default=None, help="Milvus server token")
+    parser.add_argument(
+        "--llm", default=None, help="auto (default), openai, local, or a .gguf path"
+    )
+    parser.add_argument(
+        "--embed-model", default=None, help="local sentence-transformers model path"
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="log details and show tracebacks"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("index", help="index files or directories (txt, md, pdf, html)")
+    p.add_argument("paths", nargs="+", help="files or directories")
+    p.add_argument("--overwrite", action="store_true", help="drop the collection first")
+    p.add_argument("--chunk-size", type=int, default=256, help="chunk size in tokens (default 256)")
+    p.add_argument(
+        "--chunk-overlap", type=int, default=32, help="chunk overlap in tokens (default 32)"
+    )
+    p.add_argument("--no-recursive", action="store_true", help="do not descend into subdirectories")
+    p.set_defaults(func=cmd_index)
+
+    modes = _mode_names()
+    p = sub.add_parser("ask", help="answer a question from the indexed collection")
+    p.add_argument("question")
+    p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
+    p.add_argument("--top-k", type=int, default=4, help="chunks retrieved (default 4)")
+    p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
+    _add_citation_options(p)
+    p.add_argument(
+        "--route",
+        action="store_true",
+        help="route the question between collections and show which was chosen and why",
+    )
+    _add_route_options(p)
+    p.set_defaults(func=cmd_ask)
+
+    p = sub.add_parser(
+        "demo", help="index shipped Wikipedia articles and answer questions, offline"
+    )
+    p.add_argument("--titles", nargs="+", default=None, help="article titles to index")
+    p.add_argument(
+        "--question",
+        dest="questions",
+        action="append",
+        default=None,
+        help="a question (repeatable)",
+    )
+    p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
+    p.add_argument("--top-k", type=int, default=3, help="chunks retrieved (default 3)")
+    _add_citation_options(p)
+    p.add_argument(
+        "--rebuild", action="store_true", help="index again even if the demo index exists"
+    )
+    p.set_defaults(func=cmd_demo)
+    _register_subcommands(sub)
+    return parser
+
+
+def _add_citation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format",
+        default="text",
+        choices=["text", "markdown", "html"],
+        help="how citations and the reference list are written (default text)",
+    )
+    p.add_argument(
+        "--no-citations",
+        action="store_true",
+        help="plain answer without citations; list the retrieved chunks instead",
+    )
+
+
+# Modules that add their own subcommands: each has ``register(subparsers)``.
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "llama_index_rag_pack.cli.route",
+    "llama_index_rag_pack.cli.evaluate",
+    "llama_index_rag_pack.cli.raptor",
+)
+
+
+def _add_route_options(p: argparse.ArgumentParser) -> None:
+    from llama_index_rag_pack.cli.route import add_route_options
+
+    add_route_options(p)
+
+
+def _register_subcommands(sub: Any) -> None:
+    import importlib
+
+    for name in SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+
+
+def _mode_names() -> list[str]:
+    from llama_index_rag_pack.pack.modes import mode_names
+
+    return mode_names()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.verbose)
+    try:
+        return int(args.func(args) or 0)
+    except RagPackError as e:
+        if args.verbose:
+            logging.getLogger(__name__).exception("failed")
+        err(f"error: {e}")
+        return 2
+    except KeyboardInterrupt:
+        err("interrupted")
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""``rag-pack raptor build|show|plot``: build a RAPTOR tree next to a collection, look at it.
+
+The tree lives in the collection ``<collection>_raptor`` of the same Milvus database, which is
+where ``rag-pack ask --mode raptor`` / ``--mode raptor_traversal`` find it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from llama_index_rag_pack.cli import output as _cli
+
+__all__ = ["register"]
+
+
+def _names(args: argparse.Namespace) -> tuple[str, str]:
+    from llama_index_rag_pack.components.settings import default_collection, default_milvus_uri
+
+    return args.uri or default_milvus_uri(), args.collection or default_collection()
+
+
+def _open_tree(args: argparse.Namespace, *, must_exist: bool, llm: Any = None) -> Any:
+    from llama_index_rag_pack.components.settings import resolve_embed_model
+    from llama_index_rag_pack.pack.raptor import open_raptor_store
+    from llama_index_rag_pack.storage.raptor_tree import RaptorTree
+
+    uri, collection = _names(args)
+    embed = resolve_embed_model(args.embed_model)
+    dim = len(embed.get_text_embedding("dimension probe"))
+    store = open_raptor_store(uri, collection, dim=dim, token=args.token, must_exist=must_exist)
+    options: dict[str, Any] = {}
+    for key in ("max_levels", "max_concurrency", "chunk_size", "chunk_overlap"):
+        value = getattr(args, key, None)
+        if value is not None:
+            options[key] = value
+    return RaptorTree(store, embed_model=embed, llm=llm, show_progress=True, **options)
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.components.ingest import load_documents
+    from llama_index_rag_pack.components.settings import describe_llm, resolve_llm
+    from llama_index_rag_pack.core.errors import CollectionNotFoundError
+    from llama_index_rag_pack.pack.raptor import leaves_from_collection
+    from llama_index_rag_pack.storage.milvus import open_vector_store
+
+    uri, collection = _names(args)
+    llm = resolve_llm(args.llm)
+    if hasattr(llm, "load"):
+        llm.load()
+    _cli.out(f"  llm       : {describe_llm(llm)}")
+    if args.paths:
+        with _cli.step("reading documents"):
+            documents = load_documents(args.paths, show_progress=True)
+            _cli.out(f"  {len(documents)} documents")
+    else:
+        with _cli.step(f"reading the chunks of collection {collection!r}"):
+            try:
+                source = open_vector_store(uri, collection, token=args.token, must_exist=True)
+            except CollectionNotFoundError as e:
+                raise CollectionNotFoundError(
+                    f"{e} Or give files: `rag-pack raptor build PATH`."
+                ) from None
+            documents = leaves_from_collection(source)
+            _cli.out(f"  {len(documents)} chunks (their embeddings are reused)")
+    if args.overwrite:
+        from llama_index_rag_pack.pack.raptor import raptor_collection_name
+        from llama_index_rag_pack.storage.milvus import open_client
+
+        client = open_client(uri, token=args.token)
+        if client.has_collection(raptor_collection_name(collection)):
+            client.drop_collection(raptor_collection_name(collection))
+    tree = _open_tree(args, must_exist=False, llm=llm)
+    with _cli.step(
+        f"building the RAPTOR tree in {tree.store.collection_name!r} (resumes a partial build)"
+    ):
+        stats = tree.build(documents)
+    _cli.out(f"  levels    : {stats.levels}")
+    _cli.out(f"  llm calls : {stats.llm_calls} ({stats.summaries_reused} summaries reused)")
+    _cli.out(f'Ask with: rag-pack --collection {collection} ask --mode raptor "your question"')
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.cli.raptor_plot import to_dot, to_mermaid, tree_outline
+
+    tree = _open_tree(args, must_exist=True)
+    if not tree.levels():
+        from llama_index_rag_pack.core.errors import CollectionNotFoundError
+        from llama_index_rag_pack.pack.raptor import build_hint
+
+        raise CollectionNotFoundError(build_hint(_names(args)[1]))
+    if args.format == "mermaid":
+        text = to_mermaid(tree, max_nodes=args.max_nodes)
+    elif args.format == "dot":
+        text = to_dot(tree, max_nodes=args.max_nodes)
+    else:
+        text = tree_outline(tree)
+    if args.out:
+        Path(args.out).write_text(text, encoding="utf-8")
+        _cli.out(f"Wrote {args.out}")
+    else:
+        _cli.out(text, end="")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.cli.raptor_plot import plot_levels, to_mermaid
+
+    tree = _open_tree(args, must_exist=True)
+    with _cli.step("projecting each level to 2-D and drawing it"):
+        paths = plot_levels(tree, args.out)
+    mermaid = Path(args.out) / "tree.mmd"
+    mermaid.write_text(to_mermaid(tree), encoding="utf-8")
+    for path in [*paths, mermaid]:
+        _cli.out(f"  {os.fspath(path)}")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``rag-pack raptor ...`` to the CLI."""
+    p = subparsers.add_parser(
+        "raptor", help="build, show or plot a RAPTOR tree next to a collection"
+    )
+    sub = p.add_subparsers(dest="raptor_command", required=True)
+
+    b = sub.add_parser(
+        "build", help="build (or resume) the tree from files, or from the indexed chunks"
+    )
+    b.add_argument(
+        "paths", nargs="*", help="files or directories; none: reuse the collection's chunks"
+    )
+    b.add_argument("--max-levels", type=int, default=None, help="highest summary level (default 5)")
+    b.add_argument(
+        "--max-concurrency", type=int, default=None, help="summaries in flight (default 16)"
+    )
+    b.add_argument(
+        "--chunk-size", type=int, default=None, help="leaf chunk size in tokens (default 256)"
+    )
+    b.add_argument(
+        "--chunk-overlap", type=int, default=None, help="leaf chunk overlap (default 32)"
+    )
+    b.add_argument("--overwrite", action="store_true", help="drop the existing tree first")
+    b.set_defaults(func=cmd_build)
+
+    s = sub.add_parser("show", help="print the tree as an outline, Mermaid or Graphviz")
+    s.add_argument("--format", choices=["text", "mermaid", "dot"], default="text")
+    s.add_argument(
+        "--max-nodes", type=int, default=150, help="nodes in mermaid/dot output (top levels first)"
+    )
+    s.add_argument("--out", default=None, help="write to this file instead of stdout")
+    s.set_defaults(func=cmd_show)
+
+    q = sub.add_parser("plot", help="PNG scatter of each level's clusters, plus tree.mmd")
+    q.add_argument(
+        "--out", default="raptor_plots", help="output directory (default ./raptor_plots)"
+    )
+    q.set_defaults(func=cmd_plot)

@@ -1,0 +1,171 @@
+"""Pictures of a RAPTOR tree: a 2-D scatter per level (PNG) and Mermaid / Graphviz / text exports.
+
+The PNGs need matplotlib (``pip install matplotlib``); the exports need nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llama_index_rag_pack.core.clustering import reduce_embeddings
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.storage.raptor_store import CHILD_KEY, CLUSTER_KEY, LEVEL_KEY, RaptorStore
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["plot_levels", "to_dot", "to_mermaid", "tree_outline"]
+
+
+def _store(tree_or_store: Any) -> RaptorStore:
+    if isinstance(tree_or_store, RaptorStore):
+        return tree_or_store
+    store = getattr(tree_or_store, "store", None) or getattr(
+        getattr(tree_or_store, "tree", None), "store", None
+    )
+    return store if isinstance(store, RaptorStore) else RaptorStore(tree_or_store)
+
+
+def _label(node: Any, chars: int) -> str:
+    text = " ".join((node.get_content() or "").split())
+    title = node.metadata.get("title")
+    if title and node.metadata.get(LEVEL_KEY) == 0:
+        text = f"{title}: {text}"
+    return text[:chars] + ("…" if len(text) > chars else "")
+
+
+def _selected(store: RaptorStore, max_nodes: int) -> list[Any]:
+    """Nodes from the top level down, whole levels while they fit in ``max_nodes``."""
+    levels = store.levels()
+    picked: list[Any] = []
+    for level in sorted(levels, reverse=True):
+        if picked and len(picked) + levels[level] > max_nodes:
+            break
+        picked.extend(store.level(level))
+    return picked
+
+
+def to_mermaid(tree_or_store: Any, *, max_nodes: int = 150, label_chars: int = 48) -> str:
+    """A Mermaid ``graph TD`` of the tree (top levels first, at most ``max_nodes`` nodes).
+
+    Example:
+        >>> print(to_mermaid(retriever))  # doctest: +SKIP
+        graph TD
+          n0["L2 · The articles cover aardvarks, …"]
+          n0 --> n1
+    """
+    nodes = _selected(_store(tree_or_store), max_nodes)
+    short = {n.node_id: f"n{i}" for i, n in enumerate(nodes)}
+    lines = ["graph TD"]
+    for n in nodes:
+        label = _label(n, label_chars).replace('"', "'").replace("[", "(").replace("]", ")")
+        lines.append(f'  {short[n.node_id]}["L{n.metadata.get(LEVEL_KEY, 0)} · {label}"]')
+    for n in nodes:
+        for child in n.metadata.get(CHILD_KEY) or []:
+            if child in short:
+                lines.append(f"  {short[n.node_id]} --> {short[child]}")
+    return "\n".join(lines) + "\n"
+
+
+def to_dot(tree_or_store: Any, *, max_nodes: int = 150, label_chars: int = 48) -> str:
+    """A Graphviz ``digraph`` of the tree (render with ``dot -Tpng``)."""
+    nodes = _selected(_store(tree_or_store), max_nodes)
+    ids = {n.node_id for n in nodes}
+    lines = ["digraph raptor {", "  rankdir=TB;", "  node [shape=box, fontsize=10];"]
+    for n in nodes:
+        label = f"L{n.metadata.get(LEVEL_KEY, 0)} · {_label(n, label_chars)}"
+        lines.append(f"  {json.dumps(n.node_id)} [label={json.dumps(label)}];")
+    for n in nodes:
+        for child in n.metadata.get(CHILD_KEY) or []:
+            if child in ids:
+                lines.append(f"  {json.dumps(n.node_id)} -> {json.dumps(child)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def tree_outline(tree_or_store: Any, *, max_depth_nodes: int = 8, label_chars: int = 90) -> str:
+    """An indented text outline from the top level down (at most ``max_depth_nodes`` children
+    each)."""
+    store = _store(tree_or_store)
+    levels = store.levels()
+    if not levels:
+        return "(empty tree)\n"
+    nodes = {n.node_id: n for n in store.scan(f"{LEVEL_KEY} >= 0")}
+    top = [n for n in nodes.values() if n.metadata.get(LEVEL_KEY) == max(levels)]
+    lines = ["levels: " + ", ".join(f"L{lvl}={count}" for lvl, count in levels.items())]
+
+    def walk(node: Any, depth: int) -> None:
+        lines.append(
+            f"{'  ' * depth}- L{node.metadata.get(LEVEL_KEY, 0)} {_label(node, label_chars)}"
+        )
+        children = [nodes[c] for c in node.metadata.get(CHILD_KEY) or [] if c in nodes]
+        for child in children[:max_depth_nodes]:
+            walk(child, depth + 1)
+        if len(children) > max_depth_nodes:
+            lines.append(f"{'  ' * (depth + 1)}… {len(children) - max_depth_nodes} more")
+
+    for node in top[:max_depth_nodes]:
+        walk(node, 0)
+    return "\n".join(lines) + "\n"
+
+
+def plot_levels(
+    tree_or_store: Any, out_dir: str | Path, *, random_state: int | None = 0, dpi: int = 110
+) -> list[Path]:
+    """Save ``level_<L>.png``: the level's embeddings in 2-D (UMAP), coloured by cluster.
+
+    Levels with fewer than 3 nodes are skipped. Returns the written paths.
+
+    Raises:
+        ConfigurationError: matplotlib is not installed.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ConfigurationError("Plotting needs matplotlib: pip install matplotlib") from e
+    store = _store(tree_or_store)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for level, count in store.levels().items():
+        if count < 3:
+            continue
+        nodes = store.level(level, with_embeddings=True)
+        emb = np.asarray([n.embedding for n in nodes], dtype=np.float32)
+        xy = reduce_embeddings(emb, 2, random_state=random_state)
+        if xy.shape[1] < 2:
+            xy = np.pad(xy, ((0, 0), (0, 2 - xy.shape[1])))
+        clusters = [(n.metadata.get(CLUSTER_KEY) or [-1]) for n in nodes]
+        colour = np.asarray([c[0] for c in clusters])
+        multi = np.asarray([len(c) > 1 for c in clusters])
+        fig, ax = plt.subplots(figsize=(7, 6))
+        sc = ax.scatter(xy[:, 0], xy[:, 1], c=colour, cmap="tab20", s=22, alpha=0.85)
+        if multi.any():
+            ax.scatter(
+                xy[multi, 0],
+                xy[multi, 1],
+                facecolors="none",
+                edgecolors="black",
+                s=60,
+                linewidths=0.8,
+                label="in several clusters",
+            )
+            ax.legend(loc="best", fontsize=8)
+        n_clusters = len({c for row in clusters for c in row if c >= 0})
+        ax.set_title(f"RAPTOR level {level}: {count} nodes, {n_clusters} clusters")
+        ax.set_xticks([])
+        ax.set_yticks([])
+        fig.colorbar(sc, ax=ax, label="cluster id")
+        path = out / f"level_{level}.png"
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+        plt.close(fig)
+        written.append(path)
+        logger.info("Wrote %s", path)
+    return written

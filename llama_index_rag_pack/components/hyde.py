@@ -1,0 +1,244 @@
+"""``HyDERetriever``: Hypothetical Document Embeddings (Gao et al., 2022).
+
+The LLM writes ``n`` passages that would answer the question; they are embedded *as documents*
+(text embeddings, not query embeddings), averaged (optionally with the query embedding) and the
+average is used for vector search. The original question text is still passed on, so a hybrid
+retriever's BM25 side and rerankers see the real question.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import re
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
+from llama_index.core.schema import NodeWithScore, QueryBundle
+
+from llama_index_rag_pack.components.fusion import annotate_node
+from llama_index_rag_pack.components.settings import LazyLLMMixin
+from llama_index_rag_pack.core.errors import ConfigurationError, check_query
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+    from llama_index.core.llms import LLM
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_HYDE_PROMPT", "HyDERetriever", "clean_passage", "mean_embedding"]
+
+DEFAULT_HYDE_PROMPT = PromptTemplate(
+    "Write a short passage, as it would appear in an encyclopedia or a reference document, that "
+    "answers the question below. Write only the passage, without a title or any introduction.\n"
+    "Question: {query}\n"
+    "Passage:"
+)
+
+_LEAD_RE = re.compile(
+    r"^\s*(?:(?:sure|certainly|of course)[^\n]*?(?:[:!.]\s*|\n)|"
+    r"(?:here(?:'s| is) (?:a|the) (?:short )?passage[^\n:]*:)\s*|passage\s*:\s*)",
+    re.IGNORECASE,
+)
+
+
+def clean_passage(text: str) -> str:
+    """Strip the wrapping a model puts around a passage (preamble, 'Passage:', quotes, fences).
+
+    Example:
+        >>> clean_passage('Sure! Here is a passage:\\n"BM25 ranks documents by term frequency."')
+        'BM25 ranks documents by term frequency.'
+    """
+    text = (text or "").strip()
+    text = re.sub(r"^```[\w-]*\s*|\s*```$", "", text).strip()
+    for _ in range(3):
+        new = _LEAD_RE.sub("", text, count=1).strip()
+        if new == text:
+            break
+        text = new
+    if len(text) >= 2 and text[0] in "\"'“" and text[-1] in "\"'”":
+        text = text[1:-1].strip()
+    return text
+
+
+def mean_embedding(vectors: list[list[float]], *, normalize: bool = True) -> list[float]:
+    """Element-wise mean of ``vectors``, scaled to unit length when ``normalize``.
+
+    Example:
+        >>> mean_embedding([[1.0, 0.0], [0.0, 1.0]], normalize=False)
+        [0.5, 0.5]
+    """
+    if not vectors:
+        raise ConfigurationError("mean_embedding needs at least one vector.")
+    dim = len(vectors[0])
+    if any(len(v) != dim for v in vectors):
+        raise ConfigurationError(f"Embeddings of different sizes: {[len(v) for v in vectors]}.")
+    mean = [sum(col) / len(vectors) for col in zip(*vectors, strict=True)]
+    if normalize:
+        norm = math.sqrt(sum(x * x for x in mean))
+        if norm > 0:
+            mean = [x / norm for x in mean]
+    return mean
+
+
+class HyDERetriever(LazyLLMMixin, BaseRetriever):
+    """Search with the embedding of LLM-written hypothetical answers instead of the question's.
+
+    Args:
+        retriever: A retriever that searches by ``QueryBundle.embedding`` when it is set (a
+            ``VectorStoreIndex`` retriever, :class:`~llama_index_rag_pack.MilvusHybridRetriever`).
+        llm: Writes the passages (default: resolved on first use, see ``settings.resolve_llm``).
+        embed_model: Embeds passages as documents (default: the bundled MiniLM).
+        num_hypotheses: Passages written (concurrently in the async path) and averaged.
+        include_query: Average the query embedding in too (as one more vector).
+        max_concurrency: LLM calls in flight at once (async path).
+        hyde_prompt: Template with ``{query}``.
+        raise_on_failure: Raise when the LLM fails instead of searching with the query embedding.
+        callback_manager: LlamaIndex callback manager.
+
+    Each node's metadata gets ``hyde_passages`` (hidden from the LLM).
+
+    Example:
+        >>> from llama_index_rag_pack.testing import ScriptedLLM
+        >>> hyde = HyDERetriever(  # doctest: +SKIP
+        ...     index.as_retriever(similarity_top_k=5),
+        ...     llm=ScriptedLLM(replies=["BM25 is a bag-of-words ranking function."]),
+        ... )
+        >>> hyde.retrieve("How do search engines rank keyword matches?")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        retriever: BaseRetriever,
+        *,
+        llm: LLM | None = None,
+        embed_model: BaseEmbedding | None = None,
+        num_hypotheses: int = 1,
+        include_query: bool = False,
+        max_concurrency: int = 8,
+        hyde_prompt: str | BasePromptTemplate | None = None,
+        raise_on_failure: bool = False,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if not isinstance(retriever, BaseRetriever):
+            raise ConfigurationError(
+                f"HyDERetriever wraps a LlamaIndex BaseRetriever, got {type(retriever).__name__!r}."
+            )
+        if (
+            isinstance(num_hypotheses, bool)
+            or not isinstance(num_hypotheses, int)
+            or num_hypotheses < 1
+        ):
+            raise ConfigurationError(
+                f"num_hypotheses must be an integer >= 1, got {num_hypotheses!r}."
+            )
+        if (
+            isinstance(max_concurrency, bool)
+            or not isinstance(max_concurrency, int)
+            or max_concurrency < 1
+        ):
+            raise ConfigurationError(
+                f"max_concurrency must be an integer >= 1, got {max_concurrency!r}."
+            )
+        from llama_index_rag_pack.components.settings import resolve_embed_model
+
+        self.retriever = retriever
+        self.embed_model = resolve_embed_model(embed_model)
+        self.num_hypotheses = num_hypotheses
+        self.include_query = include_query
+        self.max_concurrency = max_concurrency
+        self.raise_on_failure = raise_on_failure
+        if isinstance(hyde_prompt, str):
+            hyde_prompt = PromptTemplate(hyde_prompt)
+        self.hyde_prompt = hyde_prompt or DEFAULT_HYDE_PROMPT
+        self._llm = llm
+        super().__init__(callback_manager=callback_manager or CallbackManager([]), verbose=verbose)
+
+    def _get_prompts(self) -> PromptDictType:
+        return {"hyde_prompt": self.hyde_prompt}
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        if "hyde_prompt" in prompts:
+            self.hyde_prompt = prompts["hyde_prompt"]
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {"retriever": self.retriever}
+
+    # ------------------------------------------------------------------ steps
+    def _collect(self, replies: list[Any], query: str) -> list[str]:
+        passages = []
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                if self.raise_on_failure:
+                    raise reply
+                logger.warning(
+                    "HyDE passage generation failed (%s: %s).", type(reply).__name__, reply
+                )
+                continue
+            passage = clean_passage(reply)
+            if passage:
+                passages.append(passage)
+            else:
+                logger.warning("HyDE: the LLM returned an empty passage; skipping it.")
+        if not passages:
+            logger.warning(
+                "HyDE: no usable passage for %r; searching with the query embedding.", query
+            )
+        return passages
+
+    def _embedding(
+        self,
+        query: str,
+        passages: list[str],
+        doc_vecs: list[list[float]],
+        query_vec: list[float] | None,
+    ) -> list[float]:
+        vectors = list(doc_vecs)
+        if query_vec is not None:
+            vectors.append(query_vec)
+        return mean_embedding(vectors)
+
+    def _finish(self, nodes: list[NodeWithScore], passages: list[str]) -> list[NodeWithScore]:
+        return [annotate_node(n, {"hyde_passages": list(passages)}) for n in nodes]
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = check_query(query_bundle)
+        replies: list[Any] = []
+        for _ in range(self.num_hypotheses):
+            try:
+                replies.append(self.llm.complete(self.hyde_prompt.format(query=query)).text)
+            except Exception as e:  # LLM output is untrusted; failures fall back
+                replies.append(e)
+        passages = self._collect(replies, query)
+        doc_vecs = self.embed_model.get_text_embedding_batch(passages) if passages else []
+        query_vec = None
+        if self.include_query or not passages:
+            query_vec = self.embed_model.get_query_embedding(query)
+        embedding = self._embedding(query, passages, doc_vecs, query_vec)
+        nodes = self.retriever.retrieve(QueryBundle(query_str=query, embedding=embedding))
+        return self._finish(nodes, passages)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = check_query(query_bundle)
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+
+        async def write() -> str:
+            async with semaphore:
+                return (await self.llm.acomplete(self.hyde_prompt.format(query=query))).text
+
+        replies = await asyncio.gather(
+            *(write() for _ in range(self.num_hypotheses)), return_exceptions=True
+        )
+        passages = self._collect(list(replies), query)
+        doc_vecs = await self.embed_model.aget_text_embedding_batch(passages) if passages else []
+        query_vec = None
+        if self.include_query or not passages:
+            query_vec = await self.embed_model.aget_query_embedding(query)
+        embedding = self._embedding(query, passages, doc_vecs, query_vec)
+        nodes = await self.retriever.aretrieve(QueryBundle(query_str=query, embedding=embedding))
+        return self._finish(nodes, passages)

@@ -1,0 +1,64 @@
+"""Exceptions raised by llama-index-rag-pack.
+
+Every error says what went wrong and what to do about it. They subclass the matching
+built-in exception too (``ValueError``, ``ConnectionError``, ...), so callers that already
+catch those keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "check_query",
+    "RagPackError",
+    "ConfigurationError",
+    "EmptyCorpusError",
+    "LLMNotConfiguredError",
+    "MilvusUnavailableError",
+    "CollectionNotFoundError",
+]
+
+
+class RagPackError(Exception):
+    """Base class of every error raised on purpose by this package."""
+
+
+class ConfigurationError(RagPackError, ValueError):
+    """An argument or setting has a value that cannot work."""
+
+
+class EmptyCorpusError(RagPackError, ValueError):
+    """There is nothing to index: no documents, or only blank ones."""
+
+
+class LLMNotConfiguredError(RagPackError, RuntimeError):
+    """No LLM was given and none could be resolved from the environment or a local model."""
+
+
+class MilvusUnavailableError(RagPackError, ConnectionError):
+    """Milvus could not be reached or opened at the given ``uri``."""
+
+
+class CollectionNotFoundError(RagPackError, LookupError):
+    """The Milvus collection to reopen does not exist (nothing was indexed there yet)."""
+
+
+EMPTY_QUERY_MESSAGE = "The query is empty: ask a question with some text in it."
+
+
+def check_query(query: object) -> str:
+    """The query's text (a ``str`` or anything with ``query_str``), or ``ConfigurationError``
+    when it is missing, empty or only whitespace. Every retriever and engine calls this first,
+    before any model is loaded or any search is sent.
+
+    Example:
+        >>> check_query("What is Milvus?")
+        'What is Milvus?'
+        >>> check_query("   ")
+        Traceback (most recent call last):
+        ...
+        llama_index_rag_pack.core.errors.ConfigurationError: The query is empty: ask a question with some text in it.
+    """  # noqa: E501  (doctest output: the exception line can't be wrapped)
+    text = getattr(query, "query_str", query)
+    if not isinstance(text, str) or not text.strip():
+        raise ConfigurationError(EMPTY_QUERY_MESSAGE)
+    return text

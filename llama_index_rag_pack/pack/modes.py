@@ -1,0 +1,307 @@
+"""The one registry from retrieval mode to retriever builder.
+
+:class:`~llama_index_rag_pack.RagPack`, ``rag-pack eval`` and the CLI all read this table:
+``pack.retriever(mode)`` calls the mode's builder, evaluation lists the modes and what each
+needs, and ``--mode`` accepts exactly the registered names. A new mode is one
+:func:`register_mode` call; nothing else has to change.
+
+Example:
+    >>> from llama_index_rag_pack.pack.modes import get_mode, mode_names
+    >>> mode_names()[:3]
+    ['vector', 'route', 'bm25']
+    >>> get_mode("hyde").needs_llm
+    True
+    >>> get_mode("nope")
+    Traceback (most recent call last):
+    ...
+    llama_index_rag_pack.core.errors.ConfigurationError: Unknown retrieval mode 'nope'; valid modes: vector, route, bm25, hybrid, hybrid_weighted, fusion, hyde, rewrite, raptor, raptor_traversal.
+"""  # noqa: E501  (doctest output is one line)
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from llama_index_rag_pack.core.errors import ConfigurationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index.core.base.base_retriever import BaseRetriever
+
+Builder = Callable[..., "BaseRetriever"]
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """One retrieval mode.
+
+    Args:
+        name: What ``pack.retriever(name)`` and ``--mode name`` accept.
+        build: ``build(pack, **kwargs) -> BaseRetriever``.
+        description: One line for ``--help`` and evaluation tables.
+        needs_llm: The retriever calls the LLM per query.
+        needs_tree: The retriever reads a RAPTOR tree built beside the collection
+            (``pack.build_raptor_tree()`` builds it).
+        needs_sources: Only a pack over several sources (``RoutedRagPack``) has it.
+    """
+
+    name: str
+    build: Builder
+    description: str = ""
+    needs_llm: bool = False
+    needs_tree: bool = False
+    needs_sources: bool = False
+
+
+_MODES: dict[str, ModeSpec] = {}
+
+
+def register_mode(
+    name: str,
+    build: Builder,
+    *,
+    description: str = "",
+    needs_llm: bool = False,
+    needs_tree: bool = False,
+    needs_sources: bool = False,
+    replace: bool = False,
+) -> ModeSpec:
+    """Add a retrieval mode that every entry point then offers.
+
+    Raises:
+        ConfigurationError: ``name`` is taken (pass ``replace=True`` to swap the builder) or not
+            an identifier.
+    """
+    if not name.isidentifier():
+        raise ConfigurationError(f"Mode name {name!r} must be an identifier, like 'my_mode'.")
+    if name in _MODES and not replace:
+        raise ConfigurationError(
+            f"Retrieval mode {name!r} is already registered; pass replace=True to swap it."
+        )
+    spec = ModeSpec(name, build, description, needs_llm, needs_tree, needs_sources)
+    _MODES[name] = spec
+    return spec
+
+
+def unregister_mode(name: str) -> None:
+    """Remove a mode added with :func:`register_mode` (built-in modes stay)."""
+    if name in {m.value for m in RetrievalMode}:
+        raise ConfigurationError(f"{name!r} is a built-in mode and cannot be removed.")
+    _MODES.pop(name, None)
+
+
+def mode_names() -> list[str]:
+    """Every registered mode, built-in ones first."""
+    return list(_MODES)
+
+
+def get_mode(mode: str | Enum) -> ModeSpec:
+    """The spec of ``mode`` (a name or a :class:`RetrievalMode`).
+
+    Raises:
+        ConfigurationError: unknown mode; the message lists the valid ones.
+    """
+    name = mode.value if isinstance(mode, Enum) else mode
+    try:
+        return _MODES[name]
+    except (KeyError, TypeError):
+        raise ConfigurationError(
+            f"Unknown retrieval mode {mode!r}; valid modes: {', '.join(_MODES)}."
+        ) from None
+
+
+class RetrievalMode(str, Enum):
+    """The built-in retrieval modes (:func:`register_mode` adds more by name)."""
+
+    VECTOR = "vector"
+    ROUTE = "route"
+    BM25 = "bm25"
+    HYBRID = "hybrid"
+    HYBRID_WEIGHTED = "hybrid_weighted"
+    FUSION = "fusion"
+    HYDE = "hyde"
+    REWRITE = "rewrite"
+    RAPTOR = "raptor"
+    RAPTOR_TRAVERSAL = "raptor_traversal"
+
+    @classmethod
+    def parse(cls, value: str | RetrievalMode) -> str:
+        """The registered mode name for ``value`` (built-in or added by :func:`register_mode`).
+
+        Raises:
+            ConfigurationError: unknown mode.
+        """
+        return get_mode(value).name
+
+
+# ------------------------------------------------------------------ built-in builders
+def _milvus(pack: Any, search_type: str, similarity_top_k: int | None, **kwargs: Any) -> Any:
+    from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+
+    return MilvusHybridRetriever(
+        vector_store=pack.vector_store,
+        embed_model=pack.embed_model,
+        search_type=search_type,
+        similarity_top_k=similarity_top_k or pack.similarity_top_k,
+        callback_manager=pack.callback_manager,
+        **kwargs,
+    )
+
+
+def build_vector(pack: Any, similarity_top_k: int | None = None) -> Any:
+    """Core's ``VectorIndexRetriever`` over the pack's index (what ``index.as_retriever()``
+    gives), with the pack's empty-query check."""
+    from llama_index_rag_pack.components.vector import CheckedVectorIndexRetriever
+
+    return CheckedVectorIndexRetriever(
+        pack.index,
+        node_ids=list(pack.index.index_struct.nodes_dict.values()),
+        callback_manager=pack.callback_manager,
+        similarity_top_k=similarity_top_k or pack.similarity_top_k,
+    )
+
+
+def build_bm25(pack: Any, similarity_top_k: int | None = None) -> Any:
+    """Milvus' built-in BM25 full-text search."""
+    return _milvus(pack, "sparse", similarity_top_k)
+
+
+def build_hybrid(pack: Any, similarity_top_k: int | None = None, rrf_k: float = 60.0) -> Any:
+    """Dense + BM25 in one Milvus hybrid search, fused by reciprocal rank."""
+    return _milvus(pack, "hybrid", similarity_top_k, ranker="rrf", rrf_k=rrf_k)
+
+
+def build_hybrid_weighted(
+    pack: Any, similarity_top_k: int | None = None, weights: Sequence[float] = (0.7, 0.3)
+) -> Any:
+    """Dense + BM25 in one Milvus hybrid search, fused by weighted scores."""
+    return _milvus(pack, "hybrid", similarity_top_k, ranker="weighted", weights=tuple(weights))
+
+
+def build_fusion(
+    pack: Any,
+    similarity_top_k: int | None = None,
+    num_queries: int = 4,
+    fusion_mode: str = "reciprocal_rank",
+    weights: Sequence[float] | None = None,
+) -> Any:
+    """RAG-Fusion: LLM query variants, each searched dense (and BM25), fused."""
+    from llama_index_rag_pack.components.fusion import FusionRetriever
+    from llama_index_rag_pack.storage.milvus import has_bm25
+
+    top_k = similarity_top_k or pack.similarity_top_k
+    per_list = max(2 * top_k, 10)
+    # MilvusHybridRetriever's dense search is not tied to one event loop (MilvusVectorStore's
+    # async client is), so the async fusion path also works across asyncio.run calls.
+    retrievers = {"dense": _milvus(pack, "dense", per_list)}
+    if has_bm25(pack.vector_store.client, pack.vector_store.collection_name):
+        retrievers["bm25"] = _milvus(pack, "sparse", per_list)
+    return FusionRetriever(
+        retrievers,
+        llm=pack.llm,
+        num_queries=num_queries,
+        mode=fusion_mode,
+        weights=None if weights is None else tuple(weights),
+        similarity_top_k=top_k,
+        callback_manager=pack.callback_manager,
+    )
+
+
+def build_hyde(
+    pack: Any,
+    similarity_top_k: int | None = None,
+    num_hypotheses: int = 1,
+    include_query: bool = False,
+) -> Any:
+    """HyDE: search with the embedding of LLM-written hypothetical answers."""
+    from llama_index_rag_pack.components.hyde import HyDERetriever
+
+    return HyDERetriever(
+        _milvus(pack, "dense", similarity_top_k),
+        llm=pack.llm,
+        embed_model=pack.embed_model,
+        num_hypotheses=num_hypotheses,
+        include_query=include_query,
+        callback_manager=pack.callback_manager,
+    )
+
+
+def build_rewrite(pack: Any, similarity_top_k: int | None = None) -> Any:
+    """The LLM rewrites the question into a search query first."""
+    from llama_index_rag_pack.components.rewrite import RewriteRetriever
+
+    return RewriteRetriever(
+        _milvus(pack, "dense", similarity_top_k),
+        llm=pack.llm,
+        callback_manager=pack.callback_manager,
+    )
+
+
+def build_raptor(pack: Any, similarity_top_k: int | None = None) -> Any:
+    """RAPTOR, collapsed tree: leaves and summaries of every level in one ranking."""
+    from llama_index_rag_pack.pack.raptor import pack_raptor_retriever
+
+    return pack_raptor_retriever(pack, "collapsed", similarity_top_k)
+
+
+def build_raptor_traversal(pack: Any, similarity_top_k: int | None = None) -> Any:
+    """RAPTOR, tree traversal: from the top level down through the chosen nodes' children."""
+    from llama_index_rag_pack.pack.raptor import pack_raptor_retriever
+
+    return pack_raptor_retriever(pack, "tree_traversal", similarity_top_k)
+
+
+def build_route(pack: Any, similarity_top_k: int | None = None, **kwargs: Any) -> Any:
+    """Pick the source(s) for the question, retrieve from each, fuse (``RoutedRagPack``)."""
+    from llama_index.core.tools import RetrieverTool, ToolMetadata
+
+    from llama_index_rag_pack.components.router import FusionRouterRetriever
+
+    if not getattr(pack, "sources", None):
+        raise ConfigurationError(
+            "mode 'route' needs a pack over several sources: build it with "
+            "RoutedRagPack([RouteSource(name, description, ...), ...]) "
+            "or RagPack.from_sources(...)."
+        )
+    tools = []
+    for name, src in pack.sources.items():
+        extra = {"similarity_top_k": similarity_top_k} if similarity_top_k else {}
+        retriever = pack.source_packs[name].retriever(src.mode, **extra)
+        description = src.description or src.utterances[0]
+        tools.append(
+            RetrieverTool(
+                retriever=retriever, metadata=ToolMetadata(name=name, description=description)
+            )
+        )
+    return FusionRouterRetriever(
+        tools,
+        selector=pack.selector,
+        top_n=similarity_top_k or pack.similarity_top_k if pack.top_k_routes > 1 else None,
+        callback_manager=pack.callback_manager,
+        **kwargs,
+    )
+
+
+for _spec in (
+    ModeSpec("vector", build_vector, "dense vector search (core's VectorIndexRetriever)"),
+    ModeSpec("route", build_route, "route between sources, then fuse", needs_sources=True),
+    ModeSpec("bm25", build_bm25, "Milvus BM25 full-text search"),
+    ModeSpec("hybrid", build_hybrid, "dense + BM25, reciprocal rank fusion in Milvus"),
+    ModeSpec("hybrid_weighted", build_hybrid_weighted, "dense + BM25, weighted scores"),
+    ModeSpec("fusion", build_fusion, "RAG-Fusion: LLM query variants, fused", needs_llm=True),
+    ModeSpec("hyde", build_hyde, "HyDE: search with hypothetical answers", needs_llm=True),
+    ModeSpec("rewrite", build_rewrite, "LLM query rewriting", needs_llm=True),
+    ModeSpec("raptor", build_raptor, "RAPTOR tree, collapsed", needs_tree=True),
+    ModeSpec("raptor_traversal", build_raptor_traversal, "RAPTOR tree traversal", needs_tree=True),
+):
+    _MODES[_spec.name] = _spec
+
+__all__ = [
+    "ModeSpec",
+    "RetrievalMode",
+    "get_mode",
+    "mode_names",
+    "register_mode",
+    "unregister_mode",
+]

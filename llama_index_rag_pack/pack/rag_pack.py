@@ -1,0 +1,406 @@
+"""``RagPack``: the pack that wires the components together over Milvus."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.response.schema import RESPONSE_TYPE
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import Document
+
+from llama_index_rag_pack.components.ingest import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    drop_blank_documents,
+    load_documents,
+    split_documents,
+)
+from llama_index_rag_pack.components.settings import (
+    default_milvus_uri,
+    describe_embed_model,
+    describe_llm,
+    resolve_embed_model,
+    resolve_llm,
+)
+from llama_index_rag_pack.core.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    check_query,
+)
+from llama_index_rag_pack.pack._compat import BaseLlamaPack
+from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
+from llama_index_rag_pack.storage import milvus as milvus_utils
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+    from llama_index.core.llms import LLM
+
+    from llama_index_rag_pack.storage.raptor_tree import BuildStats
+
+logger = logging.getLogger(__name__)
+
+
+class RagPack(BaseLlamaPack):
+    """Advanced RAG over Milvus in one object: index documents, retrieve, answer.
+
+    Built from documents (indexes them) or from an existing collection (reopens it without
+    re-indexing). Every part is injectable; missing ones come from
+    :mod:`~llama_index_rag_pack.components.settings`: the bundled all-MiniLM-L6-v2 embeddings,
+    Milvus Lite in ``./rag_pack_data/milvus.db`` and the LLM resolution order (explicit →
+    OpenAI / compatible server → local GGUF).
+
+    Args:
+        documents: Documents to index now (blank ones are skipped with a warning).
+        input_dir: A file or directory to read and index (txt, md, pdf, html).
+        llm: LLM object, or ``"openai"``/``"local"``/a ``.gguf`` path; resolved lazily on first use.
+        embed_model: Embedding model object or a local model path.
+        vector_store: A ready ``MilvusVectorStore`` (then ``uri``/``collection_name`` are ignored).
+        uri: Milvus Lite path (``*.db``) or server address ``http://host:19530``.
+        collection_name: Collection to index into / reopen.
+        token: Token for a Milvus server.
+        overwrite: Drop the collection before indexing.
+        chunk_size: Chunk size in tokens (256 fits MiniLM's input window).
+        chunk_overlap: Overlap between chunks, in tokens.
+        similarity_top_k: Chunks retrieved per query.
+        enable_bm25: Keep a BM25 sparse field beside the dense vectors (hybrid search).
+        show_progress: Progress bars while indexing.
+        callback_manager: Passed to the index and query engines.
+
+    Example:
+        >>> from llama_index.core import Document
+        >>> pack = RagPack(  # doctest: +SKIP
+        ...     [Document(text="Milvus is a vector database.")], uri="./demo.db"
+        ... )
+        >>> print(pack.run("What is Milvus?"))  # doctest: +SKIP
+    """
+
+    #: The class :meth:`from_sources` builds (:class:`~llama_index_rag_pack.RoutedRagPack`).
+    multi_source_class: ClassVar[type[RagPack] | None] = None
+
+    def __init__(
+        self,
+        documents: Sequence[Document] | None = None,
+        *,
+        input_dir: str | Path | None = None,
+        llm: LLM | str | None = None,
+        embed_model: BaseEmbedding | str | None = None,
+        vector_store: Any | None = None,
+        uri: str | None = None,
+        collection_name: str | None = None,
+        token: str | None = None,
+        overwrite: bool = False,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+        similarity_top_k: int = 4,
+        enable_bm25: bool = True,
+        show_progress: bool = False,
+        callback_manager: CallbackManager | None = None,
+    ) -> None:
+        if similarity_top_k <= 0:
+            raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k}")
+        if documents is not None and input_dir is not None:
+            raise ConfigurationError("Give documents or input_dir, not both.")
+        self.chunk_size = chunk_size
+        self.chunk_overlap = chunk_overlap
+        self.similarity_top_k = similarity_top_k
+        self.show_progress = show_progress
+        self.callback_manager = callback_manager or CallbackManager([])
+        self._llm_spec = llm
+        self._llm: LLM | None = None if llm is None or isinstance(llm, str) else llm
+
+        to_index: list[Document] | None = None
+        if input_dir is not None:
+            to_index = load_documents(input_dir, show_progress=show_progress)
+        elif documents is not None:
+            to_index = drop_blank_documents(documents)
+
+        self.embed_model = resolve_embed_model(embed_model)
+        self.uri = None if vector_store is not None else (uri or default_milvus_uri())
+        if vector_store is None:
+            dim = len(self.embed_model.get_text_embedding("dimension probe"))
+            vector_store = milvus_utils.open_vector_store(
+                self.uri,
+                collection_name,
+                dim=dim,
+                token=token,
+                overwrite=overwrite,
+                enable_bm25=enable_bm25,
+                must_exist=to_index is None,
+            )
+        self.vector_store = vector_store
+        self.index = VectorStoreIndex.from_vector_store(
+            vector_store, embed_model=self.embed_model, callback_manager=self.callback_manager
+        )
+        self._retrievers: dict[tuple[Any, ...], BaseRetriever] = {}
+        self._query_engines: dict[tuple[Any, ...], BaseQueryEngine] = {}
+        if to_index:
+            self.insert(to_index)
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def from_directory(cls, path: str | Path, **kwargs: Any) -> RagPack:
+        """Read ``path`` (file or directory) and index it."""
+        return cls(input_dir=path, **kwargs)
+
+    @classmethod
+    def open(cls, **kwargs: Any) -> RagPack:
+        """Reopen an existing collection without re-indexing anything."""
+        return cls(documents=None, **kwargs)
+
+    @classmethod
+    def from_sources(cls, sources: Sequence[Any], **kwargs: Any) -> RagPack:
+        """A pack over several named sources (collections) that routes every question between them.
+
+        See :class:`~llama_index_rag_pack.RoutedRagPack` for ``sources`` and options.
+        """
+        # RoutedRagPack subclasses RagPack and names itself here when it is defined (importing
+        # any part of the package imports it), so this module never imports its own subclass.
+        if RagPack.multi_source_class is None:  # pragma: no cover - the package root imports it
+            raise ConfigurationError("RoutedRagPack is not loaded: import llama_index_rag_pack.")
+        return RagPack.multi_source_class(sources, **kwargs)
+
+    # ------------------------------------------------------------------ parts
+    @property
+    def llm(self) -> LLM:
+        """The LLM, resolved on first use and logged."""
+        if self._llm is None:
+            self._llm = resolve_llm(self._llm_spec)
+            logger.info("RagPack LLM: %s", describe_llm(self._llm))
+        return self._llm
+
+    def describe(self) -> dict[str, str]:
+        """Which models and store are in use (for logs and the CLI)."""
+        store = self.vector_store
+        return {
+            "embedding": describe_embed_model(self.embed_model),
+            "vector_store": f"Milvus collection {getattr(store, 'collection_name', '?')!r}"
+            + (f" at {self.uri}" if self.uri else ""),
+            "llm": describe_llm(self._llm) if self._llm is not None else "(not loaded yet)",
+        }
+
+    # ------------------------------------------------------------------ indexing
+    def insert(self, documents: Sequence[Document]) -> int:
+        """Chunk, embed and store documents; chunks of an already indexed document id are replaced.
+
+        Returns:
+            The number of chunks written.
+        """
+        documents = drop_blank_documents(documents)
+        for doc in documents:
+            self.vector_store.delete(doc.doc_id)
+        nodes = split_documents(
+            documents,
+            chunk_size=self.chunk_size,
+            chunk_overlap=self.chunk_overlap,
+            show_progress=self.show_progress,
+        )
+        self.index.insert_nodes(nodes, show_progress=self.show_progress)
+        milvus_utils.flush(self.vector_store)
+        self._retrievers.clear()
+        self._query_engines.clear()
+        logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
+        return len(nodes)
+
+    def count(self) -> int:
+        """Number of chunks stored in the collection."""
+        return milvus_utils.count_entities(self.vector_store)
+
+    # ------------------------------------------------------------------ build steps
+    def build_raptor_tree(
+        self,
+        documents: Sequence[Document] | None = None,
+        *,
+        overwrite: bool = False,
+        **tree_options: Any,
+    ) -> BuildStats:
+        """Build the RAPTOR tree that the ``raptor`` and ``raptor_traversal`` modes read.
+
+        The tree lives in ``<collection>_raptor`` next to the pack's collection. Without
+        ``documents`` its leaves are the chunks already indexed (their embeddings are reused).
+        A partial build resumes; ``overwrite=True`` starts over.
+
+        Args:
+            documents: Documents to build from instead of the indexed chunks.
+            overwrite: Drop an existing tree first.
+            tree_options: :class:`~llama_index_rag_pack.RaptorTree` options (``max_levels``,
+                ``max_concurrency``, ``summary_prompt``, ...).
+
+        Raises:
+            EmptyCorpusError: nothing indexed and no documents given.
+        """
+        from llama_index_rag_pack.pack.raptor import (
+            drop_pack_tree,
+            open_pack_tree,
+            pack_tree_inputs,
+        )
+
+        inputs = pack_tree_inputs(self, documents)
+        if overwrite:
+            drop_pack_tree(self)
+        stats = open_pack_tree(self, must_exist=False, **tree_options).build(inputs)
+        self._forget_tree_retrievers()
+        return stats
+
+    async def abuild_raptor_tree(
+        self,
+        documents: Sequence[Document] | None = None,
+        *,
+        overwrite: bool = False,
+        **tree_options: Any,
+    ) -> BuildStats:
+        """Async :meth:`build_raptor_tree` (summaries are written concurrently)."""
+        import asyncio
+
+        from llama_index_rag_pack.pack.raptor import (
+            drop_pack_tree,
+            open_pack_tree,
+            pack_tree_inputs,
+        )
+
+        inputs = await asyncio.to_thread(pack_tree_inputs, self, documents)
+        if overwrite:
+            await asyncio.to_thread(drop_pack_tree, self)
+        tree = await asyncio.to_thread(open_pack_tree, self, must_exist=False, **tree_options)
+        stats = await tree.abuild(inputs)
+        self._forget_tree_retrievers()
+        return stats
+
+    def _forget_tree_retrievers(self) -> None:
+        tree_modes = {name for name in mode_names() if get_mode(name).needs_tree}
+        for key in [k for k in self._retrievers if k[0] in tree_modes]:
+            del self._retrievers[key]
+        self._query_engines.clear()
+
+    # ------------------------------------------------------------------ retrieval and answers
+    def retriever(
+        self, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any
+    ) -> BaseRetriever:
+        """The retriever for ``mode`` (cached per mode and arguments)."""
+        spec = get_mode(mode)
+        try:
+            key = (spec.name, _cache_key(kwargs))
+            hash(key)
+        except TypeError:  # an unhashable argument object: build a new retriever, uncached
+            return spec.build(self, **kwargs)
+        if key not in self._retrievers:
+            self._retrievers[key] = spec.build(self, **kwargs)
+        return self._retrievers[key]
+
+    def make_query_engine(
+        self,
+        mode: str | RetrievalMode = RetrievalMode.VECTOR,
+        *,
+        streaming: bool = False,
+        citations: bool = True,
+        citation_style: Any = "markdown",
+        citation_mode: str = "markers",
+    ) -> BaseQueryEngine:
+        """A query engine answering from ``mode``'s retriever with the pack's LLM.
+
+        By default a :class:`~llama_index_rag_pack.CitedQueryEngine`: the answer carries
+        renumbered citations in ``citation_style`` (``markdown``, ``text``, ``html``, ``empty`` or a
+        ``ReferenceStyle``) and ``source_nodes`` are the cited chunks. ``citations=False`` gives
+        core's plain ``RetrieverQueryEngine``.
+        """
+        from llama_index.core.query_engine import RetrieverQueryEngine
+
+        mode = RetrievalMode.parse(mode)
+        style_key = citation_style if isinstance(citation_style, str) else id(citation_style)
+        key = (
+            (mode, streaming, citations, style_key, citation_mode)
+            if citations
+            else (mode, streaming)
+        )
+        if key not in self._query_engines:
+            if citations:
+                from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
+
+                self._query_engines[key] = CitedQueryEngine(
+                    self.retriever(mode),
+                    llm=self.llm,
+                    mode=citation_mode,
+                    style=citation_style,
+                    streaming=streaming,
+                    callback_manager=self.callback_manager,
+                )
+            else:
+                self._query_engines[key] = RetrieverQueryEngine.from_args(
+                    self.retriever(mode),
+                    llm=self.llm,
+                    streaming=streaming,
+                    callback_manager=self.callback_manager,
+                )
+        return self._query_engines[key]
+
+    @property
+    def query_engine(self) -> BaseQueryEngine:
+        """The default query engine: answers with citations
+        (``make_query_engine(citations=False)`` for none)."""
+        return self.make_query_engine()
+
+    def get_modules(self) -> dict[str, Any]:
+        """The pack's parts: models, store, index, retrievers and query engine."""
+        modules: dict[str, Any] = {
+            "llm": self.llm,
+            "embed_model": self.embed_model,
+            "vector_store": self.vector_store,
+            "index": self.index,
+            "retriever": self.retriever(),
+            "query_engine": self.query_engine,
+        }
+        for mode in (
+            RetrievalMode.BM25,
+            RetrievalMode.HYBRID,
+            RetrievalMode.FUSION,
+            RetrievalMode.HYDE,
+            RetrievalMode.REWRITE,
+        ):
+            try:
+                modules[f"{mode.value}_retriever"] = self.retriever(mode)
+            except ConfigurationError as e:  # e.g. a collection indexed without BM25
+                logger.info("get_modules: no %s retriever (%s)", mode.value, e)
+        modules["plain_query_engine"] = self.make_query_engine(citations=False)
+        try:  # only when a RAPTOR tree was built next to the collection
+            modules["raptor_retriever"] = self.retriever(RetrievalMode.RAPTOR)
+        except (CollectionNotFoundError, ConfigurationError) as e:
+            logger.info("get_modules: no raptor retriever (%s)", e)
+        return modules
+
+    def run(
+        self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any
+    ) -> RESPONSE_TYPE:
+        """Answer ``query`` with the query engine of ``mode``."""
+        check_query(query)
+        return self.make_query_engine(mode, **kwargs).query(query)
+
+    async def arun(
+        self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any
+    ) -> RESPONSE_TYPE:
+        """Async :meth:`run`."""
+        check_query(query)
+        return await self.make_query_engine(mode, **kwargs).aquery(query)
+
+
+__all__ = ["RagPack", "RetrievalMode"]
+
+
+def _cache_key(value: Any) -> Any:
+    """A hashable stand-in for retriever arguments: lists, tuples, sets and dicts by value.
+
+    Example:
+        >>> _cache_key({"weights": [1.0, 0.5], "modes": ("a", "b")})
+        (('modes', ('a', 'b')), ('weights', (1.0, 0.5)))
+    """
+    if isinstance(value, dict):
+        return tuple(sorted((k, _cache_key(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_cache_key(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_cache_key(v) for v in value)
+    return value

@@ -1,0 +1,358 @@
+"""``MilvusHybridRetriever``: dense, BM25 or hybrid search over one Milvus collection.
+
+Works on the collection :func:`llama_index_rag_pack.storage.milvus.open_vector_store` makes
+(dense field ``embedding``, BM25 built-in sparse field ``sparse_embedding`` computed from
+``text``, node JSON in ``_node_content``), on Milvus Lite and on a Milvus server, with public
+pymilvus calls only.
+
+Milvus Lite pitfalls handled: sparse search is sent with ``drop_ratio_search=0``
+(MilvusVectorStore sends 0.2, which Lite rejects) and BM25 distances, negative on Lite, are
+returned as positive scores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.vector_stores.utils import metadata_dict_to_node
+
+from llama_index_rag_pack.core.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    check_query,
+)
+from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+    from llama_index.core.postprocessor.types import BaseNodePostprocessor
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MilvusHybridRetriever", "MilvusRanker", "MilvusSearchType"]
+
+
+def _parse_enum(enum_cls: type[Enum], value: Any, what: str) -> Any:
+    if isinstance(value, enum_cls):
+        return value
+    try:
+        return enum_cls(str(getattr(value, "value", value)).strip().lower())
+    except ValueError:
+        valid = ", ".join(m.value for m in enum_cls)
+        raise ConfigurationError(f"Unknown {what} {value!r}; valid values: {valid}.") from None
+
+
+class MilvusSearchType(str, Enum):
+    """Which field(s) :class:`MilvusHybridRetriever` searches."""
+
+    DENSE = "dense"
+    SPARSE = "sparse"
+    HYBRID = "hybrid"
+
+    @classmethod
+    def parse(cls, value: str | MilvusSearchType) -> MilvusSearchType:
+        """Parse, raising :class:`ConfigurationError` listing the valid values."""
+        return _parse_enum(cls, value, "search_type")
+
+
+class MilvusRanker(str, Enum):
+    """Server-side ranker of a hybrid search: reciprocal rank fusion or weighted scores."""
+
+    RRF = "rrf"
+    WEIGHTED = "weighted"
+
+    @classmethod
+    def parse(cls, value: str | MilvusRanker) -> MilvusRanker:
+        """Parse, raising :class:`ConfigurationError` listing the valid values."""
+        return _parse_enum(cls, value, "ranker")
+
+
+class MilvusHybridRetriever(BaseRetriever):
+    """Dense, BM25 (sparse) or hybrid search on one Milvus collection, with an optional rerank
+    stage.
+
+    Hybrid search sends one dense and one BM25 request in a single ``hybrid_search`` call and lets
+    Milvus merge them with ``RRFRanker(k)`` or ``WeightedRanker(w_dense, w_sparse)``. With a
+    ``reranker`` (any LlamaIndex node postprocessor: cross-encoder, LLM reranker, ...) it fetches
+    ``pre_top_k`` candidates, reranks them and keeps ``similarity_top_k``.
+
+    Returned scores: cosine similarity (dense), BM25 score >= 0 (sparse), ranker score (hybrid),
+    or the reranker's score. Each node's metadata gets ``retrieval_search_type``.
+
+    Args:
+        vector_store: A ``MilvusVectorStore`` (e.g. from ``open_vector_store``); its client and
+            collection are used. Or give ``client`` and ``collection_name``.
+        embed_model: Embeds queries for dense/hybrid search (default: the bundled MiniLM).
+        search_type: ``dense``, ``sparse`` (BM25) or ``hybrid`` (default).
+        ranker: ``rrf`` (default) or ``weighted``, for hybrid search.
+        rrf_k: The RRF constant.
+        weights: ``(dense_weight, sparse_weight)`` for the weighted ranker, each in [0, 1].
+        similarity_top_k: Nodes returned.
+        filter: A Milvus boolean expression on scalar/metadata fields, e.g. ``'title == "Milvus"'``.
+        reranker: Optional second stage (a ``BaseNodePostprocessor``).
+        pre_top_k: Candidates fetched for the reranker (default ``4 * similarity_top_k``).
+        dense_field / sparse_field / text_field: Field names (defaults match MilvusVectorStore).
+        dense_search_params: Extra dense search params (e.g. ``{"ef": 64}`` for HNSW).
+        client: A ``pymilvus.MilvusClient`` (with ``collection_name``) instead of ``vector_store``.
+        collection_name: The collection, with ``client``.
+        callback_manager: LlamaIndex callback manager.
+
+    Raises:
+        ConfigurationError: unknown search type/ranker, weights of the wrong length, a sparse or
+            hybrid search on a collection without a BM25 field, bad top-k values.
+        CollectionNotFoundError: the collection does not exist.
+
+    Example:
+        >>> from llama_index_rag_pack.storage.milvus import open_vector_store
+        >>> store = open_vector_store("./rag.db", "docs")  # doctest: +SKIP
+        >>> retriever = MilvusHybridRetriever(  # doctest: +SKIP
+        ...     vector_store=store, search_type="hybrid",
+        ...     ranker="weighted", weights=[0.6, 0.4], similarity_top_k=5
+        ... )
+        >>> retriever.retrieve("What is BM25?")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        vector_store: Any | None = None,
+        *,
+        embed_model: BaseEmbedding | None = None,
+        search_type: str | MilvusSearchType = MilvusSearchType.HYBRID,
+        ranker: str | MilvusRanker = MilvusRanker.RRF,
+        rrf_k: float = DEFAULT_RRF_K,
+        weights: Sequence[float] | None = None,
+        similarity_top_k: int = 10,
+        filter: str | None = None,
+        reranker: BaseNodePostprocessor | None = None,
+        pre_top_k: int | None = None,
+        dense_field: str = "embedding",
+        sparse_field: str = "sparse_embedding",
+        text_field: str = "text",
+        dense_search_params: dict[str, Any] | None = None,
+        client: Any | None = None,
+        collection_name: str | None = None,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if vector_store is not None:
+            client = client or vector_store.client
+            collection_name = collection_name or vector_store.collection_name
+        if client is None or not collection_name:
+            raise ConfigurationError(
+                "MilvusHybridRetriever needs vector_store=MilvusVectorStore(...) "
+                "(e.g. llama_index_rag_pack.storage.milvus.open_vector_store), "
+                "or client= and collection_name=."
+            )
+        self.search_type = MilvusSearchType.parse(search_type)
+        self.ranker = MilvusRanker.parse(ranker)
+        if (
+            isinstance(similarity_top_k, bool)
+            or not isinstance(similarity_top_k, int)
+            or similarity_top_k <= 0
+        ):
+            raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k!r}.")
+        if not isinstance(rrf_k, (int, float)) or isinstance(rrf_k, bool) or rrf_k < 0:
+            raise ConfigurationError(f"rrf_k must be a number >= 0 (60 is usual), got {rrf_k!r}.")
+        if weights is not None:
+            weights = [float(w) for w in weights]
+            if len(weights) != 2:
+                raise ConfigurationError(
+                    f"weights needs one value per searched field, (dense, sparse): 2 values, got "
+                    f"{len(weights)} ({weights!r})."
+                )
+            if any(not 0.0 <= w <= 1.0 for w in weights) or sum(weights) == 0:
+                raise ConfigurationError(
+                    f"weights must lie in [0, 1] and not both be 0, got {weights!r}."
+                )
+        elif self.ranker is MilvusRanker.WEIGHTED:
+            weights = [0.5, 0.5]
+        if weights is not None and self.ranker is MilvusRanker.RRF:
+            raise ConfigurationError(
+                "weights are used by the weighted ranker; pass ranker='weighted' with them "
+                "(the rrf ranker takes rrf_k)."
+            )
+        if pre_top_k is not None:
+            if reranker is None:
+                raise ConfigurationError("pre_top_k only applies with a reranker= second stage.")
+            if pre_top_k < similarity_top_k:
+                raise ConfigurationError(
+                    f"pre_top_k ({pre_top_k}) must be >= similarity_top_k ({similarity_top_k})."
+                )
+        self.client = client
+        self.collection_name = collection_name
+        self.rrf_k = float(rrf_k)
+        self.weights = weights
+        self.similarity_top_k = similarity_top_k
+        self.filter = filter or ""
+        self.reranker = reranker
+        self.pre_top_k = pre_top_k or (
+            4 * similarity_top_k if reranker is not None else similarity_top_k
+        )
+        self.dense_field = dense_field
+        self.sparse_field = sparse_field
+        self.text_field = text_field
+        self.dense_search_params = dict(dense_search_params or {})
+        self._check_collection()
+        if self.search_type is not MilvusSearchType.SPARSE:
+            from llama_index_rag_pack.components.settings import resolve_embed_model
+
+            embed_model = resolve_embed_model(embed_model)
+        self.embed_model = embed_model
+        super().__init__(callback_manager=callback_manager or CallbackManager([]), verbose=verbose)
+
+    # ------------------------------------------------------------------ setup
+    def _check_collection(self) -> None:
+        from llama_index_rag_pack.storage.milvus import ensure_loaded, has_bm25
+
+        if not self.client.has_collection(self.collection_name):
+            raise CollectionNotFoundError(
+                f"No Milvus collection {self.collection_name!r}: index documents first "
+                "(`rag-pack index PATH` or RagPack(documents=...)) or check the collection name."
+            )
+        info = self.client.describe_collection(self.collection_name)
+        fields = {f.get("name") for f in info.get("fields", [])}
+        if self.search_type is not MilvusSearchType.SPARSE and self.dense_field not in fields:
+            raise ConfigurationError(
+                f"Collection {self.collection_name!r} has no dense field {self.dense_field!r} "
+                f"(fields: {sorted(fields)}); set dense_field=."
+            )
+        if self.search_type is not MilvusSearchType.DENSE and (
+            self.sparse_field not in fields or not has_bm25(self.client, self.collection_name)
+        ):
+            raise ConfigurationError(
+                f"Collection {self.collection_name!r} has no BM25 sparse field "
+                f"{self.sparse_field!r}, so search_type={self.search_type.value!r} cannot work. "
+                "Re-index with open_vector_store(..., enable_bm25=True) "
+                "(RagPack(enable_bm25=True)), or use search_type='dense'."
+            )
+        output = [self.text_field]
+        if info.get("enable_dynamic_field") or "_node_content" in fields:
+            output += ["_node_content", "_node_type"]
+        self._output_fields = output
+        ensure_loaded(self.client, self.collection_name)
+
+    # ------------------------------------------------------------------ search
+    def _dense_params(self) -> dict[str, Any]:
+        params = dict(self.dense_search_params)
+        return {"params": params} if params and "params" not in params else params
+
+    @staticmethod
+    def _sparse_params() -> dict[str, Any]:
+        # Lite rejects the 0.2 drop ratio MilvusVectorStore sends; 0 keeps every query term.
+        return {"metric_type": "BM25", "params": {"drop_ratio_search": 0}}
+
+    def _search(
+        self, query: str, embedding: list[float] | None, limit: int
+    ) -> list[dict[str, Any]]:
+        if self.search_type is MilvusSearchType.DENSE:
+            res = self.client.search(
+                self.collection_name,
+                data=[embedding],
+                anns_field=self.dense_field,
+                limit=limit,
+                filter=self.filter,
+                output_fields=self._output_fields,
+                search_params=self._dense_params(),
+            )
+        elif self.search_type is MilvusSearchType.SPARSE:
+            res = self.client.search(
+                self.collection_name,
+                data=[query],
+                anns_field=self.sparse_field,
+                limit=limit,
+                filter=self.filter,
+                output_fields=self._output_fields,
+                search_params=self._sparse_params(),
+            )
+        else:
+            from pymilvus import AnnSearchRequest, RRFRanker, WeightedRanker
+
+            reqs = [
+                AnnSearchRequest(
+                    data=[embedding],
+                    anns_field=self.dense_field,
+                    param=self._dense_params(),
+                    limit=limit,
+                    expr=self.filter or None,
+                ),
+                AnnSearchRequest(
+                    data=[query],
+                    anns_field=self.sparse_field,
+                    param=self._sparse_params(),
+                    limit=limit,
+                    expr=self.filter or None,
+                ),
+            ]
+            ranker = (
+                RRFRanker(self.rrf_k)
+                if self.ranker is MilvusRanker.RRF
+                else WeightedRanker(*self.weights)
+            )
+            res = self.client.hybrid_search(
+                self.collection_name,
+                reqs=reqs,
+                ranker=ranker,
+                limit=limit,
+                output_fields=self._output_fields,
+            )
+        return list(res[0]) if res else []
+
+    def _to_nodes(self, hits: list[dict[str, Any]]) -> list[NodeWithScore]:
+        out = []
+        for hit in hits:
+            entity = hit.get("entity", {})
+            text = entity.get(self.text_field) or ""
+            if entity.get("_node_content"):
+                node = metadata_dict_to_node(
+                    {
+                        "_node_content": entity["_node_content"],
+                        "_node_type": entity.get("_node_type"),
+                    },
+                    text=text,
+                )
+            else:
+                node = TextNode(id_=str(hit.get("id")), text=text)
+            node.metadata["retrieval_search_type"] = self.search_type.value
+            if "retrieval_search_type" not in node.excluded_llm_metadata_keys:
+                node.excluded_llm_metadata_keys.append("retrieval_search_type")
+                node.excluded_embed_metadata_keys.append("retrieval_search_type")
+            score = float(hit.get("distance", 0.0))
+            if self.search_type is MilvusSearchType.SPARSE:
+                score = abs(score)  # BM25 scores are >= 0; Milvus Lite returns them negated
+            out.append(NodeWithScore(node=node, score=score))
+        if self.search_type is MilvusSearchType.SPARSE:
+            out.sort(key=lambda n: -(n.score or 0.0))
+        return out
+
+    def _limit(self) -> int:
+        return self.pre_top_k if self.reranker is not None else self.similarity_top_k
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = check_query(query_bundle)
+        embedding = None
+        if self.search_type is not MilvusSearchType.SPARSE:
+            embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
+        nodes = self._to_nodes(self._search(query, embedding, self._limit()))
+        if self.reranker is not None and nodes:
+            nodes = self.reranker.postprocess_nodes(nodes, query_bundle=query_bundle)
+        return nodes[: self.similarity_top_k]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query = check_query(query_bundle)
+        embedding = None
+        if self.search_type is not MilvusSearchType.SPARSE:
+            embedding = query_bundle.embedding or await self.embed_model.aget_query_embedding(query)
+        # MilvusClient is blocking (AsyncMilvusClient does not cover Milvus Lite): run it in a
+        # thread
+        hits = await asyncio.to_thread(self._search, query, embedding, self._limit())
+        nodes = self._to_nodes(hits)
+        if self.reranker is not None and nodes:
+            nodes = await self.reranker.apostprocess_nodes(nodes, query_bundle=query_bundle)
+        return nodes[: self.similarity_top_k]

@@ -1,0 +1,370 @@
+"""Everything Milvus-specific for opening stores lives here.
+
+The same calls work on Milvus Lite (a local ``*.db`` directory, the default), a Milvus server
+(``http://host:19530``) and a Milvus cluster: only public pymilvus / MilvusVectorStore API is used.
+
+Milvus Lite pitfalls handled here:
+
+* a reopened database has its collections *released*: :func:`open_vector_store` loads them;
+* searches before ``flush()`` are slow: :func:`flush` after bulk inserts;
+* one process per database directory: a second process gets a clear error, not a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from llama_index_rag_pack.components.settings import (
+    DEFAULT_EMBED_DIM,
+    default_collection,
+    default_milvus_uri,
+)
+from llama_index_rag_pack.core.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    MilvusUnavailableError,
+)
+
+logger = logging.getLogger(__name__)
+
+REMOTE_SCHEMES = ("http", "https", "tcp", "grpc", "unix")
+START_SERVER_HINT = (
+    "Start one with `milvus-lite server --data-dir ./milvus-data --host 127.0.0.1 --port 19530`, "
+    "check the uri, or use a local Milvus Lite path such as ./rag_pack_data/milvus.db"
+)
+
+
+def default_token(token: str | None = None) -> str:
+    """``token`` or ``RAG_PACK_MILVUS_TOKEN`` (``user:password`` or an API key), else empty."""
+    return token or os.environ.get("RAG_PACK_MILVUS_TOKEN", "")
+
+
+def is_remote_uri(uri: str) -> bool:
+    """True for a Milvus server/cluster address, False for a Milvus Lite path."""
+    return urlparse(uri).scheme in REMOTE_SCHEMES
+
+
+def check_uri(uri: str, *, timeout: float = 3.0) -> None:
+    """Fail fast, with a helpful message, when ``uri`` cannot work.
+
+    Raises:
+        ConfigurationError: a local path that Milvus Lite cannot use.
+        MilvusUnavailableError: a server address where nothing answers.
+    """
+    if not uri:
+        raise ConfigurationError("Milvus uri is empty: give a *.db path or http://host:19530.")
+    if is_remote_uri(uri):
+        parsed = urlparse(uri)
+        host = parsed.hostname or "127.0.0.1"
+        port = parsed.port or (443 if parsed.scheme == "https" else 19530)
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                pass
+        except OSError as e:
+            raise MilvusUnavailableError(
+                f"Cannot reach Milvus at {uri} ({e.__class__.__name__}: {e}). {START_SERVER_HINT}."
+            ) from e
+        return
+    if not uri.endswith(".db"):
+        raise ConfigurationError(
+            f"Milvus Lite needs a path ending in '.db', got {uri!r} "
+            "(e.g. ./rag_pack_data/milvus.db), or give a server address http://host:19530."
+        )
+    path = Path(uri)
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(
+            f"{uri!r} exists but is not a Milvus Lite database directory. Choose another path."
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+# Milvus Lite's gRPC server (in-process for a ``*.db`` path, or ``milvus-lite server``) keeps
+# gRPC's default ping policy (an idle client may ping once per 5 minutes), while pymilvus pings
+# every 10 s: after a few idle seconds the server answers with a "too_many_pings" GOAWAY, which
+# gRPC prints to stderr. A loopback connection needs no keepalive pings at all.
+_LOOPBACK_GRPC_OPTIONS = {
+    "grpc.keepalive_time_ms": 2**31 - 1,
+    "grpc.keepalive_permit_without_calls": 0,
+}
+_LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def client_kwargs(uri: str) -> dict[str, Any]:
+    """Extra ``MilvusClient`` keyword arguments for ``uri`` (gRPC options for local servers).
+
+    Every client of one address must get the same options: pymilvus shares one gRPC channel per
+    address and token, made with the options of the first client.
+
+    Example:
+        >>> client_kwargs("http://milvus.internal:19530")
+        {}
+        >>> sorted(client_kwargs("./rag_pack_data/milvus.db")["grpc_options"])
+        ['grpc.keepalive_permit_without_calls', 'grpc.keepalive_time_ms']
+    """
+    if is_remote_uri(uri) and urlparse(uri).hostname not in _LOOPBACK_HOSTS:
+        return {}
+    return {"grpc_options": dict(_LOOPBACK_GRPC_OPTIONS)}
+
+
+class _DemoteToDebug(logging.Filter):
+    """Turns a known, harmless log record of another library into a DEBUG record."""
+
+    def __init__(self, fragment: str) -> None:
+        super().__init__()
+        self.fragment = fragment
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.fragment in record.getMessage():
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info = record.exc_text = None
+        return record.levelno >= logging.getLogger(record.name).getEffectiveLevel()
+
+
+@functools.lru_cache(maxsize=1)
+def _quiet_lite_server_logs() -> None:
+    """Milvus Lite answers the RPCs it lacks (pymilvus' ``AllocTimestamp`` while an index is
+    created) with UNIMPLEMENTED, and gRPC's server logs each as an ERROR with a traceback. The
+    client copes, so these records go to DEBUG (``rag-pack -v`` or your own DEBUG logging)."""
+    logging.getLogger("grpc._server").addFilter(_DemoteToDebug("Method not implemented"))
+
+
+def open_client(uri: str | None = None, *, token: str | None = None) -> Any:
+    """Open a ``pymilvus.MilvusClient`` on ``uri`` with clear errors."""
+    from pymilvus import MilvusClient
+
+    uri = uri or default_milvus_uri()
+    check_uri(uri)
+    if not is_remote_uri(uri):
+        _quiet_lite_server_logs()
+    try:
+        return MilvusClient(uri=uri, token=default_token(token), **client_kwargs(uri))
+    except Exception as e:  # pymilvus raises MilvusException / RuntimeError / OSError
+        raise _open_error(uri, e) from e
+
+
+def _open_error(uri: str, e: Exception) -> Exception:
+    text = str(e)
+    if not is_remote_uri(uri) and ("lock" in text.lower() or _lite_dir_locked(uri)):
+        return MilvusUnavailableError(
+            f"Milvus Lite database {uri} is in use by another process (one process per database). "
+            "Close that process, or serve the directory with `milvus-lite server --data-dir "
+            f"{uri} --host 127.0.0.1 --port 19530` and connect every process to "
+            "uri=http://127.0.0.1:19530."
+        )
+    return MilvusUnavailableError(f"Could not open Milvus at {uri}: {text}. {START_SERVER_HINT}.")
+
+
+def _lite_dir_locked(uri: str) -> bool:
+    """True when another process holds the Milvus Lite directory lock."""
+    lock = Path(uri) / "LOCK"
+    if not lock.exists():
+        return False
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - non-POSIX
+        return False
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return False
+
+
+def open_vector_store(
+    uri: str | None = None,
+    collection_name: str | None = None,
+    *,
+    dim: int = DEFAULT_EMBED_DIM,
+    token: str | None = None,
+    overwrite: bool = False,
+    enable_bm25: bool = True,
+    must_exist: bool = False,
+    similarity_metric: str = "COSINE",
+    **store_kwargs: Any,
+) -> Any:
+    """Open (or create) a ``MilvusVectorStore`` ready to search.
+
+    Args:
+        uri: Milvus Lite path (``*.db``) or server address; default :func:`default_milvus_uri`.
+        collection_name: Default :func:`default_collection`.
+        dim: Embedding dimension of a new collection (384 for the bundled MiniLM).
+        token: Server token, if the server needs one.
+        overwrite: Drop an existing collection of that name first.
+        enable_bm25: Add Milvus' built-in BM25 function on the text field (sparse
+            ``sparse_embedding`` field), so dense, BM25 and hybrid search share one collection.
+        must_exist: Raise :class:`CollectionNotFoundError` instead of creating a new collection.
+        similarity_metric: ``COSINE`` (default, right for MiniLM), ``IP`` or ``L2``.
+        **store_kwargs: Passed on to ``MilvusVectorStore`` (index_config, search_config, ...).
+            Async methods run the sync client in a worker thread (usable from any event loop);
+            ``use_async_client=True`` restores pymilvus' own async client instead.
+
+    Raises:
+        MilvusUnavailableError: Milvus cannot be reached or opened.
+        CollectionNotFoundError: ``must_exist`` and the collection is missing.
+        ConfigurationError: an existing collection has another dimension than ``dim``.
+    """
+    from llama_index.vector_stores.milvus import MilvusVectorStore
+
+    uri = uri or default_milvus_uri()
+    token = default_token(token)
+    collection_name = collection_name or default_collection()
+    if similarity_metric.upper() not in ("COSINE", "IP", "L2"):
+        raise ConfigurationError(
+            f"similarity_metric must be one of COSINE, IP, L2; got {similarity_metric!r}."
+        )
+    client = open_client(uri, token=token)
+    exists = client.has_collection(collection_name)
+    if must_exist and not exists:
+        raise CollectionNotFoundError(
+            f"No collection {collection_name!r} in Milvus at {uri}. Index documents first "
+            "(`rag-pack index PATH` or RagPack(documents=...)), or check --uri/--collection."
+        )
+    if exists and not overwrite:
+        existing_dim = collection_dim(client, collection_name)
+        if existing_dim is not None and existing_dim != dim:
+            raise ConfigurationError(
+                f"Collection {collection_name!r} holds {existing_dim}-d vectors but the embedding "
+                f"model makes {dim}-d ones. Use the same embedding model, another collection name, "
+                "or overwrite=True to rebuild it."
+            )
+        enable_bm25 = enable_bm25 and has_bm25(client, collection_name)
+    kwargs: dict[str, Any] = dict(
+        uri=uri,
+        token=token or "",
+        collection_name=collection_name,
+        dim=dim,
+        overwrite=overwrite,
+        similarity_metric=similarity_metric.upper(),
+    )
+    if enable_bm25:
+        from llama_index.vector_stores.milvus.utils import BM25BuiltInFunction
+
+        kwargs.update(
+            enable_sparse=True,
+            sparse_embedding_function=BM25BuiltInFunction(),
+            hybrid_ranker="RRFRanker",
+            hybrid_ranker_params={"k": 60},
+        )
+    kwargs.update(client_kwargs(uri))
+    kwargs.update(store_kwargs)
+    kwargs.setdefault("use_async_client", False)
+    store_class = loop_safe_store_class() if not kwargs["use_async_client"] else MilvusVectorStore
+    try:
+        store = store_class(**kwargs)
+    except Exception as e:
+        raise _open_error(uri, e) from e
+    ensure_loaded(store.client, collection_name)
+    logger.info(
+        "Vector store: Milvus %s at %s, collection %r (%s)",
+        "server" if is_remote_uri(uri) else "Lite",
+        uri,
+        collection_name,
+        "existing" if exists and not overwrite else "new",
+    )
+    return store
+
+
+@functools.lru_cache(maxsize=1)
+def loop_safe_store_class() -> type:
+    """``MilvusVectorStore`` whose async methods run the sync client in a worker thread.
+
+    pymilvus' ``AsyncMilvusClient`` binds to the event loop of its first call, so a second
+    ``asyncio.run`` call on the same store fails with "Event loop is closed". Running the
+    (thread-safe) sync client in a worker thread keeps async callers non-blocking on any loop.
+    """
+    from llama_index.vector_stores.milvus import MilvusVectorStore
+
+    class LoopSafeMilvusVectorStore(MilvusVectorStore):
+        @classmethod
+        def class_name(cls) -> str:
+            return "LoopSafeMilvusVectorStore"
+
+        async def async_add(self, nodes: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(self.add, nodes, **kwargs)
+
+        async def adelete(self, ref_doc_id: str, **kwargs: Any) -> None:
+            await asyncio.to_thread(self.delete, ref_doc_id, **kwargs)
+
+        async def adelete_nodes(
+            self, node_ids: Any = None, filters: Any = None, **kwargs: Any
+        ) -> None:
+            await asyncio.to_thread(self.delete_nodes, node_ids, filters, **kwargs)
+
+        async def aclear(self) -> None:
+            await asyncio.to_thread(self.clear)
+
+        async def aget_nodes(self, node_ids: Any = None, filters: Any = None, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(self.get_nodes, node_ids, filters, **kwargs)
+
+        async def aquery(self, query: Any, **kwargs: Any) -> Any:
+            return await asyncio.to_thread(self.query, query, **kwargs)
+
+    return LoopSafeMilvusVectorStore
+
+
+def ensure_loaded(client: Any, collection_name: str) -> None:
+    """Load a collection into memory if it exists (Milvus Lite releases them on reopen)."""
+    if client.has_collection(collection_name):
+        client.load_collection(collection_name)
+
+
+def flush(store_or_client: Any, collection_name: str | None = None) -> None:
+    """Flush inserts so later searches are fast (Milvus Lite is slow on unflushed segments)."""
+    client = getattr(store_or_client, "client", store_or_client)
+    name = collection_name or getattr(store_or_client, "collection_name", None)
+    if name and client.has_collection(name):
+        client.flush(name)
+
+
+def collection_dim(client: Any, collection_name: str, field: str = "embedding") -> int | None:
+    info = client.describe_collection(collection_name)
+    for f in info.get("fields", []):
+        if f.get("name") == field:
+            dim = f.get("params", {}).get("dim")
+            return int(dim) if dim is not None else None
+    return None
+
+
+def has_bm25(client: Any, collection_name: str) -> bool:
+    """True when the collection has a BM25 function (built by ``enable_bm25=True``)."""
+    info = client.describe_collection(collection_name)
+    return any(_function_type_name(fn.get("type")) == "BM25" for fn in info.get("functions", []))
+
+
+def _function_type_name(value: Any) -> str:
+    name = getattr(value, "name", None)  # pymilvus FunctionType enum
+    if name:
+        return str(name).upper()
+    return "BM25" if value in (1, "1") else str(value).upper()
+
+
+def count_entities(store_or_client: Any, collection_name: str | None = None) -> int:
+    """Number of rows in a collection (0 when it does not exist)."""
+    client = getattr(store_or_client, "client", store_or_client)
+    name = collection_name or getattr(store_or_client, "collection_name", None)
+    if not name or not client.has_collection(name):
+        return 0
+    ensure_loaded(client, name)
+    res = client.query(name, filter="", output_fields=["count(*)"])
+    return int(res[0]["count(*)"]) if res else 0
+
+
+__all__ = [
+    "check_uri",
+    "count_entities",
+    "ensure_loaded",
+    "flush",
+    "has_bm25",
+    "is_remote_uri",
+    "open_client",
+    "open_vector_store",
+]
