@@ -186,3 +186,52 @@ def test_nothing_set_on_llamaindex_settings_creates_no_default_client() -> None:
     assert getattr(Settings, "_llm", None) is None, "a test leaked Settings.llm"
     # the property would build core's OpenAI default; the pack reads the stored value only
     assert settings._core_settings_llm() is None
+
+
+def test_llamaindex_settings_embed_model_is_used_when_none_is_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from llama_index.core import Settings
+    from llama_index.core.embeddings import MockEmbedding
+
+    configured = MockEmbedding(embed_dim=8)
+    monkeypatch.setattr(Settings, "_embed_model", configured)
+    assert settings.resolve_embed_model(None) is configured
+    explicit = MockEmbedding(embed_dim=4)
+    assert settings.resolve_embed_model(explicit) is explicit
+    # RAG_PACK_EMBED_MODEL is an explicit choice and wins over Settings
+    monkeypatch.setenv("RAG_PACK_EMBED_MODEL", str(tmp_path / "no-such-model"))
+    with pytest.raises(Exception, match="no-such-model"):
+        settings.resolve_embed_model(None)
+
+
+def test_nothing_set_on_llamaindex_settings_creates_no_default_embedding() -> None:
+    from llama_index.core import Settings
+
+    assert getattr(Settings, "_embed_model", None) is None, "a test leaked Settings.embed_model"
+    assert settings._core_settings_embed_model() is None
+
+
+def test_the_local_embedding_model_embeds_off_the_event_loop(embed_model) -> None:
+    import asyncio
+    import threading
+
+    loop_thread: list[int] = []
+    seen: list[int] = []
+    original = embed_model._get_query_embedding
+
+    def spy(query: str) -> list[float]:
+        seen.append(threading.get_ident())
+        return original(query)
+
+    async def main() -> list[float]:
+        loop_thread.append(threading.get_ident())
+        return await embed_model.aget_query_embedding("where is the loop?")
+
+    object.__setattr__(embed_model, "_get_query_embedding", spy)
+    try:
+        vector = asyncio.run(main())
+    finally:
+        object.__delattr__(embed_model, "_get_query_embedding")
+    assert len(vector) == 384
+    assert seen and seen[0] != loop_thread[0]

