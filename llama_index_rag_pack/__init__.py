@@ -29,9 +29,11 @@ from llama_index_rag_pack.core.rank_fusion import (
     relative_score_fusion,
     union_fusion,
 )
-from llama_index_rag_pack.core.references import ReferenceManager, ReferenceStyle, render_references
-from llama_index_rag_pack.evaluation.harness import EvalHarness, EvalReport
+from llama_index_rag_pack.core.reference_styles import ReferenceStyle
+from llama_index_rag_pack.core.references import ReferenceManager, render_references
+from llama_index_rag_pack.evaluation.harness import EvalHarness
 from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet, load_labelled_set
+from llama_index_rag_pack.evaluation.report import EvalReport
 from llama_index_rag_pack.pack.modes import ModeSpec, RetrievalMode, register_mode
 from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.pack.routed import RoutedRagPack, RouteSource

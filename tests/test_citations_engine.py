@@ -19,14 +19,10 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack.components.citation_postprocessor import CitationPostprocessor
-from llama_index_rag_pack.components.cited_query_engine import (
-    DEFAULT_CITATION_QA_PROMPT,
-    CitedQueryEngine,
-    CitedResponse,
-    attach_markers,
-    parse_annotations,
-    split_sentences,
-)
+from llama_index_rag_pack.components.citation_prompts import DEFAULT_CITATION_QA_PROMPT
+from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.components.cited_responses import CitedResponse
+from llama_index_rag_pack.core.annotations import attach_markers, parse_annotations, split_sentences
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.quotes import QuoteMatch
 from llama_index_rag_pack.storage.milvus import flush, open_vector_store
@@ -389,6 +385,76 @@ class TestValidation:
             CitedQueryEngine(retriever, llm, fuzzy_threshold=0)
 
 
+class TestFromArgs:
+    """``from_args`` follows core's ``RetrieverQueryEngine``/``CitationQueryEngine.from_args``."""
+
+    @pytest.fixture(autouse=True)
+    def _isolated_settings(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from llama_index.core import Settings
+
+        monkeypatch.setattr(Settings, "_callback_manager", None)
+
+    @pytest.fixture()
+    def index(self, milvus_db: str, embed_model) -> VectorStoreIndex:
+        # a store per test: the async Milvus client is bound to the test's event loop
+        store = open_vector_store(milvus_db, "citations", dim=384)
+        return VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
+
+    def test_from_an_index(self, index: VectorStoreIndex) -> None:
+        llm = ScriptedLLM(replies=lambda p: f"93 to 104 km/h [4](id={id_of(p, CHUNKS[0][0])}).")
+        engine = CitedQueryEngine.from_args(index, llm, similarity_top_k=2, style="text")
+        response = engine.query("How fast can a cheetah run?")
+        assert len(response.context_nodes) == 2 and len(doc_ids(llm.prompts[0])) == 2
+        assert response.answer == "93 to 104 km/h [1]."
+        assert [n.node.node_id for n in response.source_nodes] == ["n0"]
+
+    async def test_from_an_index_async(self, index: VectorStoreIndex) -> None:
+        llm = ScriptedLLM(replies=cheetah_marker_reply, forbid_sync=True)
+        engine = CitedQueryEngine.from_args(
+            index, llm, similarity_top_k=3, style="text", streaming=True
+        )
+        response = await engine.aquery(QUESTION)
+        text = "".join([d async for d in response.async_response_gen()])
+        assert text.startswith("Cheetahs can run at 93 to 104 km/h [1]")
+        assert len(response.context_nodes) == 3
+        assert sorted(n.node.node_id for n in response.source_nodes) == ["n0", "n1", "n2"]
+
+    def test_from_a_retriever_with_settings_llm(
+        self, retriever: BaseRetriever, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from llama_index.core import Settings
+
+        llm = ScriptedLLM(replies=cheetah_marker_reply)
+        monkeypatch.setattr(Settings, "_llm", llm)
+        engine = CitedQueryEngine.from_args(retriever, mode="markers", style="text")
+        assert engine.retriever is retriever
+        assert engine.callback_manager is Settings.callback_manager
+        assert "93 to 104 km/h [1]" in str(engine.query(QUESTION))
+        assert llm.call_count == 1
+
+    async def test_from_a_retriever_with_settings_llm_async(
+        self, retriever: BaseRetriever, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from llama_index.core import Settings
+
+        llm = ScriptedLLM(replies=cheetah_marker_reply, forbid_sync=True)
+        monkeypatch.setattr(Settings, "_llm", llm)
+        response = await CitedQueryEngine.from_args(retriever, style="text").aquery(QUESTION)
+        assert response.answer.endswith("Lions live in prides [2].")
+        assert llm.call_count == 1
+
+    def test_bad_arguments(self, retriever: BaseRetriever, index: VectorStoreIndex) -> None:
+        llm = ScriptedLLM()
+        with pytest.raises(ConfigurationError, match="set it on the retriever"):
+            CitedQueryEngine.from_args(retriever, llm, similarity_top_k=2)
+        with pytest.raises(ConfigurationError, match="similarity_top_k must be > 0, got 0"):
+            CitedQueryEngine.from_args(index, llm, similarity_top_k=0)
+        with pytest.raises(ConfigurationError, match="BaseRetriever"):
+            CitedQueryEngine.from_args(object(), llm)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match="markers, quotes, annotate"):
+            CitedQueryEngine.from_args(index, llm, mode="footnotes")
+
+
 class TestPostprocessor:
     @staticmethod
     def nodes() -> list[NodeWithScore]:
@@ -471,13 +537,13 @@ class TestPostprocessor:
 def test_local_llm_stream_is_rewritten_consistently(retriever, local_llm) -> None:
     """Whatever the real local model writes, no well-formed marker survives and citations are
     valid."""
-    from llama_index_rag_pack.core.references import _MATCH, _scan_marker
+    from llama_index_rag_pack.core.citation_markers import MATCH, scan_marker
 
     engine = CitedQueryEngine(retriever, local_llm, style="text", streaming=True)
     response = engine.query("How fast can a cheetah run?")
     text = "".join(response.response_gen)
     assert text.strip()
-    assert not any(_scan_marker(text, i)[0] == _MATCH for i, ch in enumerate(text) if ch == "[")
+    assert not any(scan_marker(text, i)[0] == MATCH for i, ch in enumerate(text) if ch == "[")
     context_ids = {n.node.node_id for n in response.context_nodes}
     assert {n.node.node_id for n in response.source_nodes} <= context_ids
     assert all(

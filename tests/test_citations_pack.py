@@ -11,7 +11,8 @@ from llama_index.core.query_engine import RetrieverQueryEngine
 
 from llama_index_rag_pack import RagPack, cli
 from llama_index_rag_pack.cli import output as cli_output
-from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine, CitedResponse
+from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.components.cited_responses import CitedResponse
 from llama_index_rag_pack.testing import ScriptedLLM
 
 DOCS = [

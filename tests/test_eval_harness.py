@@ -12,13 +12,10 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.evaluation.harness import (
-    EvalHarness,
-    clean_prediction,
-    evidence_in_text,
-    node_doc_ids,
-)
+from llama_index_rag_pack.evaluation.answers import clean_prediction
+from llama_index_rag_pack.evaluation.harness import EvalHarness
 from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet
+from llama_index_rag_pack.evaluation.scoring import evidence_in_text, node_doc_ids
 from llama_index_rag_pack.evaluation.strategies import register_strategy, resolve_strategies
 from llama_index_rag_pack.pack.modes import RetrievalMode, register_mode, unregister_mode
 from llama_index_rag_pack.pack.rag_pack import RagPack

@@ -23,6 +23,14 @@ def register(subparsers: Any) -> None:
         "table, a JSON file and a bar chart. Results are cached per strategy: a re-run only "
         "recomputes strategies whose configuration, code or data changed.",
     )
+    _add_data_arguments(p)
+    _add_run_arguments(p)
+    _add_output_arguments(p)
+    p.set_defaults(func=cmd_eval)
+
+
+def _add_data_arguments(p: argparse.ArgumentParser) -> None:
+    """What is evaluated: the labelled set, its corpus and the strategies."""
     p.add_argument(
         "--dataset", default="wiki_qa", help="shipped set name (default wiki_qa) or a .jsonl path"
     )
@@ -38,6 +46,16 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--list", action="store_true", help="list the strategies and sets, then exit")
     p.add_argument(
+        "--corpus-limit",
+        type=int,
+        default=None,
+        help="index only the first N documents and keep the questions about them",
+    )
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """How it is evaluated: retrieval depth, question sample, concurrency, answers."""
+    p.add_argument(
         "--top-k", type=int, default=10, help="chunks retrieved per question (default 10)"
     )
     p.add_argument(
@@ -49,12 +67,6 @@ def register(subparsers: Any) -> None:
         default=10,
         help="at most N questions for strategies that call an LLM per query (default 10; 0 = all)",
     )
-    p.add_argument(
-        "--corpus-limit",
-        type=int,
-        default=None,
-        help="index only the first N documents and keep the questions about them",
-    )
     p.add_argument("--seed", type=int, default=0, help="seed of the question sample (default 0)")
     p.add_argument(
         "--concurrency",
@@ -65,6 +77,10 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--answers", action="store_true", help="also let the LLM answer and score EM / token F1"
     )
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """Where results go and which caches are reused."""
     p.add_argument(
         "--cache-dir", default=None, help="index and result cache (default $RAG_PACK_DATA_DIR/eval)"
     )
@@ -79,7 +95,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--rebuild-index", action="store_true", help="index the corpus again")
     p.add_argument("--force", action="store_true", help="ignore cached results")
     p.add_argument("--no-chart", action="store_true", help="do not draw the PNG chart")
-    p.set_defaults(func=cmd_eval)
 
 
 def _list() -> int:

@@ -31,7 +31,7 @@ from llama_index_rag_pack.evaluation.labelled import (
 
 _LAZY = {
     "EvalHarness": "llama_index_rag_pack.evaluation.harness",
-    "EvalReport": "llama_index_rag_pack.evaluation.harness",
+    "EvalReport": "llama_index_rag_pack.evaluation.report",
     "Strategy": "llama_index_rag_pack.evaluation.strategies",
     "register_strategy": "llama_index_rag_pack.evaluation.strategies",
 }

@@ -1,0 +1,74 @@
+"""Sentence-level citations written by code: split an answer into sentences, read the LLM's
+``S1: 2, 3`` annotation lines, and put ``[k](id=M)`` markers on each sentence.
+
+Pure Python. Used by the ``annotate`` and ``quotes`` modes of
+:class:`~llama_index_rag_pack.components.cited_query_engine.CitedQueryEngine`; the markers are then
+renumbered like the LLM's own by :class:`~llama_index_rag_pack.core.references.ReferenceManager`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+__all__ = ["attach_markers", "parse_annotations", "split_sentences"]
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_CLOSING = ".!?;:"
+_ANNOTATION_LINE = re.compile(r"^\W*(?:s(?:entence)?\s*)?(\d+)\s*[:\-=>)\]]+\s*(.*)$", re.I)
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences with their trailing whitespace (joining them gives ``text`` back).
+
+    Example:
+        >>> split_sentences("One. Two!  Three")
+        ['One. ', 'Two!  ', 'Three']
+    """
+    pieces: list[str] = []
+    last = 0
+    for m in _SENTENCE_END.finditer(text):
+        pieces.append(text[last : m.end()])
+        last = m.end()
+    if last < len(text):
+        pieces.append(text[last:])
+    return pieces
+
+
+def attach_markers(sentence: str, ids: Sequence[int]) -> str:
+    """Insert ``[k](id=M)`` markers before the sentence's final punctuation (whitespace kept).
+
+    Example:
+        >>> attach_markers("Paris is in France. ", [3, 1])
+        'Paris is in France [1](id=3)[2](id=1). '
+    """
+    if not ids:
+        return sentence
+    body = sentence.rstrip()
+    trailing = sentence[len(body) :]
+    end = len(body)
+    while end > 0 and body[end - 1] in _CLOSING:
+        end -= 1
+    markers = "".join(f"[{k}](id={m})" for k, m in enumerate(ids, 1))
+    return f"{body[:end]} {markers}{body[end:]}{trailing}" if end else f"{markers}{body}{trailing}"
+
+
+def parse_annotations(text: str, n_sentences: int) -> dict[int, list[int]]:
+    """``{sentence_number: [document ids]}`` from lines like ``S1: 2, 3`` (tolerant; 1-based).
+
+    Example:
+        >>> parse_annotations("S1: 2, 3\\nSentence 2 - none\\nS9: 1", 2)
+        {1: [2, 3], 2: []}
+    """
+    found: dict[int, list[int]] = {}
+    for line in text.splitlines():
+        m = _ANNOTATION_LINE.match(line.strip())
+        if not m:
+            continue
+        sentence = int(m.group(1))
+        if not 1 <= sentence <= n_sentences:
+            continue
+        ids = [int(x) for x in re.findall(r"\d+", m.group(2))]
+        found.setdefault(sentence, [])
+        found[sentence].extend(i for i in ids if i not in found[sentence])
+    return found

@@ -1,0 +1,108 @@
+"""The evaluation corpus and its cached Milvus index.
+
+The corpus is indexed once per (documents, chunking, embedding model): the collection name carries
+a hash of the three, and a marker file next to the results records how many chunks a complete
+build holds, so an interrupted build is detected and redone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
+from llama_index_rag_pack.evaluation.cache import stable_hash
+from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet
+from llama_index_rag_pack.pack.rag_pack import RagPack
+from llama_index_rag_pack.storage.milvus import count_entities
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["default_pack_factory", "index_key", "open_or_build_index", "questions_about"]
+
+
+def questions_about(dataset: LabelledSet, documents: Sequence[Any]) -> list[LabelledExample]:
+    """The questions of ``dataset`` whose relevant documents are all among ``documents``.
+
+    Raises:
+        ConfigurationError: no question is left (wrong corpus, or ids that name no document).
+    """
+    doc_ids = {d.doc_id for d in documents}
+    examples = [
+        ex for ex in dataset.examples if not ex.relevant_ids or set(ex.relevant_ids) <= doc_ids
+    ]
+    dropped = len(dataset.examples) - len(examples)
+    if dropped:
+        logger.info("%d questions refer to documents outside the indexed corpus: left out", dropped)
+    if not examples:
+        raise ConfigurationError(
+            f"None of the {len(dataset)} questions has its relevant documents in the "
+            f"corpus ({len(documents)} documents): check --corpus / --corpus-limit and the ids "
+            "in the set."
+        )
+    return examples
+
+
+def index_key(
+    documents: Sequence[Any], chunk_size: int, chunk_overlap: int, embed_model_name: str
+) -> str:
+    """Hash of what the index holds: the documents' ids and texts, the chunking, the embeddings."""
+    corpus_hash = stable_hash(
+        [(d.doc_id, hashlib.sha256(d.text.encode()).hexdigest()) for d in documents]
+    )
+    return stable_hash(corpus_hash, chunk_size, chunk_overlap, embed_model_name)
+
+
+def open_or_build_index(
+    factory: Callable[..., Any],
+    documents: Sequence[Any],
+    pack_kwargs: dict[str, Any],
+    *,
+    marker: Path,
+    rebuild: bool = False,
+) -> Any:
+    """The pack over the cached index when it is complete, else one that indexes ``documents``.
+
+    Args:
+        factory: ``(documents | None, **pack_kwargs) -> RagPack``; ``None`` opens an existing
+            collection.
+        documents: The corpus.
+        pack_kwargs: ``uri``, ``collection_name`` and the pack's other arguments.
+        marker: JSON file recording the chunk count of a complete build.
+        rebuild: Index again even when the cached index is complete.
+    """
+    if not rebuild and marker.exists():
+        expected = json.loads(marker.read_text()).get("chunks")
+        try:
+            pack = factory(None, **pack_kwargs)
+            if count_entities(pack.vector_store) == expected:
+                return pack
+            logger.warning(
+                "Cached index %s is incomplete: rebuilding", pack_kwargs["collection_name"]
+            )
+        except RagPackError as e:
+            logger.info("No usable cached index (%s): building it", e)
+    logger.info(
+        "Indexing %d documents into %s (%s)",
+        len(documents),
+        pack_kwargs["collection_name"],
+        pack_kwargs["uri"],
+    )
+    marker.unlink(missing_ok=True)
+    pack = factory(documents, overwrite=True, **pack_kwargs)
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(
+        json.dumps({"chunks": count_entities(pack.vector_store), "documents": len(documents)})
+    )
+    return pack
+
+
+def default_pack_factory(documents: Any, **kwargs: Any) -> RagPack:
+    """``RagPack.open(**kwargs)`` without documents, else ``RagPack(documents, **kwargs)``."""
+    if documents is None:
+        return RagPack.open(**kwargs)
+    return RagPack(documents, **kwargs)
