@@ -51,11 +51,10 @@ from llama_index.core.schema import QueryBundle  # noqa: E402
 from llama_index.core.selectors import EmbeddingSingleSelector  # noqa: E402
 from llama_index.core.tools.types import ToolMetadata  # noqa: E402
 
-from llama_index_rag_pack.components.selectors import (  # noqa: E402
+from llama_index_rag_pack.components.logical_selector import LogicalSelector  # noqa: E402
+from llama_index_rag_pack.components.routes import Route, RoutingError  # noqa: E402
+from llama_index_rag_pack.components.semantic_selector import (  # noqa: E402
     DEFAULT_SEMANTIC_THRESHOLD,
-    LogicalSelector,
-    Route,
-    RoutingError,
     SemanticSelector,
 )
 from llama_index_rag_pack.components.settings import resolve_embed_model  # noqa: E402

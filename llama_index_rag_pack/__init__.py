@@ -4,16 +4,12 @@ from llama_index_rag_pack.components.citation_postprocessor import CitationPostp
 from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
 from llama_index_rag_pack.components.fusion import FusionRetriever
 from llama_index_rag_pack.components.hyde import HyDERetriever
+from llama_index_rag_pack.components.logical_selector import LogicalSelector
 from llama_index_rag_pack.components.prompt_router import PromptRouter
 from llama_index_rag_pack.components.rewrite import RewriteRetriever
 from llama_index_rag_pack.components.router import FusionRouterRetriever
-from llama_index_rag_pack.components.selectors import (
-    LogicalSelector,
-    Route,
-    RouteSelection,
-    RoutingError,
-    SemanticSelector,
-)
+from llama_index_rag_pack.components.routes import Route, RouteSelection, RoutingError
+from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.core.clustering import cluster_embeddings
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
@@ -36,7 +32,8 @@ from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSe
 from llama_index_rag_pack.evaluation.report import EvalReport
 from llama_index_rag_pack.pack.modes import ModeSpec, RetrievalMode, register_mode
 from llama_index_rag_pack.pack.rag_pack import RagPack
-from llama_index_rag_pack.pack.routed import RoutedRagPack, RouteSource
+from llama_index_rag_pack.pack.routed import RoutedRagPack
+from llama_index_rag_pack.pack.sources import RouteSource
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
 from llama_index_rag_pack.storage.raptor_tree import RaptorBuildError, RaptorTree

@@ -11,14 +11,11 @@ from llama_index.core import Document
 
 from llama_index_rag_pack import RagPack, RetrievalMode
 from llama_index_rag_pack.cli import main
-from llama_index_rag_pack.components.selectors import LogicalSelector, SemanticSelector
+from llama_index_rag_pack.components.logical_selector import LogicalSelector
+from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
-from llama_index_rag_pack.pack.routed import (
-    RoutedRagPack,
-    RouteSource,
-    discover_sources,
-    load_sources,
-)
+from llama_index_rag_pack.pack.routed import RoutedRagPack
+from llama_index_rag_pack.pack.sources import RouteSource, discover_sources, load_sources
 from llama_index_rag_pack.testing import ScriptedLLM
 
 SPACE = [

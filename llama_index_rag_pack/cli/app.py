@@ -91,42 +91,15 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
-    from llama_index_rag_pack.pack.rag_pack import RagPack
-    from llama_index_rag_pack.storage.milvus import count_entities
 
     timings: dict[str, float] = {}
-    kwargs = pack_kwargs(args)
-    kwargs["uri"] = args.uri or os.path.join(
-        os.environ.get("RAG_PACK_DATA_DIR", "rag_pack_data"), "demo.db"
-    )
     titles = args.titles or list(DEMO_TITLES)
-    # one collection per set of articles, so another --titles never reuses a different index
-    suffix = (
-        ""
-        if titles == list(DEMO_TITLES)
-        else "_" + hashlib.sha1("\n".join(titles).encode()).hexdigest()[:8]
-    )
-    kwargs["collection_name"] = args.collection or f"demo_wikipedia{suffix}"
+    kwargs = _demo_pack_kwargs(args, titles)
     out("rag-pack demo: Wikipedia articles shipped offline in the gensim wheel\n")
     with step(f"loading {len(titles)} Wikipedia articles", timings):
         documents = load_wikipedia_documents(titles)
         out(f"  {sum(len(d.text) for d in documents):,} characters")
-    with step("loading the embedding model and opening Milvus", timings):
-        pack = None
-        if not args.rebuild:
-            try:
-                pack = RagPack.open(similarity_top_k=args.top_k, **kwargs)
-                if count_entities(pack.vector_store) == 0:
-                    pack = None
-            except RagPackError:
-                pack = None
-    if pack is None:
-        with step("chunking, embedding and indexing into Milvus", timings):
-            pack = RagPack(
-                documents, overwrite=True, similarity_top_k=args.top_k, show_progress=True, **kwargs
-            )
-    else:
-        out("  reusing the existing index (pass --rebuild to index again)")
+    pack = _open_or_index_demo(args, documents, kwargs, timings)
     out(
         f"  {pack.count()} chunks in collection {pack.vector_store.collection_name!r} "
         f"at {kwargs['uri']}"
@@ -155,6 +128,51 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _demo_pack_kwargs(args: argparse.Namespace, titles: list[str]) -> dict[str, Any]:
+    """RagPack arguments of the demo: its own database, one collection per set of articles (so
+    another ``--titles`` never reuses a different index)."""
+    kwargs = pack_kwargs(args)
+    kwargs["uri"] = args.uri or os.path.join(
+        os.environ.get("RAG_PACK_DATA_DIR", "rag_pack_data"), "demo.db"
+    )
+    suffix = (
+        ""
+        if titles == list(DEMO_TITLES)
+        else "_" + hashlib.sha1("\n".join(titles).encode()).hexdigest()[:8]
+    )
+    kwargs["collection_name"] = args.collection or f"demo_wikipedia{suffix}"
+    return kwargs
+
+
+def _open_or_index_demo(
+    args: argparse.Namespace,
+    documents: Sequence[Any],
+    kwargs: dict[str, Any],
+    timings: dict[str, float],
+) -> Any:
+    """The demo's pack: the existing index when it holds chunks (and no ``--rebuild``), else a
+    fresh one over ``documents``."""
+    from llama_index_rag_pack.pack.rag_pack import RagPack
+    from llama_index_rag_pack.storage.milvus import count_entities
+
+    with step("loading the embedding model and opening Milvus", timings):
+        pack = None
+        if not args.rebuild:
+            try:
+                pack = RagPack.open(similarity_top_k=args.top_k, **kwargs)
+                if count_entities(pack.vector_store) == 0:
+                    pack = None
+            except RagPackError:
+                pack = None
+    if pack is not None:
+        out("  reusing the existing index (pass --rebuild to index again)")
+        return pack
+    with step("chunking, embedding and indexing into Milvus", timings):
+        return RagPack(
+            documents, overwrite=True, similarity_top_k=args.top_k, show_progress=True, **kwargs
+        )
+
+
 # --------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -163,6 +181,18 @@ def build_parser() -> argparse.ArgumentParser:
             "Advanced RAG over Milvus: index documents, ask questions, run the offline demo."
         ),
     )
+    _add_global_options(parser)
+    sub = parser.add_subparsers(dest="command", required=True)
+    modes = _mode_names()
+    _add_index_command(sub)
+    _add_ask_command(sub, modes)
+    _add_demo_command(sub, modes)
+    _register_subcommands(sub)
+    return parser
+
+
+def _add_global_options(parser: argparse.ArgumentParser) -> None:
+    """Where the data lives and which models answer (before the subcommand)."""
     parser.add_argument(
         "--uri",
         default=None,
@@ -180,8 +210,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log details and show tracebacks"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
 
+
+def _add_index_command(sub: Any) -> None:
     p = sub.add_parser("index", help="index files or directories (txt, md, pdf, html)")
     p.add_argument("paths", nargs="+", help="files or directories")
     p.add_argument("--overwrite", action="store_true", help="drop the collection first")
@@ -192,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-recursive", action="store_true", help="do not descend into subdirectories")
     p.set_defaults(func=cmd_index)
 
-    modes = _mode_names()
+
+def _add_ask_command(sub: Any, modes: Sequence[str]) -> None:
     p = sub.add_parser("ask", help="answer a question from the indexed collection")
     p.add_argument("question")
     p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
@@ -207,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_route_options(p)
     p.set_defaults(func=cmd_ask)
 
+
+def _add_demo_command(sub: Any, modes: Sequence[str]) -> None:
     p = sub.add_parser(
         "demo", help="index shipped Wikipedia articles and answer questions, offline"
     )
@@ -225,8 +259,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--rebuild", action="store_true", help="index again even if the demo index exists"
     )
     p.set_defaults(func=cmd_demo)
-    _register_subcommands(sub)
-    return parser
 
 
 def _add_citation_options(p: argparse.ArgumentParser) -> None:

@@ -1,7 +1,7 @@
 """CLI for routing: ``rag-pack ask --route`` and ``rag-pack route``.
 
 Sources come from ``--routes FILE`` (JSON, see
-:func:`~llama_index_rag_pack.pack.routed.load_sources`) or, without one, from every collection of
+:func:`~llama_index_rag_pack.pack.sources.load_sources`) or, without one, from every collection of
 the Milvus database, described from a sample of its chunks.
 """
 
@@ -18,7 +18,8 @@ __all__ = ["ask_routed", "open_routed_pack", "register"]
 def open_routed_pack(args: argparse.Namespace, **overrides: Any) -> Any:
     """Open a :class:`RoutedRagPack` over the sources of ``--routes`` or of every collection."""
     from llama_index_rag_pack.components.settings import default_milvus_uri
-    from llama_index_rag_pack.pack.routed import RoutedRagPack, discover_sources, load_sources
+    from llama_index_rag_pack.pack.routed import RoutedRagPack
+    from llama_index_rag_pack.pack.sources import discover_sources, load_sources
 
     uri = args.uri or default_milvus_uri()
     options: dict[str, Any] = {}

@@ -22,7 +22,8 @@ from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import QueryBundle
 
-from llama_index_rag_pack.components.selectors import Route, RouteSelection, SemanticSelector
+from llama_index_rag_pack.components.routes import Route, RouteSelection
+from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -23,7 +23,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.tools import RetrieverTool
 from llama_index.core.tools.types import ToolMetadata
 
-from llama_index_rag_pack.components.selectors import RouteSelection, route_names
+from llama_index_rag_pack.components.routes import RouteSelection, route_names
 from llama_index_rag_pack.core.errors import ConfigurationError, check_query
 
 logger = logging.getLogger(__name__)

@@ -15,22 +15,52 @@ Vocabulary:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
+from typing import Any
 
 import numpy as np
 
+from llama_index_rag_pack.core.errors import ConfigurationError
+
 __all__ = [
+    "Aggregation",
     "ThresholdFit",
     "aggregate_route_scores",
     "cosine_similarities",
     "decide",
     "fit_thresholds",
+    "fit_thresholds_around",
     "normalize_rows",
+    "parse_route_labels",
     "routing_accuracy",
 ]
 
-_AGGREGATIONS = ("max", "mean")
+
+class Aggregation(str, Enum):
+    """How a route's several texts (description, utterances) combine into one score."""
+
+    MAX = "max"
+    MEAN = "mean"
+
+    @classmethod
+    def parse(cls, value: str | Aggregation) -> Aggregation:
+        """Parse, raising :class:`ConfigurationError` listing the valid values."""
+        try:
+            return cls(getattr(value, "value", value))
+        except ValueError:
+            valid = ", ".join(m.value for m in cls)
+            raise ConfigurationError(
+                f"Unknown aggregation {value!r}; valid values: {valid}."
+            ) from None
+
+
+_AGGREGATIONS = tuple(a.value for a in Aggregation)
+
+LabelledQuery = tuple[str, str | Sequence[str] | None] | Mapping[str, Any]
+"""A ``(query, route)`` pair or a ``{"query": ..., "route": ...}`` dict; the route is a name, a
+list of acceptable names or ``None`` (the query belongs to no route)."""
 
 
 def normalize_rows(matrix: np.ndarray) -> np.ndarray:
@@ -198,3 +228,77 @@ def fit_thresholds(
     return ThresholdFit(
         thresholds=thresholds, accuracy=accuracy, initial_accuracy=initial_accuracy, passes=passes
     )
+
+
+def fit_thresholds_around(
+    score_matrix: np.ndarray,
+    labels: Sequence[frozenset[int]],
+    fixed: Mapping[int, float],
+    *,
+    max_passes: int = 10,
+) -> np.ndarray:
+    """:func:`fit_thresholds` for the routes not in ``fixed``; those keep their given threshold.
+
+    The free routes are fitted from scratch, the fixed thresholds are put in, and when there are
+    any the free ones are refitted around them (coordinate ascent from that start).
+
+    Args:
+        score_matrix: ``(n_examples, n_routes)`` route scores.
+        labels: Acceptable route indices per example; empty = out of scope.
+        fixed: ``{route index: threshold}`` of routes whose threshold must not change.
+        max_passes: Upper bound on coordinate-ascent passes.
+
+    Returns:
+        One threshold per route.
+
+    Example:
+        >>> scores = np.array([[0.9, 0.1], [0.2, 0.8], [0.1, 0.2]])
+        >>> labels = [frozenset({0}), frozenset({1}), frozenset()]
+        >>> fit_thresholds_around(scores, labels, {1: 0.5}).round(2).tolist()
+        [0.5, 0.5]
+    """
+    fitted = fit_thresholds(score_matrix, labels, max_passes=max_passes).thresholds.copy()
+    if not fixed:
+        return fitted
+    for i, threshold in fixed.items():
+        fitted[i] = threshold
+    fitted = fit_thresholds(
+        score_matrix, labels, initial=fitted, max_passes=max_passes
+    ).thresholds.copy()
+    for i, threshold in fixed.items():
+        fitted[i] = threshold
+    return fitted
+
+
+def parse_route_labels(
+    labelled_queries: Iterable[LabelledQuery], names: Sequence[str]
+) -> tuple[list[str], list[frozenset[int]]]:
+    """Query texts and, per query, the set of acceptable route indices (empty: no route).
+
+    Example:
+        >>> parse_route_labels([("What is 2+2?", "math"), {"query": "Hi", "route": None}],
+        ...                    ["physics", "math"])
+        (['What is 2+2?', 'Hi'], [frozenset({1}), frozenset()])
+
+    Raises:
+        ConfigurationError: no examples, a query without text, or a label naming no route.
+    """
+    queries, labels = [], []
+    for item in labelled_queries:
+        if isinstance(item, Mapping):
+            query, label = item.get("query"), item.get("route", item.get("routes"))
+        else:
+            query, label = item
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigurationError(f"Every labelled query needs query text, got {query!r}.")
+        acceptable = [] if label is None else [label] if isinstance(label, str) else list(label)
+        unknown = [a for a in acceptable if a not in names]
+        if unknown:
+            raise ConfigurationError(
+                f"Label(s) {unknown} for {query!r} name no route; routes: {list(names)}."
+            )
+        queries.append(query)
+        labels.append(frozenset(list(names).index(a) for a in acceptable))
+    if not queries:
+        raise ConfigurationError("fit_thresholds needs at least one labelled query.")
+    return queries, labels

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +35,9 @@ from llama_index_rag_pack.core.errors import (
     check_query,
 )
 from llama_index_rag_pack.pack._compat import BaseLlamaPack
+from llama_index_rag_pack.pack.engines import build_query_engine, query_engine_key, retriever_key
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
+from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, pack_tree_inputs
 from llama_index_rag_pack.storage import milvus as milvus_utils
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -234,12 +237,6 @@ class RagPack(BaseLlamaPack):
         Raises:
             EmptyCorpusError: nothing indexed and no documents given.
         """
-        from llama_index_rag_pack.pack.raptor import (
-            drop_pack_tree,
-            open_pack_tree,
-            pack_tree_inputs,
-        )
-
         inputs = pack_tree_inputs(self, documents)
         if overwrite:
             drop_pack_tree(self)
@@ -255,14 +252,6 @@ class RagPack(BaseLlamaPack):
         **tree_options: Any,
     ) -> BuildStats:
         """Async :meth:`build_raptor_tree` (summaries are written concurrently)."""
-        import asyncio
-
-        from llama_index_rag_pack.pack.raptor import (
-            drop_pack_tree,
-            open_pack_tree,
-            pack_tree_inputs,
-        )
-
         inputs = await asyncio.to_thread(pack_tree_inputs, self, documents)
         if overwrite:
             await asyncio.to_thread(drop_pack_tree, self)
@@ -283,10 +272,8 @@ class RagPack(BaseLlamaPack):
     ) -> BaseRetriever:
         """The retriever for ``mode`` (cached per mode and arguments)."""
         spec = get_mode(mode)
-        try:
-            key = (spec.name, _cache_key(kwargs))
-            hash(key)
-        except TypeError:  # an unhashable argument object: build a new retriever, uncached
+        key = retriever_key(spec.name, kwargs)
+        if key is None:  # an unhashable argument object: build a new retriever, uncached
             return spec.build(self, **kwargs)
         if key not in self._retrievers:
             self._retrievers[key] = spec.build(self, **kwargs)
@@ -308,34 +295,24 @@ class RagPack(BaseLlamaPack):
         ``ReferenceStyle``) and ``source_nodes`` are the cited chunks. ``citations=False`` gives
         core's plain ``RetrieverQueryEngine``.
         """
-        from llama_index.core.query_engine import RetrieverQueryEngine
-
         mode = RetrievalMode.parse(mode)
-        style_key = citation_style if isinstance(citation_style, str) else id(citation_style)
-        key = (
-            (mode, streaming, citations, style_key, citation_mode)
-            if citations
-            else (mode, streaming)
+        key = query_engine_key(
+            mode,
+            streaming=streaming,
+            citations=citations,
+            citation_style=citation_style,
+            citation_mode=citation_mode,
         )
         if key not in self._query_engines:
-            if citations:
-                from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
-
-                self._query_engines[key] = CitedQueryEngine(
-                    self.retriever(mode),
-                    llm=self.llm,
-                    mode=citation_mode,
-                    style=citation_style,
-                    streaming=streaming,
-                    callback_manager=self.callback_manager,
-                )
-            else:
-                self._query_engines[key] = RetrieverQueryEngine.from_args(
-                    self.retriever(mode),
-                    llm=self.llm,
-                    streaming=streaming,
-                    callback_manager=self.callback_manager,
-                )
+            self._query_engines[key] = build_query_engine(
+                self.retriever(mode),
+                llm=self.llm,
+                streaming=streaming,
+                citations=citations,
+                citation_style=citation_style,
+                citation_mode=citation_mode,
+                callback_manager=self.callback_manager,
+            )
         return self._query_engines[key]
 
     @property
@@ -388,19 +365,3 @@ class RagPack(BaseLlamaPack):
 
 
 __all__ = ["RagPack", "RetrievalMode"]
-
-
-def _cache_key(value: Any) -> Any:
-    """A hashable stand-in for retriever arguments: lists, tuples, sets and dicts by value.
-
-    Example:
-        >>> _cache_key({"weights": [1.0, 0.5], "modes": ("a", "b")})
-        (('modes', ('a', 'b')), ('weights', (1.0, 0.5)))
-    """
-    if isinstance(value, dict):
-        return tuple(sorted((k, _cache_key(v)) for k, v in value.items()))
-    if isinstance(value, (list, tuple)):
-        return tuple(_cache_key(v) for v in value)
-    if isinstance(value, (set, frozenset)):
-        return frozenset(_cache_key(v) for v in value)
-    return value

@@ -74,6 +74,57 @@ class MilvusRanker(str, Enum):
         return _parse_enum(cls, value, "ranker")
 
 
+def _check_limits(similarity_top_k: Any, rrf_k: Any) -> None:
+    """Raise :class:`ConfigurationError` for a ``similarity_top_k`` or ``rrf_k`` out of range."""
+    if (
+        isinstance(similarity_top_k, bool)
+        or not isinstance(similarity_top_k, int)
+        or similarity_top_k <= 0
+    ):
+        raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k!r}.")
+    if not isinstance(rrf_k, (int, float)) or isinstance(rrf_k, bool) or rrf_k < 0:
+        raise ConfigurationError(f"rrf_k must be a number >= 0 (60 is usual), got {rrf_k!r}.")
+
+
+def _check_pre_top_k(pre_top_k: int | None, similarity_top_k: int, reranker: Any | None) -> None:
+    """Raise :class:`ConfigurationError` for a ``pre_top_k`` without a reranker or below
+    ``similarity_top_k``."""
+    if pre_top_k is None:
+        return
+    if reranker is None:
+        raise ConfigurationError("pre_top_k only applies with a reranker= second stage.")
+    if pre_top_k < similarity_top_k:
+        raise ConfigurationError(
+            f"pre_top_k ({pre_top_k}) must be >= similarity_top_k ({similarity_top_k})."
+        )
+
+
+def _checked_weights(weights: Sequence[float] | None, ranker: MilvusRanker) -> list[float] | None:
+    """``(dense, sparse)`` weights as floats (``[0.5, 0.5]`` for the weighted ranker when none are
+    given; ``None`` for the rrf ranker).
+
+    Raises:
+        ConfigurationError: not two weights, weights outside [0, 1] or both 0, or weights given
+            with the rrf ranker.
+    """
+    if weights is None:
+        return [0.5, 0.5] if ranker is MilvusRanker.WEIGHTED else None
+    values = [float(w) for w in weights]
+    if len(values) != 2:
+        raise ConfigurationError(
+            f"weights needs one value per searched field, (dense, sparse): 2 values, got "
+            f"{len(values)} ({values!r})."
+        )
+    if any(not 0.0 <= w <= 1.0 for w in values) or sum(values) == 0:
+        raise ConfigurationError(f"weights must lie in [0, 1] and not both be 0, got {values!r}.")
+    if ranker is MilvusRanker.RRF:
+        raise ConfigurationError(
+            "weights are used by the weighted ranker; pass ranker='weighted' with them "
+            "(the rrf ranker takes rrf_k)."
+        )
+    return values
+
+
 class MilvusHybridRetriever(BaseRetriever):
     """Dense, BM25 (sparse) or hybrid search on one Milvus collection, with an optional rerank
     stage.
@@ -152,39 +203,9 @@ class MilvusHybridRetriever(BaseRetriever):
             )
         self.search_type = MilvusSearchType.parse(search_type)
         self.ranker = MilvusRanker.parse(ranker)
-        if (
-            isinstance(similarity_top_k, bool)
-            or not isinstance(similarity_top_k, int)
-            or similarity_top_k <= 0
-        ):
-            raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k!r}.")
-        if not isinstance(rrf_k, (int, float)) or isinstance(rrf_k, bool) or rrf_k < 0:
-            raise ConfigurationError(f"rrf_k must be a number >= 0 (60 is usual), got {rrf_k!r}.")
-        if weights is not None:
-            weights = [float(w) for w in weights]
-            if len(weights) != 2:
-                raise ConfigurationError(
-                    f"weights needs one value per searched field, (dense, sparse): 2 values, got "
-                    f"{len(weights)} ({weights!r})."
-                )
-            if any(not 0.0 <= w <= 1.0 for w in weights) or sum(weights) == 0:
-                raise ConfigurationError(
-                    f"weights must lie in [0, 1] and not both be 0, got {weights!r}."
-                )
-        elif self.ranker is MilvusRanker.WEIGHTED:
-            weights = [0.5, 0.5]
-        if weights is not None and self.ranker is MilvusRanker.RRF:
-            raise ConfigurationError(
-                "weights are used by the weighted ranker; pass ranker='weighted' with them "
-                "(the rrf ranker takes rrf_k)."
-            )
-        if pre_top_k is not None:
-            if reranker is None:
-                raise ConfigurationError("pre_top_k only applies with a reranker= second stage.")
-            if pre_top_k < similarity_top_k:
-                raise ConfigurationError(
-                    f"pre_top_k ({pre_top_k}) must be >= similarity_top_k ({similarity_top_k})."
-                )
+        _check_limits(similarity_top_k, rrf_k)
+        weights = _checked_weights(weights, self.ranker)
+        _check_pre_top_k(pre_top_k, similarity_top_k, reranker)
         self.client = client
         self.collection_name = collection_name
         self.rrf_k = float(rrf_k)

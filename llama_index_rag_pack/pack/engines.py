@@ -1,0 +1,91 @@
+"""What a :class:`~llama_index_rag_pack.RagPack` builds per retrieval mode and caches: the cache
+keys of its retrievers and query engines, and the query engine over a mode's retriever.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.query_engine import RetrieverQueryEngine
+
+from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index.core.base.base_retriever import BaseRetriever
+    from llama_index.core.llms import LLM
+
+__all__ = ["build_query_engine", "query_engine_key", "retriever_key"]
+
+
+def retriever_key(mode: str, arguments: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """The cache key of ``pack.retriever(mode, **arguments)``, or ``None`` when an argument is an
+    unhashable object (such a retriever is built anew every time).
+
+    Lists, tuples, sets and dicts count by value.
+
+    Example:
+        >>> retriever_key("hybrid", {"weights": [1.0, 0.5], "modes": ("a", "b")})
+        ('hybrid', (('modes', ('a', 'b')), ('weights', (1.0, 0.5))))
+        >>> retriever_key("vector", {"filters": {"x": bytearray(b"1")}}) is None
+        True
+    """
+    try:
+        key = (mode, _by_value(dict(arguments)))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _by_value(value: Any) -> Any:
+    """A hashable stand-in for ``value``: lists, tuples, sets and dicts by value."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, _by_value(v)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_by_value(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return frozenset(_by_value(v) for v in value)
+    return value
+
+
+def query_engine_key(
+    mode: str, *, streaming: bool, citations: bool, citation_style: Any, citation_mode: str
+) -> tuple[Any, ...]:
+    """The cache key of ``pack.make_query_engine(mode, ...)`` (a style object counts by
+    identity)."""
+    if not citations:
+        return (mode, streaming)
+    style_key = citation_style if isinstance(citation_style, str) else id(citation_style)
+    return (mode, streaming, citations, style_key, citation_mode)
+
+
+def build_query_engine(
+    retriever: BaseRetriever,
+    *,
+    llm: LLM,
+    streaming: bool,
+    citations: bool,
+    citation_style: Any,
+    citation_mode: str,
+    callback_manager: CallbackManager,
+) -> BaseQueryEngine:
+    """A query engine answering from ``retriever`` with ``llm``.
+
+    With ``citations`` a :class:`~llama_index_rag_pack.CitedQueryEngine` (``citation_mode`` and
+    ``citation_style`` are its ``mode`` and ``style``), otherwise core's ``RetrieverQueryEngine``.
+    """
+    if citations:
+        return CitedQueryEngine(
+            retriever,
+            llm=llm,
+            mode=citation_mode,
+            style=citation_style,
+            streaming=streaming,
+            callback_manager=callback_manager,
+        )
+    return RetrieverQueryEngine.from_args(
+        retriever, llm=llm, streaming=streaming, callback_manager=callback_manager
+    )

@@ -1,0 +1,216 @@
+"""The sources of a :class:`~llama_index_rag_pack.RoutedRagPack`: :class:`RouteSource` (one
+named Milvus collection), and sources read from a JSON file or discovered in a Milvus database.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.schema import Document
+
+from llama_index_rag_pack.components.routes import Route
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.pack.modes import RetrievalMode
+
+__all__ = [
+    "RouteSource",
+    "checked_sources",
+    "coerce_source",
+    "discover_sources",
+    "load_sources",
+]
+
+
+@dataclass
+class RouteSource:
+    """A named data source of a :class:`~llama_index_rag_pack.RoutedRagPack`: one Milvus
+    collection.
+
+    Args:
+        name: Route name (unique).
+        description: What the source holds (selectors route on it).
+        utterances: Example questions that belong here (semantic routing).
+        collection_name: Milvus collection (default: ``name``).
+        documents: Documents to index into it now (``None``: reopen the existing collection).
+        input_dir: A file or directory to read and index instead of ``documents``.
+        threshold: This route's semantic threshold (default: the pack's).
+        mode: Retrieval mode used inside the source (``"vector"`` or any other mode).
+
+    Example:
+        >>> RouteSource("python_docs", "The Python language reference", collection_name="py")
+        RouteSource(name='python_docs', description='The Python language reference', utterances=(), collection_name='py', documents=None, input_dir=None, threshold=None, mode='vector')
+    """  # noqa: E501  (doctest output: the dataclass repr is one line)
+
+    name: str
+    description: str = ""
+    utterances: Sequence[str] = field(default_factory=tuple)
+    collection_name: str | None = None
+    documents: Sequence[Document] | None = None
+    input_dir: str | Path | None = None
+    threshold: float | None = None
+    mode: str = "vector"
+
+    def __post_init__(self) -> None:
+        self.utterances = tuple(self.utterances)
+        self.route()  # validates name, description/utterances and threshold
+        if self.mode == RetrievalMode.ROUTE.value:
+            raise ConfigurationError(
+                f"RouteSource {self.name!r}: mode 'route' would route recursively; use 'vector'."
+            )
+        RetrievalMode.parse(self.mode)
+
+    @property
+    def collection(self) -> str:
+        """The Milvus collection (``collection_name``, else ``name``)."""
+        return self.collection_name or self.name
+
+    def route(self) -> Route:
+        """This source as a :class:`~llama_index_rag_pack.Route`."""
+        return Route(self.name, self.description, tuple(self.utterances), self.threshold)
+
+
+def coerce_source(value: RouteSource | Mapping[str, Any]) -> RouteSource:
+    """A :class:`RouteSource` from itself or from a dict (``collection`` is accepted for
+    ``collection_name``).
+
+    Raises:
+        ConfigurationError: unknown dict keys or an unsupported type.
+    """
+    if isinstance(value, RouteSource):
+        return value
+    if isinstance(value, Mapping):
+        data = dict(value)
+        if "collection" in data:
+            data["collection_name"] = data.pop("collection")
+        allowed = {
+            "name",
+            "description",
+            "utterances",
+            "collection_name",
+            "documents",
+            "input_dir",
+            "threshold",
+            "mode",
+        }
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise ConfigurationError(
+                f"Unknown source field(s) {unknown}; use {sorted(allowed | {'collection'})}."
+            )
+        return RouteSource(**data)
+    raise ConfigurationError(
+        f"A source must be a RouteSource or a dict, got {type(value).__name__}."
+    )
+
+
+def checked_sources(sources: Sequence[RouteSource | Mapping[str, Any]] | None) -> list[RouteSource]:
+    """``sources`` as :class:`RouteSource` objects, checked to be usable together.
+
+    Raises:
+        ConfigurationError: no sources, two sources with one name, or two sharing a collection.
+    """
+    srcs = [coerce_source(s) for s in sources or ()]
+    if not srcs:
+        raise ConfigurationError(
+            "RoutedRagPack needs at least one source: sources=[RouteSource(name, description)]."
+        )
+    names = [s.name for s in srcs]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigurationError(
+            f"Duplicate source names {dupes}: every source needs its own name."
+        )
+    collections = [s.collection for s in srcs]
+    if len(set(collections)) != len(collections):
+        raise ConfigurationError(
+            f"Two sources share a collection: {collections}. Give each its own."
+        )
+    return srcs
+
+
+# ------------------------------------------------------------------ sources from files / databases
+def load_sources(path: str | Path) -> tuple[list[RouteSource], dict[str, Any]]:
+    """Read sources from a JSON file: a list of sources, or
+    ``{"sources": [...], "fallback": ..., "threshold": ...}``.
+
+    Returns:
+        The sources and the pack options found beside them (``fallback``, ``threshold``,
+        ``top_k_routes``, ``selector``).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigurationError(
+            f"Routes file {str(p)!r} not found: give a JSON file with the sources."
+        )
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigurationError(f"Routes file {str(p)!r} is not valid JSON ({e}).") from e
+    options: dict[str, Any] = {}
+    if isinstance(data, dict):
+        raw = data.get("sources", data.get("routes"))
+        options = {
+            k: data[k] for k in ("fallback", "threshold", "top_k_routes", "selector") if k in data
+        }
+    else:
+        raw = data
+    if not isinstance(raw, list) or not raw:
+        raise ConfigurationError(
+            f"Routes file {str(p)!r} has no sources: "
+            "expected a list of {name, description, collection}."
+        )
+    return [coerce_source(s) for s in raw], options
+
+
+def discover_sources(
+    uri: str, *, token: str | None = None, sample: int = 40, max_utterances: int = 8
+) -> list[RouteSource]:
+    """Every collection of a Milvus database as a source, described from a sample of its chunks.
+
+    The description lists the titles/file names seen in the sample; the first sentences of a few
+    chunks from different documents become utterances.
+    """
+    from llama_index_rag_pack.storage.milvus import ensure_loaded, open_client
+
+    client = open_client(uri, token=token)
+    names = sorted(client.list_collections())
+    if not names:
+        raise ConfigurationError(
+            f"No collections in {uri}: index some documents first "
+            "(rag-pack index ... --collection NAME)."
+        )
+    sources = []
+    for name in names:
+        ensure_loaded(client, name)
+        rows = client.query(name, filter="", limit=sample, output_fields=["*"])
+        titles: list[str] = []
+        utterances: list[str] = []
+        for row in rows:
+            title = str(row.get("title") or row.get("file_name") or "").strip()
+            if title and title not in titles:
+                titles.append(title)
+                text = " ".join(str(row.get("text", "")).split())[:200]
+                if text and len(utterances) < max_utterances:
+                    utterances.append(text)
+        if not titles:
+            utterances = [
+                " ".join(str(r.get("text", "")).split())[:200]
+                for r in rows[:max_utterances]
+                if r.get("text")
+            ]
+        description = (
+            f"Documents about: {', '.join(titles[:20])}" if titles else f"Collection {name}"
+        )
+        sources.append(
+            RouteSource(
+                name=name,
+                description=description,
+                utterances=tuple(utterances),
+                collection_name=name,
+            )
+        )
+    return sources
