@@ -26,6 +26,7 @@ from llama_index.core.schema import (
     TextNode,
 )
 
+from llama_index_rag_pack.core import similarity
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -182,10 +183,7 @@ class CitationPostprocessor(BaseNodePostprocessor):
         texts_emb: list[list[float]] | None,
     ) -> list[NodeWithScore]:
         if query is not None and texts_emb is not None and pieces:
-            matrix = np.asarray(texts_emb, dtype=np.float64)
-            q = np.asarray(query, dtype=np.float64)
-            denom = np.linalg.norm(matrix, axis=1) * (np.linalg.norm(q) or 1.0)
-            sims = matrix @ q / np.where(denom == 0, 1.0, denom)
+            sims = similarity.cosine_similarities(query, similarity.normalize_rows(texts_emb))
             for piece, sim in zip(pieces, sims, strict=True):
                 piece.score = float(sim)
             order = sorted(range(len(pieces)), key=lambda i: -sims[i])
