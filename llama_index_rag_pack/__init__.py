@@ -5,6 +5,7 @@ from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
 from llama_index_rag_pack.components.fusion import FusionRetriever
 from llama_index_rag_pack.components.hyde import HyDERetriever
 from llama_index_rag_pack.components.prompt_router import PromptRouter
+from llama_index_rag_pack.components.raptor_levels import RaptorBuildError
 from llama_index_rag_pack.components.rewrite import RewriteRetriever
 from llama_index_rag_pack.components.router import FusionRouterRetriever
 from llama_index_rag_pack.components.selectors import (
@@ -37,7 +38,7 @@ from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.pack.routed import RoutedRagPack, RouteSource
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
-from llama_index_rag_pack.storage.raptor_tree import RaptorBuildError, RaptorTree
+from llama_index_rag_pack.storage.raptor_tree import RaptorTree
 
 __version__ = "0.1.0"
 
