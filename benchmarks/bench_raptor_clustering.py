@@ -124,11 +124,11 @@ def run_case(case: str, n: int) -> dict[str, Any]:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from llama_index_rag_pack.core.clustering import (
+    from llama_index_rag_pack.core.clustering import cluster_embeddings
+    from llama_index_rag_pack.core.dimension_reduction import reduce_embeddings
+    from llama_index_rag_pack.core.mixture_selection import (
         choose_n_clusters,
-        cluster_embeddings,
         exhaustive_n_clusters,
-        reduce_embeddings,
     )
 
     x = make_data(n)

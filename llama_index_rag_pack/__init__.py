@@ -6,6 +6,7 @@ from llama_index_rag_pack.components.fusion import FusionRetriever
 from llama_index_rag_pack.components.hyde import HyDERetriever
 from llama_index_rag_pack.components.logical_selector import LogicalSelector
 from llama_index_rag_pack.components.prompt_router import PromptRouter
+from llama_index_rag_pack.components.raptor_levels import RaptorBuildError
 from llama_index_rag_pack.components.rewrite import RewriteRetriever
 from llama_index_rag_pack.components.router import FusionRouterRetriever
 from llama_index_rag_pack.components.routes import Route, RouteSelection, RoutingError
@@ -36,7 +37,7 @@ from llama_index_rag_pack.pack.routed import RoutedRagPack
 from llama_index_rag_pack.pack.sources import RouteSource
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
-from llama_index_rag_pack.storage.raptor_tree import RaptorBuildError, RaptorTree
+from llama_index_rag_pack.storage.raptor_tree import RaptorTree
 
 __version__ = "0.1.0"
 

@@ -9,11 +9,11 @@ import pytest
 from llama_index.core import Document
 
 from llama_index_rag_pack import cli
+from llama_index_rag_pack.components.raptor_nodes import LEVEL_KEY
 from llama_index_rag_pack.core.errors import CollectionNotFoundError
 from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 from llama_index_rag_pack.pack.rag_pack import RagPack, RetrievalMode
 from llama_index_rag_pack.storage.raptor_retriever import RaptorRetriever
-from llama_index_rag_pack.storage.raptor_store import LEVEL_KEY
 from llama_index_rag_pack.testing import ScriptedLLM
 
 TITLES = ["Aardvark", "Apollo 11", "Abacus", "Alchemy"]

@@ -7,13 +7,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.core.clustering import (
-    _soft_labels,
-    choose_n_clusters,
-    cluster_embeddings,
-    exhaustive_n_clusters,
-    reduce_embeddings,
-)
+from llama_index_rag_pack.core.clustering import _soft_labels, cluster_embeddings
+from llama_index_rag_pack.core.dimension_reduction import reduce_embeddings
+from llama_index_rag_pack.core.mixture_selection import choose_n_clusters, exhaustive_n_clusters
 
 
 def blobs(

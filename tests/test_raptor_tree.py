@@ -16,6 +16,16 @@ import pytest
 from llama_index.core import Document
 from llama_index.core.prompts import PromptTemplate
 
+from llama_index_rag_pack.components.raptor_levels import RaptorBuildError
+from llama_index_rag_pack.components.raptor_nodes import (
+    CHILD_KEY,
+    CLUSTER_KEY,
+    LEVEL_KEY,
+    PARENT_KEY,
+    TOKENS_KEY,
+    summary_id,
+)
+from llama_index_rag_pack.components.raptor_summaries import clean_summary
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
@@ -24,19 +34,7 @@ from llama_index_rag_pack.core.errors import (
 from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 from llama_index_rag_pack.storage.milvus import open_vector_store
 from llama_index_rag_pack.storage.raptor_retriever import RaptorRetriever
-from llama_index_rag_pack.storage.raptor_store import (
-    CHILD_KEY,
-    CLUSTER_KEY,
-    LEVEL_KEY,
-    PARENT_KEY,
-    TOKENS_KEY,
-)
-from llama_index_rag_pack.storage.raptor_tree import (
-    RaptorBuildError,
-    RaptorTree,
-    clean_summary,
-    summary_id,
-)
+from llama_index_rag_pack.storage.raptor_tree import RaptorTree
 from llama_index_rag_pack.testing import ScriptedLLM
 
 TREE_OPTIONS = dict(
@@ -71,7 +69,7 @@ def summary_llm(**kwargs: Any) -> ScriptedLLM:
 
 
 def all_nodes(tree: RaptorTree) -> dict[str, Any]:
-    return {n.node_id: n for n in tree.store.scan(f"{LEVEL_KEY} >= 0")}
+    return {n.node_id: n for n in tree.store.tree_nodes()}
 
 
 def check_invariants(tree: RaptorTree) -> dict[str, Any]:
@@ -444,15 +442,15 @@ def test_failed_summaries_are_never_stored_and_the_build_resumes(
         tree.build(docs)
     assert "TimeoutError" in str(info.value) or "empty summary" in str(info.value)
     assert tree.levels()[0] == len(tree.make_leaves(docs)) and max(tree.levels()) == 1
-    stored = {n.node_id for n in tree.store.scan(f"{LEVEL_KEY} >= 1")}
+    stored = {n.node_id for n in tree.store.tree_nodes(min_level=1)}
     assert len(stored) == 1, "the one good summary is stored, the failed ones are not"
-    assert all(n.text.strip() for n in tree.store.scan(f"{LEVEL_KEY} >= 1"))
+    assert all(n.text.strip() for n in tree.store.tree_nodes(min_level=1))
 
     second = summary_llm()
     tree2 = RaptorTree(store, embed_model=embed_model, llm=second, **options)
     stats = tree2.resume()
     assert stats.summaries_reused >= len(stored) > 0
-    summaries = {n.node_id for n in tree2.store.scan(f"{LEVEL_KEY} >= 1")}
+    summaries = {n.node_id for n in tree2.store.tree_nodes(min_level=1)}
     assert stored <= summaries, "finished summaries were kept"
     assert second.call_count == len(summaries) - len(stored), (
         "only the missing summaries were written"

@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from llama_index_rag_pack.core.clustering import reduce_embeddings
+from llama_index_rag_pack.components.raptor_nodes import CHILD_KEY, CLUSTER_KEY, LEVEL_KEY
+from llama_index_rag_pack.core.dimension_reduction import reduce_embeddings
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.storage.raptor_store import CHILD_KEY, CLUSTER_KEY, LEVEL_KEY, RaptorStore
+from llama_index_rag_pack.storage.raptor_store import RaptorStore
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ def tree_outline(tree_or_store: Any, *, max_depth_nodes: int = 8, label_chars: i
     levels = store.levels()
     if not levels:
         return "(empty tree)\n"
-    nodes = {n.node_id: n for n in store.scan(f"{LEVEL_KEY} >= 0")}
+    nodes = {n.node_id: n for n in store.tree_nodes()}
     top = [n for n in nodes.values() if n.metadata.get(LEVEL_KEY) == max(levels)]
     lines = ["levels: " + ", ".join(f"L{lvl}={count}" for lvl, count in levels.items())]
 

@@ -145,9 +145,7 @@ def leaves_from_collection(vector_store: Any) -> list[Any]:
     leaves)."""
     from llama_index_rag_pack.storage.raptor_store import RaptorStore
 
-    store = RaptorStore(vector_store)
-    nodes = store.scan('id != ""', with_embeddings=True)
-    return nodes
+    return RaptorStore(vector_store).all_nodes(with_embeddings=True)
 
 
 __all__ = [

@@ -16,13 +16,14 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
+from llama_index_rag_pack.components.raptor_levels import BuildStats
+from llama_index_rag_pack.components.raptor_nodes import CHILD_KEY, TOKENS_KEY
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
     check_query,
 )
-from llama_index_rag_pack.storage.raptor_store import CHILD_KEY, LEVEL_KEY, TOKENS_KEY, quote_ids
-from llama_index_rag_pack.storage.raptor_tree import BuildStats, RaptorTree
+from llama_index_rag_pack.storage.raptor_tree import RaptorTree
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -281,23 +282,17 @@ class RaptorRetriever(BaseRetriever):
         embedding = query_bundle.embedding or self.tree.embed_model.get_query_embedding(
             query_bundle.query_str
         )
-        search = self.tree.store.search
-        k = self.similarity_top_k
+        store, k = self.tree.store, self.similarity_top_k
         if self.mode is RaptorRetrieveMode.COLLAPSED:
-            return self._cut(search(embedding, k, f"{LEVEL_KEY} >= 0"))
+            return self._cut(store.search_all_levels(embedding, k))
         if self.mode is RaptorRetrieveMode.LEAVES:
-            return self._cut(search(embedding, k, f"{LEVEL_KEY} == 0"))
+            return self._cut(store.search_level(embedding, k, 0))
         level = self.top_level
-        picked = search(embedding, k, f"{LEVEL_KEY} == {level}")
+        picked = store.search_level(embedding, k, level)
         selected = list(picked)
         while level > 0 and picked:
-            children = self._children(picked)
             level -= 1
-            picked = (
-                search(embedding, k, f"{LEVEL_KEY} == {level} and id in {quote_ids(children)}")
-                if children
-                else []
-            )
+            picked = store.search_within(embedding, k, level, self._children(picked))
             self._log_level(level, picked)
             selected.extend(picked)
         return self._cut(selected)
@@ -307,28 +302,20 @@ class RaptorRetriever(BaseRetriever):
         embedding = query_bundle.embedding or await self.tree.embed_model.aget_query_embedding(
             query_bundle.query_str
         )
-        search = self.tree.store.asearch
-        k = self.similarity_top_k
+        store, k = self.tree.store, self.similarity_top_k
         if self.mode is RaptorRetrieveMode.COLLAPSED:
-            return self._cut(await search(embedding, k, f"{LEVEL_KEY} >= 0"))
+            return self._cut(await store.asearch_all_levels(embedding, k))
         if self.mode is RaptorRetrieveMode.LEAVES:
-            return self._cut(await search(embedding, k, f"{LEVEL_KEY} == 0"))
+            return self._cut(await store.asearch_level(embedding, k, 0))
         # the first traversal scans the levels in Milvus: do it off the event loop
         level = self._top_level
         if level is None:
             level = await asyncio.to_thread(lambda: self.top_level)
-        picked = await search(embedding, k, f"{LEVEL_KEY} == {level}")
+        picked = await store.asearch_level(embedding, k, level)
         selected = list(picked)
         while level > 0 and picked:
-            children = self._children(picked)
             level -= 1
-            picked = (
-                await search(
-                    embedding, k, f"{LEVEL_KEY} == {level} and id in {quote_ids(children)}"
-                )
-                if children
-                else []
-            )
+            picked = await store.asearch_within(embedding, k, level, self._children(picked))
             self._log_level(level, picked)
             selected.extend(picked)
         return self._cut(selected)

@@ -1,15 +1,9 @@
 """Milvus access for RAPTOR trees: one collection holds every level.
 
 Each node is an ordinary LlamaIndex ``TextNode`` stored through ``MilvusVectorStore`` rows, with
-RAPTOR fields in its metadata (dynamic fields in Milvus, so they can be filtered on):
-
-========================  ====================================================
-``raptor_level``          0 for leaves (chunks), 1 for their summaries, ...
-``raptor_cluster_ids``    ids of the clusters the node belongs to at its level
-``raptor_parent_ids``     ids of the summary nodes that summarise it
-``raptor_child_ids``      ids of the nodes a summary summarises (empty for leaves)
-``raptor_tokens``         the node's length in tokens (for token budgets)
-========================  ====================================================
+its RAPTOR fields (:mod:`~llama_index_rag_pack.components.raptor_nodes`) in the metadata: dynamic
+fields in Milvus, so they can be filtered on. Every Milvus filter expression of RAPTOR is written
+here: callers ask for a level, some ids or the whole tree.
 
 Levels are scanned with ``query`` iterators and filters, never with a huge ``top_k``. Only public
 pymilvus / ``MilvusVectorStore`` API is used, so the same code runs on Milvus Lite and servers.
@@ -27,41 +21,34 @@ from llama_index.core.schema import BaseNode, NodeWithScore, TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
+from llama_index_rag_pack.components.raptor_nodes import LEVEL_KEY
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.storage import milvus as milvus_utils
 
 logger = logging.getLogger(__name__)
 
-LEVEL_KEY = "raptor_level"
-CLUSTER_KEY = "raptor_cluster_ids"
-PARENT_KEY = "raptor_parent_ids"
-CHILD_KEY = "raptor_child_ids"
-TOKENS_KEY = "raptor_tokens"
-RAPTOR_KEYS = (LEVEL_KEY, CLUSTER_KEY, PARENT_KEY, CHILD_KEY, TOKENS_KEY)
-
 _ROW_FIELDS = ["id", "text", "_node_content", "_node_type"]
 _SCAN_BATCH = 1000
 _ID_CHUNK = 500
 _QUERY_WINDOW = 16_384  # the most rows one query/search returns
+_EVERY_ROW = 'id != ""'
 
 
-def quote_ids(ids: Iterable[str]) -> str:
+def _quote_ids(ids: Iterable[str]) -> str:
     """A Milvus list literal of string ids: ``["a", "b"]``."""
     return "[" + ", ".join(json.dumps(str(i)) for i in ids) + "]"
 
 
-def mark_raptor_node(node: BaseNode, **fields: Any) -> None:
-    """Set RAPTOR metadata on ``node``, kept out of the text the embedder and the LLM see."""
-    node.metadata.update(fields)
-    for key in RAPTOR_KEYS:
-        if key not in node.excluded_embed_metadata_keys:
-            node.excluded_embed_metadata_keys.append(key)
-        if key not in node.excluded_llm_metadata_keys:
-            node.excluded_llm_metadata_keys.append(key)
+def _level_expr(level: int) -> str:
+    return f"{LEVEL_KEY} == {int(level)}"
 
 
-def node_level(node: BaseNode) -> int:
-    return int(node.metadata.get(LEVEL_KEY, 0))
+def _min_level_expr(level: int) -> str:
+    return f"{LEVEL_KEY} >= {int(level)}"
+
+
+def _ids_expr(ids: Sequence[str]) -> str:
+    return f"id in {_quote_ids(ids)}"
 
 
 class RaptorStore:
@@ -151,7 +138,7 @@ class RaptorStore:
             return
         for start in range(0, len(ids), _ID_CHUNK):
             chunk = ids[start : start + _ID_CHUNK]
-            self.client.delete(self.collection_name, filter=f"id in {quote_ids(chunk)}")
+            self.client.delete(self.collection_name, filter=_ids_expr(chunk))
         self.flush()
 
     # ------------------------------------------------------------------ reads
@@ -164,8 +151,8 @@ class RaptorStore:
             node.embedding = [float(v) for v in row[self.embedding_field]]
         return node  # type: ignore[return-value]
 
-    def scan(self, expr: str, *, with_embeddings: bool = False) -> list[TextNode]:
-        """Every node matching a filter expression, read with a query iterator."""
+    def _scan(self, expr: str, *, with_embeddings: bool = False) -> list[TextNode]:
+        """Every node matching a filter expression, sorted by id."""
         if not self.exists():
             return []
         milvus_utils.ensure_loaded(self.client, self.collection_name)
@@ -197,16 +184,24 @@ class RaptorStore:
 
     def level(self, level: int, *, with_embeddings: bool = False) -> list[TextNode]:
         """All nodes of one level, sorted by id."""
-        return self.scan(f"{LEVEL_KEY} == {int(level)}", with_embeddings=with_embeddings)
+        return self._scan(_level_expr(level), with_embeddings=with_embeddings)
+
+    def tree_nodes(self, *, min_level: int = 0, with_embeddings: bool = False) -> list[TextNode]:
+        """Every tree node at ``min_level`` or above, sorted by id."""
+        return self._scan(_min_level_expr(min_level), with_embeddings=with_embeddings)
+
+    def all_nodes(self, *, with_embeddings: bool = False) -> list[TextNode]:
+        """Every node in the collection, RAPTOR or not (e.g. a pack's chunks), sorted by id."""
+        return self._scan(_EVERY_ROW, with_embeddings=with_embeddings)
 
     def get(self, ids: Iterable[str], *, with_embeddings: bool = False) -> list[TextNode]:
+        """The stored nodes among ``ids`` (missing ids are left out)."""
         ids = list(dict.fromkeys(ids))
         out: list[TextNode] = []
         for start in range(0, len(ids), _ID_CHUNK):
             out.extend(
-                self.scan(
-                    f"id in {quote_ids(ids[start : start + _ID_CHUNK])}",
-                    with_embeddings=with_embeddings,
+                self._scan(
+                    _ids_expr(ids[start : start + _ID_CHUNK]), with_embeddings=with_embeddings
                 )
             )
         return out
@@ -219,10 +214,9 @@ class RaptorStore:
         doc_field = getattr(self.vector_store, "doc_id_field", "doc_id") or "doc_id"
         out: list[TextNode] = []
         for start in range(0, len(ids), _ID_CHUNK):
-            expr = (
-                f"{doc_field} in {quote_ids(ids[start : start + _ID_CHUNK])} and {LEVEL_KEY} == 0"
-            )
-            out.extend(self.scan(expr, with_embeddings=with_embeddings))
+            chunk = ids[start : start + _ID_CHUNK]
+            expr = f"{doc_field} in {_quote_ids(chunk)} and {_level_expr(0)}"
+            out.extend(self._scan(expr, with_embeddings=with_embeddings))
         return out
 
     def levels(self) -> dict[int, int]:
@@ -231,18 +225,62 @@ class RaptorStore:
             return {}
         milvus_utils.ensure_loaded(self.client, self.collection_name)
         counts: dict[int, int] = {}
-        for row in self._rows(f"{LEVEL_KEY} >= 0", [LEVEL_KEY]):
+        for row in self._rows(_min_level_expr(0), [LEVEL_KEY]):
             lvl = int(row[LEVEL_KEY])
             counts[lvl] = counts.get(lvl, 0) + 1
         return dict(sorted(counts.items()))
 
     def top_level(self) -> int | None:
+        """The highest level stored, ``None`` for an empty tree."""
         levels = self.levels()
         return max(levels) if levels else None
 
+    def delete_levels_above(self, level: int) -> None:
+        """Delete every node above ``level`` (leftovers of a taller tree)."""
+        if not self.exists():
+            return
+        milvus_utils.ensure_loaded(self.client, self.collection_name)
+        above = self._rows(_min_level_expr(level + 1), ["id"])
+        self.delete_ids(str(row["id"]) for row in above)
+
     # ------------------------------------------------------------------ search
-    def _query(self, embedding: Sequence[float], top_k: int, expr: str) -> VectorStoreQuery:
-        return VectorStoreQuery(query_embedding=list(embedding), similarity_top_k=top_k)
+    def search_all_levels(self, embedding: Sequence[float], top_k: int) -> list[NodeWithScore]:
+        """The ``top_k`` nodes nearest to ``embedding``, leaves and summaries of every level."""
+        return self._search(embedding, top_k, _min_level_expr(0))
+
+    def search_level(
+        self, embedding: Sequence[float], top_k: int, level: int
+    ) -> list[NodeWithScore]:
+        """The ``top_k`` nodes of ``level`` nearest to ``embedding``."""
+        return self._search(embedding, top_k, _level_expr(level))
+
+    def search_within(
+        self, embedding: Sequence[float], top_k: int, level: int, ids: Sequence[str]
+    ) -> list[NodeWithScore]:
+        """The ``top_k`` nodes of ``level`` among ``ids`` nearest to ``embedding``."""
+        if not ids:
+            return []
+        return self._search(embedding, top_k, f"{_level_expr(level)} and {_ids_expr(ids)}")
+
+    async def asearch_all_levels(
+        self, embedding: Sequence[float], top_k: int
+    ) -> list[NodeWithScore]:
+        """Async :meth:`search_all_levels`."""
+        return await self._asearch(embedding, top_k, _min_level_expr(0))
+
+    async def asearch_level(
+        self, embedding: Sequence[float], top_k: int, level: int
+    ) -> list[NodeWithScore]:
+        """Async :meth:`search_level`."""
+        return await self._asearch(embedding, top_k, _level_expr(level))
+
+    async def asearch_within(
+        self, embedding: Sequence[float], top_k: int, level: int, ids: Sequence[str]
+    ) -> list[NodeWithScore]:
+        """Async :meth:`search_within`."""
+        if not ids:
+            return []
+        return await self._asearch(embedding, top_k, f"{_level_expr(level)} and {_ids_expr(ids)}")
 
     @staticmethod
     def _with_scores(result: Any) -> list[NodeWithScore]:
@@ -251,37 +289,27 @@ class RaptorStore:
             NodeWithScore(node=n, score=s) for n, s in zip(result.nodes or [], sims, strict=False)
         ]
 
-    def search(self, embedding: Sequence[float], top_k: int, expr: str = "") -> list[NodeWithScore]:
+    def _search(self, embedding: Sequence[float], top_k: int, expr: str) -> list[NodeWithScore]:
         """Dense search restricted by a filter expression."""
         if top_k <= 0:
             return []
-        result = self.vector_store.query(self._query(embedding, top_k, expr), string_expr=expr)
-        return self._with_scores(result)
+        query = VectorStoreQuery(query_embedding=list(embedding), similarity_top_k=top_k)
+        return self._with_scores(self.vector_store.query(query, string_expr=expr))
 
-    async def asearch(
-        self, embedding: Sequence[float], top_k: int, expr: str = ""
+    async def _asearch(
+        self, embedding: Sequence[float], top_k: int, expr: str
     ) -> list[NodeWithScore]:
-        """Async :meth:`search`: the sync client in a worker thread, so the event loop never blocks.
+        """Async :meth:`_search`: the sync client in a worker thread, so the event loop never
+        blocks.
 
         (pymilvus' ``AsyncMilvusClient`` is bound to the first event loop that used it and fails on
         any later one, e.g. after a second ``asyncio.run``; a thread works on every loop.)
         """
         if top_k <= 0:
             return []
-        query = self._query(embedding, top_k, expr)
+        query = VectorStoreQuery(query_embedding=list(embedding), similarity_top_k=top_k)
         result = await asyncio.to_thread(self.vector_store.query, query, string_expr=expr)
         return self._with_scores(result)
 
 
-__all__ = [
-    "CHILD_KEY",
-    "CLUSTER_KEY",
-    "LEVEL_KEY",
-    "PARENT_KEY",
-    "RAPTOR_KEYS",
-    "TOKENS_KEY",
-    "RaptorStore",
-    "mark_raptor_node",
-    "node_level",
-    "quote_ids",
-]
+__all__ = ["RaptorStore"]

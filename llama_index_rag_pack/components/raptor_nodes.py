@@ -1,0 +1,75 @@
+"""What a RAPTOR node is: its metadata fields and its deterministic id.
+
+Each node is an ordinary LlamaIndex ``TextNode`` with RAPTOR fields in its metadata (dynamic
+fields in Milvus, so they can be filtered on):
+
+==========================  ==================================================================
+``raptor_level``            0 for leaves (chunks), 1 for their summaries, ...
+``raptor_cluster_ids``      ids of the clusters the node belongs to at its level
+``raptor_parent_ids``       ids of the summary nodes that summarise it
+``raptor_child_ids``        ids of the nodes a summary summarises (empty for leaves)
+``raptor_tokens``           the node's length in tokens (for token budgets)
+``raptor_source_cluster``   summaries only: the cluster of the level below they summarise
+==========================  ==================================================================
+
+Ids are hashes of what a node holds, so that rebuilding the same corpus finds the nodes already
+stored: a leaf's id hashes its document id, position and text, a summary's id its level and its
+children's ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from llama_index.core.schema import BaseNode
+
+LEVEL_KEY = "raptor_level"
+CLUSTER_KEY = "raptor_cluster_ids"
+PARENT_KEY = "raptor_parent_ids"
+CHILD_KEY = "raptor_child_ids"
+TOKENS_KEY = "raptor_tokens"
+SOURCE_CLUSTER_KEY = "raptor_source_cluster"
+RAPTOR_KEYS = (LEVEL_KEY, CLUSTER_KEY, PARENT_KEY, CHILD_KEY, TOKENS_KEY)
+
+
+def summary_id(level: int, child_ids: Sequence[str]) -> str:
+    """Deterministic id of the summary of ``child_ids`` at ``level`` (what makes builds
+    resumable).
+
+    Example:
+        >>> summary_id(1, ["b", "a"]) == summary_id(1, ["a", "b"])
+        True
+    """
+    digest = hashlib.sha1(("\n".join(sorted(child_ids)) + f"\n@{level}").encode()).hexdigest()[:24]
+    return f"raptor-{level}-{digest}"
+
+
+def leaf_id(ref_doc_id: str | None, position: int, text: str) -> str:
+    """Deterministic id of the ``position``-th chunk of document ``ref_doc_id``."""
+    digest = hashlib.sha1(f"{ref_doc_id}\x00{position}\x00{text}".encode()).hexdigest()[:24]
+    return f"raptor-0-{digest}"
+
+
+def mark_raptor_node(node: BaseNode, **fields: object) -> None:
+    """Set RAPTOR metadata on ``node``, kept out of the text the embedder and the LLM see."""
+    node.metadata.update(fields)
+    for key in RAPTOR_KEYS:
+        if key not in node.excluded_embed_metadata_keys:
+            node.excluded_embed_metadata_keys.append(key)
+        if key not in node.excluded_llm_metadata_keys:
+            node.excluded_llm_metadata_keys.append(key)
+
+
+__all__ = [
+    "CHILD_KEY",
+    "CLUSTER_KEY",
+    "LEVEL_KEY",
+    "PARENT_KEY",
+    "RAPTOR_KEYS",
+    "SOURCE_CLUSTER_KEY",
+    "TOKENS_KEY",
+    "leaf_id",
+    "mark_raptor_node",
+    "summary_id",
+]
