@@ -189,7 +189,6 @@ def _function_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
     return len(lines)
 
 
-@pytest.mark.xfail(strict=True, reason="the oversized modules are being split")
 def test_modules_stay_under_the_size_limit() -> None:
     too_long = {
         m: n
@@ -199,7 +198,6 @@ def test_modules_stay_under_the_size_limit() -> None:
     assert too_long == {}, f"split these modules (limit {MAX_MODULE_LINES} lines): {too_long}"
 
 
-@pytest.mark.xfail(strict=True, reason="the oversized modules are being split")
 def test_functions_stay_under_the_size_limit() -> None:
     too_long = {}
     for module, path in MODULES.items():

@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
     from llama_index.core.llms import LLM
 
-    from llama_index_rag_pack.storage.raptor_tree import BuildStats
+    from llama_index_rag_pack.components.raptor_levels import BuildStats
 
 logger = logging.getLogger(__name__)
 
