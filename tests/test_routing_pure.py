@@ -198,8 +198,8 @@ def test_property_normalize_vector(values: list[float]) -> None:
     unit = similarity.normalize_vector(values)
     assert unit.dtype == np.float64 and unit.shape == (len(values),)
     norm = float(np.linalg.norm(np.asarray(values)))
-    if norm == 0.0:
-        assert not unit.any()
+    if norm == 0.0:  # a zero vector, or one whose norm underflows: nothing to scale by
+        assert np.array_equal(unit, np.asarray(values))
     else:
         assert np.allclose(unit * norm, values, rtol=1e-9, atol=1e-9)
         assert float(np.linalg.norm(unit)) == pytest.approx(1.0)

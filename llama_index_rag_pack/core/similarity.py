@@ -61,13 +61,14 @@ def normalize_vector(vector: ArrayLike, *, dtype: DTypeLike = np.float64) -> np.
 
 
 def cosine_similarities(query: ArrayLike, normalized_rows: np.ndarray) -> np.ndarray:
-    """Cosine similarity of ``query`` with every row of an already row-normalized matrix.
+    """Cosine similarity of ``query`` with every row of an already row-normalized matrix, in the
+    matrix's dtype.
 
     Example:
         >>> cosine_similarities([2.0, 0.0], normalize_rows([[1.0, 0.0], [0.0, 5.0]])).tolist()
         [1.0, 0.0]
     """
-    return normalized_rows @ normalize_vector(query, dtype=np.float32)
+    return normalized_rows @ normalize_vector(query, dtype=normalized_rows.dtype)
 
 
 def aggregate_route_scores(
