@@ -53,6 +53,20 @@ class TestVerify:
         )
         assert check.match is QuoteMatch.FUZZY and check.source_id == 1 and check.score >= 0.85
 
+    def test_fuzzy_span_lies_on_the_matching_words(self) -> None:
+        check = verify_quote(
+            "The lion is a big cat of the genus Panthera native to Africa", SOURCES, 1
+        )
+        assert check.match is QuoteMatch.FUZZY and check.source_id == 2 and check.misattributed
+        start, end = check.span
+        assert SOURCES[1][start:end].startswith("The lion is a large cat of the genus Panthera")
+
+    def test_a_source_padded_with_invented_text_is_not_a_fuzzy_match(self) -> None:
+        # the whole source occurs in the quote, but the quote says much more than the source
+        invented = SOURCES[1] + " Lions were first domesticated in Norway in 1850 by Vikings."
+        check = verify_quote(invented, SOURCES, 2)
+        assert check.match is QuoteMatch.UNVERIFIED and check.score < 0.85
+
     def test_invented_quote_is_unverified(self) -> None:
         check = verify_quote("Cheetahs were first domesticated in Norway in 1850", SOURCES, 1)
         assert (
@@ -124,6 +138,14 @@ class TestParse:
         ) == ("a", [(1, "q")])
         echoed = '{{"answer": "1940", "citations": [{{"source_id": 1, "quote": "exact"}}]}}'
         assert parse_quoted_answer(echoed) == ("1940", [(1, "exact")])
+
+    def test_answer_wrapped_in_a_list_and_followed_by_prose_with_braces(self) -> None:
+        assert parse_quoted_answer('[{"answer": "Prides.", "citations": []}]') == ("Prides.", [])
+        reply = '{"answer": "a", "citations": [{"id": 2, "quote": "q"}]}\nNote: {source 2}'
+        assert parse_quoted_answer(reply) == ("a", [(2, "q")])
+
+    def test_truncated_reply_is_not_read_from_its_inner_items(self) -> None:
+        assert parse_quoted_answer('{"answer": "x", "citations": [{"id": 1, "text": "q"}') is None
 
     def test_hopeless_output(self) -> None:
         assert parse_quoted_answer("The answer is 42.") is None

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_index_rag_pack.core import similarity
-from llama_index_rag_pack.core.llm_output import normalize_name, parse_route_reply, resolve_name
+from llama_index_rag_pack.core.llm_output import parse_route_reply
+from llama_index_rag_pack.core.route_names import normalize_name, resolve_name
 
 NAMES = ["python_docs", "js_docs", "physics"]
 
@@ -189,6 +190,19 @@ def test_property_decide_matches_definition(scores: list[float], data: st.DataOb
     assert [scores[i] for i in chosen] == sorted((scores[i] for i in chosen), reverse=True)
     if chosen:  # nothing better was left out
         assert all(scores[i] <= scores[chosen[-1]] for i in passing if i not in chosen)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=8))
+def test_property_normalize_vector(values: list[float]) -> None:
+    unit = similarity.normalize_vector(values)
+    assert unit.dtype == np.float64 and unit.shape == (len(values),)
+    norm = float(np.linalg.norm(np.asarray(values)))
+    if norm == 0.0:  # a zero vector, or one whose norm underflows: nothing to scale by
+        assert np.array_equal(unit, np.asarray(values))
+    else:
+        assert np.allclose(unit * norm, values, rtol=1e-9, atol=1e-9)
+        assert float(np.linalg.norm(unit)) == pytest.approx(1.0)
 
 
 def test_decide_nothing_passes() -> None:

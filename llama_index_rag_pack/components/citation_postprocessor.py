@@ -183,7 +183,9 @@ class CitationPostprocessor(BaseNodePostprocessor):
         texts_emb: list[list[float]] | None,
     ) -> list[NodeWithScore]:
         if query is not None and texts_emb is not None and pieces:
-            sims = similarity.cosine_similarities(query, similarity.normalize_rows(texts_emb))
+            sims = similarity.cosine_similarities(
+                query, similarity.normalize_rows(texts_emb, dtype=np.float64)
+            )
             for piece, sim in zip(pieces, sims, strict=True):
                 piece.score = float(sim)
             order = sorted(range(len(pieces)), key=lambda i: -sims[i])

@@ -2,21 +2,21 @@
 
 Real models wrap their list in prose ("Sure! Here are 3 queries:"), number or bullet it, quote
 it, put it in a code fence or a JSON array, echo the original question, repeat themselves, and
-return more or fewer lines than asked. :func:`parse_queries` turns all of that into a clean list;
-:func:`generate_queries` / :func:`agenerate_queries` ask the LLM and fall back to no variants
-(the original query alone) with a warning when nothing usable comes back.
+return more or fewer lines than asked. :func:`parse_queries` turns all of that into a clean list
+(with :func:`~llama_index_rag_pack.core.llm_output.parse_list`); :func:`generate_queries` /
+:func:`agenerate_queries` ask the LLM and fall back to no variants (the original query alone) with
+a warning when nothing usable comes back.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 from typing import TYPE_CHECKING
 
 from llama_index.core.prompts import PromptTemplate
 
 from llama_index_rag_pack.core.errors import check_query
+from llama_index_rag_pack.core.llm_output import parse_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
@@ -39,64 +39,15 @@ DEFAULT_QUERY_GEN_PROMPT = PromptTemplate(
     "Queries:\n"
 )
 
-_FENCE_RE = re.compile(r"^\s*```[\w-]*\s*$")
-_PREFIX_RE = re.compile(
-    r"""^\s*(?:
-        (?:[-*+•·–—>]\s*)+                    # bullets / quote marks
-      | \(?\d{1,3}\s*[.):\]]\s*              # 1.  1)  (1)  1:  1]
-      | \(?[a-zA-Z][.)]\s+                   # a)  b.
-      | (?:search\s+)?(?:query|question|q)\s*\#?\d*\s*[:.)-]\s*   # Query 1:  Q2.
-    )""",
-    re.IGNORECASE | re.VERBOSE,
-)
-_QUOTES = "\"'`“”‘’«»"
-_PREAMBLE_RE = re.compile(
-    r"^(?:(?:sure|certainly|okay|ok|of course)(?:[!,.:]|$)|here (?:are|is)\b|below (?:are|is)\b|"
-    r"the following\b|these are\b|i (?:have|hope|can)\b|let me\b|"
-    r"(?:note|queries|search queries|answer)\s*:)",
-    re.IGNORECASE,
-)
-
-
-def _normalise(text: str) -> str:
-    return re.sub(r"[^\w]+", " ", text.lower()).strip()
-
-
-def _clean_line(line: str) -> str:
-    line = line.strip()
-    for _ in range(3):  # "1. - **"query"**" needs several passes
-        before = line
-        line = _PREFIX_RE.sub("", line, count=1).strip()
-        line = line.strip("*_").strip()
-        if len(line) >= 2 and line[0] in _QUOTES and line[-1] in _QUOTES:
-            line = line[1:-1].strip()
-        line = line.rstrip(",").strip()
-        if line == before:
-            break
-    return line.strip(_QUOTES + " ").strip()
-
-
-def _json_list(text: str) -> list[str] | None:
-    start, end = text.find("["), text.rfind("]")
-    if start == -1 or end <= start:
-        return None
-    try:
-        data = json.loads(text[start : end + 1])
-    except (ValueError, TypeError):
-        return None
-    if isinstance(data, list) and data and all(isinstance(x, str) for x in data):
-        return data
-    return None
-
 
 def parse_queries(
     text: str, *, original: str | None = None, num_queries: int | None = None
 ) -> list[str]:
-    """Extract search queries from an LLM reply.
+    """The search queries in an LLM reply, without the original query when it is echoed back.
 
-    Handles numbered and bulleted lists, quotes, Markdown bold, code fences, JSON arrays, blank
-    lines and prose around the list. Drops the original query when it is echoed back,
-    case-insensitive duplicates, and lines that are preamble ("Here are 3 queries:").
+    Numbered and bulleted lists, quotes, Markdown bold, code fences, JSON arrays, blank lines,
+    preamble and duplicates are handled by
+    :func:`~llama_index_rag_pack.core.llm_output.parse_list`.
 
     Args:
         text: The raw LLM reply.
@@ -110,27 +61,7 @@ def parse_queries(
         >>> parse_queries('Sure! Here are 2 queries:\\n1. "BM25 ranking"\\n2. **hybrid search**\\n')
         ['BM25 ranking', 'hybrid search']
     """
-    if not text or not text.strip():
-        return []
-    candidates = _json_list(text)
-    if candidates is None:
-        candidates = [line for line in text.splitlines() if not _FENCE_RE.match(line)]
-    seen = {_normalise(original)} if original else set()
-    out: list[str] = []
-    for raw in candidates:
-        line = _clean_line(raw)
-        if not line or len(_normalise(line)) < 2:
-            continue
-        if line.endswith(":") or (_PREAMBLE_RE.match(line) and not line.endswith("?")):
-            continue
-        key = _normalise(line)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(line)
-    if num_queries is not None:
-        out = out[: max(num_queries, 0)]
-    return out
+    return parse_list(text, exclude=[original] if original else [], limit=num_queries)
 
 
 def _after_reply(text: str | None, query: str, num_queries: int) -> list[str]:

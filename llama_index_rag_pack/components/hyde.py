@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import re
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
@@ -22,7 +22,9 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.components.fusion import annotate_node
 from llama_index_rag_pack.components.settings import LazyLLMMixin
+from llama_index_rag_pack.core import similarity
 from llama_index_rag_pack.core.errors import ConfigurationError, check_query
+from llama_index_rag_pack.core.llm_output import strip_code_fences
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -53,8 +55,7 @@ def clean_passage(text: str) -> str:
         >>> clean_passage('Sure! Here is a passage:\\n"BM25 ranks documents by term frequency."')
         'BM25 ranks documents by term frequency.'
     """
-    text = (text or "").strip()
-    text = re.sub(r"^```[\w-]*\s*|\s*```$", "", text).strip()
+    text = strip_code_fences(text)
     for _ in range(3):
         new = _LEAD_RE.sub("", text, count=1).strip()
         if new == text:
@@ -77,12 +78,8 @@ def mean_embedding(vectors: list[list[float]], *, normalize: bool = True) -> lis
     dim = len(vectors[0])
     if any(len(v) != dim for v in vectors):
         raise ConfigurationError(f"Embeddings of different sizes: {[len(v) for v in vectors]}.")
-    mean = [sum(col) / len(vectors) for col in zip(*vectors, strict=True)]
-    if normalize:
-        norm = math.sqrt(sum(x * x for x in mean))
-        if norm > 0:
-            mean = [x / norm for x in mean]
-    return mean
+    mean = np.mean(np.asarray(vectors, dtype=np.float64), axis=0)
+    return (similarity.normalize_vector(mean) if normalize else mean).tolist()
 
 
 class HyDERetriever(LazyLLMMixin, BaseRetriever):

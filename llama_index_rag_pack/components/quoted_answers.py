@@ -10,7 +10,6 @@ the others are flagged and logged.
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any
 
 from llama_index.core.bridge.pydantic import BaseModel, Field
@@ -19,6 +18,7 @@ from llama_index.core.program.function_program import get_function_tool
 from llama_index.core.schema import MetadataMode, NodeWithScore
 
 from llama_index_rag_pack.core.annotations import attach_markers
+from llama_index_rag_pack.core.llm_output import strip_code_fences
 from llama_index_rag_pack.core.quotes import QuoteCheck, parse_quoted_answer, verify_quote
 
 logger = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def mark_verified_quotes(
             "returning its text without citations",
             raw[:80],
         )
-        return _strip_json_noise(raw), []
+        return strip_code_fences(raw), []
     answer, pairs = parsed
     texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
     checks = [verify_quote(q, texts, sid, fuzzy_threshold=fuzzy_threshold) for sid, q in pairs]
@@ -125,8 +125,3 @@ def mark_verified_quotes(
         if check.source_id not in ids:
             ids.append(check.source_id)  # type: ignore[arg-type]
     return attach_markers(answer, ids), checks
-
-
-def _strip_json_noise(text: str) -> str:
-    """Model output that was meant to be JSON but is not: drop code fences, keep the words."""
-    return re.sub(r"```(?:json)?", "", text).strip()

@@ -29,6 +29,7 @@ from llama_index_rag_pack.components.raptor_nodes import (
     summary_id,
 )
 from llama_index_rag_pack.components.raptor_summaries import SummaryBatch, SummaryJob
+from llama_index_rag_pack.core import similarity
 
 logger = logging.getLogger(__name__)
 
@@ -162,16 +163,10 @@ def _place_by_nearest_centroid(
     live = [pid for pid in update.parents if update.children[pid]]
     if not (added and live):
         return list(added)
-    centroids = np.asarray(
-        [
-            np.mean([update.nodes[c].embedding for c in update.children[pid]], axis=0)
-            for pid in live
-        ],
-        dtype=np.float32,
+    centroids = similarity.normalize_rows(
+        [np.mean([update.nodes[c].embedding for c in update.children[pid]], axis=0) for pid in live]
     )
-    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True) + 1e-12
-    emb = np.asarray([n.embedding for n in added], dtype=np.float32)
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True) + 1e-12
+    emb = similarity.normalize_rows([n.embedding for n in added])
     orphans = []
     for node, row in zip(added, emb @ centroids.T, strict=True):
         best = int(np.argmax(row))

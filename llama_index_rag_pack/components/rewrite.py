@@ -17,9 +17,9 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.components.fusion import annotate_node
-from llama_index_rag_pack.components.fusion_queries import parse_queries
 from llama_index_rag_pack.components.settings import LazyLLMMixin
 from llama_index_rag_pack.core.errors import ConfigurationError, check_query
+from llama_index_rag_pack.core.llm_output import parse_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
@@ -61,7 +61,7 @@ def parse_rewrite(text: str, *, max_chars: int = 500) -> str | None:
         line = _LABEL_RE.sub("", line.strip())
         if not line:
             continue
-        found = parse_queries(line)
+        found = parse_list(line)
         if found:
             query = found[0]
             return query if len(query) <= max_chars else None

@@ -1,18 +1,21 @@
-"""Tolerant parsing of an LLM's routing reply into route indices.
+"""Tolerant readers of LLM text (untrusted input): JSON values, lists of strings, route indices.
 
-Pure Python (no LlamaIndex): the reply is untrusted text. What is understood, in this order:
-
-1. JSON anywhere in the reply (also inside code fences or prose, also Python-style single quotes):
-   ``{"routes": ["physics"], "reason": "..."}``, ``{"route": "physics"}``, ``{"choice": 2}``,
-   core's ``[{"choice": 1, "reason": "..."}]``, ``["physics", "math"]``;
-2. route names anywhere in the text, in any case, ``_``/``-``/space-insensitive, as whole words
-   or, failing that, as a substring (the seed's ``"python_docs" in reply.lower()``);
-3. a number: a bare ``2``, ``2.``, ``(2)``, ``#2``, ``Choice: 2``, ``route 2``. The prompt numbers
-   routes from 1; a reply using 0 is read as 0-based — the whole reply one way or the other.
-
-Whatever names no valid route is reported as ``invalid`` (never mapped to a guess); an explicit
-"none" (``{"routes": []}``, ``none``, ``no route``) is reported as ``none``. When prose names
-more routes than were asked for, the reply is ambiguous and therefore ``invalid`` too.
+* :func:`json_values`: core's ``parse_json_markdown`` (``llama_index.core.output_parsers.utils``,
+  plain functions, no LlamaIndex classes) reads the reply first: a fenced ```` ```json ```` block
+  or the outermost ``{...}``/``[...]`` span, with PyYAML's leniency (trailing commas, single
+  quotes, unquoted keys). What it misses on real small-model output is read here: several values
+  or stray braces in prose (each top-level value on its own) and templates echoed with ``{{ }}``.
+* :func:`parse_list`: a list written as a JSON array or one item per line (numbered, bulleted,
+  quoted, in bold, in a code fence, wrapped in prose), cleaned and de-duplicated.
+* :func:`strip_code_fences`: the text without its Markdown fence lines.
+* :func:`parse_route_reply`: route indices, read from (1) JSON anywhere in the reply
+  (``{"routes": ["physics"], "reason": "..."}``, ``{"choice": 2}``, core's
+  ``[{"choice": 1, "reason": "..."}]``, ``["physics", "math"]``), else (2) route names in the
+  text, in any case, ``_``/``-``/space-insensitive, as whole words or else as a substring, else
+  (3) a number (``2``, ``(2)``, ``#2``, ``Choice: 2``): 1-based as the prompt numbers routes, or
+  0-based when the reply uses 0 — the whole reply one way or the other. What names no valid route
+  is ``invalid`` (never mapped to a guess), an explicit "none" (``{"routes": []}``, ``no route``)
+  is ``none``, and prose naming more routes than were asked for is ambiguous, so ``invalid``.
 """
 
 from __future__ import annotations
@@ -20,32 +23,214 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ParsedRouteReply", "normalize_name", "parse_route_reply", "resolve_name"]
+from llama_index.core.output_parsers.utils import parse_json_markdown
 
-_ROUTE_KEYS = (
-    "routes",
-    "route",
-    "choices",
-    "choice",
-    "selections",
-    "selection",
-    "datasource",
-    "datasources",
-    "data_source",
-    "source",
-    "sources",
-    "name",
-    "index",
-    "indices",
-    "answer",
-    "destination",
-    "tool",
-    "category",
+from llama_index_rag_pack.core.route_names import dedupe, names_in_text, resolve_name
+
+__all__ = [
+    "ParsedRouteReply",
+    "json_values",
+    "parse_list",
+    "parse_route_reply",
+    "strip_code_fences",
+]
+
+# --------------------------------------------------------------------------- code fences
+_FENCE_LINE = re.compile(r"^[ \t]*```[\w+-]*[ \t]*(?:\n|$)", re.M)
+
+
+def strip_code_fences(text: str) -> str:
+    """``text`` without Markdown code-fence lines (```` ``` ````, ```` ```json ````), stripped.
+
+    Example:
+        >>> strip_code_fences("```json\\n[1, 2]\\n```")
+        '[1, 2]'
+    """
+    text = _FENCE_LINE.sub("", text or "").strip()
+    return text.removeprefix("```").removesuffix("```").strip()
+
+
+# --------------------------------------------------------------------------- JSON
+_DECODER = json.JSONDecoder()
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
+_CLOSERS = {"{": "}", "[": "]"}
+
+
+def _core_json(text: str) -> Any:
+    """Core's reading of ``text``, ``None`` when it finds no JSON object or array."""
+    try:
+        value = parse_json_markdown(text)
+        json.dumps(value)  # refuse what is not plain JSON: YAML dates, self-referencing aliases
+    except Exception:  # core raises OutputParserException; PyYAML also ValueError/TypeError
+        return None
+    return value if isinstance(value, (dict, list)) else None
+
+
+def _balanced_end(text: str, start: int) -> int | None:
+    """End of the ``{...}``/``[...]`` span opened at ``start`` (same-kind brackets counted)."""
+    opener, closer = text[start], _CLOSERS[text[start]]
+    depth = 0
+    for j in range(start, len(text)):
+        if text[j] == opener:
+            depth += 1
+        elif text[j] == closer:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return None
+
+
+def _read_span(span: str) -> Any:
+    """A span that is not strict JSON: without trailing commas, else as a Python literal."""
+    with suppress(ValueError):
+        return json.loads(_TRAILING_COMMA.sub(r"\1", span))
+    return ast.literal_eval(span)
+
+
+def _top_level_values(text: str) -> list[Any]:
+    """Every top-level JSON (or Python-literal) object/array in ``text``, in order."""
+    found: list[Any] = []
+    i = 0
+    while i < len(text):
+        if text[i] not in _CLOSERS:
+            i += 1
+            continue
+        with suppress(ValueError):
+            value, i = _DECODER.raw_decode(text, i)
+            found.append(value)
+            continue
+        end = _balanced_end(text, i)
+        if end is None:  # never closed (a truncated reply): nothing after it is top level
+            break
+        with suppress(ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            found.append(_read_span(text[i:end]))
+        i = end
+    return found
+
+
+def json_values(text: str) -> list[Any]:
+    """The JSON objects and arrays in an LLM reply, the most likely one first.
+
+    Core's ``parse_json_markdown`` reading comes first, then every top-level value found in the
+    text. Nothing found: an empty list.
+
+    Example:
+        >>> json_values('Sure! ```json\\n{"route": "physics",}\\n```')
+        [{'route': 'physics'}]
+        >>> json_values('{"route": "math"} or maybe {"route": "physics"}')
+        [{'route': 'math'}, {'route': 'physics'}]
+    """
+    text = text or ""
+    first = _core_json(text)
+    found = [] if first is None else [first]
+    found += [v for v in _top_level_values(text) if isinstance(v, (dict, list)) and v != first]
+    if not found and "{{" in text:  # a model echoing an escaped template: {{"answer": ...}}
+        return json_values(text.replace("{{", "{").replace("}}", "}"))
+    return found
+
+
+# --------------------------------------------------------------------------- lists
+_ITEM_PREFIX = re.compile(
+    r"""^\s*(?:
+        (?:[-*+•·–—>]\s*)+                    # bullets / quote marks
+      | \(?\d{1,3}\s*[.):\]]\s*              # 1.  1)  (1)  1:  1]
+      | \(?[a-zA-Z][.)]\s+                   # a)  b.
+      | (?:search\s+)?(?:query|question|q)\s*\#?\d*\s*[:.)-]\s*   # Query 1:  Q2.
+    )""",
+    re.IGNORECASE | re.VERBOSE,
 )
+_ITEM_QUOTES = "\"'`“”‘’«»"
+_PREAMBLE = re.compile(
+    r"^(?:(?:sure|certainly|okay|ok|of course)(?:[!,.:]|$)|here (?:are|is)\b|below (?:are|is)\b|"
+    r"the following\b|these are\b|i (?:have|hope|can)\b|let me\b|"
+    r"(?:note|queries|search queries|answer)\s*:)",
+    re.IGNORECASE,
+)
+
+
+def _item_key(text: str) -> str:
+    return re.sub(r"[^\w]+", " ", text.lower()).strip()
+
+
+def _clean_item(line: str) -> str:
+    line = line.strip()
+    for _ in range(3):  # "1. - **"query"**" needs several passes
+        before = line
+        line = _ITEM_PREFIX.sub("", line, count=1).strip()
+        line = line.strip("*_").strip()
+        if len(line) >= 2 and line[0] in _ITEM_QUOTES and line[-1] in _ITEM_QUOTES:
+            line = line[1:-1].strip()
+        line = line.rstrip(",").strip()
+        if line == before:
+            break
+    return line.strip(_ITEM_QUOTES + " ").strip()
+
+
+def _string_array(value: Any, text: str) -> list[str] | None:
+    """``value`` if it is a non-empty array of strings, else the first such value of an object
+    (``{"queries": [...]}``), whitespace collapsed.
+
+    The strings must be quoted in ``text``: core's YAML reading of a bracketed word in a list line
+    (``1. Milvus [BM25] search``) is not an array the model wrote.
+    """
+    if isinstance(value, dict):
+        return next(filter(None, (_string_array(v, text) for v in value.values())), None)
+    if not (isinstance(value, list) and value and all(isinstance(x, str) for x in value)):
+        return None
+    if not all(json.dumps(x, ensure_ascii=False) in text or repr(x) in text for x in value):
+        return None
+    return [" ".join(x.split()) for x in value]
+
+
+def parse_list(text: str, *, exclude: Iterable[str] = (), limit: int | None = None) -> list[str]:
+    """The items of a list in an LLM reply: a JSON array of strings, or one item per line.
+
+    Handles numbering, bullets, quotes, Markdown bold, code fences, blank lines and prose around
+    the list. Drops preamble lines ("Here are 3 queries:"), case- and punctuation-insensitive
+    duplicates and the ``exclude`` items (such as the question, echoed back).
+
+    Args:
+        text: The raw LLM reply.
+        exclude: Items to leave out.
+        limit: Keep at most this many (the first ones).
+
+    Returns:
+        The items, in the order the model gave them (possibly empty).
+
+    Example:
+        >>> parse_list('Sure! Here are 2 queries:\\n1. "BM25 ranking"\\n2. **hybrid search**\\n')
+        ['BM25 ranking', 'hybrid search']
+    """
+    if not text or not text.strip():
+        return []
+    arrays = (_string_array(value, text) for value in json_values(text))
+    candidates = next(filter(None, arrays), None)
+    if candidates is None:
+        candidates = strip_code_fences(text).splitlines()
+    seen = {_item_key(item) for item in exclude}
+    out: list[str] = []
+    for raw in candidates:
+        item = _clean_item(raw)
+        key = _item_key(item)
+        if len(key) < 2 or key in seen:
+            continue
+        if item.endswith(":") or (_PREAMBLE.match(item) and not item.endswith("?")):
+            continue
+        seen.add(key)
+        out.append(item)
+    return out if limit is None else out[: max(limit, 0)]
+
+
+# --------------------------------------------------------------------------- route replies
+_ROUTE_KEYS = """
+routes route choices choice selections selection datasource datasources data_source source
+sources name index indices answer destination tool category
+""".split()
 _REASON_KEYS = ("reason", "reasons", "reasoning", "explanation", "why", "rationale")
 _NONE_WORDS = re.compile(
     r"\b(none|no route|no suitable|no relevant|not applicable|n/a|nothing fits)\b", re.I
@@ -76,77 +261,6 @@ class ParsedRouteReply:
     indices: list[int] = field(default_factory=list)
     reason: str = ""
     problem: str = ""
-
-
-def normalize_name(text: str) -> str:
-    """Lower case, ``_``/``-``/punctuation as spaces, whitespace collapsed."""
-    return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
-
-
-def resolve_name(ref: str, names: Sequence[str]) -> int | None:
-    """Index of the route ``ref`` names (exact, normalized, or unique containment), else None."""
-    if ref in names:
-        return list(names).index(ref)
-    norm = normalize_name(ref)
-    if not norm:
-        return None
-    normalized = [normalize_name(n) for n in names]
-    if norm in normalized:
-        return normalized.index(norm)
-    compact = norm.replace(" ", "")
-    compacts = [n.replace(" ", "") for n in normalized]
-    if compact in compacts:
-        return compacts.index(compact)
-    # "python docs route" contains "python docs"; "python" is contained in only "python docs"
-    containing = [i for i, n in enumerate(compacts) if n and n in compact]
-    if len(containing) == 1:
-        return containing[0]
-    if len(containing) > 1:  # the longest name wins only if it contains every other hit
-        longest = max(containing, key=lambda i: len(compacts[i]))
-        if all(compacts[i] in compacts[longest] for i in containing):
-            return longest
-        return None
-    contained = [i for i, n in enumerate(compacts) if compact in n]
-    return contained[0] if len(contained) == 1 else None
-
-
-def _json_values(text: str) -> list[Any]:
-    """Every JSON (or Python-literal) object/array found in ``text``, outermost first."""
-    decoder = json.JSONDecoder()
-    found: list[Any] = []
-    i = 0
-    while i < len(text):
-        if text[i] in "{[":
-            try:
-                value, end = decoder.raw_decode(text, i)
-            except ValueError:
-                value, end = _literal_at(text, i)
-            if end > i:
-                found.append(value)
-                i = end
-                continue
-        i += 1
-    return found
-
-
-def _literal_at(text: str, start: int) -> tuple[Any, int]:
-    """Parse a Python literal (single-quoted dict/list) starting at ``start``; (None, start) if
-    none."""
-    opener = text[start]
-    closer = "}" if opener == "{" else "]"
-    depth = 0
-    for j in range(start, min(len(text), start + 4000)):
-        ch = text[j]
-        if ch == opener:
-            depth += 1
-        elif ch == closer:
-            depth -= 1
-            if depth == 0:
-                try:
-                    return ast.literal_eval(text[start : j + 1]), j + 1
-                except (ValueError, SyntaxError, MemoryError, RecursionError):
-                    return None, start
-    return None, start
 
 
 def _collect(value: Any, refs: list[Any], reasons: list[str], saw_route_key: list[bool]) -> None:
@@ -186,11 +300,6 @@ def _numbers_to_indices(numbers: list[int], n: int) -> tuple[list[int] | None, s
     return indices, ""
 
 
-def _dedupe(indices: list[int]) -> list[int]:
-    seen: set[int] = set()
-    return [i for i in indices if not (i in seen or seen.add(i))]
-
-
 def _from_refs(refs: list[Any], names: Sequence[str]) -> tuple[list[int] | None, str]:
     numbers: list[int] = []
     indices: list[int] = []
@@ -211,33 +320,7 @@ def _from_refs(refs: list[Any], names: Sequence[str]) -> tuple[list[int] | None,
         if from_numbers is None:
             return None, problem
         indices.extend(from_numbers)
-    return _dedupe(indices), ""
-
-
-def _names_in_text(text: str, names: Sequence[str]) -> list[int]:
-    """Routes named in free text, in order of first mention; longer names shadow their parts."""
-    norm = " " + normalize_name(text) + " "
-    hits: list[tuple[int, int, int]] = []  # (start, end, route)
-    for i, name in enumerate(names):
-        n = normalize_name(name)
-        if not n:
-            continue
-        for m in re.finditer(r"(?<= )" + re.escape(n) + r"(?= )", norm):
-            hits.append((m.start(), m.end(), i))
-    if not hits:  # substring fallback ("pythondocs", "physicsroute")
-        compact = norm.replace(" ", "")
-        for i, name in enumerate(names):
-            n = normalize_name(name).replace(" ", "")
-            if n and n in compact:
-                start = compact.index(n)
-                hits.append((start, start + len(n), i))
-    kept = [
-        h
-        for h in hits
-        if not any(o[0] <= h[0] and h[1] <= o[1] and (o[1] - o[0]) > (h[1] - h[0]) for o in hits)
-    ]
-    kept.sort()
-    return _dedupe([h[2] for h in kept])
+    return dedupe(indices), ""
 
 
 def parse_route_reply(
@@ -267,11 +350,10 @@ def parse_route_reply(
     refs: list[Any] = []
     reasons: list[str] = []
     saw_route_key = [False]
-    for value in _json_values(text):
-        if isinstance(value, (dict, list)):
-            _collect(value, refs, reasons, saw_route_key)
-            if refs or saw_route_key[0]:
-                break
+    for value in json_values(text):
+        _collect(value, refs, reasons, saw_route_key)
+        if refs or saw_route_key[0]:
+            break
     reason = "; ".join(reasons) or text
     if refs:
         indices, problem = _from_refs(refs, names)
@@ -281,7 +363,7 @@ def parse_route_reply(
     if saw_route_key[0]:  # {"routes": []} or {"route": null}
         return ParsedRouteReply("none", reason=reason)
     # 2. names in prose
-    named = _names_in_text(text, names)
+    named = names_in_text(text, names)
     if named:
         if len(named) > max_outputs:
             mentioned = [names[i] for i in named]
@@ -298,7 +380,7 @@ def parse_route_reply(
             indices, problem = _numbers_to_indices(numbers, len(names))
             if indices is None:
                 return ParsedRouteReply("invalid", reason=text, problem=problem)
-            return ParsedRouteReply("ok", _dedupe(indices)[:max_outputs], reason=text)
+            return ParsedRouteReply("ok", dedupe(indices)[:max_outputs], reason=text)
     if _NONE_WORDS.search(text):
         return ParsedRouteReply("none", reason=text)
     return ParsedRouteReply("invalid", reason=text, problem="no route name or number in the reply")

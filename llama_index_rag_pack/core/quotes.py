@@ -1,26 +1,27 @@
 """Verbatim quotes: check that a quote an LLM attributes to a source is really in it.
 
-Pure Python (``difflib``, ``unicodedata``), no LlamaIndex. A quote is looked up in its claimed
-source first, then in the others, in three steps: exact substring → whitespace/case/quote-mark
-normalised substring → fuzzy alignment (``difflib`` ratio ≥ ``fuzzy_threshold``). Quotes found
-nowhere are flagged ``unverified``. Also here: tolerant parsing of the structured answers
-(``{"answer": ..., "citations": [{"source_id": 2, "quote": ...}]}``) that models return, with code
-fences, prose around the JSON, string ids (``"id=2"``, ``"[2]"``) or slightly broken JSON.
+No LlamaIndex. A quote is looked up in its claimed source first, then in the others, in three
+steps: exact substring → whitespace/case/quote-mark normalised substring → fuzzy alignment
+(rapidfuzz's best-matching window, similarity ≥ ``fuzzy_threshold``). Quotes found nowhere are
+flagged ``unverified``. Also here: reading the structured answers
+(``{"answer": ..., "citations": [{"source_id": 2, "quote": ...}]}``) that models return, with
+string ids (``"id=2"``, ``"[2]"``); the JSON itself is found by
+:func:`~llama_index_rag_pack.core.llm_output.json_values` (code fences, prose around it, slightly
+broken JSON).
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from difflib import SequenceMatcher
 from enum import Enum
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from rapidfuzz import fuzz
+
+from llama_index_rag_pack.core.llm_output import json_values
 
 __all__ = [
     "QuoteCheck",
@@ -145,23 +146,17 @@ def _clean_quote(quote: str) -> str:
 
 
 def _fuzzy(q: str, t: str) -> tuple[float, int, int]:
-    """Best alignment ratio of ``q`` against a window of ``t`` (anchored on the longest blocks)."""
+    """Best similarity (0..1) of ``q`` with a window of ``t``, and that window's offsets.
+
+    The window is as long as ``q`` (rapidfuzz's ``partial_ratio_alignment``); a quote longer
+    than the text is compared with the whole text, never the text with a part of the quote.
+    """
     if not q or not t:
         return 0.0, 0, 0
-    matcher = SequenceMatcher(None, t, q, autojunk=False)
-    blocks = sorted(matcher.get_matching_blocks(), key=lambda b: -b.size)[:4]
-    best = (0.0, 0, 0)
-    m = len(q)
-    for block in blocks:
-        if block.size == 0:
-            continue
-        start = max(0, block.a - block.b)
-        for lo, hi in ((start, start + m), (max(0, start - m // 8), start + m + m // 8)):
-            window = t[lo : min(len(t), hi)]
-            ratio = SequenceMatcher(None, window, q, autojunk=False).ratio()
-            if ratio > best[0]:
-                best = (ratio, lo, min(len(t), hi))
-    return best
+    if len(q) > len(t):
+        return fuzz.ratio(q, t) / 100.0, 0, len(t)
+    best = fuzz.partial_ratio_alignment(q, t)
+    return best.score / 100.0, best.dest_start, best.dest_end
 
 
 def verify_quote(
@@ -177,7 +172,7 @@ def verify_quote(
         quote: The quote the LLM wrote (surrounding quote marks and ``...`` are ignored).
         sources: Source texts; ids are 1-based positions.
         claimed_id: The id the LLM attributed the quote to.
-        fuzzy_threshold: Minimum ``difflib`` ratio for a fuzzy match (0..1).
+        fuzzy_threshold: Minimum similarity for a fuzzy match (0..1, rapidfuzz's ratio / 100).
 
     Example:
         >>> texts = ["The cheetah can run at 93 to 104 km/h.", "Lions live in prides."]
@@ -223,7 +218,6 @@ def verify_quote(
 
 # --------------------------------------------------------------------------- parsing
 _INT = re.compile(r"-?\d+")
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.S)
 
 
 def _as_id(value: Any) -> int | None:
@@ -239,26 +233,6 @@ def _as_id(value: Any) -> int | None:
     return None
 
 
-def _json_objects(text: str) -> list[Any]:
-    """JSON values found in model output: whole text, fenced blocks, then each ``{...}`` span."""
-    candidates = [text.strip(), *(m.group(1).strip() for m in _FENCE.finditer(text))]
-    start = text.find("{")
-    end = text.rfind("}")
-    if 0 <= start < end:
-        candidates.append(text[start : end + 1])
-        if "{{" in text:  # a model echoing an escaped template: {{"answer": ...}}
-            candidates.append(text[start : end + 1].replace("{{", "{").replace("}}", "}"))
-    found = []
-    for candidate in candidates:
-        for attempt in (candidate, re.sub(r",\s*([}\]])", r"\1", candidate)):  # trailing commas
-            try:
-                found.append(json.loads(attempt))
-                break
-            except (json.JSONDecodeError, ValueError):
-                continue
-    return found
-
-
 def parse_quoted_answer(data: Any) -> tuple[str, list[tuple[int | None, str]]] | None:
     """``(answer, [(source_id, quote), ...])`` from a dict or model text; ``None`` if hopeless.
 
@@ -271,10 +245,11 @@ def parse_quoted_answer(data: Any) -> tuple[str, list[tuple[int | None, str]]] |
         ('93 km/h', [(2, '93')])
     """
     if isinstance(data, str):
-        for value in _json_objects(data):
-            parsed = parse_quoted_answer(value)
-            if parsed is not None:
-                return parsed
+        for value in json_values(data):
+            for candidate in value if isinstance(value, list) else [value]:  # [{"answer": ...}]
+                parsed = parse_quoted_answer(candidate)
+                if parsed is not None:
+                    return parsed
         return None
     if not isinstance(data, dict):
         return None

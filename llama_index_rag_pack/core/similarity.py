@@ -1,7 +1,9 @@
-"""Semantic routing arithmetic: cosine scores, per-route aggregation, thresholds, calibration.
+"""Vector normalisation and cosine similarity, and the semantic routing arithmetic built on them.
 
-Pure numpy functions: nothing here knows about LlamaIndex, embedding models or Milvus, so they are
-tested against brute-force reference computations and with property tests.
+The package's one implementation of L2 normalisation and cosine scores (:func:`normalize_rows`,
+:func:`normalize_vector`, :func:`cosine_similarities`), plus per-route aggregation, thresholds and
+their calibration. Pure numpy functions: nothing here knows about LlamaIndex, embedding models or
+Milvus, so they are tested against brute-force reference computations and with property tests.
 
 Vocabulary:
 
@@ -21,6 +23,7 @@ from enum import Enum
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 
@@ -33,6 +36,7 @@ __all__ = [
     "fit_thresholds",
     "fit_thresholds_around",
     "normalize_rows",
+    "normalize_vector",
     "parse_route_labels",
     "routing_accuracy",
 ]
@@ -63,21 +67,38 @@ LabelledQuery = tuple[str, str | Sequence[str] | None] | Mapping[str, Any]
 list of acceptable names or ``None`` (the query belongs to no route)."""
 
 
-def normalize_rows(matrix: np.ndarray) -> np.ndarray:
-    """Scale every row to unit L2 norm (zero rows stay zero)."""
-    matrix = np.atleast_2d(np.asarray(matrix, dtype=np.float32))
+def normalize_rows(matrix: ArrayLike, *, dtype: DTypeLike = np.float32) -> np.ndarray:
+    """Every row scaled to unit L2 norm, as a 2-D ``dtype`` array (zero rows stay zero).
+
+    Example:
+        >>> normalize_rows([[3.0, 4.0], [0.0, 0.0]]).tolist()
+        [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+    """
+    matrix = np.atleast_2d(np.asarray(matrix, dtype=dtype))
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return matrix / norms
 
 
-def cosine_similarities(query: np.ndarray, normalized_rows: np.ndarray) -> np.ndarray:
-    """Cosine similarity of ``query`` with every row of an already row-normalized matrix."""
-    q = np.asarray(query, dtype=np.float32).ravel()
-    norm = float(np.linalg.norm(q))
-    if norm == 0.0:
-        return np.zeros(normalized_rows.shape[0], dtype=np.float32)
-    return normalized_rows @ (q / norm)
+def normalize_vector(vector: ArrayLike, *, dtype: DTypeLike = np.float64) -> np.ndarray:
+    """``vector`` (flattened) scaled to unit L2 norm (a zero vector stays zero).
+
+    Example:
+        >>> normalize_vector([3.0, 4.0]).tolist()
+        [0.6, 0.8]
+    """
+    return normalize_rows(np.ravel(vector), dtype=dtype)[0]
+
+
+def cosine_similarities(query: ArrayLike, normalized_rows: np.ndarray) -> np.ndarray:
+    """Cosine similarity of ``query`` with every row of an already row-normalized matrix, in the
+    matrix's dtype.
+
+    Example:
+        >>> cosine_similarities([2.0, 0.0], normalize_rows([[1.0, 0.0], [0.0, 5.0]])).tolist()
+        [1.0, 0.0]
+    """
+    return normalized_rows @ normalize_vector(query, dtype=normalized_rows.dtype)
 
 
 def aggregate_route_scores(
