@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -129,32 +127,42 @@ async def test_async_routes_with_a_logical_selector_and_never_calls_sync(retriev
     assert llm.call_count == 1
 
 
-class SlowRetriever(BaseRetriever):
-    """Wraps a real retriever and adds latency, to observe concurrency."""
+class GatedRetriever(BaseRetriever):
+    """Wraps a real retriever; each search waits at a gate until the gate's target number of
+    searches are in flight at once (or the gate gives up, and the test fails)."""
 
-    def __init__(self, inner: BaseRetriever, delay: float) -> None:
-        self.inner, self.delay = inner, delay
+    def __init__(self, inner: BaseRetriever, gate: Any) -> None:
+        self.inner, self.gate = inner, gate
         super().__init__()
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        time.sleep(self.delay)
-        return self.inner.retrieve(query_bundle)
+        self.gate.enter()
+        try:
+            self.gate.hold()
+            return self.inner.retrieve(query_bundle)
+        finally:
+            self.gate.exit()
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        await asyncio.sleep(self.delay)
-        return await self.inner.aretrieve(query_bundle)
+        self.gate.enter()
+        try:
+            await self.gate.ahold()
+            return await self.inner.aretrieve(query_bundle)
+        finally:
+            self.gate.exit()
 
 
 @SHARED_LOOP
-async def test_async_searches_selected_routes_concurrently(retrievers: Any) -> None:
-    slow = {k: SlowRetriever(v, 0.4) for k, v in retrievers.items()}
+async def test_async_searches_selected_routes_concurrently(
+    retrievers: Any, concurrency_gate: Any
+) -> None:
+    gate = concurrency_gate(2)
+    gated = {k: GatedRetriever(v, gate) for k, v in retrievers.items()}
     llm = ScriptedLLM(replies=['{"routes": ["space", "food"]}'], forbid_sync=True)
-    router = _router(slow, LogicalSelector(llm, max_outputs=2))
-    start = time.perf_counter()
+    router = _router(gated, LogicalSelector(llm, max_outputs=2))
     nodes = await router.aretrieve("moon and bread")
-    elapsed = time.perf_counter() - start
     assert {n.metadata["route"] for n in nodes} == {"space", "food"}
-    assert elapsed < 0.75  # two 0.4 s searches overlapped
+    assert gate.reached and not gate.timed_out, "the two selected routes were searched in turn"
 
 
 def test_no_route_retrieves_nothing(retrievers: Any, embed_model: Any) -> None:
