@@ -70,14 +70,18 @@ list of acceptable names or ``None`` (the query belongs to no route)."""
 def normalize_rows(matrix: ArrayLike, *, dtype: DTypeLike = np.float32) -> np.ndarray:
     """Every row scaled to unit L2 norm, as a 2-D ``dtype`` array (zero rows stay zero).
 
+    Each row is divided by its largest absolute entry first, so rows of tiny or huge values
+    neither underflow nor overflow on the way.
+
     Example:
         >>> normalize_rows([[3.0, 4.0], [0.0, 0.0]]).tolist()
         [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
     """
     matrix = np.atleast_2d(np.asarray(matrix, dtype=dtype))
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return matrix / norms
+    scale = np.max(np.abs(matrix), axis=1, keepdims=True) if matrix.size else matrix[:, :1]
+    scaled = matrix / np.where(scale == 0, 1, scale)
+    norms = np.linalg.norm(scaled, axis=1, keepdims=True)
+    return scaled / np.where(norms == 0, 1, norms)
 
 
 def normalize_vector(vector: ArrayLike, *, dtype: DTypeLike = np.float64) -> np.ndarray:
