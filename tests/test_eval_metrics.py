@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 from hypothesis import given, settings
@@ -196,6 +197,38 @@ def test_citation_metrics_reject_misaligned_lists() -> None:
         citation_precision([["a"]], [["a"], ["b"]])
     with pytest.raises(ValueError, match="cited has 2 sentences"):
         citation_recall([["a"], []], [["a"]])
+
+
+sentence = st.tuples(st.lists(ids, max_size=3), st.lists(ids, max_size=3))  # (cited, supporting)
+
+
+@settings(max_examples=150, deadline=None)
+@given(sentences=st.lists(sentence, max_size=6), seed=st.integers(0, 1000))
+def test_citation_metric_properties(
+    sentences: list[tuple[list[str], list[str]]], seed: int
+) -> None:
+    cited = [c for c, _ in sentences]
+    supporting = [s for _, s in sentences]
+    precision = citation_precision(cited, supporting)
+    recall = citation_recall(cited, supporting)
+    assert 0.0 <= precision <= 1.0 and 0.0 <= recall <= 1.0
+    # the order of the sentences does not matter
+    order = list(range(len(sentences)))
+    random.Random(seed).shuffle(order)
+    shuffled = ([cited[i] for i in order], [supporting[i] for i in order])
+    assert citation_precision(*shuffled) == pytest.approx(precision)
+    assert citation_recall(*shuffled) == pytest.approx(recall)
+    # a sentence that needs no citation and cites nothing changes nothing, wherever it is
+    assert citation_precision([[], *cited], [[], *supporting]) == pytest.approx(precision)
+    assert citation_recall([[], *cited], [[], *supporting]) == pytest.approx(recall)
+    # citing exactly the supporting chunks is perfect; citing only chunks that support nothing
+    # scores 0 (when anything needed a citation)
+    assert citation_precision(supporting, supporting) == 1.0
+    assert citation_recall(supporting, supporting) == 1.0
+    if any(supporting):
+        unsupported = [["not-a-chunk"] for _ in sentences]
+        assert citation_precision(unsupported, supporting) == 0.0
+        assert citation_recall(unsupported, supporting) == 0.0
 
 
 def test_mean() -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -170,6 +172,74 @@ def test_bad_arguments_raise_clear_errors():
         reciprocal_rank_fusion([["a", "b"]])
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, True, "1"])
+def test_weights_must_be_finite_numbers(bad):
+    for fn in ALL:
+        with pytest.raises(ConfigurationError, match="weights must be finite numbers"):
+            fn([ranked("a"), ranked("b")], weights=[bad, 1.0])
+
+
+@pytest.mark.parametrize("bad", [True, 2.5, "3"])
+def test_top_n_must_be_a_positive_integer(bad):
+    for fn in ALL:
+        with pytest.raises(ConfigurationError, match="top_n must be a positive integer"):
+            fn([ranked("a", "b", "c")], top_n=bad)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, True, "60"])
+def test_rrf_k_must_be_a_finite_number(bad):
+    with pytest.raises(ConfigurationError, match="k must be a finite number"):
+        reciprocal_rank_fusion([ranked("a", "b")], k=bad)
+
+
+# ----------------------------------------------------------------------------- mode names
+@pytest.mark.parametrize(
+    ("name", "mode"),
+    [
+        ("rrf", FusionMode.RECIPROCAL_RANK),
+        ("RRF", FusionMode.RECIPROCAL_RANK),
+        (" Reciprocal_Rank ", FusionMode.RECIPROCAL_RANK),
+        ("reciprocal_rerank", FusionMode.RECIPROCAL_RANK),
+        ("relative_score", FusionMode.RELATIVE_SCORE),
+        ("dist_based_score", FusionMode.DIST_BASED_SCORE),
+        ("simple", FusionMode.UNION),
+        (FusionMode.UNION, FusionMode.UNION),
+    ],
+)
+def test_mode_names_and_aliases(name, mode):
+    assert FusionMode.parse(name) is mode
+
+
+def test_core_query_fusion_retriever_modes_are_accepted():
+    """Code moving from core's ``QueryFusionRetriever`` can pass its ``FUSION_MODES`` as is."""
+    from llama_index.core.retrievers.fusion_retriever import FUSION_MODES
+
+    assert FusionMode.parse(FUSION_MODES.RECIPROCAL_RANK) is FusionMode.RECIPROCAL_RANK
+    assert FusionMode.parse(FUSION_MODES.RELATIVE_SCORE) is FusionMode.RELATIVE_SCORE
+    assert FusionMode.parse(FUSION_MODES.DIST_BASED_SCORE) is FusionMode.DIST_BASED_SCORE
+    assert FusionMode.parse(FUSION_MODES.SIMPLE) is FusionMode.UNION
+
+
+# ----------------------------------------------------------------------------- duck-typed items
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """A NodeWithScore-like item without pydantic's ``model_copy``."""
+
+    node: Any
+    score: float | None
+
+
+def test_items_without_model_copy_are_rebuilt_with_their_own_type():
+    raw = [[("a", 0.9), ("b", 0.5), ("c", None)], [("b", 0.8), ("d", 0.2)]]
+    nodes = {i: TextNode(id_=i, text=i) for i in "abcd"}
+    hits = [[Hit(nodes[i], s) for i, s in lst] for lst in raw]
+    for fn in ALL:
+        fused = fn(hits)
+        assert all(type(h) is Hit for h in fused)
+        assert all(h.node is nodes[h.node.node_id] for h in fused)  # the same node, not a copy
+        assert as_pairs(fused) == as_pairs(fn(build(raw)))  # as for NodeWithScore items
+
+
 # ----------------------------------------------------------------------------- properties
 ids = st.sampled_from([f"n{i}" for i in range(12)])
 scored = st.tuples(ids, st.one_of(st.none(), st.floats(-50, 50, allow_nan=False)))
@@ -270,6 +340,76 @@ def test_property_single_list_keeps_its_order_under_rrf(raw):
         if n.node.node_id not in seen:
             seen.append(n.node.node_id)
     assert [n.node.node_id for n in reciprocal_rank_fusion(lists)] == seen
+
+
+@settings(max_examples=100, deadline=None)
+@given(raw=result_lists_st, fn_index=st.integers(0, 3), data=st.data())
+def test_property_non_finite_scores_count_as_missing(raw, fn_index, data):
+    """A NaN or infinite score (a broken retriever) is read as no score, never poisons a list."""
+    fn = ALL[fn_index]
+    non_finite = st.sampled_from([math.nan, math.inf, -math.inf])
+    broken = [[(i, data.draw(non_finite) if s is None else s) for i, s in lst] for lst in raw]
+    fused = fn(build(broken))
+    assert all(math.isfinite(n.score) for n in fused)
+    assert as_pairs(fused) == as_pairs(fn(build(raw)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(raw=result_lists_st, fn_index=st.integers(1, 2))
+def test_property_unscored_items_add_nothing(raw, fn_index):
+    """Score fusions: an item without a score counts as 0 in its list, so a node that is
+    unscored in every list it appears in (at its first position) fuses to 0."""
+    fused = {n.node.node_id: n.score for n in ALL[fn_index](build(raw))}
+    scored = set()
+    for lst in raw:
+        first: dict[str, float | None] = {}
+        for i, s in lst:
+            first.setdefault(i, s)
+        scored |= {i for i, s in first.items() if s is not None}
+    for node_id, score in fused.items():
+        if node_id not in scored:
+            assert score == 0.0
+
+
+finite_scores = st.floats(-50, 50).filter(lambda s: s == 0 or abs(s) > 1e-6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    raw=st.lists(
+        st.lists(st.tuples(ids, st.one_of(st.none(), finite_scores)), max_size=10), max_size=5
+    ),
+    fn_index=st.integers(1, 2),
+    exponent=st.integers(-8, 8),
+)
+def test_property_score_fusions_ignore_the_score_unit(raw, fn_index, exponent):
+    """Min-max and mean ± 3 std scaling read each list relative to itself: multiplying a list's
+    scores by a positive factor (a power of 2, exact in floating point) changes nothing."""
+    fn = ALL[fn_index]
+    factor = 2.0**exponent
+    rescaled = [[(i, None if s is None else s * factor) for i, s in lst] for lst in raw]
+    a, b = fn(build(raw)), fn(build(rescaled))
+    assert [n.node.node_id for n in a] == [n.node.node_id for n in b]
+    assert [n.score for n in a] == pytest.approx([n.score for n in b], abs=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    raw=result_lists_st,
+    fn_index=st.integers(1, 2),
+    seed=st.integers(0, 1000),
+    exponent=st.integers(-8, 8),
+)
+def test_property_score_fusions_normalise_the_weights(raw, fn_index, seed, exponent):
+    """Only the ratios of the weights matter: they are normalised to sum to 1."""
+    fn = ALL[fn_index]
+    lists = build(raw)
+    rng = random.Random(seed)
+    weights = [rng.uniform(0.1, 3.0) for _ in lists]
+    a = fn(lists, weights=weights)
+    b = fn(lists, weights=[w * 2.0**exponent for w in weights])
+    assert [n.node.node_id for n in a] == [n.node.node_id for n in b]
+    assert [n.score for n in a] == pytest.approx([n.score for n in b], abs=1e-12)
 
 
 def test_ties_keep_first_seen_order():

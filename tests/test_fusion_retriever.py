@@ -10,6 +10,7 @@ import time
 import pytest
 from llama_index.core import StorageContext, VectorStoreIndex
 from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack.components.fusion import FusionRetriever
@@ -319,6 +320,74 @@ async def test_max_concurrency_is_a_real_limit(dense, bm25, scripted_llm):
     assert d.max_in_flight == b.max_in_flight == 1
 
 
+async def test_default_max_concurrency_is_16(concurrency_gate):
+    # 20 searches: 16 are let in at once (they wait until 16 are in flight), the rest after them
+    gate = concurrency_gate(16)
+    fusion = FusionRetriever(
+        [Delayed(Fixed([(f"n{i}", 0.5)]), gate=gate) for i in range(20)], num_queries=1
+    )
+    assert len(await fusion.aretrieve(QUESTION)) == 10
+    assert not gate.timed_out and gate.max_in_flight == 16
+
+
+def test_sync_path_runs_two_searches_at_once(concurrency_gate):
+    gate = concurrency_gate(2)
+    fusion = FusionRetriever(
+        [Delayed(Fixed([("a", 0.9)]), gate=gate), Delayed(Fixed([("b", 0.5)]), gate=gate)],
+        num_queries=1,
+        max_concurrency=2,
+    )
+    assert ids(fusion.retrieve(QUESTION)) == ["a", "b"]
+    assert not gate.timed_out and gate.max_in_flight == 2
+
+
+class GatedSyncOnly(BaseRetriever):
+    """Only a blocking ``_retrieve`` returning one node, held at a shared concurrency gate."""
+
+    def __init__(self, node_id: str, gate) -> None:
+        self.node_id, self.gate = node_id, gate
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        self.gate.enter()
+        try:
+            self.gate.hold()
+            return [NodeWithScore(node=TextNode(id_=self.node_id, text=self.node_id), score=1.0)]
+        finally:
+            self.gate.exit()
+
+
+async def test_sync_only_retrievers_get_max_concurrency_threads(concurrency_gate):
+    # more blocking searches than any default thread pool has workers (at most 32): all 40 are in
+    # flight at once only in a pool of max_concurrency threads
+    gate = concurrency_gate(40)
+    fusion = FusionRetriever(
+        [GatedSyncOnly(f"n{i}", gate) for i in range(40)],
+        num_queries=1,
+        max_concurrency=40,
+        similarity_top_k=40,
+    )
+    assert len(await fusion.aretrieve(QUESTION)) == 40
+    assert not gate.timed_out and gate.max_in_flight == 40
+
+
+async def test_cancelling_does_not_wait_for_blocked_searches():
+    slow = SyncOnly(Fixed([("a", 1.0)]), timeout=5.0)
+    task = asyncio.create_task(FusionRetriever([slow], num_queries=1).aretrieve(QUESTION))
+    try:
+        deadline = time.monotonic() + 20
+        while slow.in_flight < 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.001)
+        assert slow.in_flight == 1, "the search never started"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # the cancelled query gave the event loop back while its search was still blocked
+        assert slow.in_flight == 1 and slow.released == []
+    finally:
+        slow.release.set()
+
+
 def test_unusable_llm_reply_falls_back_to_original_query(dense, bm25, scripted_llm, caplog):
     caplog.set_level(logging.WARNING)
     fusion = FusionRetriever(
@@ -338,10 +407,12 @@ async def test_llm_error_falls_back_or_raises(dense, scripted_llm, caplog):
     nodes = await fusion.aretrieve(QUESTION)
     assert nodes and "ConnectionError" in caplog.text
     strict = FusionRetriever(
-        [dense], llm=scripted_llm([ConnectionError("server down")]), raise_on_failure=True
+        [dense], llm=scripted_llm([ConnectionError("server down")] * 2), raise_on_failure=True
     )
     with pytest.raises(ConnectionError):
         await strict.aretrieve(QUESTION)
+    with pytest.raises(ConnectionError):
+        strict.retrieve(QUESTION)
 
 
 def test_num_queries_one_makes_no_llm_call(dense, bm25):
@@ -350,6 +421,118 @@ def test_num_queries_one_makes_no_llm_call(dense, bm25):
         QUESTION
     )
     assert len(nodes) == 3 and llm.call_count == 0
+
+
+async def test_num_queries_one_never_resolves_an_llm(monkeypatch):
+    monkeypatch.setenv("RAG_PACK_LLM", "none")  # resolving the default LLM would raise
+    fusion = FusionRetriever([Fixed([("a", 1.0)])], num_queries=1)
+    assert ids(fusion.retrieve(QUESTION)) == ["a"]
+    assert ids(await fusion.aretrieve(QUESTION)) == ["a"]
+
+
+def test_documented_defaults(scripted_llm):
+    llm = scripted_llm(lambda prompt: "1. first variant\n2. second variant\n3. third\n4. fourth")
+    fusion = FusionRetriever([Fixed([(f"n{i}", 1 - i / 100) for i in range(15)])], llm=llm)
+    nodes = fusion.retrieve(QUESTION)
+    # num_queries=4: the original and 3 variants; similarity_top_k=10
+    assert "Write 3 different search queries" in llm.prompts[0]
+    assert nodes[0].node.metadata["fusion_queries"] == [
+        QUESTION,
+        "first variant",
+        "second variant",
+        "third",
+    ]
+    assert len(nodes) == 10
+
+
+def test_rrf_constant_k_is_honoured():
+    first, second = Fixed([("x", 0.9), ("y", 0.1)]), Fixed([("y", 0.9), ("z", 0.1)])
+    nodes = FusionRetriever([first, second], num_queries=1, k=1).retrieve(QUESTION)
+    expected = reciprocal_rank_fusion([first.retrieve(QUESTION), second.retrieve(QUESTION)], k=1)
+    assert ids(nodes) == ids(expected)
+    assert [n.score for n in nodes] == pytest.approx([n.score for n in expected])
+
+
+def test_similarity_top_k_one_returns_the_best_node():
+    fusion = FusionRetriever([Fixed([("a", 0.9), ("b", 0.5)])], num_queries=1, similarity_top_k=1)
+    assert ids(fusion.retrieve(QUESTION)) == ["a"]
+
+
+class Listed(BaseRetriever):
+    """Returns the same ``NodeWithScore`` list for every query, repeats included: like upstream
+    retrievers that override the public ``retrieve`` (so core's de-duplication by id is skipped).
+    """
+
+    def __init__(self, hits: list[NodeWithScore]) -> None:
+        self.hits = hits
+        super().__init__()
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return list(self.hits)
+
+    def retrieve(self, str_or_query_bundle: str | QueryBundle) -> list[NodeWithScore]:
+        return list(self.hits)
+
+
+def test_fusion_hits_record_each_search_once_at_its_list_position():
+    def hit(node_id: str, score: float) -> NodeWithScore:
+        return NodeWithScore(node=TextNode(id_=node_id, text=node_id), score=score)
+
+    retrievers = {
+        "first": Listed([hit("a", 0.9), hit("a", 0.8), hit("b", 0.5)]),  # "a" listed twice
+        "second": Listed([hit("c", 0.7), hit("b", 0.6)]),
+    }
+    nodes = FusionRetriever(retrievers, num_queries=1).retrieve(QUESTION)
+    assert sorted(ids(nodes)) == ["a", "b", "c"]
+    for n in nodes:
+        node_id, hits = n.node.node_id, n.node.metadata["fusion_hits"]
+        # one hit per search that found the node
+        found_by = [name for name, r in retrievers.items() if node_id in ids(r.retrieve(QUESTION))]
+        assert [h["retriever"] for h in hits] == found_by
+        for h in hits:
+            results = retrievers[h["retriever"]].retrieve(h["query"])
+            # rank: the 1-based position of its first (best) listing in that retriever's results
+            assert h["rank"] == ids(results).index(node_id) + 1
+            assert h["score"] == results[h["rank"] - 1].score
+
+
+async def test_prompt_given_as_a_string(scripted_llm):
+    llm = scripted_llm(lambda prompt: "1. a query about cats")
+    fusion = FusionRetriever(
+        [Fixed([("a", 1.0)])],
+        llm=llm,
+        num_queries=2,
+        query_gen_prompt="Give {num_queries} rewrites of: {query}",
+    )
+    fusion.retrieve("cats")
+    await fusion.aretrieve("cats")
+    assert llm.prompts == ["Give 1 rewrites of: cats"] * 2
+
+
+def test_callback_manager_receives_the_retrieve_events():
+    handler = LlamaDebugHandler()
+    fusion = FusionRetriever(
+        [Fixed([("a", 1.0)])], num_queries=1, callback_manager=CallbackManager([handler])
+    )
+    fusion.retrieve(QUESTION)
+    assert handler.get_event_pairs(CBEventType.RETRIEVE)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"similarity_top_k": 2.5}, "similarity_top_k"),
+        ({"similarity_top_k": True}, "similarity_top_k"),
+        ({"max_concurrency": 0}, "max_concurrency"),
+        ({"max_concurrency": 2.5}, "max_concurrency"),
+        ({"max_concurrency": True}, "max_concurrency"),
+        ({"include_original": False, "num_queries": 1}, "num_queries >= 2"),
+        ({"k": -1}, "k must be"),
+    ],
+)
+def test_bad_settings_are_rejected_when_constructed(kwargs, match):
+    with pytest.raises(ConfigurationError, match=match):
+        FusionRetriever([Fixed([("a", 1.0)])], llm=ScriptedLLM(replies=[]), **kwargs)
 
 
 def test_generated_only_without_original(dense, scripted_llm):

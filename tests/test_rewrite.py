@@ -7,8 +7,11 @@ import logging
 
 import pytest
 from llama_index.core import StorageContext, VectorStoreIndex
+from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import MetadataMode, TextNode
 
+from llama_index_rag_pack.components.fusion import FusionRetriever
 from llama_index_rag_pack.components.rewrite import RewriteRetriever, parse_rewrite
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
@@ -65,29 +68,46 @@ def test_rewrite_focuses_a_noisy_query(dense, scripted_llm):
 async def test_async_path_never_calls_sync(dense, scripted_llm):
     llm = scripted_llm(["Search query: ancient greek philosophers"], forbid_sync=True)
     nodes = await RewriteRetriever(dense, llm=llm).aretrieve(NOISY)
+    assert NOISY in llm.prompts[0]
     assert nodes[0].node.node_id == "philosophers"
     assert nodes[0].node.metadata["rewritten_query"] == "ancient greek philosophers"
+    assert nodes[0].node.metadata["original_query"] == NOISY
     sync_nodes = RewriteRetriever(
         dense, llm=scripted_llm(["Search query: ancient greek philosophers"])
     ).retrieve(NOISY)
     assert [n.node.node_id for n in sync_nodes] == [n.node.node_id for n in nodes]
 
 
-@pytest.mark.parametrize("reply", ["", "   \n", "Here is a better query:", ConnectionError("down")])
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "",
+        "   \n",
+        "Here is a better query:",
+        " ".join(["capital"] * 70),  # a ramble over 500 characters is no search query
+        ConnectionError("down"),
+    ],
+)
 def test_unusable_rewrite_falls_back_to_the_original(dense, scripted_llm, caplog, reply):
     caplog.set_level(logging.WARNING)
-    rrr = RewriteRetriever(dense, llm=scripted_llm([reply]))
-    nodes = asyncio.run(rrr.aretrieve("capital of France"))
-    assert nodes[0].node.node_id == "paris"
-    assert nodes[0].node.metadata["rewritten_query"] == "capital of France"
+    rrr = RewriteRetriever(dense, llm=scripted_llm([reply, reply]))
+    for nodes in (
+        rrr.retrieve("capital of France"),
+        asyncio.run(rrr.aretrieve("capital of France")),
+    ):
+        assert nodes[0].node.node_id == "paris"
+        assert nodes[0].node.metadata["rewritten_query"] == "capital of France"
     assert "original query" in caplog.text
 
 
 def test_raise_on_failure(dense, scripted_llm):
+    strict = RewriteRetriever(
+        dense, llm=scripted_llm([ConnectionError("down")] * 2), raise_on_failure=True
+    )
     with pytest.raises(ConnectionError):
-        RewriteRetriever(
-            dense, llm=scripted_llm([ConnectionError("down")]), raise_on_failure=True
-        ).retrieve(NOISY)
+        strict.retrieve(NOISY)
+    with pytest.raises(ConnectionError):
+        asyncio.run(strict.aretrieve(NOISY))
 
 
 @pytest.mark.parametrize(
@@ -102,12 +122,39 @@ def test_raise_on_failure(dense, scripted_llm):
             "ancient greek philosophers",
         ),
         ("1. ancient greek philosophers", "ancient greek philosophers"),
+        (
+            '"key figures ancient greek philosophy"** This query drops the unrelated details.',
+            "key figures ancient greek philosophy",
+        ),
         ("", None),
         ("Sure, here you go:", None),
     ],
 )
 def test_parse_rewrite(reply, expected):
     assert parse_rewrite(reply) == expected
+
+
+def test_parse_rewrite_max_chars_is_inclusive():
+    query = "ancient greek philosophers"
+    assert parse_rewrite(query, max_chars=len(query)) == query
+    assert parse_rewrite(query, max_chars=len(query) - 1) is None
+
+
+def test_wrapped_retriever_prompts_are_reachable(dense, scripted_llm):
+    fusion = FusionRetriever([dense], llm=scripted_llm([]), num_queries=2)
+    rrr = RewriteRetriever(fusion, llm=scripted_llm([]))
+    assert "retriever:query_gen_prompt" in rrr.get_prompts()
+    rrr.update_prompts({"retriever:query_gen_prompt": PromptTemplate("{num_queries}: {query}")})
+    assert fusion.query_gen_prompt.template == "{num_queries}: {query}"
+
+
+def test_callback_manager_receives_the_retrieve_events(dense, scripted_llm):
+    handler = LlamaDebugHandler()
+    rrr = RewriteRetriever(
+        dense, llm=scripted_llm(["paris"]), callback_manager=CallbackManager([handler])
+    )
+    rrr.retrieve("where is the seine")
+    assert handler.get_event_pairs(CBEventType.RETRIEVE)
 
 
 def test_prompt_override_and_bad_input(dense, scripted_llm):
