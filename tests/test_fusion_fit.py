@@ -315,6 +315,12 @@ def test_fusion_config_round_trips_and_validates(tmp_path: Path) -> None:
     path = save_fusion_config(config, tmp_path / "sub" / "fusion.json")
     assert load_fusion_config(path) == config
     assert load_fusion_config(path).fitted_on == {"m": 1}
+    assert config.settings() == {
+        "alpha": 0.35,
+        "normalization": "dist_based",
+        "rrf_k": 20.0,
+        "candidate_pool": 50,
+    }
     path.write_text(json.dumps({"alpha": 0.2, "alfa": 0.3}))
     with pytest.raises(ConfigurationError, match=r"unknown keys \['alfa'\]"):
         load_fusion_config(path)

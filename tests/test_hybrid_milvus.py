@@ -279,6 +279,9 @@ def test_hybrid_on_a_milvus_server(milvus_server, embed_model):
         vs, embed_model=embed_model, ranker="weighted", weights=[0.3, 0.7]
     )
     assert ids(weighted.retrieve("XQ27 hinge"))[0] == "xq27"
+    convex = fusion_retriever(vs, embed_model, alpha=0.3, similarity_top_k=3)
+    assert ids(convex.retrieve("XQ27 hinge"))[0] == "xq27"
+    assert ids(asyncio.run(convex.aretrieve("XQ27 hinge"))) == ids(convex.retrieve("XQ27 hinge"))
 
 
 # ----------------------------------------------------------------------------- candidate pools

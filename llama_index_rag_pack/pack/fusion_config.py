@@ -90,6 +90,10 @@ class FusionConfig:
         """The JSON-able form :meth:`from_dict` reads."""
         return asdict(self)
 
+    def settings(self) -> dict[str, Any]:
+        """The values retrieval uses, without ``fitted_on`` (e.g. for a result cache key)."""
+        return {k: v for k, v in self.to_dict().items() if k != "fitted_on"}
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "fusion config") -> FusionConfig:
         """Read :meth:`to_dict`'s form.
