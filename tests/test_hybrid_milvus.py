@@ -279,3 +279,108 @@ def test_hybrid_on_a_milvus_server(milvus_server, embed_model):
         vs, embed_model=embed_model, ranker="weighted", weights=[0.3, 0.7]
     )
     assert ids(weighted.retrieve("XQ27 hinge"))[0] == "xq27"
+    convex = fusion_retriever(vs, embed_model, alpha=0.3, similarity_top_k=3)
+    assert ids(convex.retrieve("XQ27 hinge"))[0] == "xq27"
+    assert ids(asyncio.run(convex.aretrieve("XQ27 hinge"))) == ids(convex.retrieve("XQ27 hinge"))
+
+
+# ----------------------------------------------------------------------------- candidate pools
+def test_each_side_of_a_hybrid_search_fetches_the_candidate_pool(store, embed_model, monkeypatch):
+    sent = []
+    real = store.client.hybrid_search
+
+    def spy(*args, **kwargs):
+        sent.append(([r.limit for r in kwargs["reqs"]], kwargs["limit"]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store.client, "hybrid_search", spy)
+    r = MilvusHybridRetriever(store, embed_model=embed_model, similarity_top_k=2, candidate_pool=7)
+    assert len(r.retrieve("search engines rank keyword matches")) == 2
+    assert sent == [([7, 7], 7)]
+    wide = MilvusHybridRetriever(
+        store, embed_model=embed_model, similarity_top_k=9, candidate_pool=3
+    )
+    wide.retrieve("search engines rank keyword matches")
+    assert sent[-1] == ([9, 9], 9), "never fewer candidates than nodes wanted"
+    with pytest.raises(ConfigurationError, match="candidate_pool must be a positive integer"):
+        MilvusHybridRetriever(store, candidate_pool=0)
+
+
+def test_equal_scores_come_back_ordered_by_node_id(store, embed_model):
+    # RRF gives a node ranked r by dense only and one ranked r by BM25 only the same score
+    r = MilvusHybridRetriever(store, embed_model=embed_model, similarity_top_k=10, rrf_k=60)
+    for q in ("search engines rank vectors and keywords", "tea volcano cat"):
+        nodes = r.retrieve(q)
+        keys = [(-n.score, n.node.node_id) for n in nodes]
+        assert keys == sorted(keys)
+
+
+# ----------------------------------------------------------------------------- score fusion
+def fusion_retriever(store, embed_model, **kwargs):
+    from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+
+    return MilvusScoreFusionRetriever(store, embed_model=embed_model, **kwargs)
+
+
+def test_score_fusion_is_the_convex_combination_of_both_candidate_lists(store, embed_model):
+    from llama_index_rag_pack.core.convex_fusion import convex_fusion
+
+    q = "keyword ranking function of search engines"
+    dense = MilvusHybridRetriever(
+        store, embed_model=embed_model, search_type="dense", similarity_top_k=50
+    ).retrieve(q)
+    sparse = MilvusHybridRetriever(store, search_type="sparse", similarity_top_k=50).retrieve(q)
+    for alpha, norm in ((0.3, "min_max"), (0.7, "dist_based")):
+        r = fusion_retriever(
+            store, embed_model, alpha=alpha, normalization=norm, similarity_top_k=4
+        )
+        got = r.retrieve(q)
+        expected = convex_fusion(dense, sparse, alpha=alpha, normalization=norm, top_n=4)
+        assert [(n.node.node_id, pytest.approx(n.score)) for n in got] == [
+            (n.node.node_id, n.score) for n in expected
+        ]
+        assert all(n.node.metadata["retrieval_search_type"] == "hybrid" for n in got)
+        assert all(0.0 <= n.score <= 1.0 for n in got)
+
+
+def test_score_fusion_alpha_picks_a_side(store, embed_model):
+    dense = MilvusHybridRetriever(
+        store, embed_model=embed_model, search_type="dense", similarity_top_k=3
+    )
+    sparse = MilvusHybridRetriever(store, search_type="sparse", similarity_top_k=1)
+    q = "XQ27 cabinet hinge vector database"
+    assert ids(fusion_retriever(store, embed_model, alpha=1.0, similarity_top_k=3).retrieve(q)) == (
+        ids(dense.retrieve(q))
+    )
+    assert ids(fusion_retriever(store, embed_model, alpha=0.0, similarity_top_k=1).retrieve(q)) == (
+        ids(sparse.retrieve(q))
+    )
+
+
+def test_score_fusion_sync_equals_async_and_respects_filter_and_top_k(store, embed_model):
+    r = fusion_retriever(
+        store, embed_model, similarity_top_k=3, candidate_pool=5, filter='topic != "cat"'
+    )
+    assert r.dense.similarity_top_k == 5 == r.sparse.similarity_top_k
+    q = "the cat sat on a vector database"
+    nodes = r.retrieve(q)
+    assert len(nodes) == 3 and "cat" not in ids(nodes)
+    assert [(n.node.node_id, n.score) for n in asyncio.run(r.aretrieve(q))] == [
+        (n.node.node_id, n.score) for n in nodes
+    ]
+
+
+def test_score_fusion_bad_configuration(store, embed_model, milvus_uri):
+    with pytest.raises(ConfigurationError, match=r"alpha .*\[0, 1\]"):
+        fusion_retriever(store, embed_model, alpha=-0.1)
+    with pytest.raises(ConfigurationError, match="valid values: min_max, dist_based"):
+        fusion_retriever(store, embed_model, normalization="zscore")
+    with pytest.raises(ConfigurationError, match="candidate_pool"):
+        fusion_retriever(store, embed_model, candidate_pool=0)
+    with pytest.raises(ConfigurationError, match="similarity_top_k must be > 0"):
+        fusion_retriever(store, embed_model, similarity_top_k=0)
+    with pytest.raises(ConfigurationError, match="empty"):
+        fusion_retriever(store, embed_model).retrieve("  ")
+    vs = open_vector_store(milvus_uri, "no_bm25", dim=384, enable_bm25=False)
+    with pytest.raises(ConfigurationError, match="enable_bm25=True"):
+        fusion_retriever(vs, embed_model)

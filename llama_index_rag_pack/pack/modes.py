@@ -14,7 +14,7 @@ Example:
     >>> get_mode("nope")
     Traceback (most recent call last):
     ...
-    llama_index_rag_pack.core.errors.ConfigurationError: Unknown retrieval mode 'nope'; valid modes: vector, route, bm25, hybrid, hybrid_weighted, fusion, hyde, rewrite, raptor, raptor_traversal.
+    llama_index_rag_pack.core.errors.ConfigurationError: Unknown retrieval mode 'nope'; valid modes: vector, route, bm25, hybrid, hybrid_weighted, hybrid_convex, fusion, hyde, rewrite, raptor, raptor_traversal.
 """  # noqa: E501  (doctest output is one line)
 
 from __future__ import annotations
@@ -119,6 +119,7 @@ class RetrievalMode(str, Enum):
     BM25 = "bm25"
     HYBRID = "hybrid"
     HYBRID_WEIGHTED = "hybrid_weighted"
+    HYBRID_CONVEX = "hybrid_convex"
     FUSION = "fusion"
     HYDE = "hyde"
     REWRITE = "rewrite"
@@ -167,16 +168,68 @@ def build_bm25(pack: Any, similarity_top_k: int | None = None) -> Any:
     return _milvus(pack, "sparse", similarity_top_k)
 
 
-def build_hybrid(pack: Any, similarity_top_k: int | None = None, rrf_k: float = 60.0) -> Any:
-    """Dense + BM25 in one Milvus hybrid search, fused by reciprocal rank."""
-    return _milvus(pack, "hybrid", similarity_top_k, ranker="rrf", rrf_k=rrf_k)
+def _given(value: Any, default: Any) -> Any:
+    """``value`` unless it is ``None`` (an explicit argument beats the pack's fusion config)."""
+    return default if value is None else value
+
+
+def build_hybrid(
+    pack: Any,
+    similarity_top_k: int | None = None,
+    rrf_k: float | None = None,
+    candidate_pool: int | None = None,
+) -> Any:
+    """Dense + BM25 in one Milvus hybrid search, fused by reciprocal rank (``rrf_k`` and the
+    candidate pool default to the pack's ``fusion_config``)."""
+    config = pack.fusion_config
+    return _milvus(
+        pack,
+        "hybrid",
+        similarity_top_k,
+        ranker="rrf",
+        rrf_k=_given(rrf_k, config.rrf_k),
+        candidate_pool=_given(candidate_pool, config.candidate_pool),
+    )
 
 
 def build_hybrid_weighted(
-    pack: Any, similarity_top_k: int | None = None, weights: Sequence[float] = (0.7, 0.3)
+    pack: Any,
+    similarity_top_k: int | None = None,
+    weights: Sequence[float] = (0.7, 0.3),
+    candidate_pool: int | None = None,
 ) -> Any:
-    """Dense + BM25 in one Milvus hybrid search, fused by weighted scores."""
-    return _milvus(pack, "hybrid", similarity_top_k, ranker="weighted", weights=tuple(weights))
+    """Dense + BM25 in one Milvus hybrid search, fused by Milvus' weighted (arctan) scores."""
+    return _milvus(
+        pack,
+        "hybrid",
+        similarity_top_k,
+        ranker="weighted",
+        weights=tuple(weights),
+        candidate_pool=_given(candidate_pool, pack.fusion_config.candidate_pool),
+    )
+
+
+def build_hybrid_convex(
+    pack: Any,
+    similarity_top_k: int | None = None,
+    alpha: float | None = None,
+    normalization: str | None = None,
+    candidate_pool: int | None = None,
+) -> Any:
+    """Dense + BM25 searched at once, fused here by ``alpha * norm(dense) + (1 - alpha) *
+    norm(bm25)`` (defaults from the pack's ``fusion_config``, fitted by ``rag-pack eval --fit``)."""
+    from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+
+    config = pack.fusion_config
+    return MilvusScoreFusionRetriever(
+        vector_store=pack.vector_store,
+        embed_model=pack.embed_model,
+        alpha=_given(alpha, config.alpha),
+        normalization=_given(normalization, config.normalization),
+        candidate_pool=_given(candidate_pool, config.candidate_pool),
+        similarity_top_k=similarity_top_k or pack.similarity_top_k,
+        callback_manager=pack.callback_manager,
+    )
 
 
 def build_fusion(
@@ -289,6 +342,11 @@ for _spec in (
     ModeSpec("bm25", build_bm25, "Milvus BM25 full-text search"),
     ModeSpec("hybrid", build_hybrid, "dense + BM25, reciprocal rank fusion in Milvus"),
     ModeSpec("hybrid_weighted", build_hybrid_weighted, "dense + BM25, weighted scores"),
+    ModeSpec(
+        "hybrid_convex",
+        build_hybrid_convex,
+        "dense + BM25, convex combination of normalized scores (fit: rag-pack eval --fit)",
+    ),
     ModeSpec("fusion", build_fusion, "RAG-Fusion: LLM query variants, fused", needs_llm=True),
     ModeSpec("hyde", build_hyde, "HyDE: search with hypothetical answers", needs_llm=True),
     ModeSpec("rewrite", build_rewrite, "LLM query rewriting", needs_llm=True),

@@ -36,6 +36,7 @@ from llama_index_rag_pack.core.errors import (
 )
 from llama_index_rag_pack.pack._compat import BaseLlamaPack
 from llama_index_rag_pack.pack.engines import build_query_engine, query_engine_key, retriever_key
+from llama_index_rag_pack.pack.fusion_config import FusionConfig, resolve_fusion_config
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, pack_tree_inputs
 from llama_index_rag_pack.storage import milvus as milvus_utils
@@ -72,6 +73,10 @@ class RagPack(BaseLlamaPack):
         chunk_overlap: Overlap between chunks, in tokens.
         similarity_top_k: Chunks retrieved per query.
         enable_bm25: Keep a BM25 sparse field beside the dense vectors (hybrid search).
+        fusion_config: Defaults of the hybrid modes (dense weight, RRF k, candidate pools): a
+            :class:`~llama_index_rag_pack.pack.fusion_config.FusionConfig` or the path of one
+            saved by ``rag-pack eval --fit``. Unset: ``<data_dir>/fusion.json`` when it exists,
+            else the built-in defaults. Arguments of ``retriever(mode, ...)`` override it.
         show_progress: Progress bars while indexing.
         callback_manager: Passed to the index and query engines.
 
@@ -102,6 +107,7 @@ class RagPack(BaseLlamaPack):
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
         similarity_top_k: int = 4,
         enable_bm25: bool = True,
+        fusion_config: FusionConfig | str | Path | None = None,
         show_progress: bool = False,
         callback_manager: CallbackManager | None = None,
     ) -> None:
@@ -112,6 +118,7 @@ class RagPack(BaseLlamaPack):
         self.chunk_size = chunk_size
         self.chunk_overlap = chunk_overlap
         self.similarity_top_k = similarity_top_k
+        self.fusion_config = resolve_fusion_config(fusion_config)
         self.show_progress = show_progress
         self.callback_manager = callback_manager or CallbackManager([])
         self._llm_spec = llm

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -23,12 +22,20 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
+from llama_index_rag_pack.core.convex_fusion import DEFAULT_CANDIDATE_POOL, check_candidate_pool
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
     check_query,
 )
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
+from llama_index_rag_pack.storage.hybrid_options import (
+    MilvusRanker,
+    MilvusSearchType,
+    check_limits,
+    check_pre_top_k,
+    checked_weights,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -39,103 +46,19 @@ logger = logging.getLogger(__name__)
 __all__ = ["MilvusHybridRetriever", "MilvusRanker", "MilvusSearchType"]
 
 
-def _parse_enum(enum_cls: type[Enum], value: Any, what: str) -> Any:
-    if isinstance(value, enum_cls):
-        return value
-    try:
-        return enum_cls(str(getattr(value, "value", value)).strip().lower())
-    except ValueError:
-        valid = ", ".join(m.value for m in enum_cls)
-        raise ConfigurationError(f"Unknown {what} {value!r}; valid values: {valid}.") from None
-
-
-class MilvusSearchType(str, Enum):
-    """Which field(s) :class:`MilvusHybridRetriever` searches."""
-
-    DENSE = "dense"
-    SPARSE = "sparse"
-    HYBRID = "hybrid"
-
-    @classmethod
-    def parse(cls, value: str | MilvusSearchType) -> MilvusSearchType:
-        """Parse, raising :class:`ConfigurationError` listing the valid values."""
-        return _parse_enum(cls, value, "search_type")
-
-
-class MilvusRanker(str, Enum):
-    """Server-side ranker of a hybrid search: reciprocal rank fusion or weighted scores."""
-
-    RRF = "rrf"
-    WEIGHTED = "weighted"
-
-    @classmethod
-    def parse(cls, value: str | MilvusRanker) -> MilvusRanker:
-        """Parse, raising :class:`ConfigurationError` listing the valid values."""
-        return _parse_enum(cls, value, "ranker")
-
-
-def _check_limits(similarity_top_k: Any, rrf_k: Any) -> None:
-    """Raise :class:`ConfigurationError` for a ``similarity_top_k`` or ``rrf_k`` out of range."""
-    if (
-        isinstance(similarity_top_k, bool)
-        or not isinstance(similarity_top_k, int)
-        or similarity_top_k <= 0
-    ):
-        raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k!r}.")
-    if not isinstance(rrf_k, (int, float)) or isinstance(rrf_k, bool) or rrf_k < 0:
-        raise ConfigurationError(f"rrf_k must be a number >= 0 (60 is usual), got {rrf_k!r}.")
-
-
-def _check_pre_top_k(pre_top_k: int | None, similarity_top_k: int, reranker: Any | None) -> None:
-    """Raise :class:`ConfigurationError` for a ``pre_top_k`` without a reranker or below
-    ``similarity_top_k``."""
-    if pre_top_k is None:
-        return
-    if reranker is None:
-        raise ConfigurationError("pre_top_k only applies with a reranker= second stage.")
-    if pre_top_k < similarity_top_k:
-        raise ConfigurationError(
-            f"pre_top_k ({pre_top_k}) must be >= similarity_top_k ({similarity_top_k})."
-        )
-
-
-def _checked_weights(weights: Sequence[float] | None, ranker: MilvusRanker) -> list[float] | None:
-    """``(dense, sparse)`` weights as floats (``[0.5, 0.5]`` for the weighted ranker when none are
-    given; ``None`` for the rrf ranker).
-
-    Raises:
-        ConfigurationError: not two weights, weights outside [0, 1] or both 0, or weights given
-            with the rrf ranker.
-    """
-    if weights is None:
-        return [0.5, 0.5] if ranker is MilvusRanker.WEIGHTED else None
-    values = [float(w) for w in weights]
-    if len(values) != 2:
-        raise ConfigurationError(
-            f"weights needs one value per searched field, (dense, sparse): 2 values, got "
-            f"{len(values)} ({values!r})."
-        )
-    if any(not 0.0 <= w <= 1.0 for w in values) or sum(values) == 0:
-        raise ConfigurationError(f"weights must lie in [0, 1] and not both be 0, got {values!r}.")
-    if ranker is MilvusRanker.RRF:
-        raise ConfigurationError(
-            "weights are used by the weighted ranker; pass ranker='weighted' with them "
-            "(the rrf ranker takes rrf_k)."
-        )
-    return values
-
-
 class MilvusHybridRetriever(BaseRetriever):
     """Dense, BM25 (sparse) or hybrid search on one Milvus collection, with an optional rerank
     stage.
 
-    Hybrid search sends one dense and one BM25 request in a single ``hybrid_search`` call and lets
+    Hybrid search sends one dense and one BM25 request in a single ``hybrid_search`` call, each
+    fetching ``candidate_pool`` candidates (at least the number of nodes wanted), and lets
     Milvus merge them with ``RRFRanker(k)`` or ``WeightedRanker(w_dense, w_sparse)``. With a
     ``reranker`` (any LlamaIndex node postprocessor: cross-encoder, LLM reranker, ...) it fetches
     ``pre_top_k`` candidates, reranks them and keeps ``similarity_top_k``.
 
     Returned scores: cosine similarity (dense), BM25 score >= 0 (sparse), ranker score (hybrid),
-    or the reranker's score. Each node's metadata gets ``retrieval_search_type``.
+    or the reranker's score; equal scores are ordered by node id, so ties never depend on the
+    order Milvus sends them in. Each node's metadata gets ``retrieval_search_type``.
 
     Args:
         vector_store: A ``MilvusVectorStore`` (e.g. from ``open_vector_store``); its client and
@@ -146,6 +69,7 @@ class MilvusHybridRetriever(BaseRetriever):
         rrf_k: The RRF constant.
         weights: ``(dense_weight, sparse_weight)`` for the weighted ranker, each in [0, 1].
         similarity_top_k: Nodes returned.
+        candidate_pool: Candidates each side of a hybrid search fetches before fusion.
         filter: A Milvus boolean expression on scalar/metadata fields, e.g. ``'title == "Milvus"'``.
         reranker: Optional second stage (a ``BaseNodePostprocessor``).
         pre_top_k: Candidates fetched for the reranker (default ``4 * similarity_top_k``).
@@ -180,6 +104,7 @@ class MilvusHybridRetriever(BaseRetriever):
         rrf_k: float = DEFAULT_RRF_K,
         weights: Sequence[float] | None = None,
         similarity_top_k: int = 10,
+        candidate_pool: int = DEFAULT_CANDIDATE_POOL,
         filter: str | None = None,
         reranker: BaseNodePostprocessor | None = None,
         pre_top_k: int | None = None,
@@ -203,14 +128,15 @@ class MilvusHybridRetriever(BaseRetriever):
             )
         self.search_type = MilvusSearchType.parse(search_type)
         self.ranker = MilvusRanker.parse(ranker)
-        _check_limits(similarity_top_k, rrf_k)
-        weights = _checked_weights(weights, self.ranker)
-        _check_pre_top_k(pre_top_k, similarity_top_k, reranker)
+        check_limits(similarity_top_k, rrf_k)
+        weights = checked_weights(weights, self.ranker)
+        check_pre_top_k(pre_top_k, similarity_top_k, reranker)
         self.client = client
         self.collection_name = collection_name
         self.rrf_k = float(rrf_k)
         self.weights = weights
         self.similarity_top_k = similarity_top_k
+        self.candidate_pool = check_candidate_pool(candidate_pool)
         self.filter = filter or ""
         self.reranker = reranker
         self.pre_top_k = pre_top_k or (
@@ -272,58 +198,69 @@ class MilvusHybridRetriever(BaseRetriever):
     def _search(
         self, query: str, embedding: list[float] | None, limit: int
     ) -> list[dict[str, Any]]:
+        """At most ``limit`` hits, best first: higher score, then lower id."""
         if self.search_type is MilvusSearchType.DENSE:
-            res = self.client.search(
-                self.collection_name,
-                data=[embedding],
-                anns_field=self.dense_field,
-                limit=limit,
-                filter=self.filter,
-                output_fields=self._output_fields,
-                search_params=self._dense_params(),
-            )
+            hits = self._field_search(self.dense_field, embedding, self._dense_params(), limit)
         elif self.search_type is MilvusSearchType.SPARSE:
-            res = self.client.search(
-                self.collection_name,
-                data=[query],
-                anns_field=self.sparse_field,
-                limit=limit,
-                filter=self.filter,
-                output_fields=self._output_fields,
-                search_params=self._sparse_params(),
-            )
+            hits = self._field_search(self.sparse_field, query, self._sparse_params(), limit)
         else:
-            from pymilvus import AnnSearchRequest, RRFRanker, WeightedRanker
+            # RRF gives nodes at the same rank on opposite sides the same score, often right at
+            # the cut: the whole fused pool is fetched and ranked with ties by id, then cut, so
+            # which of two tied nodes is returned never depends on the order Milvus sends them.
+            hits = self._hybrid_search(query, embedding, max(self.candidate_pool, limit))
+        return sorted(hits, key=lambda hit: (-self._hit_score(hit), str(hit.get("id"))))[:limit]
 
-            reqs = [
-                AnnSearchRequest(
-                    data=[embedding],
-                    anns_field=self.dense_field,
-                    param=self._dense_params(),
-                    limit=limit,
-                    expr=self.filter or None,
-                ),
-                AnnSearchRequest(
-                    data=[query],
-                    anns_field=self.sparse_field,
-                    param=self._sparse_params(),
-                    limit=limit,
-                    expr=self.filter or None,
-                ),
-            ]
-            ranker = (
-                RRFRanker(self.rrf_k)
-                if self.ranker is MilvusRanker.RRF
-                else WeightedRanker(*self.weights)
-            )
-            res = self.client.hybrid_search(
-                self.collection_name,
-                reqs=reqs,
-                ranker=ranker,
-                limit=limit,
-                output_fields=self._output_fields,
-            )
+    def _field_search(
+        self, field: str, data: Any, params: dict[str, Any], limit: int
+    ) -> list[dict[str, Any]]:
+        res = self.client.search(
+            self.collection_name,
+            data=[data],
+            anns_field=field,
+            limit=limit,
+            filter=self.filter,
+            output_fields=self._output_fields,
+            search_params=params,
+        )
         return list(res[0]) if res else []
+
+    def _hybrid_search(
+        self, query: str, embedding: list[float] | None, pool: int
+    ) -> list[dict[str, Any]]:
+        """One dense and one BM25 request of ``pool`` candidates each, fused by the ranker."""
+        from pymilvus import AnnSearchRequest, RRFRanker, WeightedRanker
+
+        reqs = [
+            AnnSearchRequest(
+                data=[data],
+                anns_field=field,
+                param=params,
+                limit=pool,
+                expr=self.filter or None,
+            )
+            for field, data, params in (
+                (self.dense_field, embedding, self._dense_params()),
+                (self.sparse_field, query, self._sparse_params()),
+            )
+        ]
+        ranker = (
+            RRFRanker(self.rrf_k)
+            if self.ranker is MilvusRanker.RRF
+            else WeightedRanker(*self.weights)
+        )
+        res = self.client.hybrid_search(
+            self.collection_name,
+            reqs=reqs,
+            ranker=ranker,
+            limit=pool,
+            output_fields=self._output_fields,
+        )
+        return list(res[0]) if res else []
+
+    def _hit_score(self, hit: dict[str, Any]) -> float:
+        score = float(hit.get("distance", 0.0))
+        # BM25 scores are >= 0; Milvus Lite returns them negated
+        return abs(score) if self.search_type is MilvusSearchType.SPARSE else score
 
     def _to_nodes(self, hits: list[dict[str, Any]]) -> list[NodeWithScore]:
         out = []
@@ -344,12 +281,7 @@ class MilvusHybridRetriever(BaseRetriever):
             if "retrieval_search_type" not in node.excluded_llm_metadata_keys:
                 node.excluded_llm_metadata_keys.append("retrieval_search_type")
                 node.excluded_embed_metadata_keys.append("retrieval_search_type")
-            score = float(hit.get("distance", 0.0))
-            if self.search_type is MilvusSearchType.SPARSE:
-                score = abs(score)  # BM25 scores are >= 0; Milvus Lite returns them negated
-            out.append(NodeWithScore(node=node, score=score))
-        if self.search_type is MilvusSearchType.SPARSE:
-            out.sort(key=lambda n: -(n.score or 0.0))
+            out.append(NodeWithScore(node=node, score=self._hit_score(hit)))
         return out
 
     def _limit(self) -> int:

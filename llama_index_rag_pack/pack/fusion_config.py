@@ -1,0 +1,178 @@
+"""The fusion settings a pack's hybrid modes start from, and the JSON file that keeps them.
+
+``rag-pack eval --fit`` fits the dense weight ``alpha`` of ``hybrid_convex`` and the RRF ``k`` of
+``hybrid`` on labelled questions and saves them with :func:`save_fusion_config`, by default to
+``<data_dir>/fusion.json`` (``RAG_PACK_DATA_DIR``, default ``./rag_pack_data``). A
+:class:`~llama_index_rag_pack.RagPack` loads that file when it opens. What a hybrid mode uses,
+first match wins:
+
+1. the keyword arguments of ``pack.retriever(mode, alpha=..., rrf_k=...)``;
+2. ``RagPack(fusion_config=...)``: a :class:`FusionConfig` or the path of a saved one;
+3. the saved ``<data_dir>/fusion.json``, when it exists;
+4. the built-in defaults of :class:`FusionConfig`.
+
+Example:
+    >>> config = FusionConfig(alpha=0.35, rrf_k=20)
+    >>> FusionConfig.from_dict(config.to_dict()) == config
+    True
+    >>> FusionConfig(alpha=1.5)
+    Traceback (most recent call last):
+    ...
+    llama_index_rag_pack.core.errors.ConfigurationError: alpha (the dense weight) must be a number in [0, 1], got 1.5.
+"""  # noqa: E501  (doctest output is one line)
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from llama_index_rag_pack.components.settings import data_dir
+from llama_index_rag_pack.core.convex_fusion import (
+    DEFAULT_ALPHA,
+    DEFAULT_CANDIDATE_POOL,
+    ScoreNormalization,
+    check_alpha,
+    check_candidate_pool,
+    check_rrf_k,
+)
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FUSION_CONFIG_FILE",
+    "FusionConfig",
+    "default_fusion_config_path",
+    "load_fusion_config",
+    "resolve_fusion_config",
+    "save_fusion_config",
+]
+
+FUSION_CONFIG_FILE = "fusion.json"
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    """Defaults of the hybrid modes (``hybrid``, ``hybrid_weighted``, ``hybrid_convex``).
+
+    Args:
+        alpha: Dense weight of ``hybrid_convex``, in [0, 1].
+        normalization: Score normalization of ``hybrid_convex``: ``min_max`` or ``dist_based``.
+        rrf_k: RRF constant of ``hybrid``.
+        candidate_pool: Candidates each side of every hybrid search fetches.
+        fitted_on: Where the values come from (dataset, metric, scores); informative only.
+
+    Raises:
+        ConfigurationError: a value out of range.
+    """
+
+    alpha: float = DEFAULT_ALPHA
+    normalization: str = ScoreNormalization.MIN_MAX.value
+    rrf_k: float = DEFAULT_RRF_K
+    candidate_pool: int = DEFAULT_CANDIDATE_POOL
+    fitted_on: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", check_alpha(self.alpha))
+        object.__setattr__(
+            self, "normalization", ScoreNormalization.parse(self.normalization).value
+        )
+        object.__setattr__(self, "rrf_k", check_rrf_k(self.rrf_k))
+        object.__setattr__(self, "candidate_pool", check_candidate_pool(self.candidate_pool))
+        object.__setattr__(self, "fitted_on", dict(self.fitted_on))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able form :meth:`from_dict` reads."""
+        return asdict(self)
+
+    def settings(self) -> dict[str, Any]:
+        """The values retrieval uses, without ``fitted_on`` (e.g. for a result cache key)."""
+        return {k: v for k, v in self.to_dict().items() if k != "fitted_on"}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "fusion config") -> FusionConfig:
+        """Read :meth:`to_dict`'s form.
+
+        Raises:
+            ConfigurationError: not a mapping, an unknown key, or a value out of range.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(
+                f"{source} must hold a JSON object, got {type(data).__name__}."
+            )
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigurationError(
+                f"{source} has unknown keys {unknown}; valid keys: {', '.join(sorted(known))}."
+            )
+        return cls(**dict(data))
+
+
+def default_fusion_config_path() -> Path:
+    """``<data_dir>/fusion.json``: where ``rag-pack eval --fit`` writes and packs look."""
+    return data_dir() / FUSION_CONFIG_FILE
+
+
+def load_fusion_config(path: str | Path) -> FusionConfig:
+    """The config saved at ``path``.
+
+    Raises:
+        ConfigurationError: the file is missing, is not JSON, or holds bad values.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigurationError(
+            f"No fusion config at {path}: write one with `rag-pack eval --fit --fit-out {path}` "
+            "or leave fusion_config unset."
+        ) from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigurationError(
+            f"Cannot read the fusion config {path} ({e}); fit it again with `rag-pack eval --fit`."
+        ) from None
+    return FusionConfig.from_dict(data, source=str(path))
+
+
+def save_fusion_config(config: FusionConfig, path: str | Path | None = None) -> Path:
+    """Write ``config`` as JSON (atomically) to ``path`` (default
+    :func:`default_fusion_config_path`); returns the path."""
+    path = Path(path) if path is not None else default_fusion_config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def resolve_fusion_config(spec: FusionConfig | str | Path | None = None) -> FusionConfig:
+    """The config a pack uses: ``spec`` itself, the file it names, or (``None``) the saved
+    ``<data_dir>/fusion.json`` when it exists, else the built-in defaults.
+
+    Raises:
+        ConfigurationError: a named file that is missing or invalid, or a saved default file
+            that is invalid.
+    """
+    if isinstance(spec, FusionConfig):
+        return spec
+    if spec is not None:
+        return load_fusion_config(spec)
+    path = default_fusion_config_path()
+    if not path.exists():
+        return FusionConfig()
+    config = load_fusion_config(path)
+    logger.info(
+        "Fusion config from %s: alpha=%s (%s), rrf_k=%s, candidate_pool=%s",
+        path,
+        config.alpha,
+        config.normalization,
+        config.rrf_k,
+        config.candidate_pool,
+    )
+    return config
