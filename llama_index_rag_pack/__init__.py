@@ -31,6 +31,7 @@ from llama_index_rag_pack.core.references import ReferenceManager, render_refere
 from llama_index_rag_pack.evaluation.harness import EvalHarness
 from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet, load_labelled_set
 from llama_index_rag_pack.evaluation.report import EvalReport
+from llama_index_rag_pack.pack.fusion_config import FusionConfig
 from llama_index_rag_pack.pack.modes import ModeSpec, RetrievalMode, register_mode
 from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.pack.routed import RoutedRagPack
@@ -38,6 +39,7 @@ from llama_index_rag_pack.pack.sources import RouteSource
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
 from llama_index_rag_pack.storage.raptor_tree import RaptorTree
+from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
 
 __version__ = "0.1.0"
 
@@ -65,6 +67,8 @@ __all__ = [
     "LLMNotConfiguredError",
     "LogicalSelector",
     "MilvusHybridRetriever",
+    "MilvusScoreFusionRetriever",
+    "FusionConfig",
     "MilvusUnavailableError",
     "PromptRouter",
     "RagPack",

@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -52,6 +53,8 @@ for _var in (
     "RAG_PACK_COLLECTION",
 ):
     os.environ.pop(_var, None)
+# Nor a developer's saved fits (rag_pack_data/fusion.json) or data: one fresh directory per run.
+os.environ["RAG_PACK_DATA_DIR"] = tempfile.mkdtemp(prefix="rag-pack-tests-")
 
 from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402  (env setup above first)
 

@@ -306,6 +306,7 @@ class EvalHarness(PromptMixin):
             (describe_llm(answer_llm), self._answer_prompt.get_template(), self.answer_top_k)
             if answer_llm
             else None,
+            _fusion_settings(self.prepare()),
         )
         path = self.results_dir / slug(self.dataset.name) / f"{slug(strategy.name)}-{key}.json"
         return ResultCache(path, force=self.force)
@@ -356,3 +357,9 @@ def _validated_ks(ks: Sequence[int], top_k: int) -> tuple[int, ...]:
             f"The largest k ({ks[-1]}) exceeds top_k ({top_k}); raise top_k or drop that k."
         )
     return ks
+
+
+def _fusion_settings(pack: Any) -> Any:
+    """The hybrid modes' defaults a pack loaded (a saved fit changes the hybrid results)."""
+    config = getattr(pack, "fusion_config", None)
+    return config.settings() if config is not None else None
