@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rapidfuzz import fuzz
 
 from llama_index_rag_pack.core.quotes import (
+    QuoteCheck,
     QuoteMatch,
     normalize_with_map,
     parse_quoted_answer,
@@ -151,3 +154,113 @@ class TestParse:
         assert parse_quoted_answer("The answer is 42.") is None
         assert parse_quoted_answer('{"citations": []}') is None
         assert parse_quoted_answer(["not", "a", "dict"]) is None
+
+
+class TestVerdictFields:
+    """Every field of the verdict is what the docs promise, for each way a quote is found."""
+
+    def test_exact_prefers_the_claimed_source_and_the_first_occurrence(self) -> None:
+        sources = ["Cats purr. Cats purr.", "Cats purr. Cats purr."]
+        for claimed in (1, 2):
+            check = verify_quote("Cats purr.", sources, claimed)
+            assert (check.quote, check.claimed_id, check.source_id) == (
+                "Cats purr.",
+                claimed,
+                claimed,
+            )
+            assert check.match is QuoteMatch.EXACT and check.score == 1.0 and check.span == (0, 10)
+            assert not check.misattributed
+
+    def test_a_quote_at_the_very_start_of_a_source_is_exact(self) -> None:
+        check = verify_quote(SOURCES[1][:30], SOURCES, 2)
+        assert check.match is QuoteMatch.EXACT and check.span == (0, 30)
+
+    def test_normalised_fields_and_first_occurrence(self) -> None:
+        sources = ["x", "Cats  PURR. CATS purr."]
+        check = verify_quote("cats purr.", sources, 1)
+        assert check.match is QuoteMatch.NORMALIZED and check.score == 1.0
+        assert (check.quote, check.claimed_id, check.source_id) == ("cats purr.", 1, 2)
+        assert check.span == (0, 11) and check.misattributed
+
+    def test_unicode_ellipsis_is_stripped_like_three_dots(self) -> None:
+        check = verify_quote("\u2026lives in groups called prides\u2026", SOURCES, 2)
+        assert check.match is QuoteMatch.EXACT
+
+    def test_empty_pair_of_quote_marks_is_no_quote(self) -> None:
+        check = verify_quote('""', ['He said "" twice.'], 1)
+        assert check.match is QuoteMatch.UNVERIFIED and check.source_id is None
+
+    def test_unverified_keeps_the_quote_and_the_claim(self) -> None:
+        for quote, sources in (("", SOURCES), ("Cheetahs can fly over the moon", SOURCES)):
+            check = verify_quote(quote, sources, 3)
+            assert (check.quote, check.claimed_id, check.source_id) == (quote, 3, None)
+            assert check.match is QuoteMatch.UNVERIFIED and 0.0 <= check.score < 0.85
+        assert verify_quote("", SOURCES, 3).score == 0.0
+
+    def test_fuzzy_fields_and_tie_goes_to_the_claimed_source(self) -> None:
+        sources = [SOURCES[1], SOURCES[1]]
+        quote = "The lion is a big cat of the genus Panthera native to Africa"
+        for claimed in (1, 2):
+            check = verify_quote(quote, sources, claimed)
+            assert check.match is QuoteMatch.FUZZY
+            assert (check.quote, check.claimed_id, check.source_id) == (quote, claimed, claimed)
+
+    def test_fuzzy_span_is_exactly_the_aligned_window(self) -> None:
+        source = "Intro words here. lion is a large cat of the genus Panthera. More words."
+        check = verify_quote("lion is a large cat of the genvs Panthera", [source], 1)
+        assert check.match is QuoteMatch.FUZZY
+        assert source[check.span[0] : check.span[1]] == "lion is a large cat of the genus Panthera"
+
+    def test_fuzzy_score_is_the_partial_ratio_and_the_threshold_is_inclusive(self) -> None:
+        quote = "lion is a large cat of the genvs Panthera"
+        source = "Intro. Lion is a large cat of the genus Panthera. More."
+        check = verify_quote(quote, [source], 1, fuzzy_threshold=0.5)
+        expected = fuzz.partial_ratio(quote.lower(), source.lower()) / 100.0
+        assert check.score == pytest.approx(expected)
+        at = verify_quote(quote, [source], 1, fuzzy_threshold=check.score)
+        assert at.match is QuoteMatch.FUZZY
+
+    def test_quote_a_little_longer_than_the_source_is_compared_with_all_of_it(self) -> None:
+        source = "Lions live in prides."
+        check = verify_quote("Lions live in large prides.", [source], 1)
+        assert check.match is QuoteMatch.FUZZY and check.span == (0, len(source))
+        assert check.score == pytest.approx(
+            fuzz.ratio("lions live in large prides.", source.lower()) / 100
+        )
+
+    def test_to_dict(self) -> None:
+        check = QuoteCheck("q", 2, 1, QuoteMatch.FUZZY, 0.123456, (3, 7))
+        assert check.to_dict() == {
+            "quote": "q",
+            "claimed_id": 2,
+            "source_id": 1,
+            "match": "fuzzy",
+            "score": 0.1235,
+            "span": [3, 7],
+        }
+        assert QuoteCheck("q", None, None, QuoteMatch.UNVERIFIED, 0.5).to_dict()["span"] is None
+
+
+class TestNormaliseWords:
+    @settings(max_examples=150, deadline=None)
+    @given(st.text(alphabet="abcXYZ \t\n", max_size=40))
+    def test_ascii_text_is_lowercased_with_single_spaces(self, text: str) -> None:
+        assert normalize_with_map(text)[0] == " ".join(text.lower().split())
+
+    def test_a_character_that_decomposes_to_space_plus_mark_keeps_the_mark(self) -> None:
+        assert normalize_with_map("a \u00a8")[0] == "a \u0308"
+
+
+class TestParseKeys:
+    def test_alternative_answer_and_list_keys(self) -> None:
+        assert parse_quoted_answer(
+            {"response": "r", "sources": [{"source": "2", "quote": "q"}]}
+        ) == (
+            "r",
+            [(2, "q")],
+        )
+        assert parse_quoted_answer({"text": "t"}) == ("t", [])
+
+    def test_junk_items_are_skipped_not_the_rest(self) -> None:
+        data = {"answer": "a", "citations": ["junk", {"id": 2.0, "quote": "q"}, {"id": 3}]}
+        assert parse_quoted_answer(data) == ("a", [(2, "q")])

@@ -424,3 +424,44 @@ def test_importable_without_llama_index() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["A", "[1]", "ConfigurationError"]
+
+
+class TestStyleDetails:
+    def test_html_output_is_exact_and_both_links_are_escaped(self) -> None:
+        nodes = [{"metadata": {"url": 'https://x.org/"q"', "title": 'say "hi"'}}]
+        out = render_references("A [1](id=1)", nodes, style="html")
+        href = 'href="https://x.org/&quot;q&quot;"'
+        assert out == (
+            f"A <sup><a {href}>[1]</a></sup>\n"
+            '<ol class="references">\n'
+            f'<li value="1"><a {href}>say &quot;hi&quot;</a></li>\n'
+            "</ol>"
+        )
+
+    def test_html_lists_each_source_on_its_own_line(self) -> None:
+        out = render_references("A [1](id=1) B [2](id=3)", NODES, style="html")
+        assert out.endswith('</li>\n<li value="2"><a href="b.pdf">b</a></li>\n</ol>')
+
+    def test_relative_links_with_a_colon_after_the_first_slash_are_kept(self) -> None:
+        nodes = [{"metadata": {"url": "docs/v1:2/page.html", "title": "t"}}]
+        assert "[t](docs/v1:2/page.html)" in render_references("A [1](id=1)", nodes)
+        html = render_references("A [1](id=1)", nodes, style="html")
+        assert html.count('href="docs/v1:2/page.html"') == 2
+
+    def test_markdown_wraps_only_urls_that_would_break_the_link(self) -> None:
+        nodes = [
+            {"metadata": {"url": "https://x.org/a b(1)", "title": "back\\slash"}},
+            {"metadata": {"url": "https://x.org/X", "title": "plain"}},
+        ]
+        out = render_references("A [1](id=1) B [2](id=2)", nodes, style="markdown")
+        assert "[[1](<https://x.org/a b(1)>)]" in out
+        assert "[back\\\\slash](<https://x.org/a b(1)>)" in out
+        assert "[[2](https://x.org/X)]" in out and "[plain](https://x.org/X)" in out
+
+    def test_text_style_shows_a_link_only_when_it_adds_something(self) -> None:
+        nodes = [
+            {"metadata": {"title": "No link"}},
+            {"metadata": {"url": "same", "title": "same"}},
+        ]
+        out = render_references("A [1](id=1) B [2](id=2)", nodes, style="text")
+        assert out.endswith("Sources:\n  [1] No link\n  [2] same")

@@ -264,3 +264,10 @@ def test_property_fit_never_worse_than_its_start(seed: int) -> None:
 def test_fit_thresholds_rejects_bad_shapes() -> None:
     with pytest.raises(ValueError, match="matrix"):
         similarity.fit_thresholds(np.zeros((2, 2)), [frozenset()])
+
+
+def test_routing_accuracy_counts_a_score_equal_to_its_threshold_as_routed() -> None:
+    s = np.array([[0.5, 0.2], [0.1, 0.3]])
+    labels = [frozenset({0}), frozenset({1})]
+    assert similarity.routing_accuracy(s, labels, np.array([0.5, 0.3])) == 1.0
+    assert similarity.routing_accuracy(np.empty((0, 2)), [], np.zeros(2)) == 0.0
