@@ -298,3 +298,30 @@ def test_bad_input(dense, embed_model, scripted_llm):
         )
     with pytest.raises(ConfigurationError, match="different sizes"):
         mean_embedding([[1.0, 2.0], [1.0]])
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_the_llm_is_asked_with_the_hyde_prompt_holding_the_question(
+    dense, embed_model, scripted_llm, path
+):
+    import asyncio
+
+    llm = scripted_llm([PASSAGE])
+    hyde = HyDERetriever(dense, llm=llm, embed_model=embed_model)
+    if path == "sync":
+        hyde.retrieve(QUESTION)
+    else:
+        asyncio.run(hyde.aretrieve(QUESTION))
+    expected = hyde.hyde_prompt.format(query=QUESTION)
+    assert llm.prompts == [expected] and QUESTION in expected
+
+
+def test_one_llm_call_at_a_time_is_a_valid_limit(dense, embed_model, scripted_llm):
+    import asyncio
+
+    llm = scripted_llm(["Passage one about leaves.", "Passage two about sunlight."])
+    hyde = HyDERetriever(
+        dense, llm=llm, embed_model=embed_model, num_hypotheses=2, max_concurrency=1
+    )
+    assert asyncio.run(hyde.aretrieve(QUESTION))
+    assert llm.max_concurrency == 1
