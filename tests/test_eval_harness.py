@@ -297,6 +297,54 @@ def test_answers_are_scored_with_em_and_f1(harness_factory, scripted_llm) -> Non
     assert "Context:" in prompts[0] and "Question:" in prompts[0]
 
 
+def _outcome(report: Any) -> dict[str, Any]:
+    """Per strategy: what each question retrieved (ids, documents, scores) and the metrics,
+    leaving out timings."""
+    timings = {"latency_ms", "ms_per_query"}
+    return {
+        row.strategy.name: (
+            {
+                qid: [(n["node_id"], n["doc_ids"], n["score"]) for n in result["retrieved"]]
+                for qid, result in row.results.items()
+            },
+            {k: v for k, v in row.metrics.items() if k not in timings},
+        )
+        for row in report.rows
+    }
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="chunk ids are random (uuid4) until components/ingest.split_documents derives them "
+    "from the document id; Milvus orders equal RRF scores by id, so each build ranks ties anew",
+)
+async def test_two_fresh_builds_give_identical_results(tmp_path: Path, embed_model: Any) -> None:
+    """Two evaluations from scratch (new cache directories, so new indexes) agree exactly.
+
+    Hybrid (RRF) search gives equal scores to a chunk ranked r-th by one retriever only and one
+    ranked r-th by the other only; Milvus orders such ties by primary key. The tiny corpus has
+    such ties, so the ranking is only reproducible when a rebuild gives chunks the same ids.
+    """
+    outcomes = []
+    for build in ("first", "second"):
+        harness = EvalHarness(
+            make_set(),
+            documents=documents(),
+            embed_model=embed_model,
+            cache_dir=tmp_path / build,
+            top_k=5,
+            ks=(1, 3, 5),
+            llm="none",
+        )
+        report = await harness.arun("vector,bm25,hybrid,hybrid_weighted")
+        outcomes.append(_outcome(report))
+    hybrid_scores = [
+        [score for _, _, score in ranked] for ranked in outcomes[0]["hybrid"][0].values()
+    ]
+    assert any(len(set(scores)) < len(scores) for scores in hybrid_scores)  # the tiny set has ties
+    assert outcomes[0] == outcomes[1]
+
+
 def test_report_files(harness_factory, tmp_path: Path) -> None:
     report = harness_factory().run("vector,bm25")
     paths = report.write(tmp_path / "out")
@@ -353,9 +401,10 @@ def test_helpers() -> None:
     assert clean_prediction("") == ""
 
 
-def test_cli_eval_writes_table_json_and_chart(tmp_path: Path, capsys) -> None:
-    from llama_index_rag_pack.cli import main
-
+def _write_corpus_and_set(
+    tmp_path: Path, splits: dict[str, str] | None = None
+) -> tuple[Path, Path]:
+    """The tiny corpus as text files and its questions as ``mine.jsonl`` (ids are file paths)."""
     corpus = tmp_path / "docs"
     corpus.mkdir()
     for key, text in DOCS.items():
@@ -363,13 +412,19 @@ def test_cli_eval_writes_table_json_and_chart(tmp_path: Path, capsys) -> None:
     lines = []
     for qid, question, answer, doc, _evidence in QUESTIONS:
         path = str((corpus / f"{doc.split(':')[1]}.txt").resolve())
-        lines.append(
-            json.dumps(
-                {"id": qid, "question": question, "answers": [answer], "relevant_ids": [path]}
-            )
-        )
+        record = {"id": qid, "question": question, "answers": [answer], "relevant_ids": [path]}
+        if splits:
+            record["split"] = splits[qid]
+        lines.append(json.dumps(record))
     dataset = tmp_path / "mine.jsonl"
     dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return corpus, dataset
+
+
+def test_cli_eval_writes_table_json_and_chart(tmp_path: Path, capsys) -> None:
+    from llama_index_rag_pack.cli import main
+
+    corpus, dataset = _write_corpus_and_set(tmp_path)
     args = [
         "--llm",
         "none",
@@ -407,3 +462,19 @@ def test_cli_eval_writes_table_json_and_chart(tmp_path: Path, capsys) -> None:
     assert "vector: 6/6 questions from the cache" in capsys.readouterr().out
     assert main(["eval", "--dataset", str(tmp_path / "missing.jsonl")]) == 2
     assert "No labelled set" in capsys.readouterr().err
+
+
+def test_cli_eval_split_evaluates_one_part_of_the_set(tmp_path: Path, capsys) -> None:
+    from llama_index_rag_pack.cli import main
+
+    splits = {"q1": "dev", "q2": "test", "q3": "dev", "q4": "test", "q5": "dev", "q6": "test"}
+    corpus, dataset = _write_corpus_and_set(tmp_path, splits)
+    args = ["--llm", "none", "eval", "--dataset", str(dataset), "--corpus", str(corpus)]
+    args += ["--strategies", "bm25", "--top-k", "5", "--no-chart"]
+    args += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    assert main([*args, "--split", "test"]) == 0
+    assert "rag-pack eval: mine-test (3 questions" in capsys.readouterr().out
+    result = json.loads((tmp_path / "out" / "mine-test.json").read_text())
+    assert result["dataset"] == "mine-test" and result["n_questions"] == 3
+    assert main([*args, "--split", "train"]) == 2
+    assert "its splits are one of: dev, test" in capsys.readouterr().err

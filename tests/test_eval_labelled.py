@@ -89,6 +89,29 @@ def test_invalid_files_name_the_line(tmp_path: Path, lines: list[str], message: 
         load_labelled_set(path)
 
 
+def test_split_keeps_one_part_of_the_set(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "mine.jsonl",
+        [
+            {"id": "a", "question": "q?", "split": "dev", "corpus": "wikipedia+lee"},
+            {"id": "b", "question": "r?", "split": "test", "corpus": "wikipedia+lee"},
+            {"id": "c", "question": "s?", "split": "dev", "corpus": "wikipedia+lee"},
+        ],
+    )
+    everything = load_labelled_set(path)
+    assert everything.name == "mine" and len(everything) == 3
+    assert everything.corpus == "wikipedia+lee"  # several shipped corpora, not a path
+    dev = load_labelled_set(path, split="dev")
+    assert dev.name == "mine-dev"
+    assert [ex.id for ex in dev] == ["a", "c"]
+    assert dev.fingerprint() != everything.fingerprint()
+    with pytest.raises(ConfigurationError, match=r"'train'; its splits are one of: dev, test"):
+        load_labelled_set(path, split="train")
+    plain = _write(tmp_path / "plain.jsonl", [{"question": "q?"}])
+    with pytest.raises(ConfigurationError, match="none: it has no 'split' field"):
+        load_labelled_set(plain, split="dev")
+
+
 def test_unknown_set_lists_the_shipped_ones() -> None:
     with pytest.raises(ConfigurationError, match=r"No labelled set 'nope'.*wiki_qa"):
         load_labelled_set("nope")
@@ -112,6 +135,8 @@ def test_load_corpus_errors_say_what_to_pass() -> None:
         load_corpus(None)
     with pytest.raises(ConfigurationError, match="Unknown corpus 'nowhere'"):
         load_corpus("nowhere")
+    with pytest.raises(ConfigurationError, match=r"Unknown corpus 'wikipedia\+nowhere'.*'\+'"):
+        load_corpus("wikipedia+nowhere")
 
 
 def test_shipped_wiki_qa_set_is_valid_and_labelled() -> None:

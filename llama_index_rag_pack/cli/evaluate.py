@@ -36,9 +36,15 @@ def _add_data_arguments(p: argparse.ArgumentParser) -> None:
         "--dataset", default="wiki_qa", help="shipped set name (default wiki_qa) or a .jsonl path"
     )
     p.add_argument(
+        "--split",
+        default=None,
+        help="only the questions of this split of the set, e.g. dev or test (default: all)",
+    )
+    p.add_argument(
         "--corpus",
         default=None,
-        help="corpus the ids refer to: wikipedia, lee or a path (default: from the set)",
+        help="corpus the ids refer to: wikipedia, lee, wikipedia+lee or a path "
+        "(default: from the set)",
     )
     p.add_argument(
         "--strategies",
@@ -117,10 +123,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.list:
         return _list()
     from llama_index_rag_pack.evaluation.harness import EvalHarness
+    from llama_index_rag_pack.evaluation.labelled import load_labelled_set
 
     start = time.perf_counter()
     harness = EvalHarness(
-        args.dataset,
+        load_labelled_set(args.dataset, corpus=args.corpus, split=args.split),
         corpus=args.corpus,
         cache_dir=args.cache_dir,
         uri=args.uri,

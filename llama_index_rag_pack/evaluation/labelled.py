@@ -6,8 +6,10 @@ One JSON object per line::
      "evidence": ["sentence holding the answer"], "type": "entity", "corpus": "wikipedia"}
 
 Only ``question`` is required; retrieval metrics need ``relevant_ids`` and answer metrics need
-``answers``. ``corpus`` names what the ids refer to: ``wikipedia``/``lee`` (shipped corpora) or a
-path to files to index. The shipped sets live in ``benchmarks/data`` (see its README).
+``answers``. ``corpus`` names what the ids refer to: ``wikipedia``/``lee`` (shipped corpora),
+several shipped corpora indexed together (``wikipedia+lee``) or a path to files to index. An
+optional ``split`` (``dev``/``test``) lets ``load_labelled_set(..., split=)`` keep one part. The
+shipped sets live in ``benchmarks/data`` (see its README).
 """
 
 from __future__ import annotations
@@ -169,17 +171,41 @@ def parse_example(obj: Any, *, where: str, default_id: str) -> LabelledExample:
     )
 
 
-def load_labelled_set(name_or_path: str | Path, *, corpus: str | None = None) -> LabelledSet:
+def load_labelled_set(
+    name_or_path: str | Path, *, corpus: str | None = None, split: str | None = None
+) -> LabelledSet:
     """Load a shipped set by name (``wiki_qa``) or any JSONL file in the labelled format.
 
     Args:
         name_or_path: A name from :func:`shipped_sets` or a path to a ``.jsonl`` file.
         corpus: Override the corpus named in the file.
+        split: Keep only the questions whose ``split`` field has this value (``dev``,
+            ``test``); the set is then named ``<name>-<split>``. ``None`` keeps every question.
 
     Raises:
         ConfigurationError: unknown name, unreadable file, invalid line (its number is given),
-            duplicate ids, no questions, or records naming different corpora.
+            duplicate ids, no questions, records naming different corpora, or a ``split`` that
+            no record has.
     """
+    path = _labelled_set_path(name_or_path)
+    examples, corpora = _read_examples(path)
+    if len(corpora) > 1 and corpus is None:
+        raise ConfigurationError(
+            f"{path} mixes corpora {sorted(corpora)}; use one corpus per file."
+        )
+    resolved = corpus or (next(iter(corpora)) if corpora else None)
+    if resolved and not _is_shipped_corpus(resolved) and not Path(resolved).is_absolute():
+        candidate = path.parent / resolved
+        if candidate.exists():
+            resolved = str(candidate)
+    if split is None:
+        return LabelledSet(path.stem, examples, resolved, path)
+    kept = _split_examples(examples, split, path)
+    return LabelledSet(f"{path.stem}-{split}", kept, resolved, path)
+
+
+def _labelled_set_path(name_or_path: str | Path) -> Path:
+    """The file of a shipped set name, or ``name_or_path`` itself when it exists."""
     path = Path(name_or_path)
     if not path.exists():
         sets = shipped_sets()
@@ -190,6 +216,11 @@ def load_labelled_set(name_or_path: str | Path, *, corpus: str | None = None) ->
             raise ConfigurationError(
                 f"No labelled set {str(name_or_path)!r}: give a .jsonl path or one of: {known}."
             )
+    return path
+
+
+def _read_examples(path: Path) -> tuple[list[LabelledExample], set[str]]:
+    """The validated examples of a JSONL file and the corpora its records name."""
     examples: list[LabelledExample] = []
     corpora: set[str] = set()
     seen: set[str] = set()
@@ -213,16 +244,31 @@ def load_labelled_set(name_or_path: str | Path, *, corpus: str | None = None) ->
             examples.append(ex)
     if not examples:
         raise ConfigurationError(f"{path} holds no questions.")
-    if len(corpora) > 1 and corpus is None:
+    return examples, corpora
+
+
+def _split_examples(
+    examples: list[LabelledExample], split: str, path: Path
+) -> list[LabelledExample]:
+    """The examples whose ``split`` field is ``split``.
+
+    Raises:
+        ConfigurationError: no example has that split (the message lists the splits there are).
+    """
+    kept = [ex for ex in examples if ex.extra.get("split") == split]
+    if not kept:
+        splits = sorted({str(ex.extra["split"]) for ex in examples if "split" in ex.extra})
+        valid = f"one of: {', '.join(splits)}" if splits else "none: it has no 'split' field"
         raise ConfigurationError(
-            f"{path} mixes corpora {sorted(corpora)}; use one corpus per file."
+            f"No question of {path.name} is in split {split!r}; its splits are {valid} "
+            "(no split keeps every question)."
         )
-    resolved = corpus or (next(iter(corpora)) if corpora else None)
-    if resolved and resolved not in SHIPPED_CORPORA and not Path(resolved).is_absolute():
-        candidate = path.parent / resolved
-        if candidate.exists():
-            resolved = str(candidate)
-    return LabelledSet(path.stem, examples, resolved, path)
+    return kept
+
+
+def _is_shipped_corpus(corpus: str) -> bool:
+    """``wikipedia``, ``lee`` or several of them joined by ``+`` (``wikipedia+lee``)."""
+    return all(part in SHIPPED_CORPORA for part in corpus.split("+"))
 
 
 def save_labelled_set(
@@ -238,7 +284,8 @@ def save_labelled_set(
 
 
 def load_corpus(corpus: str | None, *, titles: Sequence[str] | None = None) -> list[Document]:
-    """Documents of a labelled set's corpus: a shipped name or a path to read.
+    """Documents of a labelled set's corpus: a shipped name, shipped names joined by ``+``
+    (``wikipedia+lee``: their documents in that order) or a path to read.
 
     Raises:
         ConfigurationError: no corpus given, or an unknown name / missing path.
@@ -253,11 +300,13 @@ def load_corpus(corpus: str | None, *, titles: Sequence[str] | None = None) -> l
         return datasets.load_wikipedia_documents(titles)
     if corpus == "lee":
         return datasets.load_lee_documents()
+    if "+" in corpus and _is_shipped_corpus(corpus):
+        return [doc for part in corpus.split("+") for doc in load_corpus(part, titles=titles)]
     path = Path(corpus)
     if not path.exists():
         raise ConfigurationError(
-            f"Unknown corpus {corpus!r}: use one of {', '.join(SHIPPED_CORPORA)} "
-            "or a path to files."
+            f"Unknown corpus {corpus!r}: use one of {', '.join(SHIPPED_CORPORA)} (or several "
+            "joined by '+', e.g. wikipedia+lee) or a path to files."
         )
     from llama_index_rag_pack.components.ingest import load_documents
 
