@@ -313,11 +313,6 @@ def _outcome(report: Any) -> dict[str, Any]:
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="chunk ids are random (uuid4) until components/ingest.split_documents derives them "
-    "from the document id; Milvus orders equal RRF scores by id, so each build ranks ties anew",
-)
 async def test_two_fresh_builds_give_identical_results(tmp_path: Path, embed_model: Any) -> None:
     """Two evaluations from scratch (new cache directories, so new indexes) agree exactly.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -98,6 +99,21 @@ def drop_blank_documents(documents: Iterable[Document]) -> list[Document]:
     return kept
 
 
+def chunk_id(position: int, document: BaseNode) -> str:
+    """The id of chunk number ``position`` of ``document``: stable across runs and machines.
+
+    Example:
+        >>> from llama_index.core import Document
+        >>> chunk_id(0, Document(id_="a", text="x")) == chunk_id(0, Document(id_="a", text="y"))
+        True
+        >>> chunk_id(0, Document(id_="a", text="x")) == chunk_id(1, Document(id_="a", text="x"))
+        False
+    """
+    return str(
+        uuid.uuid5(uuid.NAMESPACE_URL, f"llama-index-rag-pack:{document.node_id}:{position}")
+    )
+
+
 def split_documents(
     documents: Sequence[Document],
     *,
@@ -105,15 +121,27 @@ def split_documents(
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
     show_progress: bool = False,
 ) -> list[BaseNode]:
-    """Split documents into sentence-aware chunks of at most ``chunk_size`` tokens."""
+    """Split documents into sentence-aware chunks of at most ``chunk_size`` tokens.
+
+    A chunk's id is derived from its document's id and its position in it (a UUID5), so indexing
+    the same documents twice gives the same ids, and equal scores rank the same way every time.
+    """
     if chunk_size <= 0:
         raise ConfigurationError(f"chunk_size must be > 0, got {chunk_size}")
     if not 0 <= chunk_overlap < chunk_size:
         raise ConfigurationError(
             f"chunk_overlap must be >= 0 and < chunk_size ({chunk_size}), got {chunk_overlap}"
         )
-    splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap)
+    splitter = SentenceSplitter(
+        chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=chunk_id
+    )
     return splitter.get_nodes_from_documents(documents, show_progress=show_progress)
 
 
-__all__ = ["load_documents", "drop_blank_documents", "split_documents", "SUPPORTED_EXTENSIONS"]
+__all__ = [
+    "chunk_id",
+    "load_documents",
+    "drop_blank_documents",
+    "split_documents",
+    "SUPPORTED_EXTENSIONS",
+]
