@@ -12,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_index_rag_pack.core import similarity
+from llama_index_rag_pack.core import threshold_calibration as calibration
+from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.llm_output import parse_route_reply
 from llama_index_rag_pack.core.route_names import normalize_name, resolve_name
 
@@ -271,3 +273,155 @@ def test_routing_accuracy_counts_a_score_equal_to_its_threshold_as_routed() -> N
     labels = [frozenset({0}), frozenset({1})]
     assert similarity.routing_accuracy(s, labels, np.array([0.5, 0.3])) == 1.0
     assert similarity.routing_accuracy(np.empty((0, 2)), [], np.zeros(2)) == 0.0
+
+
+# =========================================================================== robust threshold fit
+def _routing_problem(
+    seed: int, max_n: int = 30
+) -> tuple[np.ndarray, list[frozenset[int]], np.ndarray]:
+    """Random route scores (2 decimals, so ties happen), labels (some ambiguous, ~30% out of
+    scope) and a default threshold per route."""
+    rng = np.random.default_rng(seed)
+    n, r = int(rng.integers(1, max_n)), int(rng.integers(1, 5))
+    s = rng.uniform(-0.2, 0.9, size=(n, r)).round(2)
+    labels = []
+    for _ in range(n):
+        draw = rng.random()
+        k = 0 if draw < 0.3 else 2 if draw > 0.9 and r > 1 else 1
+        labels.append(frozenset(rng.choice(r, size=k, replace=False).tolist()))
+    default = rng.uniform(-0.3, 1.0, size=r) if rng.random() < 0.5 else np.full(r, 0.2)
+    return s, labels, default
+
+
+def _reference_objective(
+    s: np.ndarray, labels: list[frozenset[int]], t: np.ndarray, objective: str
+) -> float:
+    """Balanced: mean of the accuracy over in-scope and over out-of-scope examples."""
+    groups = [[i for i, lab in enumerate(labels) if bool(lab) == scope] for scope in (True, False)]
+    groups = [g for g in groups if g]
+    if objective == "accuracy" or len(groups) == 1:
+        return similarity.routing_accuracy(s, labels, t)
+    return float(
+        np.mean([similarity.routing_accuracy(s[g], [labels[i] for i in g], t) for g in groups])
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 100_000), objective=st.sampled_from(["balanced", "accuracy"]))
+def test_property_objective_score_matches_reference(seed: int, objective: str) -> None:
+    s, labels, t = _routing_problem(seed)
+    got = calibration.objective_score(s, labels, t, objective)
+    assert got == pytest.approx(_reference_objective(s, labels, t, objective))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 100_000), objective=st.sampled_from(["balanced", "accuracy"]))
+def test_property_robust_fit_never_worse_than_default(seed: int, objective: str) -> None:
+    s, labels, default = _routing_problem(seed)
+    fit = calibration.fit_thresholds_robust(s, labels, default, objective=objective, n_folds=3)
+    ref_default = _reference_objective(s, labels, default, objective)
+    ref_fitted = _reference_objective(s, labels, fit.thresholds, objective)
+    assert ref_fitted >= ref_default - 1e-9
+    assert fit.score_default == pytest.approx(ref_default)
+    assert fit.score_fitted == pytest.approx(ref_fitted)
+    np.testing.assert_array_equal(fit.default, default)
+    # thresholds stay within the observed scores and the default (plus the outer margin)
+    low, high = min(s.min(), default.min()), max(s.max(), default.max())
+    assert np.all(fit.thresholds >= low - 1e-3 - 1e-9)
+    assert np.all(fit.thresholds <= high + 1e-3 + 1e-9)
+    if fit.kept_default:
+        np.testing.assert_array_equal(fit.thresholds, default)
+        assert fit.shrinkage == 1.0
+    else:  # it moved only because cross-validation said it beats the default
+        assert fit.cv_scores[fit.shrinkage] > fit.cv_scores[1.0]
+        assert 0.0 <= fit.shrinkage < 1.0
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 100_000))
+def test_property_robust_fit_is_deterministic(seed: int) -> None:
+    s, labels, default = _routing_problem(seed)
+    a = calibration.fit_thresholds_robust(s, labels, default, random_state=seed)
+    b = calibration.fit_thresholds_robust(s.copy(), list(labels), default.copy(), random_state=seed)
+    np.testing.assert_array_equal(a.thresholds, b.thresholds)
+    assert (a.cv_scores, a.shrinkage, a.reason) == (b.cv_scores, b.shrinkage, b.reason)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 100_000))
+def test_property_shrinkage_one_returns_the_default(seed: int) -> None:
+    s, labels, default = _routing_problem(seed)
+    fit = calibration.fit_thresholds_robust(s, labels, default, shrinkage=1.0)
+    assert fit.kept_default and fit.shrinkage == 1.0
+    np.testing.assert_array_equal(fit.thresholds, default)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 100_000), data=st.data())
+def test_property_fixed_routes_keep_their_threshold(seed: int, data: st.DataObject) -> None:
+    s, labels, default = _routing_problem(seed)
+    route = data.draw(st.integers(0, s.shape[1] - 1))
+    fit = calibration.fit_thresholds_robust(s, labels, default, shrinkage=0.0, fixed={route: 0.5})
+    assert fit.thresholds[route] == 0.5 and fit.default[route] == 0.5
+
+
+def _separable(n_per_route: int = 6, n_oos: int = 4) -> tuple[np.ndarray, list[frozenset[int]]]:
+    """Two routes: in-scope scores 0.5-0.6 on the right route, out-of-scope at most 0.2."""
+    rows, labels = [], []
+    for i in range(n_per_route):
+        rows += [[0.5 + 0.02 * i, 0.05], [0.1, 0.5 + 0.02 * i]]
+        labels += [frozenset({0}), frozenset({1})]
+    for i in range(n_oos):
+        rows.append([0.1 + 0.1 * (i % 2), 0.2 - 0.1 * (i % 2)])
+        labels.append(frozenset())
+    return np.array(rows), labels
+
+
+def test_robust_fit_rejects_out_of_scope_in_the_middle_of_the_gap() -> None:
+    s, labels = _separable()
+    full = calibration.fit_thresholds_robust(s, labels, 0.0, shrinkage=0.0)
+    # widest plateau: every threshold in (0.2, 0.5] is perfect; its middle is 0.35
+    np.testing.assert_allclose(full.thresholds, [0.35, 0.35])
+    assert full.reason.startswith("shrinkage 0: cross-validated balanced 1.000")
+    fit = calibration.fit_thresholds_robust(s, labels, 0.0)  # 0.0 routes every question
+    assert not fit.kept_default
+    assert fit.score_default == pytest.approx(0.5) and fit.score_fitted == 1.0
+    # shrinkages 0 and 0.25 are both perfect out of fold: the one closer to the default wins
+    assert fit.cv_scores == {0.0: 1.0, 0.25: 1.0, 0.5: 0.5, 0.75: 0.5, 1.0: 0.5}
+    assert fit.shrinkage == 0.25
+    np.testing.assert_allclose(fit.thresholds, [0.75 * 0.35, 0.75 * 0.35])
+
+
+def test_robust_fit_keeps_a_default_nothing_beats() -> None:
+    s, labels = _separable()
+    fit = calibration.fit_thresholds_robust(s, labels, 0.3)  # already perfect
+    assert fit.kept_default and fit.thresholds.tolist() == [0.3, 0.3]
+    assert "not beaten" in fit.reason and fit.cv_scores[1.0] == 1.0
+    one = calibration.fit_thresholds_robust(s[:1], labels[:1], 0.0)
+    assert one.kept_default and one.cv_scores == {} and "nothing to cross-validate" in one.reason
+
+
+def test_balanced_objective_does_not_sacrifice_a_few_out_of_scope_questions() -> None:
+    # 13 in-scope questions, 3 of them scoring below the 2 out-of-scope ones: plain accuracy is
+    # best routing everything (13/15), balanced accuracy rejects the out-of-scope ones
+    scores = [0.20, 0.22, 0.24, *(0.30 + 0.01 * np.arange(10)).tolist(), 0.25, 0.26]
+    s = np.array(scores)[:, None]
+    labels = [frozenset({0})] * 13 + [frozenset()] * 2
+    balanced = calibration.fit_thresholds_robust(s, labels, -1.0, shrinkage=0.0, n_folds=2)
+    assert 0.26 < balanced.thresholds[0] <= 0.30
+    plain = calibration.fit_thresholds_robust(s, labels, -1.0, objective="accuracy", n_folds=2)
+    assert plain.kept_default and plain.thresholds[0] == -1.0
+
+
+def test_robust_fit_rejects_bad_arguments() -> None:
+    s, labels = _separable()
+    with pytest.raises(ConfigurationError, match=r"shrinkage must be in \[0, 1\]"):
+        calibration.fit_thresholds_robust(s, labels, 0.2, shrinkage=1.5)
+    with pytest.raises(ConfigurationError, match="valid values: balanced, accuracy"):
+        calibration.fit_thresholds_robust(s, labels, 0.2, objective="f1")
+    with pytest.raises(ValueError, match="matrix"):
+        calibration.fit_thresholds_robust(s[:2], labels, 0.2)
+    with pytest.raises(ValueError, match="finite"):
+        calibration.fit_thresholds_robust(np.full_like(s, np.nan), labels, 0.2)
+    with pytest.raises(ValueError, match="default must be finite"):
+        calibration.fit_thresholds_robust(s, labels, np.inf)

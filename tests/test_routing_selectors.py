@@ -199,6 +199,67 @@ def test_fit_thresholds_keeps_explicit_route_thresholds(embed_model: Any) -> Non
     assert selector.thresholds["math"] == 0.42
 
 
+CALIBRATION = [
+    ("Why does the moon cause tides on Earth?", "physics"),
+    ("How does a nuclear reactor produce energy?", "physics"),
+    ("What is the speed of light in a vacuum?", "physics"),
+    ("Why do magnets attract iron?", "physics"),
+    ("What is the area of a circle with radius 3?", "math"),
+    ("What is the integral of sin(x)?", "math"),
+    ("How many ways can 5 people sit in a row?", "math"),
+    ("Is 91 a prime number?", "math"),
+    ("How do I caramelise onions?", "cooking"),
+    ("What is a good marinade for tofu?", "cooking"),
+    ("How long do I roast a chicken?", "cooking"),
+    ("Who painted the Mona Lisa?", None),
+    ("What is the capital of Australia?", None),
+    ("Who won the football world cup in 1998?", None),
+    ("How do I renew my passport?", None),
+    ("Which bands played at Woodstock?", None),
+]
+
+
+async def test_robust_fit_then_sync_and_async_select_agree(embed_model: Any) -> None:
+    """threshold 0 routes every out-of-scope question; the default robust fit learns to say no,
+    and select/aselect (core's entry points) and route/aroute use the fitted thresholds."""
+    selector = SemanticSelector(ROUTES, embed_model=embed_model, threshold=0.0)
+    report = selector.fit_thresholds(CALIBRATION)
+    assert report.method == "robust" and report.fit is not None
+    assert not report.fit.kept_default and report.fit.shrinkage < 1.0
+    assert report.fit.cv_scores[report.fit.shrinkage] > report.fit.cv_scores[1.0]
+    assert report.accuracy_before < report.accuracy_after
+    assert selector.thresholds == report.thresholds
+    assert all(t > 0.0 for t in selector.thresholds.values())
+    for query, expected in [
+        ("Who painted the Mona Lisa?", []),
+        ("Which river flows through Paris?", []),
+        ("Why does the moon cause tides on Earth?", ["physics"]),
+        ("What is the derivative of x cubed?", ["math"]),
+    ]:
+        sync = selector.select(CHOICES, query)
+        asy = await selector.aselect(CHOICES, query)
+        assert sync.names == asy.names == expected, query
+        assert asy.scores == pytest.approx(sync.scores)
+        assert (await selector.aroute(query)).names == selector.route(query).names == expected
+    # refitting is deterministic: the same data gives the same thresholds
+    assert selector.fit_thresholds(CALIBRATION).thresholds == report.thresholds
+
+
+def test_fit_thresholds_methods_and_shrinkage(embed_model: Any) -> None:
+    selector = SemanticSelector(ROUTES, embed_model=embed_model, threshold=0.0)
+    kept = selector.fit_thresholds(CALIBRATION, shrinkage=1.0)
+    assert kept.fit is not None and kept.fit.kept_default
+    assert kept.thresholds == {"physics": 0.0, "math": 0.0, "cooking": 0.0}
+    exact = selector.fit_thresholds(CALIBRATION, method="exact")  # the old exhaustive fit
+    assert exact.method == "exact" and exact.fit is None
+    assert exact.accuracy_after >= exact.accuracy_before
+    assert selector.route("Who painted the Mona Lisa?").names == []
+    with pytest.raises(ConfigurationError, match="valid values: robust, exact"):
+        selector.fit_thresholds(CALIBRATION, method="greedy")
+    with pytest.raises(ConfigurationError, match="valid values: balanced, accuracy"):
+        selector.fit_thresholds(CALIBRATION, objective="f1")
+
+
 def test_semantic_works_inside_core_router_retriever_choices(embed_model: Any) -> None:
     """Choices that are not configured routes are routed on their descriptions."""
     selector = SemanticSelector(embed_model=embed_model, threshold=0.1)

@@ -30,6 +30,12 @@ from llama_index_rag_pack.components.settings import resolve_embed_model
 from llama_index_rag_pack.core import similarity
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.similarity import Aggregation
+from llama_index_rag_pack.core.threshold_calibration import (
+    RobustThresholdFit,
+    ThresholdFitMethod,
+    ThresholdObjective,
+    fit_thresholds_robust,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -41,19 +47,23 @@ __all__ = ["DEFAULT_SEMANTIC_THRESHOLD", "SemanticSelector", "ThresholdReport"]
 DEFAULT_SEMANTIC_THRESHOLD = 0.2
 """Cosine score a route must reach when no threshold was given or fitted.
 
-A starting point on the all-MiniLM-L6-v2 scale (thresholds fitted on the routing benchmark land at
-0.16-0.21 for routes with example utterances); calibrate with ``fit_thresholds`` for your routes.
+A starting point on the all-MiniLM-L6-v2 scale: on the routing benchmark (routes with example
+utterances) the robust ``fit_thresholds`` keeps it, as cross-validation finds nothing better;
+calibrate with ``fit_thresholds`` for your routes.
 """
 
 
 @dataclass(frozen=True)
 class ThresholdReport:
-    """What :meth:`SemanticSelector.fit_thresholds` did."""
+    """What :meth:`SemanticSelector.fit_thresholds` did; ``fit`` (robust method only) holds the
+    shrinkage, the cross-validated objective per shrinkage and whether the default was kept."""
 
     thresholds: dict[str, float]
     accuracy_before: float
     accuracy_after: float
     n_examples: int
+    method: str = "exact"
+    fit: RobustThresholdFit | None = None
 
 
 class SemanticSelector(BaseSelector):
@@ -302,49 +312,83 @@ class SemanticSelector(BaseSelector):
 
     # ------------------------------------------------------------------ calibration
     def fit_thresholds(
-        self, labelled_queries: Iterable[similarity.LabelledQuery], *, max_passes: int = 10
+        self,
+        labelled_queries: Iterable[similarity.LabelledQuery],
+        *,
+        max_passes: int = 10,
+        method: str | ThresholdFitMethod = ThresholdFitMethod.ROBUST,
+        objective: str | ThresholdObjective = ThresholdObjective.BALANCED,
+        shrinkage: float | None = None,
+        n_folds: int = 5,
+        random_state: int = 0,
     ) -> ThresholdReport:
-        """Calibrate per-route thresholds on labelled queries (maximising top-1 accuracy).
+        """Calibrate per-route thresholds on labelled queries.
+
+        ``method="robust"`` (default) fits thresholds under ``objective`` in the middle of the
+        widest plateau and pulls them toward the default (``threshold``, or a route's own) by a
+        shrinkage chosen by ``n_folds``-fold cross-validation; when cross-validation says the fit
+        does not beat the default, the default is kept (``report.fit.kept_default``); see
+        :func:`~llama_index_rag_pack.core.threshold_calibration.fit_thresholds_robust`.
+        ``method="exact"`` maximises accuracy on the given queries (overfits small sets).
 
         Args:
             labelled_queries: ``(query, route)`` pairs or dicts with ``query`` and ``route``; the
                 route is a name, a list of acceptable names (ambiguous queries) or ``None`` for a
                 query that belongs to no route (out of scope — these teach the thresholds to say
                 no).
-            max_passes: Coordinate-ascent passes (see :func:`similarity.fit_thresholds`).
+            max_passes: Coordinate-ascent passes per fit.
+            method: ``"robust"`` or ``"exact"``.
+            objective: Robust only: ``"balanced"`` (mean of in-scope and out-of-scope accuracy)
+                or ``"accuracy"``.
+            shrinkage: Robust only: ``None`` chooses it by cross-validation; a number in
+                ``[0, 1]`` (0 = full fit, 1 = keep the default) is used as given.
+            n_folds: Robust only: cross-validation folds.
+            random_state: Robust only: seed of the fold assignment.
 
         Returns:
-            The fitted thresholds (now in force for routes without their own) and the accuracy on
-            the given queries before and after.
+            The thresholds now in force for routes without their own, the accuracy on the given
+            queries before and after, and (robust) the shrinkage and cross-validated scores.
 
         Raises:
-            ConfigurationError: no examples, or a label that names no configured route.
+            ConfigurationError: no examples, a label that names no configured route, or an
+                unknown method or objective.
         """
+        method = ThresholdFitMethod.parse(method)
         routes = self._configured()
         names = [r.name for r in routes]
         queries, labels = similarity.parse_route_labels(labelled_queries, names)
         self._embeddings.ensure(routes)
-        matrix = np.vstack(
-            [
-                self._embeddings.scores(v, routes, self.aggregation)
-                for v in self._embeddings.embed_queries(queries)
-            ]
-        )
+        vectors = self._embeddings.embed_queries(queries)
+        matrix = np.vstack([self._embeddings.scores(v, routes, self.aggregation) for v in vectors])
         start = np.asarray([self._threshold_for(r) for r in routes])
         own = {i: float(start[i]) for i, r in enumerate(routes) if r.threshold is not None}
-        fitted = similarity.fit_thresholds_around(matrix, labels, own, max_passes=max_passes)
+        robust = None
+        if method is ThresholdFitMethod.EXACT:
+            fitted = similarity.fit_thresholds_around(matrix, labels, own, max_passes=max_passes)
+        else:
+            robust = fit_thresholds_robust(
+                matrix,
+                labels,
+                self.threshold,
+                objective=objective,
+                shrinkage=shrinkage,
+                n_folds=n_folds,
+                random_state=random_state,
+                fixed=own,
+                max_passes=max_passes,
+            )
+            fitted = robust.thresholds
         before = similarity.routing_accuracy(matrix, labels, start)
         after = similarity.routing_accuracy(matrix, labels, fitted)
         self._fitted = {n: float(fitted[i]) for i, n in enumerate(names) if i not in own}
-        logger.info(
-            "Fitted routing thresholds on %d queries: accuracy %.3f -> %.3f",
-            len(queries),
-            before,
-            after,
-        )
+        how = f"{method.value}; {robust.reason}" if robust else method.value
+        logger.info("Fitted routing thresholds (%s) on %d queries", how, len(queries))
+        logger.info("Routing accuracy on them %.3f -> %.3f", before, after)
         return ThresholdReport(
             thresholds=self.thresholds,
             accuracy_before=before,
             accuracy_after=after,
             n_examples=len(queries),
+            method=method.value,
+            fit=robust,
         )

@@ -207,7 +207,9 @@ def fit_thresholds(
     First the best single threshold shared by all routes (exhaustive over the midpoints of the
     observed scores), then coordinate ascent: each route's threshold in turn is set to the best of
     its candidates while the others stay fixed, until a pass changes nothing. Among equally good
-    thresholds the middle one is taken, which keeps the widest margin on both sides.
+    thresholds the middle one is taken, which keeps the widest margin on both sides. On a few
+    dozen examples this overfits; ``threshold_calibration.fit_thresholds_robust`` cross-validates
+    how far to move from a default threshold.
 
     Args:
         score_matrix: ``(n_examples, n_routes)`` route scores.
