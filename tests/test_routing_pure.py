@@ -425,3 +425,7 @@ def test_robust_fit_rejects_bad_arguments() -> None:
         calibration.fit_thresholds_robust(np.full_like(s, np.nan), labels, 0.2)
     with pytest.raises(ValueError, match="default must be finite"):
         calibration.fit_thresholds_robust(s, labels, np.inf)
+    with pytest.raises(ValueError, match=r"route indices 0\.\.1"):
+        calibration.fit_thresholds_robust(s, [frozenset({2}), *labels[1:]], 0.2)
+    with pytest.raises(ConfigurationError, match="need n_folds >= 2"):
+        calibration.fit_thresholds_robust(s, labels, 0.2, n_folds=1)

@@ -253,6 +253,8 @@ def _problem(
         )
     if not np.isfinite(s).all():
         raise ValueError("route scores must be finite")
+    if any(not 0 <= r < s.shape[1] for label in labels for r in label):
+        raise ValueError(f"labels must name route indices 0..{s.shape[1] - 1}")
     ok = np.zeros((s.shape[0], s.shape[1] + 1), dtype=bool)
     for i, label in enumerate(labels):
         ok[i, sorted(label) if label else [s.shape[1]]] = True
@@ -345,6 +347,10 @@ def fit_thresholds_robust(
     """
     p = _problem(score_matrix, labels, ThresholdObjective.parse(objective))
     grid = _grid(shrinkage)
+    if n_folds < 2 or n_repeats < 1:
+        raise ConfigurationError(
+            f"need n_folds >= 2 and n_repeats >= 1, got n_folds={n_folds}, n_repeats={n_repeats}."
+        )
     base = _vector(default, p.n_routes, "default")
     free = np.ones(p.n_routes, dtype=bool)
     for i, threshold in (fixed or {}).items():
@@ -364,7 +370,7 @@ def fit_thresholds_robust(
         free,
         grid,
         n_folds=n_folds,
-        n_repeats=max(1, n_repeats),
+        n_repeats=n_repeats,
         random_state=random_state,
         max_passes=max_passes,
     )
