@@ -320,6 +320,7 @@ def test_fusion_config_round_trips_and_validates(tmp_path: Path) -> None:
         "normalization": "dist_based",
         "rrf_k": 20.0,
         "candidate_pool": 50,
+        "sentence_weight": 0.0,
     }
     path.write_text(json.dumps({"alpha": 0.2, "alfa": 0.3}))
     with pytest.raises(ConfigurationError, match=r"unknown keys \['alfa'\]"):
@@ -346,12 +347,15 @@ def test_resolve_reads_the_data_dir_file_only_when_unset(
 
 
 def test_comparison_rows_carry_every_value_explicitly() -> None:
-    rows = {s.name: s for s in comparison_strategies(FusionConfig(alpha=0.3, rrf_k=15))}
+    config = FusionConfig(alpha=0.3, rrf_k=15, sentence_weight=0.4)
+    rows = {s.name: s for s in comparison_strategies(config)}
     assert rows["hybrid_convex_fitted"].kwargs == {
         "alpha": 0.3,
         "normalization": "min_max",
+        "sentence_weight": 0.4,
         "candidate_pool": 50,
     }
+    assert rows["hybrid_convex_default"].kwargs["sentence_weight"] == 0.0
     assert rows["hybrid_fitted"].kwargs["rrf_k"] == 15.0
     assert rows["hybrid_default"].kwargs["rrf_k"] == 60.0
 
@@ -463,7 +467,9 @@ def test_cli_eval_fit_writes_a_config_and_compares_before_and_after(
     assert config.fitted_on["metric"] == "evidence@1" and config.fitted_on["questions"] == 6
     scores = config.fitted_on["scores"]
     best = scores[f"convex_{config.normalization}"]["score"]
-    assert best >= max(scores["dense_alone"], scores["bm25_alone"])
+    assert best >= max(scores["dense_alone"], scores["bm25_alone"], scores["sentences_alone"])
+    assert best == max(scores["sentence_weight"].values())
+    assert 0.0 <= config.sentence_weight <= 1.0
     for row in ("vector", "bm25", "hybrid_default", "hybrid_fitted", "hybrid_convex_fitted"):
         assert f"| {row} |" in out, row
     report = json.loads((tmp_path / "out" / "tiny.json").read_text())
@@ -473,7 +479,61 @@ def test_cli_eval_fit_writes_a_config_and_compares_before_and_after(
     )
     # a second fit, on the sync path, reads the candidates from the result cache
     cached = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").rglob("fit_*.json")}
-    assert len(cached) == 2
+    # one candidate list per search: dense, BM25 and best sentence
+    assert len(cached) == 3
     assert main([*args, "--fit-out", str(tmp_path / "again.json"), "--concurrency", "1"]) == 0
     assert load_fusion_config(tmp_path / "again.json") == config
     assert {p: p.stat().st_mtime_ns for p in cached} == cached
+
+
+# ----------------------------------------------------------------------------- the sentence list
+def test_sentence_weight_zero_is_exactly_the_two_list_fusion() -> None:
+    dense, sparse = sid(("a", 0.9), ("b", 0.5)), sid(("b", 7.0), ("c", 1.0))
+    sentences = sid(("c", 0.8), ("a", 0.1))
+    two = convex_fusion(dense, sparse, alpha=0.4)
+    assert pairs(convex_fusion(dense, sparse, alpha=0.4, sentences=sentences)) == pairs(two)
+    assert pairs(
+        convex_fusion(dense, sparse, alpha=0.4, sentences=sentences, sentence_weight=0.0)
+    ) == pairs(two)
+
+
+def test_sentence_list_is_weighted_as_documented() -> None:
+    dense, sparse = sid(("a", 0.9), ("b", 0.5)), sid(("b", 7.0), ("c", 1.0))
+    sentences = sid(("c", 0.8), ("a", 0.1))
+    fused = dict(
+        pairs(convex_fusion(dense, sparse, alpha=0.5, sentences=sentences, sentence_weight=0.5))
+    )
+    # (1 - g) * (alpha * dense + (1 - alpha) * bm25) + g * sentence, each min-max scaled
+    assert fused == pytest.approx({"a": 0.25, "b": 0.25, "c": 0.5})
+    only = convex_fusion(dense, sparse, alpha=0.5, sentences=sentences, sentence_weight=1.0)
+    assert ids(only)[:2] == ["c", "a"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(questions=fit_questions_strategy, k=st.integers(1, 5), seed=st.integers(0, 10**6))
+def test_the_joint_fit_never_loses_to_any_list_alone(
+    questions: list[FitQuestion], k: int, seed: int
+) -> None:
+    rng = random.Random(seed)
+    with_sentences = [
+        FitQuestion(
+            q.dense,
+            q.sparse,
+            q.relevant,
+            q.units,
+            tuple(ranked(sid(*((c, rng.random()) for c in "abcde")))),
+        )
+        for q in questions
+    ]
+    metric = RankMetric("mrr", k)
+    fit = fit_fusion(with_sentences, metric, alpha_grid=ALPHA_GRID[::5], sentence_grid=(0.5,))
+    assert fit.sentence_fit is not None
+    assert set(score_inputs(with_sentences, metric)) == {"dense", "sparse", "sentences"}
+    grid = fit.sentence_fit.scores
+    # the grid holds both ends: no sentences (the two-list fit) and the sentence list alone
+    assert {0.0, 0.5, 1.0} <= set(grid)
+    assert fit.best_score == pytest.approx(max(grid.values()))
+    assert fit.best_score >= max(grid[0.0], grid[1.0])
+    assert fit.sentence_weight in fit.sentence_fit.scores
+    # without sentence candidates there is nothing to weigh
+    assert fit_fusion(questions, metric, alpha_grid=ALPHA_GRID[::5]).sentence_fit is None

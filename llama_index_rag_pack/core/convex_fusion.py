@@ -34,12 +34,14 @@ from llama_index_rag_pack.core.rank_fusion import (
 __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_CANDIDATE_POOL",
+    "DEFAULT_SENTENCE_WEIGHT",
     "NodeRef",
     "ScoreNormalization",
     "ScoredId",
     "check_alpha",
     "check_candidate_pool",
     "check_rrf_k",
+    "check_sentence_weight",
     "convex_fusion",
     "ranked",
     "two_list_rrf",
@@ -49,6 +51,8 @@ __all__ = [
 DEFAULT_ALPHA = 0.5
 #: Candidates each side of a hybrid search fetches, whatever the final top k.
 DEFAULT_CANDIDATE_POOL = 50
+#: Weight of the sentence list (chunks scored by their best-matching sentence) before fitting.
+DEFAULT_SENTENCE_WEIGHT = 0.0
 
 T = TypeVar("T")  # a NodeWithScore-like item
 
@@ -107,6 +111,21 @@ def check_alpha(alpha: Any) -> float:
     return float(alpha)
 
 
+def check_sentence_weight(weight: Any) -> float:
+    """``weight`` as a float, or :class:`ConfigurationError` unless it is a number in [0, 1]."""
+    if (
+        isinstance(weight, bool)
+        or not isinstance(weight, (int, float))
+        or not math.isfinite(weight)
+        or not 0.0 <= weight <= 1.0
+    ):
+        raise ConfigurationError(
+            f"sentence_weight must be a number in [0, 1] (0 turns sentence scores off), "
+            f"got {weight!r}."
+        )
+    return float(weight)
+
+
 def check_candidate_pool(candidate_pool: Any) -> int:
     """``candidate_pool``, or :class:`ConfigurationError` unless it is a positive integer."""
     if (
@@ -155,11 +174,17 @@ def convex_fusion(
     alpha: float = DEFAULT_ALPHA,
     normalization: str | ScoreNormalization = ScoreNormalization.MIN_MAX,
     top_n: int | None = None,
+    sentences: Sequence[T] = (),
+    sentence_weight: float = DEFAULT_SENTENCE_WEIGHT,
 ) -> list[T]:
     """``alpha * norm(dense) + (1 - alpha) * norm(sparse)``, best first.
 
+    With ``sentences`` (chunks scored by their best-matching sentence) and ``sentence_weight``
+    ``g`` > 0 the score is ``(1 - g) * (alpha * norm(dense) + (1 - alpha) * norm(sparse)) +
+    g * norm(sentences)``; ``g = 0`` gives exactly the two-list fusion.
+
     A node found by one side only gets 0 from the other. The result does not depend on the order
-    the candidates come in: both lists are ranked by score then node id first, and fused ties
+    the candidates come in: every list is ranked by score then node id first, and fused ties
     are broken by node id.
 
     Args:
@@ -168,20 +193,28 @@ def convex_fusion(
         alpha: Weight of the dense side in [0, 1] (1 = dense only, 0 = BM25 only).
         normalization: ``min_max`` or ``dist_based`` (mean ± 3σ, clipped to [0, 1]).
         top_n: Keep only the best ``top_n``.
+        sentences: Chunks scored by their best sentence (any order).
+        sentence_weight: Weight of ``sentences`` in [0, 1].
 
     Returns:
         New items carrying the fused score in [0, 1].
 
     Raises:
-        ConfigurationError: ``alpha`` outside [0, 1], an unknown normalization, a bad ``top_n``.
+        ConfigurationError: ``alpha`` or ``sentence_weight`` outside [0, 1], an unknown
+            normalization, a bad ``top_n``.
     """
     alpha = check_alpha(alpha)
+    gamma = check_sentence_weight(sentence_weight)
     fuse = {
         ScoreNormalization.MIN_MAX: relative_score_fusion,
         ScoreNormalization.DIST_BASED: distribution_based_fusion,
     }[ScoreNormalization.parse(normalization)]
     _check_top_n(top_n)
-    fused = fuse([ranked(dense), ranked(sparse)], weights=[alpha, 1.0 - alpha])
+    lists, weights = [ranked(dense), ranked(sparse)], [alpha, 1.0 - alpha]
+    if gamma > 0.0 and sentences:
+        lists.append(ranked(sentences))
+        weights = [(1.0 - gamma) * alpha, (1.0 - gamma) * (1.0 - alpha), gamma]
+    fused = fuse(lists, weights=weights)
     return ranked(fused)[:top_n]
 
 

@@ -27,9 +27,11 @@ from typing import Literal
 from llama_index_rag_pack.core import metrics as M
 from llama_index_rag_pack.core.convex_fusion import (
     DEFAULT_ALPHA,
+    DEFAULT_SENTENCE_WEIGHT,
     ScoredId,
     ScoreNormalization,
     check_alpha,
+    check_sentence_weight,
     convex_fusion,
     ranked,
     two_list_rrf,
@@ -40,6 +42,7 @@ from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
 __all__ = [
     "ALPHA_GRID",
     "RRF_K_GRID",
+    "SENTENCE_WEIGHT_GRID",
     "FitQuestion",
     "FusionFit",
     "GridFit",
@@ -55,6 +58,8 @@ __all__ = [
 ALPHA_GRID: tuple[float, ...] = tuple(i / 20 for i in range(21))
 #: RRF constants tried: 5, 10, ..., 100.
 RRF_K_GRID: tuple[float, ...] = tuple(float(k) for k in range(5, 101, 5))
+#: Sentence-list weights tried (when the questions have sentence candidates): 0.0, 0.1, ..., 1.0.
+SENTENCE_WEIGHT_GRID: tuple[float, ...] = tuple(i / 10 for i in range(11))
 
 
 @dataclass(frozen=True)
@@ -92,12 +97,14 @@ class FitQuestion:
         relevant: The judged units that count as hits.
         units: The judged unit of each node id (a chunk's document for document-level metrics);
             a node missing here is judged as itself.
+        sentences: Chunks scored by their best sentence (empty without a sentence index).
     """
 
     dense: tuple[ScoredId, ...]
     sparse: tuple[ScoredId, ...]
     relevant: frozenset[str]
     units: Mapping[str, str] = field(default_factory=dict)
+    sentences: tuple[ScoredId, ...] = ()
 
     @classmethod
     def of(
@@ -106,6 +113,7 @@ class FitQuestion:
         sparse: Iterable[tuple[str, float]],
         relevant: Iterable[str],
         units: Mapping[str, str] | None = None,
+        sentences: Iterable[tuple[str, float]] = (),
     ) -> FitQuestion:
         """Build from ``(node_id, score)`` pairs."""
         return cls(
@@ -113,6 +121,7 @@ class FitQuestion:
             tuple(ranked([ScoredId.of(i, s) for i, s in sparse])),
             frozenset(relevant),
             dict(units or {}),
+            tuple(ranked([ScoredId.of(i, s) for i, s in sentences])),
         )
 
     def judge(self, fused: Sequence[ScoredId], metric: RankMetric) -> float:
@@ -158,7 +167,11 @@ class FusionFit:
         rrf_k: The fitted RRF constant.
         alpha_fits: The alpha grid of each normalization tried.
         rrf_fit: The RRF ``k`` grid.
-        inputs: The metric of each side alone (``dense``, ``sparse``), ranked by its own scores.
+        inputs: The metric of each side alone (``dense``, ``sparse``, and ``sentences`` when
+            the questions have them), ranked by its own scores.
+        sentence_weight: The fitted weight of the sentence list (0 without sentences).
+        sentence_fit: Per sentence weight, the best convex score over alpha (best
+            normalization); ``None`` without sentences.
     """
 
     metric: RankMetric
@@ -169,6 +182,8 @@ class FusionFit:
     alpha_fits: Mapping[ScoreNormalization, GridFit]
     rrf_fit: GridFit
     inputs: Mapping[str, float]
+    sentence_weight: float = 0.0
+    sentence_fit: GridFit | None = None
 
     @property
     def best_score(self) -> float:
@@ -215,8 +230,10 @@ def fit_alpha(
     normalization: str | ScoreNormalization = ScoreNormalization.MIN_MAX,
     grid: Iterable[float] = ALPHA_GRID,
     default: float = DEFAULT_ALPHA,
+    sentence_weight: float = 0.0,
 ) -> GridFit:
-    """The dense weight of :func:`convex_fusion` that maximises the mean ``metric``.
+    """The dense weight of :func:`convex_fusion` that maximises the mean ``metric``, with the
+    sentence list (if any) at ``sentence_weight``.
 
     The grid always includes 0, 1 and ``default``.
 
@@ -227,8 +244,18 @@ def fit_alpha(
     grid = [check_alpha(a) for a in (*grid, 0.0, 1.0)]
     check_alpha(default)
 
+    gamma = check_sentence_weight(sentence_weight)
+
     def score(q: FitQuestion, alpha: float) -> float:
-        fused = convex_fusion(q.dense, q.sparse, alpha=alpha, normalization=norm, top_n=metric.k)
+        fused = convex_fusion(
+            q.dense,
+            q.sparse,
+            alpha=alpha,
+            normalization=norm,
+            top_n=metric.k,
+            sentences=q.sentences,
+            sentence_weight=gamma,
+        )
         return q.judge(fused, metric)
 
     return _grid_fit("alpha", questions, grid, default, score)
@@ -257,10 +284,41 @@ def score_inputs(questions: Sequence[FitQuestion], metric: RankMetric) -> dict[s
     """The mean ``metric`` of the dense and of the BM25 list alone."""
     if not questions:
         raise ConfigurationError("No questions to score: check the dataset and its split.")
-    return {
+    out = {
         "dense": _mean(questions, lambda q: q.judge(q.dense, metric)),
         "sparse": _mean(questions, lambda q: q.judge(q.sparse, metric)),
     }
+    if any(q.sentences for q in questions):
+        out["sentences"] = _mean(questions, lambda q: q.judge(q.sentences, metric))
+    return out
+
+
+def _fit_alpha_and_sentences(
+    questions: Sequence[FitQuestion],
+    metric: RankMetric,
+    norm: ScoreNormalization,
+    alpha_grid: tuple[float, ...],
+    sentence_grid: tuple[float, ...],
+) -> tuple[GridFit, GridFit]:
+    """Alpha fitted at each sentence weight; the sentence weight whose best alpha scores best.
+
+    The grid always holds 0 (dense and BM25 only) and 1 (the sentence list alone).
+
+    Returns:
+        The alpha grid at the chosen sentence weight, and the sentence-weight grid (each value's
+        score is the best over alpha at that weight).
+    """
+    per_weight = {
+        check_sentence_weight(g): fit_alpha(
+            questions, metric, normalization=norm, grid=alpha_grid, sentence_weight=g
+        )
+        for g in (*sentence_grid, 0.0, 1.0, DEFAULT_SENTENCE_WEIGHT)
+    }
+    scores = {g: fit.best_score for g, fit in per_weight.items()}
+    best = best_on_grid(scores, DEFAULT_SENTENCE_WEIGHT)
+    return per_weight[best], GridFit(
+        "sentence_weight", best, float(DEFAULT_SENTENCE_WEIGHT), scores
+    )
 
 
 def fit_fusion(
@@ -270,8 +328,10 @@ def fit_fusion(
     alpha_grid: Iterable[float] = ALPHA_GRID,
     rrf_k_grid: Iterable[float] = RRF_K_GRID,
     normalizations: Iterable[str | ScoreNormalization] = tuple(ScoreNormalization),
+    sentence_grid: Iterable[float] = SENTENCE_WEIGHT_GRID,
 ) -> FusionFit:
-    """Fit alpha (per normalization, keeping the best one) and the RRF ``k`` on ``questions``.
+    """Fit alpha (per normalization, keeping the best one) and the RRF ``k`` on ``questions``;
+    when they have sentence candidates, alpha and the sentence weight together (a joint grid).
 
     Raises:
         ConfigurationError: no questions, no normalization, bad grid values.
@@ -280,10 +340,21 @@ def fit_fusion(
     if not norms:
         raise ConfigurationError("Give at least one normalization (min_max, dist_based).")
     alpha_grid = tuple(alpha_grid)
-    alpha_fits = {n: fit_alpha(questions, metric, normalization=n, grid=alpha_grid) for n in norms}
+    sentence_fits: dict[ScoreNormalization, GridFit] = {}
+    if any(q.sentences for q in questions):
+        alpha_fits = {}
+        for n in norms:
+            alpha_fits[n], sentence_fits[n] = _fit_alpha_and_sentences(
+                questions, metric, n, alpha_grid, tuple(sentence_grid)
+            )
+    else:
+        alpha_fits = {
+            n: fit_alpha(questions, metric, normalization=n, grid=alpha_grid) for n in norms
+        }
     preference = {n: i for i, n in enumerate(ScoreNormalization)}
     best = max(norms, key=lambda n: (alpha_fits[n].best_score, -preference[n]))
     rrf_fit = fit_rrf_k(questions, metric, grid=rrf_k_grid)
+    sentence_fit = sentence_fits.get(best)
     return FusionFit(
         metric=metric,
         n_questions=len(questions),
@@ -293,4 +364,6 @@ def fit_fusion(
         alpha_fits=alpha_fits,
         rrf_fit=rrf_fit,
         inputs=score_inputs(questions, metric),
+        sentence_weight=sentence_fit.best if sentence_fit is not None else 0.0,
+        sentence_fit=sentence_fit,
     )

@@ -47,14 +47,32 @@ def questions_about(dataset: LabelledSet, documents: Sequence[Any]) -> list[Labe
     return examples
 
 
+#: Version of the sentence index's layout (splitting, headers); part of the index key.
+SENTENCE_INDEX_VERSION = "sentences-v1"
+
+
 def index_key(
-    documents: Sequence[Any], chunk_size: int, chunk_overlap: int, embed_model_name: str
+    documents: Sequence[Any],
+    chunk_size: int,
+    chunk_overlap: int,
+    embed_model_name: str,
+    *,
+    sentence_index: bool = True,
 ) -> str:
-    """Hash of what the index holds: the documents' ids and texts, the chunking, the embeddings."""
+    """Hash of what the index holds: the documents' ids and texts, the chunking, the embeddings,
+    and whether (and how) sentences are indexed."""
     corpus_hash = stable_hash(
         [(d.doc_id, hashlib.sha256(d.text.encode()).hexdigest()) for d in documents]
     )
-    return stable_hash(corpus_hash, chunk_size, chunk_overlap, embed_model_name)
+    parts: list[Any] = [corpus_hash, chunk_size, chunk_overlap, embed_model_name]
+    if sentence_index:
+        parts.append(SENTENCE_INDEX_VERSION)
+    return stable_hash(*parts)
+
+
+def _sentence_count(pack: Any) -> int | None:
+    index = getattr(pack, "sentence_index", None)
+    return index.count() if index is not None else None
 
 
 def open_or_build_index(
@@ -76,10 +94,12 @@ def open_or_build_index(
         rebuild: Index again even when the cached index is complete.
     """
     if not rebuild and marker.exists():
-        expected = json.loads(marker.read_text()).get("chunks")
+        recorded = json.loads(marker.read_text())
         try:
             pack = factory(None, **pack_kwargs)
-            if count_entities(pack.vector_store) == expected:
+            if count_entities(pack.vector_store) == recorded.get("chunks") and _sentence_count(
+                pack
+            ) == recorded.get("sentences"):
                 return pack
             logger.warning(
                 "Cached index %s is incomplete: rebuilding", pack_kwargs["collection_name"]
@@ -96,7 +116,13 @@ def open_or_build_index(
     pack = factory(documents, overwrite=True, **pack_kwargs)
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(
-        json.dumps({"chunks": count_entities(pack.vector_store), "documents": len(documents)})
+        json.dumps(
+            {
+                "chunks": count_entities(pack.vector_store),
+                "sentences": _sentence_count(pack),
+                "documents": len(documents),
+            }
+        )
     )
     return pack
 

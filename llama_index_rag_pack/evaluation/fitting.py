@@ -44,8 +44,9 @@ __all__ = [
     "fitted_config",
 ]
 
-#: The two searches of ``hybrid_convex`` (attributes of its retriever), fitted on.
-FIT_SIDES = ("dense", "sparse")
+#: The searches of ``hybrid_convex`` (attributes of its retriever), fitted on; ``sentences``
+#: only when the collection has a sentence index.
+FIT_SIDES = ("dense", "sparse", "sentences")
 
 # metric name -> (per-node flag of the cached results, RankMetric kind)
 _METRICS = {
@@ -103,11 +104,16 @@ def _candidate_plans(
     results directory."""
     pack = harness.prepare()
     depth = max(check_candidate_pool(candidate_pool), harness.top_k)
-    convex = pack.retriever("hybrid_convex", candidate_pool=depth, similarity_top_k=depth)
+    # any sentence weight > 0 builds the sentence search when the collection has sentences
+    convex = pack.retriever(
+        "hybrid_convex", candidate_pool=depth, similarity_top_k=depth, sentence_weight=1.0
+    )
     collection = getattr(pack.vector_store, "collection_name", "?")  # names the index build
     plans = []
     for side in FIT_SIDES:
-        retriever = getattr(convex, side)
+        retriever = getattr(convex, side, None)
+        if retriever is None:
+            continue
         strategy = Strategy(f"fit_{side}", "hybrid_convex", {"side": side, "candidate_pool": depth})
         key = stable_hash(
             "fusion-fit",
@@ -178,8 +184,9 @@ def fit_questions(
     """The questions to fit on: those both sides answered without an error, labelled with
     ``metric``'s flag (the relevant documents for ``mrr@k``)."""
     out = []
+    sides = [side for side in FIT_SIDES if side in candidates]
     for ex in examples:
-        results = [candidates[side].get(ex.id) for side in FIT_SIDES]
+        results = [candidates[side].get(ex.id) for side in sides]
         if any(r is None or r.get("error") for r in results):
             continue
         lists = [r.get("retrieved") or [] for r in results]  # type: ignore[union-attr]
@@ -189,7 +196,11 @@ def fit_questions(
         else:
             relevant = {str(i["node_id"]) for lst in lists for i in lst if i.get(metric.flag)}
         pairs = [[(str(i["node_id"]), i.get("score")) for i in lst] for lst in lists]
-        out.append(FitQuestion.of(pairs[0], pairs[1], relevant, units))
+        out.append(
+            FitQuestion.of(
+                pairs[0], pairs[1], relevant, units, sentences=pairs[2] if len(pairs) > 2 else ()
+            )
+        )
     return out
 
 
@@ -209,11 +220,17 @@ def fitted_config(
         "rrf": {"k": fit.rrf_fit.best, "score": fit.rrf_fit.best_score},
         "rrf_default": fit.rrf_fit.default_score,
     }
+    if fit.sentence_fit is not None:
+        scores["sentences_alone"] = fit.inputs["sentences"]
+        scores["sentence_weight"] = {
+            f"{g:g}": score for g, score in sorted(fit.sentence_fit.scores.items())
+        }
     return FusionConfig(
         alpha=fit.alpha,
         normalization=fit.normalization.value,
         rrf_k=fit.rrf_k,
         candidate_pool=candidate_pool,
+        sentence_weight=fit.sentence_weight,
         fitted_on={
             **provenance,
             "questions": fit.n_questions,
@@ -260,6 +277,11 @@ def fit_table(fit: FusionFit, metric: str) -> str:
     rows = [
         ("dense alone", "", fit.inputs["dense"]),
         ("BM25 alone", "", fit.inputs["sparse"]),
+        *(
+            [("best sentence alone", "", fit.inputs["sentences"])]
+            if "sentences" in fit.inputs
+            else []
+        ),
         ("RRF", f"k={fit.rrf_fit.default:g} (default)", fit.rrf_fit.default_score),
         ("RRF", f"k={fit.rrf_fit.best:g} (fitted)", fit.rrf_fit.best_score),
     ]
@@ -268,6 +290,16 @@ def fit_table(fit: FusionFit, metric: str) -> str:
             (f"convex {norm.value}", f"alpha={grid.default:g} (default)", grid.default_score)
         )
         rows.append((f"convex {norm.value}", f"alpha={grid.best:g} (fitted)", grid.best_score))
+    if fit.sentence_fit is not None:
+        for g, score in sorted(fit.sentence_fit.scores.items()):
+            chosen = " (fitted)" if g == fit.sentence_weight else ""
+            rows.append(
+                (
+                    f"convex {fit.normalization.value} + sentences",
+                    f"sentence weight={g:g}{chosen}, best alpha",
+                    score,
+                )
+            )
     lines = [
         f"Fit on {fit.n_questions} questions, by {metric}:",
         "",
@@ -298,13 +330,21 @@ def comparison_strategies(config: FusionConfig) -> list[Strategy]:
         Strategy(
             "hybrid_convex_default",
             "hybrid_convex",
-            {"alpha": DEFAULT_ALPHA, "normalization": "min_max", **pool},
-            description="convex, min-max, alpha=0.5",
+            {"alpha": DEFAULT_ALPHA, "normalization": "min_max", "sentence_weight": 0.0, **pool},
+            description="convex, min-max, alpha=0.5, no sentences",
         ),
         Strategy(
             "hybrid_convex_fitted",
             "hybrid_convex",
-            {"alpha": config.alpha, "normalization": config.normalization, **pool},
-            description=f"convex, {config.normalization}, alpha={config.alpha:g} (fitted)",
+            {
+                "alpha": config.alpha,
+                "normalization": config.normalization,
+                "sentence_weight": config.sentence_weight,
+                **pool,
+            },
+            description=(
+                f"convex, {config.normalization}, alpha={config.alpha:g}, "
+                f"sentence weight={config.sentence_weight:g} (fitted)"
+            ),
         ),
     ]

@@ -34,10 +34,12 @@ from llama_index_rag_pack.components.settings import data_dir
 from llama_index_rag_pack.core.convex_fusion import (
     DEFAULT_ALPHA,
     DEFAULT_CANDIDATE_POOL,
+    DEFAULT_SENTENCE_WEIGHT,
     ScoreNormalization,
     check_alpha,
     check_candidate_pool,
     check_rrf_k,
+    check_sentence_weight,
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
@@ -65,6 +67,8 @@ class FusionConfig:
         normalization: Score normalization of ``hybrid_convex``: ``min_max`` or ``dist_based``.
         rrf_k: RRF constant of ``hybrid``.
         candidate_pool: Candidates each side of every hybrid search fetches.
+        sentence_weight: Weight of the sentence list in ``hybrid_convex`` (chunks scored by
+            their best sentence; used when the collection has a sentence index), in [0, 1].
         fitted_on: Where the values come from (dataset, metric, scores); informative only.
 
     Raises:
@@ -75,6 +79,7 @@ class FusionConfig:
     normalization: str = ScoreNormalization.MIN_MAX.value
     rrf_k: float = DEFAULT_RRF_K
     candidate_pool: int = DEFAULT_CANDIDATE_POOL
+    sentence_weight: float = DEFAULT_SENTENCE_WEIGHT
     fitted_on: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +89,7 @@ class FusionConfig:
         )
         object.__setattr__(self, "rrf_k", check_rrf_k(self.rrf_k))
         object.__setattr__(self, "candidate_pool", check_candidate_pool(self.candidate_pool))
+        object.__setattr__(self, "sentence_weight", check_sentence_weight(self.sentence_weight))
         object.__setattr__(self, "fitted_on", dict(self.fitted_on))
 
     def to_dict(self) -> dict[str, Any]:

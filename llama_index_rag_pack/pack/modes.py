@@ -215,9 +215,11 @@ def build_hybrid_convex(
     alpha: float | None = None,
     normalization: str | None = None,
     candidate_pool: int | None = None,
+    sentence_weight: float | None = None,
 ) -> Any:
-    """Dense + BM25 searched at once, fused here by ``alpha * norm(dense) + (1 - alpha) *
-    norm(bm25)`` (defaults from the pack's ``fusion_config``, fitted by ``rag-pack eval --fit``)."""
+    """Dense + BM25 (+ best sentence, with a sentence index) searched at once, fused here by
+    normalized scores (defaults from the pack's ``fusion_config``, fitted by
+    ``rag-pack eval --fit``)."""
     from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
 
     config = pack.fusion_config
@@ -227,6 +229,7 @@ def build_hybrid_convex(
         alpha=_given(alpha, config.alpha),
         normalization=_given(normalization, config.normalization),
         candidate_pool=_given(candidate_pool, config.candidate_pool),
+        sentence_weight=_given(sentence_weight, config.sentence_weight),
         similarity_top_k=similarity_top_k or pack.similarity_top_k,
         callback_manager=pack.callback_manager,
     )

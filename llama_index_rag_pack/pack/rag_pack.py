@@ -22,6 +22,7 @@ from llama_index_rag_pack.components.ingest import (
     load_documents,
     split_documents,
 )
+from llama_index_rag_pack.components.sentences import embed_sentence_units, sentence_units
 from llama_index_rag_pack.components.settings import (
     default_milvus_uri,
     describe_embed_model,
@@ -40,6 +41,7 @@ from llama_index_rag_pack.pack.fusion_config import FusionConfig, resolve_fusion
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, pack_tree_inputs
 from llama_index_rag_pack.storage import milvus as milvus_utils
+from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -73,6 +75,9 @@ class RagPack(BaseLlamaPack):
         chunk_overlap: Overlap between chunks, in tokens.
         similarity_top_k: Chunks retrieved per query.
         enable_bm25: Keep a BM25 sparse field beside the dense vectors (hybrid search).
+        sentence_index: Also embed every sentence of every chunk, headed by the document's
+            title (a ``<collection>__sentences`` collection), so hybrid search can score a
+            chunk by its best-matching sentence. Indexing takes about twice as long.
         fusion_config: Defaults of the hybrid modes (dense weight, RRF k, candidate pools): a
             :class:`~llama_index_rag_pack.pack.fusion_config.FusionConfig` or the path of one
             saved by ``rag-pack eval --fit``. Unset: ``<data_dir>/fusion.json`` when it exists,
@@ -107,6 +112,7 @@ class RagPack(BaseLlamaPack):
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
         similarity_top_k: int = 4,
         enable_bm25: bool = True,
+        sentence_index: bool = True,
         fusion_config: FusionConfig | str | Path | None = None,
         show_progress: bool = False,
         callback_manager: CallbackManager | None = None,
@@ -144,6 +150,13 @@ class RagPack(BaseLlamaPack):
                 must_exist=to_index is None,
             )
         self.vector_store = vector_store
+        self.sentence_index: MilvusSentenceIndex | None = None
+        if sentence_index and getattr(vector_store, "client", None) is not None:
+            self.sentence_index = MilvusSentenceIndex(
+                vector_store.client, vector_store.collection_name
+            )
+            if overwrite:
+                self.sentence_index.drop()
         self.index = VectorStoreIndex.from_vector_store(
             vector_store, embed_model=self.embed_model, callback_manager=self.callback_manager
         )
@@ -212,10 +225,23 @@ class RagPack(BaseLlamaPack):
         )
         self.index.insert_nodes(nodes, show_progress=self.show_progress)
         milvus_utils.flush(self.vector_store)
+        self._index_sentences(documents, nodes)
         self._retrievers.clear()
         self._query_engines.clear()
         logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
         return len(nodes)
+
+    def _index_sentences(self, documents: Sequence[Document], nodes: Sequence[Any]) -> None:
+        if self.sentence_index is None:
+            return
+        self.sentence_index.delete_documents([d.doc_id for d in documents])
+        units = sentence_units(nodes)
+        if not units:
+            return
+        vectors = embed_sentence_units(units, self.embed_model, show_progress=self.show_progress)
+        self.sentence_index.create(dim=len(vectors[0]))
+        self.sentence_index.insert(units, vectors)
+        logger.info("Indexed %d sentences of %d chunks", len(units), len(nodes))
 
     def count(self) -> int:
         """Number of chunks stored in the collection."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -22,19 +23,28 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index_rag_pack.core.convex_fusion import (
     DEFAULT_ALPHA,
     DEFAULT_CANDIDATE_POOL,
+    DEFAULT_SENTENCE_WEIGHT,
     ScoreNormalization,
     check_alpha,
     check_candidate_pool,
+    check_sentence_weight,
     convex_fusion,
 )
 from llama_index_rag_pack.core.errors import check_query
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.hybrid_options import check_top_k
+from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
+from llama_index_rag_pack.storage.sentence_retriever import (
+    DEFAULT_SENTENCE_POOL,
+    MilvusSentenceRetriever,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
 __all__ = ["MilvusScoreFusionRetriever"]
+
+logger = logging.getLogger(__name__)
 
 
 class MilvusScoreFusionRetriever(BaseRetriever):
@@ -45,6 +55,12 @@ class MilvusScoreFusionRetriever(BaseRetriever):
     Equal fused scores are ordered by node id, so results never depend on which search answered
     first. Returned scores lie in [0, 1]; each node's ``retrieval_search_type`` is ``hybrid``.
 
+    When the collection has a sentence index (``RagPack(sentence_index=True)``, the default) and
+    ``sentence_weight`` ``g`` > 0, a third search scores chunks by their best-matching sentence
+    (:class:`~llama_index_rag_pack.storage.sentence_retriever.MilvusSentenceRetriever`) and the
+    score becomes ``(1 - g) * (alpha * norm(dense) + (1 - alpha) * norm(bm25)) + g *
+    norm(sentence)``. Without a sentence index the sentence list is left out (logged once).
+
     Args:
         vector_store: A ``MilvusVectorStore`` (e.g. from ``open_vector_store``), or give
             ``client`` and ``collection_name``.
@@ -52,6 +68,8 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         alpha: Dense weight in [0, 1] (1 = dense only, 0 = BM25 only).
         normalization: ``min_max`` (relative score fusion) or ``dist_based`` (mean ± 3σ).
         candidate_pool: Candidates each side fetches (at least ``similarity_top_k``).
+        sentence_weight: Weight of the sentence list in [0, 1] (0 = dense and BM25 only).
+        sentence_pool: Sentences the sentence search fetches before grouping them by chunk.
         similarity_top_k: Nodes returned.
         filter: A Milvus boolean expression on metadata fields, applied to both sides.
         dense_search_params: Extra dense search params (e.g. ``{"ef": 64}`` for HNSW).
@@ -60,8 +78,9 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         callback_manager: LlamaIndex callback manager (shared with the two searches).
 
     Raises:
-        ConfigurationError: ``alpha`` outside [0, 1], an unknown normalization, a bad
-            ``candidate_pool`` or ``similarity_top_k``, a collection without a BM25 field.
+        ConfigurationError: ``alpha`` or ``sentence_weight`` outside [0, 1], an unknown
+            normalization, a bad ``candidate_pool``, ``sentence_pool`` or ``similarity_top_k``,
+            a collection without a BM25 field.
         CollectionNotFoundError: the collection does not exist.
 
     Example:
@@ -79,6 +98,8 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         alpha: float = DEFAULT_ALPHA,
         normalization: str | ScoreNormalization = ScoreNormalization.MIN_MAX,
         candidate_pool: int = DEFAULT_CANDIDATE_POOL,
+        sentence_weight: float = DEFAULT_SENTENCE_WEIGHT,
+        sentence_pool: int = DEFAULT_SENTENCE_POOL,
         similarity_top_k: int = 10,
         filter: str | None = None,
         dense_search_params: dict[str, Any] | None = None,
@@ -91,6 +112,8 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         self.alpha = check_alpha(alpha)
         self.normalization = ScoreNormalization.parse(normalization)
         self.candidate_pool = check_candidate_pool(candidate_pool)
+        self.sentence_weight = check_sentence_weight(sentence_weight)
+        check_candidate_pool(sentence_pool)
         self.similarity_top_k = similarity_top_k
         callback_manager = callback_manager or CallbackManager([])
         common: dict[str, Any] = dict(
@@ -109,34 +132,79 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         )
         self.sparse = MilvusHybridRetriever(vector_store, search_type="sparse", **common)
         self.embed_model = self.dense.embed_model
+        self.sentences: MilvusSentenceRetriever | None = None
+        if self.sentence_weight > 0:
+            if MilvusSentenceIndex(self.dense.client, self.dense.collection_name).exists():
+                self.sentences = MilvusSentenceRetriever(
+                    vector_store,
+                    embed_model=self.embed_model,
+                    sentence_pool=sentence_pool,
+                    **common,
+                )
+            else:
+                logger.info(
+                    "Collection %r has no sentence index: hybrid search uses dense and BM25 only "
+                    "(index with RagPack(sentence_index=True) to add sentence scores)",
+                    self.dense.collection_name,
+                )
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
-    def _fuse(self, dense: list[NodeWithScore], sparse: list[NodeWithScore]) -> list[NodeWithScore]:
+    def _fuse(
+        self,
+        dense: list[NodeWithScore],
+        sparse: list[NodeWithScore],
+        sentences: list[NodeWithScore] | None = None,
+    ) -> list[NodeWithScore]:
         fused = convex_fusion(
             dense,
             sparse,
             alpha=self.alpha,
             normalization=self.normalization,
             top_n=self.similarity_top_k,
+            sentences=sentences or (),
+            sentence_weight=self.sentence_weight if sentences is not None else 0.0,
         )
         for n in fused:
             # the node objects were built for this query by the side that found them
             n.node.metadata["retrieval_search_type"] = "hybrid"
         return fused
 
+    def _embedded(self, query_bundle: QueryBundle, embedding: list[float]) -> QueryBundle:
+        return QueryBundle(
+            query_str=query_bundle.query_str,
+            custom_embedding_strs=query_bundle.custom_embedding_strs,
+            embedding=embedding,
+        )
+
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        check_query(query_bundle)
-        # the BM25 search runs in a worker thread, in a copy of this thread's context so its
-        # instrumentation spans stay children of this query's span
-        context = contextvars.copy_context()
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bm25-search") as pool:
-            sparse = pool.submit(context.run, self.sparse.retrieve, query_bundle)
-            dense = self.dense.retrieve(query_bundle)
-            return self._fuse(dense, sparse.result())
+        query = check_query(query_bundle)
+        # BM25 (and the sentence search) run in worker threads, in copies of this thread's
+        # context so their instrumentation spans stay children of this query's span
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-search") as pool:
+            sparse = pool.submit(contextvars.copy_context().run, self.sparse.retrieve, query_bundle)
+            if self.sentences is None:
+                return self._fuse(self.dense.retrieve(query_bundle), sparse.result())
+            embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
+            bundle = self._embedded(query_bundle, embedding)
+            sentences = pool.submit(contextvars.copy_context().run, self.sentences.retrieve, bundle)
+            dense = self.dense.retrieve(bundle)
+            return self._fuse(dense, sparse.result(), sentences.result())
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        check_query(query_bundle)
-        dense, sparse = await asyncio.gather(
-            self.dense.aretrieve(query_bundle), self.sparse.aretrieve(query_bundle)
+        query = check_query(query_bundle)
+        if self.sentences is None:
+            dense, sparse = await asyncio.gather(
+                self.dense.aretrieve(query_bundle), self.sparse.aretrieve(query_bundle)
+            )
+            return self._fuse(dense, sparse)
+        sparse_task = asyncio.ensure_future(self.sparse.aretrieve(query_bundle))
+        try:
+            embedding = query_bundle.embedding or await self.embed_model.aget_query_embedding(query)
+        except BaseException:
+            sparse_task.cancel()
+            raise
+        bundle = self._embedded(query_bundle, embedding)
+        dense, sparse, sentences = await asyncio.gather(
+            self.dense.aretrieve(bundle), sparse_task, self.sentences.aretrieve(bundle)
         )
-        return self._fuse(dense, sparse)
+        return self._fuse(dense, sparse, sentences)

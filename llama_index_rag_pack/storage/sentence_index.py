@@ -1,0 +1,160 @@
+"""The sentence index: one Milvus collection of sentence vectors beside a chunk collection.
+
+For a chunk collection ``docs`` it is the collection ``docs__sentences``, holding for every
+sentence of every chunk (:mod:`~llama_index_rag_pack.components.sentences`) its id, its chunk's
+id, its document's id and its embedding. A search returns chunks scored by their best sentence.
+It lives on the same Milvus as the chunks (Lite or a server), so nothing else has to be kept.
+
+Example:
+    >>> index = MilvusSentenceIndex(client, "docs")  # doctest: +SKIP
+    >>> index.create(dim=384)  # doctest: +SKIP
+    >>> index.insert(units, vectors)  # doctest: +SKIP
+    >>> index.search(query_vector, limit=200)  # doctest: +SKIP
+    [('3f2a…', 0.71), ('9c1e…', 0.64), ...]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index_rag_pack.core.errors import ConfigurationError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SENTENCE_COLLECTION_SUFFIX", "MilvusSentenceIndex", "sentence_collection_name"]
+
+SENTENCE_COLLECTION_SUFFIX = "__sentences"
+_ID_MAX = 64
+_INSERT_BATCH = 1000
+
+
+def sentence_collection_name(collection_name: str) -> str:
+    """The name of the sentence collection of chunk collection ``collection_name``."""
+    return f"{collection_name}{SENTENCE_COLLECTION_SUFFIX}"
+
+
+class MilvusSentenceIndex:
+    """Sentence vectors of a chunk collection, searched for the chunks' best sentences.
+
+    Args:
+        client: A ``pymilvus.MilvusClient`` (the chunk store's ``.client``).
+        collection_name: The *chunk* collection; the sentences go to
+            :func:`sentence_collection_name` of it.
+    """
+
+    def __init__(self, client: Any, collection_name: str) -> None:
+        self.client = client
+        self.chunk_collection = collection_name
+        self.collection_name = sentence_collection_name(collection_name)
+        self._loaded = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def exists(self) -> bool:
+        """True when the sentence collection exists."""
+        return bool(self.client.has_collection(self.collection_name))
+
+    def create(self, dim: int, *, overwrite: bool = False) -> None:
+        """Create the collection (COSINE, FLAT) unless it exists; ``overwrite`` drops it first.
+
+        Raises:
+            ConfigurationError: an existing collection holds vectors of another dimension.
+        """
+        from pymilvus import DataType, MilvusClient
+
+        if overwrite:
+            self.drop()
+        if self.exists():
+            existing = self._dim()
+            if existing is not None and existing != dim:
+                raise ConfigurationError(
+                    f"Sentence collection {self.collection_name!r} holds {existing}-d vectors but "
+                    f"the embedding model makes {dim}-d ones: re-index with overwrite=True."
+                )
+            return
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=_ID_MAX)
+        schema.add_field("chunk_id", DataType.VARCHAR, max_length=_ID_MAX * 4)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=65535)
+        schema.add_field("embedding", DataType.FLOAT_VECTOR, dim=dim)
+        index_params = self.client.prepare_index_params()
+        index_params.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
+        self.client.create_collection(
+            self.collection_name, schema=schema, index_params=index_params
+        )
+        self._loaded = False
+
+    def drop(self) -> None:
+        """Drop the collection if it exists."""
+        if self.exists():
+            self.client.drop_collection(self.collection_name)
+        self._loaded = False
+
+    def _dim(self) -> int | None:
+        info = self.client.describe_collection(self.collection_name)
+        for f in info.get("fields", []):
+            if f.get("name") == "embedding":
+                dim = f.get("params", {}).get("dim")
+                return int(dim) if dim is not None else None
+        return None
+
+    def _ensure_loaded(self) -> None:
+        if not self._loaded:
+            self.client.load_collection(self.collection_name)
+            self._loaded = True
+
+    # ------------------------------------------------------------------ writes
+    def insert(self, units: Sequence[Any], vectors: Sequence[Sequence[float]]) -> int:
+        """Store ``units`` (``SentenceUnit``-like: id, chunk_id, doc_id) with their vectors.
+
+        Returns:
+            The number of rows written.
+        """
+        if len(units) != len(vectors):
+            raise ValueError(f"{len(units)} sentences but {len(vectors)} vectors")
+        rows = [
+            {"id": u.id, "chunk_id": u.chunk_id, "doc_id": u.doc_id, "embedding": list(v)}
+            for u, v in zip(units, vectors, strict=True)
+        ]
+        for start in range(0, len(rows), _INSERT_BATCH):
+            self.client.upsert(self.collection_name, data=rows[start : start + _INSERT_BATCH])
+        if rows:
+            self.client.flush(self.collection_name)
+        return len(rows)
+
+    def delete_documents(self, doc_ids: Sequence[str]) -> None:
+        """Delete the sentences of these documents (before they are indexed again)."""
+        if not doc_ids or not self.exists():
+            return
+        self.client.delete(self.collection_name, filter=f"doc_id in {json.dumps(list(doc_ids))}")
+
+    # ------------------------------------------------------------------ reads
+    def count(self) -> int:
+        """Number of sentences stored (0 when the collection does not exist)."""
+        if not self.exists():
+            return 0
+        self._ensure_loaded()
+        res = self.client.query(self.collection_name, filter="", output_fields=["count(*)"])
+        return int(res[0]["count(*)"]) if res else 0
+
+    def search(self, embedding: Sequence[float], limit: int) -> list[tuple[str, float]]:
+        """Chunks of the ``limit`` sentences nearest ``embedding``, each scored by its best
+        sentence (cosine similarity), best first; equal scores by chunk id."""
+        self._ensure_loaded()
+        res = self.client.search(
+            self.collection_name,
+            data=[list(embedding)],
+            anns_field="embedding",
+            limit=limit,
+            output_fields=["chunk_id"],
+            search_params={"metric_type": "COSINE"},
+        )
+        best: dict[str, float] = {}
+        for hit in res[0] if res else []:
+            chunk = str(hit.get("entity", {}).get("chunk_id") or "")
+            score = float(hit.get("distance", 0.0))
+            if chunk and score > best.get(chunk, float("-inf")):
+                best[chunk] = score
+        return sorted(best.items(), key=lambda item: (-item[1], item[0]))

@@ -1,0 +1,88 @@
+"""``MilvusSentenceRetriever``: chunks ranked by their best-matching sentence.
+
+It searches the sentence index of a chunk collection
+(:class:`~llama_index_rag_pack.storage.sentence_index.MilvusSentenceIndex`), keeps each chunk's
+best sentence score, and returns the chunks themselves, read from the chunk collection (with the
+retriever's ``filter`` applied there). :class:`~llama_index_rag_pack.MilvusScoreFusionRetriever`
+uses it as the third list of hybrid search.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from llama_index.core.schema import NodeWithScore
+
+from llama_index_rag_pack.core.convex_fusion import check_candidate_pool
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
+
+__all__ = ["DEFAULT_SENTENCE_POOL", "MilvusSentenceRetriever"]
+
+#: Sentences fetched per query before they are grouped by chunk.
+DEFAULT_SENTENCE_POOL = 200
+
+
+class MilvusSentenceRetriever(MilvusHybridRetriever):
+    """Chunks scored by the cosine similarity of their best sentence to the query.
+
+    Args:
+        vector_store: The chunk collection's ``MilvusVectorStore`` (or ``client`` and
+            ``collection_name``), indexed with sentences (``RagPack(sentence_index=True)``).
+        embed_model: Embeds queries (the model the sentences were embedded with).
+        sentence_pool: Sentences fetched before grouping them by chunk.
+        similarity_top_k: Chunks returned.
+        filter: A Milvus boolean expression on the chunks' metadata fields.
+        **kwargs: Other :class:`~llama_index_rag_pack.MilvusHybridRetriever` arguments.
+
+    Raises:
+        ConfigurationError: the collection has no sentence index, or a bad ``sentence_pool``.
+    """
+
+    def __init__(
+        self,
+        vector_store: Any | None = None,
+        *,
+        sentence_pool: int = DEFAULT_SENTENCE_POOL,
+        **kwargs: Any,
+    ) -> None:
+        kwargs["search_type"] = "dense"
+        super().__init__(vector_store, **kwargs)
+        self.sentence_pool = check_candidate_pool(sentence_pool)
+        self.sentences = MilvusSentenceIndex(self.client, self.collection_name)
+        if not self.sentences.exists():
+            raise ConfigurationError(
+                f"Collection {self.collection_name!r} has no sentence index "
+                f"({self.sentences.collection_name!r}): index it with "
+                "RagPack(..., sentence_index=True), or search without sentences."
+            )
+
+    def _search(
+        self, query: str, embedding: list[float] | None, limit: int
+    ) -> list[dict[str, Any]]:
+        if embedding is None:  # pragma: no cover - the base class always embeds for dense
+            raise ValueError("sentence search needs the query embedding")
+        best = self.sentences.search(embedding, max(self.sentence_pool, limit))[:limit]
+        if not best:
+            return []
+        expr = f"id in {json.dumps([chunk for chunk, _ in best])}"
+        if self.filter:
+            expr = f"({expr}) and ({self.filter})"
+        rows = self.client.query(
+            self.collection_name, filter=expr, output_fields=["id", *self._output_fields]
+        )
+        by_id = {str(row.get("id")): row for row in rows}
+        # a sentence whose chunk is gone (or filtered out) is skipped
+        return [
+            {"id": chunk, "distance": score, "entity": by_id[chunk]}
+            for chunk, score in best
+            if chunk in by_id
+        ]
+
+    def _to_nodes(self, hits: list[dict[str, Any]]) -> list[NodeWithScore]:
+        nodes = super()._to_nodes(hits)
+        for n in nodes:
+            n.node.metadata["retrieval_search_type"] = "sentence"
+        return nodes

@@ -1,0 +1,213 @@
+"""The sentence index: splitting chunks into sentences, storing their vectors in Milvus Lite,
+and hybrid search scoring a chunk by its best sentence (sync and async)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llama_index.core import Document
+from llama_index.core.schema import TextNode
+
+from llama_index_rag_pack import RagPack
+from llama_index_rag_pack.components.sentences import (
+    chunk_sentences,
+    context_header,
+    sentence_units,
+)
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+from llama_index_rag_pack.storage.sentence_index import (
+    MilvusSentenceIndex,
+    sentence_collection_name,
+)
+from llama_index_rag_pack.storage.sentence_retriever import MilvusSentenceRetriever
+
+# Each chunk is one document, so every chunk holds several unrelated sentences and only one
+# of them answers the question: the chunk's own vector is diluted, its best sentence is not.
+DOCS = [
+    Document(
+        id_="tennis",
+        text=(
+            "Tennis is played on grass, clay and hard courts around the world. "
+            "The sport's governing body publishes the rules every year. "
+            "In 1999 Andre Agassi came back from two sets down to beat Andrei Medvedev "
+            "in the French Open final at Roland Garros."
+        ),
+        metadata={"title": "Tennis"},
+    ),
+    Document(
+        id_="chem",
+        text=(
+            "Chemistry studies matter and its changes. Acids donate protons to bases. "
+            "A Lewis acid accepts a pair of electrons from another species."
+        ),
+        metadata={"title": "Chemistry"},
+    ),
+    Document(
+        id_="cook",
+        text=(
+            "Bread is baked from flour, water and yeast. Dough rises while the yeast ferments. "
+            "Ovens for bread run hotter than ovens for cakes."
+        ),
+        metadata={"file_name": "baking_notes.txt"},
+    ),
+]
+QUESTION = "Who did Agassi beat after trailing by two sets in Paris?"
+
+
+# ----------------------------------------------------------------------------- splitting
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.sampled_from(["alpha", "beta", "Dr.", "x", "cat", "1999", "e.g."]), min_size=1)
+        .map(" ".join)
+        .map(lambda s: s + "."),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_sentences_keep_every_word_in_order(sentences):
+    text = " ".join(sentences)
+    out = chunk_sentences(text, min_words=3)
+    assert _words(" ".join(out)) == _words(text)
+    assert all(s == " ".join(s.split()) and s for s in out)
+    # fragments are joined: only a lone sentence may stay shorter than min_words
+    assert len(out) == 1 or all(len(s.split()) >= 3 for s in out[:-1])
+
+
+def test_blank_text_has_no_sentences():
+    assert chunk_sentences("   \n ") == []
+
+
+def test_context_header_prefers_title_then_file_name():
+    assert context_header(TextNode(text="x", metadata={"title": "Albedo"})) == "Albedo"
+    assert context_header(TextNode(text="x", metadata={"file_name": "my_notes.md"})) == "my notes"
+    assert context_header(TextNode(text="x")) == ""
+
+
+def test_sentence_units_are_headed_and_ids_stable():
+    node = TextNode(id_="c1", text="First sentence is here. Second sentence is here.")
+    node.metadata["title"] = "T"
+    a, b = sentence_units([node]), sentence_units([node])
+    assert [u.id for u in a] == [u.id for u in b]
+    assert len({u.id for u in a}) == 2
+    assert [u.text for u in a] == ["T: First sentence is here.", "T: Second sentence is here."]
+    assert {u.chunk_id for u in a} == {"c1"}
+
+
+# ----------------------------------------------------------------------------- Milvus
+@pytest.fixture()
+def pack(tmp_path, embed_model):
+    return RagPack(
+        DOCS, uri=str(tmp_path / "s.db"), collection_name="docs", embed_model=embed_model
+    )
+
+
+def test_every_sentence_of_every_chunk_is_stored(pack):
+    units = sentence_units(
+        [n.node for n in pack.retriever("vector", similarity_top_k=10).retrieve("bread tennis")]
+    )
+    assert pack.sentence_index.collection_name == sentence_collection_name("docs")
+    assert pack.sentence_index.count() == len(units) == 9
+
+
+def test_sentence_search_returns_chunks_by_their_best_sentence(pack):
+    retriever = MilvusSentenceRetriever(pack.vector_store, embed_model=pack.embed_model)
+    nodes = retriever.retrieve(QUESTION)
+    assert nodes[0].node.ref_doc_id == "tennis"
+    assert [n.score for n in nodes] == sorted((n.score for n in nodes), reverse=True)
+    assert len({n.node.node_id for n in nodes}) == len(nodes)
+    assert nodes[0].node.metadata["retrieval_search_type"] == "sentence"
+    # the chunk itself comes back, not the sentence
+    assert "Tennis is played" in nodes[0].node.get_content()
+
+
+def test_sentence_search_applies_the_filter_to_chunks(pack):
+    retriever = MilvusSentenceRetriever(
+        pack.vector_store, embed_model=pack.embed_model, filter='doc_id != "tennis"'
+    )
+    assert all(n.node.ref_doc_id != "tennis" for n in retriever.retrieve(QUESTION))
+
+
+def test_hybrid_with_sentences_sync_matches_async(pack, assert_same_ranking):
+    retriever = pack.retriever("hybrid_convex", sentence_weight=0.5, similarity_top_k=3)
+    assert retriever.sentences is not None
+    sync = retriever.retrieve(QUESTION)
+    async_ = asyncio.run(retriever.aretrieve(QUESTION))
+    assert_same_ranking(sync, async_)
+    assert sync[0].node.ref_doc_id == "tennis"
+    assert all(0.0 <= n.score <= 1.0 for n in sync)
+
+
+def test_sentence_weight_zero_is_the_two_list_fusion(pack, assert_same_ranking):
+    off = pack.retriever("hybrid_convex", sentence_weight=0.0)
+    assert off.sentences is None
+    plain = MilvusScoreFusionRetriever(pack.vector_store, embed_model=pack.embed_model)
+    assert_same_ranking(off.retrieve(QUESTION), plain.retrieve(QUESTION))
+
+
+def test_sentence_weight_one_ranks_by_best_sentence(pack):
+    only = pack.retriever("hybrid_convex", sentence_weight=1.0, similarity_top_k=3)
+    by_sentence = MilvusSentenceRetriever(
+        pack.vector_store, embed_model=pack.embed_model, similarity_top_k=3
+    )
+    assert [n.node.node_id for n in only.retrieve(QUESTION)] == [
+        n.node.node_id for n in by_sentence.retrieve(QUESTION)
+    ]
+
+
+def test_reindexing_a_document_replaces_its_sentences(pack):
+    before = pack.sentence_index.count()
+    pack.insert([Document(id_="tennis", text="Chess is a board game for two players.")])
+    assert pack.sentence_index.count() == before - 3 + 1
+    nodes = MilvusSentenceRetriever(pack.vector_store, embed_model=pack.embed_model).retrieve(
+        "a game on a board"
+    )
+    assert nodes[0].node.get_content().startswith("Chess")
+
+
+def test_reopened_pack_uses_the_stored_sentences(pack, embed_model):
+    reopened = RagPack.open(uri=pack.uri, collection_name="docs", embed_model=embed_model)
+    retriever = reopened.retriever("hybrid_convex", sentence_weight=0.5)
+    assert retriever.sentences is not None
+    assert retriever.retrieve(QUESTION)[0].node.ref_doc_id == "tennis"
+
+
+def test_overwrite_drops_the_old_sentences(pack, embed_model):
+    again = RagPack(
+        DOCS[:1], uri=pack.uri, collection_name="docs", embed_model=embed_model, overwrite=True
+    )
+    assert again.sentence_index.count() == 3
+
+
+def test_without_sentence_index_hybrid_uses_two_lists(tmp_path, embed_model, caplog):
+    pack = RagPack(
+        DOCS,
+        uri=str(tmp_path / "n.db"),
+        collection_name="docs",
+        embed_model=embed_model,
+        sentence_index=False,
+    )
+    assert pack.sentence_index is None
+    assert not MilvusSentenceIndex(pack.vector_store.client, "docs").exists()
+    with caplog.at_level("INFO"):
+        retriever = pack.retriever("hybrid_convex", sentence_weight=0.5)
+    assert retriever.sentences is None
+    assert "no sentence index" in caplog.text
+    assert retriever.retrieve(QUESTION)
+    with pytest.raises(ConfigurationError, match="sentence_index=True"):
+        MilvusSentenceRetriever(pack.vector_store, embed_model=embed_model)
+
+
+@pytest.mark.parametrize("weight", [-0.1, 1.5, "0.5", True])
+def test_bad_sentence_weight_is_rejected(pack, weight):
+    with pytest.raises(ConfigurationError, match="sentence_weight"):
+        pack.retriever("hybrid_convex", sentence_weight=weight)
