@@ -32,7 +32,7 @@ from _results import add_out_argument, md_table, write_results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-STRATEGIES = "vector,bm25,hybrid,hybrid_weighted"
+STRATEGIES = "vector,bm25,hybrid,hybrid_weighted,hybrid_convex_two_lists,hybrid_convex"
 COLUMNS = (
     ("evidence@1", "evidence@1"),
     ("evidence@5", "evidence@5"),
@@ -144,11 +144,40 @@ def kind_table(block: dict[str, Any]) -> str:
     return md_table(header, rows, "l" + "r" * len(first))
 
 
+def register_rows() -> None:
+    """``hybrid_convex`` with the shipped settings (not a saved fusion.json), with and without
+    the sentence list."""
+    from llama_index_rag_pack import FusionConfig
+    from llama_index_rag_pack.evaluation.strategies import register_strategy
+
+    shipped = FusionConfig()
+    common = {
+        "alpha": shipped.alpha,
+        "normalization": shipped.normalization,
+        "candidate_pool": shipped.candidate_pool,
+    }
+    register_strategy(
+        "hybrid_convex",
+        "hybrid_convex",
+        sentence_weight=shipped.sentence_weight,
+        description="the default mode: dense + BM25 + best sentence, shipped weights",
+        **common,
+    )
+    register_strategy(
+        "hybrid_convex_two_lists",
+        "hybrid_convex",
+        sentence_weight=0.0,
+        description="dense + BM25 only, shipped alpha",
+        **common,
+    )
+
+
 def run_split(args: argparse.Namespace, split: str) -> dict[str, Any]:
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import load_labelled_set
     from llama_index_rag_pack.evaluation.strategies import resolve_strategies
 
+    register_rows()
     harness = EvalHarness(
         load_labelled_set(args.dataset, split=split),
         cache_dir=args.cache_dir,

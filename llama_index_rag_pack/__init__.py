@@ -40,6 +40,8 @@ from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
 from llama_index_rag_pack.storage.raptor_tree import RaptorTree
 from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
+from llama_index_rag_pack.storage.sentence_retriever import MilvusSentenceRetriever
 
 __version__ = "0.1.0"
 
@@ -68,6 +70,8 @@ __all__ = [
     "LogicalSelector",
     "MilvusHybridRetriever",
     "MilvusScoreFusionRetriever",
+    "MilvusSentenceIndex",
+    "MilvusSentenceRetriever",
     "FusionConfig",
     "MilvusUnavailableError",
     "PromptRouter",

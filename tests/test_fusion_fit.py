@@ -343,7 +343,7 @@ def test_resolve_reads_the_data_dir_file_only_when_unset(
     assert resolve_fusion_config() == FusionConfig()
     save_fusion_config(FusionConfig(alpha=0.2))
     assert resolve_fusion_config().alpha == 0.2
-    assert resolve_fusion_config(FusionConfig()).alpha == 0.5
+    assert resolve_fusion_config(FusionConfig()).alpha == 0.75
 
 
 def test_comparison_rows_carry_every_value_explicitly() -> None:
@@ -406,7 +406,7 @@ def test_rag_pack_loads_the_saved_fit_and_arguments_override_it(
     builtin = RagPack.open(
         uri=uri, collection_name="fit", embed_model=embed_model, fusion_config=FusionConfig()
     )
-    assert builtin.retriever("hybrid_convex").alpha == 0.5, "an explicit config beats the file"
+    assert builtin.retriever("hybrid_convex").alpha == 0.75, "an explicit config beats the file"
 
 
 def write_tiny_set(tmp_path: Path) -> tuple[Path, Path]:

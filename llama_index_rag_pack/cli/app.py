@@ -227,7 +227,12 @@ def _add_index_command(sub: Any) -> None:
 def _add_ask_command(sub: Any, modes: Sequence[str]) -> None:
     p = sub.add_parser("ask", help="answer a question from the indexed collection")
     p.add_argument("question")
-    p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
+    p.add_argument(
+        "--mode",
+        default=None,
+        choices=modes,
+        help="retrieval strategy (default: hybrid_convex; vector on a collection without BM25)",
+    )
     p.add_argument("--top-k", type=int, default=4, help="chunks retrieved (default 4)")
     p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
     _add_citation_options(p)
@@ -252,7 +257,12 @@ def _add_demo_command(sub: Any, modes: Sequence[str]) -> None:
         default=None,
         help="a question (repeatable)",
     )
-    p.add_argument("--mode", default="vector", choices=modes, help="retrieval strategy")
+    p.add_argument(
+        "--mode",
+        default=None,
+        choices=modes,
+        help="retrieval strategy (default: hybrid_convex; vector on a collection without BM25)",
+    )
     p.add_argument("--top-k", type=int, default=3, help="chunks retrieved (default 3)")
     _add_citation_options(p)
     p.add_argument(

@@ -87,7 +87,13 @@ def print_sources(source_nodes: Sequence[Any]) -> None:
 
 
 def answer(
-    pack: Any, question: str, *, mode: str, stream: bool, fmt: str = "text", citations: bool = True
+    pack: Any,
+    question: str,
+    *,
+    mode: str | None,
+    stream: bool,
+    fmt: str = "text",
+    citations: bool = True,
 ) -> None:
     """Print the answer (streamed as it comes); with citations, the rewritten answer and its
     reference list in the ``fmt`` style (text, markdown, html)."""

@@ -35,6 +35,8 @@ __all__ = [
     "DEFAULT_ALPHA",
     "DEFAULT_CANDIDATE_POOL",
     "DEFAULT_SENTENCE_WEIGHT",
+    "TUNED_ALPHA",
+    "TUNED_SENTENCE_WEIGHT",
     "NodeRef",
     "ScoreNormalization",
     "ScoredId",
@@ -53,6 +55,11 @@ DEFAULT_ALPHA = 0.5
 DEFAULT_CANDIDATE_POOL = 50
 #: Weight of the sentence list (chunks scored by their best-matching sentence) before fitting.
 DEFAULT_SENTENCE_WEIGHT = 0.0
+#: The dense weight and sentence weight ``hybrid_convex`` ships with: fitted by
+#: ``rag-pack eval --fit`` on the dev split of ``wiki_qa_para`` (evidence MRR@10, min-max), and
+#: checked on its test split (benchmarks/results/retrieval_quality.md).
+TUNED_ALPHA = 0.75
+TUNED_SENTENCE_WEIGHT = 0.4
 
 T = TypeVar("T")  # a NodeWithScore-like item
 

@@ -136,6 +136,13 @@ class RetrievalMode(str, Enum):
         return get_mode(value).name
 
 
+#: The mode a pack uses when none is named: the best measured on the held-out questions
+#: (benchmarks/results/retrieval_quality.md). Collections without BM25 use ``vector``.
+DEFAULT_MODE = RetrievalMode.HYBRID_CONVEX.value
+#: The default on a collection indexed without BM25 (``enable_bm25=False``).
+DENSE_ONLY_DEFAULT_MODE = RetrievalMode.VECTOR.value
+
+
 # ------------------------------------------------------------------ built-in builders
 def _milvus(pack: Any, search_type: str, similarity_top_k: int | None, **kwargs: Any) -> Any:
     from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
@@ -220,6 +227,7 @@ def build_hybrid_convex(
     """Dense + BM25 (+ best sentence, with a sentence index) searched at once, fused here by
     normalized scores (defaults from the pack's ``fusion_config``, fitted by
     ``rag-pack eval --fit``)."""
+    from llama_index_rag_pack.storage.milvus import is_remote_uri
     from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
 
     config = pack.fusion_config
@@ -230,6 +238,7 @@ def build_hybrid_convex(
         normalization=_given(normalization, config.normalization),
         candidate_pool=_given(candidate_pool, config.candidate_pool),
         sentence_weight=_given(sentence_weight, config.sentence_weight),
+        sentence_in_memory=pack.uri is not None and not is_remote_uri(pack.uri),
         similarity_top_k=similarity_top_k or pack.similarity_top_k,
         callback_manager=pack.callback_manager,
     )

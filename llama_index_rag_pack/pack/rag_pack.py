@@ -22,7 +22,6 @@ from llama_index_rag_pack.components.ingest import (
     load_documents,
     split_documents,
 )
-from llama_index_rag_pack.components.sentences import embed_sentence_units, sentence_units
 from llama_index_rag_pack.components.settings import (
     default_milvus_uri,
     describe_embed_model,
@@ -38,6 +37,7 @@ from llama_index_rag_pack.core.errors import (
 from llama_index_rag_pack.pack._compat import BaseLlamaPack
 from llama_index_rag_pack.pack.engines import build_query_engine, query_engine_key, retriever_key
 from llama_index_rag_pack.pack.fusion_config import FusionConfig, resolve_fusion_config
+from llama_index_rag_pack.pack.indexing import default_mode_for, index_sentences
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, pack_tree_inputs
 from llama_index_rag_pack.storage import milvus as milvus_utils
@@ -160,6 +160,7 @@ class RagPack(BaseLlamaPack):
         self.index = VectorStoreIndex.from_vector_store(
             vector_store, embed_model=self.embed_model, callback_manager=self.callback_manager
         )
+        self._default_mode: str | None = None
         self._retrievers: dict[tuple[Any, ...], BaseRetriever] = {}
         self._query_engines: dict[tuple[Any, ...], BaseQueryEngine] = {}
         if to_index:
@@ -225,23 +226,11 @@ class RagPack(BaseLlamaPack):
         )
         self.index.insert_nodes(nodes, show_progress=self.show_progress)
         milvus_utils.flush(self.vector_store)
-        self._index_sentences(documents, nodes)
+        index_sentences(self.sentence_index, documents, nodes, self.embed_model, self.show_progress)
         self._retrievers.clear()
         self._query_engines.clear()
         logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
         return len(nodes)
-
-    def _index_sentences(self, documents: Sequence[Document], nodes: Sequence[Any]) -> None:
-        if self.sentence_index is None:
-            return
-        self.sentence_index.delete_documents([d.doc_id for d in documents])
-        units = sentence_units(nodes)
-        if not units:
-            return
-        vectors = embed_sentence_units(units, self.embed_model, show_progress=self.show_progress)
-        self.sentence_index.create(dim=len(vectors[0]))
-        self.sentence_index.insert(units, vectors)
-        logger.info("Indexed %d sentences of %d chunks", len(units), len(nodes))
 
     def count(self) -> int:
         """Number of chunks stored in the collection."""
@@ -300,11 +289,18 @@ class RagPack(BaseLlamaPack):
         self._query_engines.clear()
 
     # ------------------------------------------------------------------ retrieval and answers
-    def retriever(
-        self, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any
-    ) -> BaseRetriever:
-        """The retriever for ``mode`` (cached per mode and arguments)."""
-        spec = get_mode(mode)
+    @property
+    def default_mode(self) -> str:
+        """The mode used when none is named: ``hybrid_convex`` (dense, BM25 and best sentence,
+        fused by fitted weights), or ``vector`` on a collection indexed without BM25."""
+        if self._default_mode is None:
+            self._default_mode = default_mode_for(self.vector_store)
+        return self._default_mode
+
+    def retriever(self, mode: str | RetrievalMode | None = None, **kwargs: Any) -> BaseRetriever:
+        """The retriever for ``mode`` (default :attr:`default_mode`; cached per mode and
+        arguments)."""
+        spec = get_mode(self.default_mode if mode is None else mode)
         key = retriever_key(spec.name, kwargs)
         if key is None:  # an unhashable argument object: build a new retriever, uncached
             return spec.build(self, **kwargs)
@@ -314,7 +310,7 @@ class RagPack(BaseLlamaPack):
 
     def make_query_engine(
         self,
-        mode: str | RetrievalMode = RetrievalMode.VECTOR,
+        mode: str | RetrievalMode | None = None,
         *,
         streaming: bool = False,
         citations: bool = True,
@@ -326,9 +322,9 @@ class RagPack(BaseLlamaPack):
         By default a :class:`~llama_index_rag_pack.CitedQueryEngine`: the answer carries
         renumbered citations in ``citation_style`` (``markdown``, ``text``, ``html``, ``empty`` or a
         ``ReferenceStyle``) and ``source_nodes`` are the cited chunks. ``citations=False`` gives
-        core's plain ``RetrieverQueryEngine``.
+        core's plain ``RetrieverQueryEngine``. ``mode`` defaults to :attr:`default_mode`.
         """
-        mode = RetrievalMode.parse(mode)
+        mode = RetrievalMode.parse(self.default_mode if mode is None else mode)
         key = query_engine_key(
             mode,
             streaming=streaming,
@@ -383,14 +379,14 @@ class RagPack(BaseLlamaPack):
         return modules
 
     def run(
-        self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any
+        self, query: str, *, mode: str | RetrievalMode | None = None, **kwargs: Any
     ) -> RESPONSE_TYPE:
-        """Answer ``query`` with the query engine of ``mode``."""
+        """Answer ``query`` with the query engine of ``mode`` (default :attr:`default_mode`)."""
         check_query(query)
         return self.make_query_engine(mode, **kwargs).query(query)
 
     async def arun(
-        self, query: str, *, mode: str | RetrievalMode = RetrievalMode.VECTOR, **kwargs: Any
+        self, query: str, *, mode: str | RetrievalMode | None = None, **kwargs: Any
     ) -> RESPONSE_TYPE:
         """Async :meth:`run`."""
         check_query(query)

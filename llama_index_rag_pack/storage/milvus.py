@@ -133,6 +133,9 @@ def _quiet_lite_server_logs() -> None:
     created) with UNIMPLEMENTED, and gRPC's server logs each as an ERROR with a traceback. The
     client copes, so these records go to DEBUG (``rag-pack -v`` or your own DEBUG logging)."""
     logging.getLogger("grpc._server").addFilter(_DemoteToDebug("Method not implemented"))
+    # the same missing RPC makes query iterators fall back to a client-side timestamp, which is
+    # right for Lite (one process owns the data)
+    logging.getLogger("pymilvus.orm.iterator").addFilter(_DemoteToDebug("failed to get mvccTs"))
 
 
 def open_client(uri: str | None = None, *, token: str | None = None) -> Any:

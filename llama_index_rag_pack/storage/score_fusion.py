@@ -21,9 +21,9 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.core.convex_fusion import (
-    DEFAULT_ALPHA,
     DEFAULT_CANDIDATE_POOL,
-    DEFAULT_SENTENCE_WEIGHT,
+    TUNED_ALPHA,
+    TUNED_SENTENCE_WEIGHT,
     ScoreNormalization,
     check_alpha,
     check_candidate_pool,
@@ -70,6 +70,8 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         candidate_pool: Candidates each side fetches (at least ``similarity_top_k``).
         sentence_weight: Weight of the sentence list in [0, 1] (0 = dense and BM25 only).
         sentence_pool: Sentences the sentence search fetches before grouping them by chunk.
+        sentence_in_memory: Search an in-memory copy of the sentence vectors (right for a
+            Milvus Lite file; ``RagPack`` sets it there).
         similarity_top_k: Nodes returned.
         filter: A Milvus boolean expression on metadata fields, applied to both sides.
         dense_search_params: Extra dense search params (e.g. ``{"ef": 64}`` for HNSW).
@@ -95,11 +97,12 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         vector_store: Any | None = None,
         *,
         embed_model: BaseEmbedding | None = None,
-        alpha: float = DEFAULT_ALPHA,
+        alpha: float = TUNED_ALPHA,
         normalization: str | ScoreNormalization = ScoreNormalization.MIN_MAX,
         candidate_pool: int = DEFAULT_CANDIDATE_POOL,
-        sentence_weight: float = DEFAULT_SENTENCE_WEIGHT,
+        sentence_weight: float = TUNED_SENTENCE_WEIGHT,
         sentence_pool: int = DEFAULT_SENTENCE_POOL,
+        sentence_in_memory: bool = False,
         similarity_top_k: int = 10,
         filter: str | None = None,
         dense_search_params: dict[str, Any] | None = None,
@@ -139,6 +142,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
                     vector_store,
                     embed_model=self.embed_model,
                     sentence_pool=sentence_pool,
+                    in_memory=sentence_in_memory,
                     **common,
                 )
             else:

@@ -33,6 +33,8 @@ class MilvusSentenceRetriever(MilvusHybridRetriever):
             ``collection_name``), indexed with sentences (``RagPack(sentence_index=True)``).
         embed_model: Embeds queries (the model the sentences were embedded with).
         sentence_pool: Sentences fetched before grouping them by chunk.
+        in_memory: Search an in-memory copy of the sentence vectors instead of Milvus (for a
+            Milvus Lite file, which one process owns; ``RagPack`` turns it on there).
         similarity_top_k: Chunks returned.
         filter: A Milvus boolean expression on the chunks' metadata fields.
         **kwargs: Other :class:`~llama_index_rag_pack.MilvusHybridRetriever` arguments.
@@ -46,12 +48,13 @@ class MilvusSentenceRetriever(MilvusHybridRetriever):
         vector_store: Any | None = None,
         *,
         sentence_pool: int = DEFAULT_SENTENCE_POOL,
+        in_memory: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs["search_type"] = "dense"
         super().__init__(vector_store, **kwargs)
         self.sentence_pool = check_candidate_pool(sentence_pool)
-        self.sentences = MilvusSentenceIndex(self.client, self.collection_name)
+        self.sentences = MilvusSentenceIndex(self.client, self.collection_name, in_memory=in_memory)
         if not self.sentences.exists():
             raise ConfigurationError(
                 f"Collection {self.collection_name!r} has no sentence index "

@@ -1,0 +1,52 @@
+"""Indexing steps of a :class:`~llama_index_rag_pack.RagPack` beside the chunks themselves: the
+sentence index, and which mode a collection answers with by default."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.schema import Document
+
+from llama_index_rag_pack.components.sentences import embed_sentence_units, sentence_units
+from llama_index_rag_pack.pack.modes import DEFAULT_MODE, DENSE_ONLY_DEFAULT_MODE
+from llama_index_rag_pack.storage import milvus as milvus_utils
+from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["default_mode_for", "index_sentences"]
+
+
+def index_sentences(
+    index: MilvusSentenceIndex | None,
+    documents: Sequence[Document],
+    nodes: Sequence[Any],
+    embed_model: Any,
+    show_progress: bool = False,
+) -> int:
+    """Replace the sentences of ``documents`` in ``index`` by those of their new ``nodes``.
+
+    Returns:
+        The number of sentences written (0 without a sentence index).
+    """
+    if index is None:
+        return 0
+    index.delete_documents([d.doc_id for d in documents])
+    units = sentence_units(nodes)
+    if not units:
+        return 0
+    vectors = embed_sentence_units(units, embed_model, show_progress=show_progress)
+    index.create(dim=len(vectors[0]))
+    written = index.insert(units, vectors)
+    logger.info("Indexed %d sentences of %d chunks", written, len(nodes))
+    return written
+
+
+def default_mode_for(vector_store: Any) -> str:
+    """``hybrid_convex`` on a collection with BM25, else ``vector``."""
+    client = getattr(vector_store, "client", None)
+    if client is not None and milvus_utils.has_bm25(client, vector_store.collection_name):
+        return DEFAULT_MODE
+    return DENSE_ONLY_DEFAULT_MODE
