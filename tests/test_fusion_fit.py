@@ -320,7 +320,7 @@ def test_fusion_config_round_trips_and_validates(tmp_path: Path) -> None:
         "normalization": "dist_based",
         "rrf_k": 20.0,
         "candidate_pool": 50,
-        "sentence_weight": 0.0,
+        "sentence_weight": 0.4,
     }
     path.write_text(json.dumps({"alpha": 0.2, "alfa": 0.3}))
     with pytest.raises(ConfigurationError, match=r"unknown keys \['alfa'\]"):

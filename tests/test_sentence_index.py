@@ -18,6 +18,7 @@ from llama_index_rag_pack.components.sentences import (
     context_header,
     sentence_units,
 )
+from llama_index_rag_pack.core.convex_fusion import convex_fusion
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
 from llama_index_rag_pack.storage.sentence_index import (
@@ -148,10 +149,12 @@ def test_hybrid_with_sentences_sync_matches_async(pack, assert_same_ranking):
 
 
 def test_sentence_weight_zero_is_the_two_list_fusion(pack, assert_same_ranking):
-    off = pack.retriever("hybrid_convex", sentence_weight=0.0)
+    off = pack.retriever("hybrid_convex", sentence_weight=0.0, alpha=0.6)
     assert off.sentences is None
-    plain = MilvusScoreFusionRetriever(pack.vector_store, embed_model=pack.embed_model)
-    assert_same_ranking(off.retrieve(QUESTION), plain.retrieve(QUESTION))
+    expected = convex_fusion(
+        off.dense.retrieve(QUESTION), off.sparse.retrieve(QUESTION), alpha=0.6, top_n=4
+    )
+    assert_same_ranking(off.retrieve(QUESTION), expected)
 
 
 def test_sentence_weight_one_ranks_by_best_sentence(pack):
@@ -211,3 +214,41 @@ def test_without_sentence_index_hybrid_uses_two_lists(tmp_path, embed_model, cap
 def test_bad_sentence_weight_is_rejected(pack, weight):
     with pytest.raises(ConfigurationError, match="sentence_weight"):
         pack.retriever("hybrid_convex", sentence_weight=weight)
+
+
+def test_in_memory_search_matches_the_milvus_search(pack):
+    query = pack.embed_model.get_query_embedding(QUESTION)
+    client = pack.vector_store.client
+    in_milvus = MilvusSentenceIndex(client, "docs").search(query, 20)
+    in_memory = MilvusSentenceIndex(client, "docs", in_memory=True).search(query, 20)
+    assert [c for c, _ in in_memory] == [c for c, _ in in_milvus]
+    assert [s for _, s in in_memory] == pytest.approx([s for _, s in in_milvus], abs=1e-5)
+
+
+def test_in_memory_copy_follows_the_packs_writes(pack):
+    retriever = pack.retriever("hybrid_convex", sentence_weight=1.0)
+    assert retriever.sentences.sentences.in_memory  # a Lite file
+    assert retriever.retrieve("a game played on a board")[0].node.ref_doc_id != "chess"
+    pack.insert([Document(id_="chess", text="Chess is a board game for two players.")])
+    fresh = pack.retriever("hybrid_convex", sentence_weight=1.0)
+    assert fresh.retrieve("a game played on a board")[0].node.ref_doc_id == "chess"
+
+
+def test_default_mode_is_hybrid_convex_with_sentences(pack):
+    assert pack.default_mode == "hybrid_convex"
+    retriever = pack.retriever()
+    assert isinstance(retriever, MilvusScoreFusionRetriever)
+    assert retriever.sentences is not None
+    assert retriever.retrieve(QUESTION)[0].node.ref_doc_id == "tennis"
+
+
+def test_default_mode_without_bm25_is_vector(tmp_path, embed_model):
+    pack = RagPack(
+        DOCS,
+        uri=str(tmp_path / "d.db"),
+        collection_name="docs",
+        embed_model=embed_model,
+        enable_bm25=False,
+    )
+    assert pack.default_mode == "vector"
+    assert pack.retriever().retrieve(QUESTION)[0].node.ref_doc_id == "tennis"

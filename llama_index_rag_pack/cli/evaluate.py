@@ -176,7 +176,8 @@ def _add_fit_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--fit",
         action="store_true",
-        help="fit hybrid_convex's dense weight alpha and hybrid's RRF k on the set, save them "
+        help="fit hybrid_convex's dense weight alpha (and its sentence weight, when the index has "
+        "sentences) and hybrid's RRF k on the set, save them "
         "where RagPack loads them, then compare the inputs and the hybrids before and after "
         "(instead of --strategies)",
     )

@@ -285,11 +285,12 @@ def fit_table(fit: FusionFit, metric: str) -> str:
         ("RRF", f"k={fit.rrf_fit.default:g} (default)", fit.rrf_fit.default_score),
         ("RRF", f"k={fit.rrf_fit.best:g} (fitted)", fit.rrf_fit.best_score),
     ]
+    # with sentence candidates, each normalization's alpha grid is at its best sentence weight
+    suffix = " + sentences" if fit.sentence_fit is not None else ""
     for norm, grid in fit.alpha_fits.items():
-        rows.append(
-            (f"convex {norm.value}", f"alpha={grid.default:g} (default)", grid.default_score)
-        )
-        rows.append((f"convex {norm.value}", f"alpha={grid.best:g} (fitted)", grid.best_score))
+        name = f"convex {norm.value}{suffix}"
+        rows.append((name, f"alpha={grid.default:g} (default)", grid.default_score))
+        rows.append((name, f"alpha={grid.best:g} (fitted)", grid.best_score))
     if fit.sentence_fit is not None:
         for g, score in sorted(fit.sentence_fit.scores.items()):
             chosen = " (fitted)" if g == fit.sentence_weight else ""
