@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core import Document
-from llama_index.core.schema import TextNode
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_rag_pack import RagPack
 from llama_index_rag_pack.components.sentences import (
@@ -252,3 +253,27 @@ def test_default_mode_without_bm25_is_vector(tmp_path, embed_model):
     )
     assert pack.default_mode == "vector"
     assert pack.retriever().retrieve(QUESTION)[0].node.ref_doc_id == "tennis"
+
+
+class _ShortestFirst(BaseNodePostprocessor):
+    """A second stage standing in for a cross-encoder: shortest chunk first, keeps 2."""
+
+    seen: list[int] = []
+
+    def _postprocess_nodes(self, nodes, query_bundle=None):
+        self.seen.append(len(nodes))
+        ranked = sorted(nodes, key=lambda n: (len(n.node.get_content()), n.node.node_id))
+        return [NodeWithScore(node=n.node, score=1.0 / (1 + i)) for i, n in enumerate(ranked)][:2]
+
+
+def test_reranker_hook_sees_pre_top_k_fused_nodes_sync_and_async(pack):
+    reranker = _ShortestFirst()
+    retriever = pack.retriever("hybrid_convex", reranker=reranker, pre_top_k=3, similarity_top_k=2)
+    sync = retriever.retrieve(QUESTION)
+    async_ = asyncio.run(retriever.aretrieve(QUESTION))
+    assert reranker.seen == [3, 3]
+    lengths = [len(n.node.get_content()) for n in sync]
+    assert lengths == sorted(lengths) and len(sync) == 2
+    assert [n.node.node_id for n in sync] == [n.node.node_id for n in async_]
+    with pytest.raises(ConfigurationError, match="pre_top_k only applies"):
+        pack.retriever("hybrid_convex", pre_top_k=5)

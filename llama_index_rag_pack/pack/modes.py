@@ -223,6 +223,8 @@ def build_hybrid_convex(
     normalization: str | None = None,
     candidate_pool: int | None = None,
     sentence_weight: float | None = None,
+    reranker: Any | None = None,
+    pre_top_k: int | None = None,
 ) -> Any:
     """Dense + BM25 (+ best sentence, with a sentence index) searched at once, fused here by
     normalized scores (defaults from the pack's ``fusion_config``, fitted by
@@ -239,6 +241,8 @@ def build_hybrid_convex(
         candidate_pool=_given(candidate_pool, config.candidate_pool),
         sentence_weight=_given(sentence_weight, config.sentence_weight),
         sentence_in_memory=pack.uri is not None and not is_remote_uri(pack.uri),
+        reranker=reranker,
+        pre_top_k=pre_top_k,
         similarity_top_k=similarity_top_k or pack.similarity_top_k,
         callback_manager=pack.callback_manager,
     )

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.core.convex_fusion import (
@@ -32,7 +33,7 @@ from llama_index_rag_pack.core.convex_fusion import (
 )
 from llama_index_rag_pack.core.errors import check_query
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-from llama_index_rag_pack.storage.hybrid_options import check_top_k
+from llama_index_rag_pack.storage.hybrid_options import check_pre_top_k, check_top_k
 from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
 from llama_index_rag_pack.storage.sentence_retriever import (
     DEFAULT_SENTENCE_POOL,
@@ -73,6 +74,9 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         sentence_in_memory: Search an in-memory copy of the sentence vectors (right for a
             Milvus Lite file; ``RagPack`` sets it there).
         similarity_top_k: Nodes returned.
+        reranker: A second stage over the fused nodes: any LlamaIndex node postprocessor, e.g.
+            ``SentenceTransformerRerank`` with a cross-encoder you have, or ``LLMRerank``.
+        pre_top_k: Fused nodes the reranker sees (default ``4 * similarity_top_k``).
         filter: A Milvus boolean expression on metadata fields, applied to both sides.
         dense_search_params: Extra dense search params (e.g. ``{"ef": 64}`` for HNSW).
         client: A ``pymilvus.MilvusClient`` (with ``collection_name``) instead of ``vector_store``.
@@ -104,6 +108,8 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         sentence_pool: int = DEFAULT_SENTENCE_POOL,
         sentence_in_memory: bool = False,
         similarity_top_k: int = 10,
+        reranker: BaseNodePostprocessor | None = None,
+        pre_top_k: int | None = None,
         filter: str | None = None,
         dense_search_params: dict[str, Any] | None = None,
         client: Any | None = None,
@@ -112,6 +118,11 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         verbose: bool = False,
     ) -> None:
         check_top_k(similarity_top_k)
+        check_pre_top_k(pre_top_k, similarity_top_k, reranker)
+        self.reranker = reranker
+        self.pre_top_k = pre_top_k or (
+            4 * similarity_top_k if reranker is not None else similarity_top_k
+        )
         self.alpha = check_alpha(alpha)
         self.normalization = ScoreNormalization.parse(normalization)
         self.candidate_pool = check_candidate_pool(candidate_pool)
@@ -120,7 +131,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         self.similarity_top_k = similarity_top_k
         callback_manager = callback_manager or CallbackManager([])
         common: dict[str, Any] = dict(
-            similarity_top_k=max(candidate_pool, similarity_top_k),
+            similarity_top_k=max(candidate_pool, self.pre_top_k),
             filter=filter,
             client=client,
             collection_name=collection_name,
@@ -164,7 +175,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
             sparse,
             alpha=self.alpha,
             normalization=self.normalization,
-            top_n=self.similarity_top_k,
+            top_n=self.pre_top_k,
             sentences=sentences or (),
             sentence_weight=self.sentence_weight if sentences is not None else 0.0,
         )
@@ -180,7 +191,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
             embedding=embedding,
         )
 
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+    def _fused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle)
         # BM25 (and the sentence search) run in worker threads, in copies of this thread's
         # context so their instrumentation spans stay children of this query's span
@@ -194,7 +205,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
             dense = self.dense.retrieve(bundle)
             return self._fuse(dense, sparse.result(), sentences.result())
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+    async def _afused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle)
         if self.sentences is None:
             dense, sparse = await asyncio.gather(
@@ -212,3 +223,15 @@ class MilvusScoreFusionRetriever(BaseRetriever):
             self.dense.aretrieve(bundle), sparse_task, self.sentences.aretrieve(bundle)
         )
         return self._fuse(dense, sparse, sentences)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        nodes = self._fused(query_bundle)
+        if self.reranker is not None and nodes:
+            nodes = self.reranker.postprocess_nodes(nodes, query_bundle=query_bundle)
+        return nodes[: self.similarity_top_k]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        nodes = await self._afused(query_bundle)
+        if self.reranker is not None and nodes:
+            nodes = await self.reranker.apostprocess_nodes(nodes, query_bundle=query_bundle)
+        return nodes[: self.similarity_top_k]
