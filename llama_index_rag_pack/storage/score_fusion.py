@@ -60,7 +60,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
     ``sentence_weight`` ``g`` > 0, a third search scores chunks by their best-matching sentence
     (:class:`~llama_index_rag_pack.storage.sentence_retriever.MilvusSentenceRetriever`) and the
     score becomes ``(1 - g) * (alpha * norm(dense) + (1 - alpha) * norm(bm25)) + g *
-    norm(sentence)``. Without a sentence index the sentence list is left out (logged once).
+    norm(sentence)``. Without a sentence index the sentence list is left out (logged at INFO).
 
     Args:
         vector_store: A ``MilvusVectorStore`` (e.g. from ``open_vector_store``), or give
