@@ -202,7 +202,7 @@ def test_without_sentence_index_hybrid_uses_two_lists(tmp_path, embed_model, cap
     )
     assert pack.sentence_index is None
     assert not MilvusSentenceIndex(pack.vector_store.client, "docs").exists()
-    with caplog.at_level("INFO"):
+    with caplog.at_level("INFO", logger="llama_index_rag_pack.storage.score_fusion"):
         retriever = pack.retriever("hybrid_convex", sentence_weight=0.5)
     assert retriever.sentences is None
     assert "no sentence index" in caplog.text

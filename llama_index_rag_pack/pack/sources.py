@@ -172,12 +172,16 @@ def discover_sources(
     """Every collection of a Milvus database as a source, described from a sample of its chunks.
 
     The description lists the titles/file names seen in the sample; the first sentences of a few
-    chunks from different documents become utterances.
+    chunks from different documents become utterances. A collection's sentence index
+    (``<name>__sentences``) belongs to it and is no source of its own.
     """
     from llama_index_rag_pack.storage.milvus import ensure_loaded, open_client
+    from llama_index_rag_pack.storage.sentence_index import SENTENCE_COLLECTION_SUFFIX
 
     client = open_client(uri, token=token)
-    names = sorted(client.list_collections())
+    names = sorted(
+        n for n in client.list_collections() if not n.endswith(SENTENCE_COLLECTION_SUFFIX)
+    )
     if not names:
         raise ConfigurationError(
             f"No collections in {uri}: index some documents first "
