@@ -277,3 +277,16 @@ def test_reranker_hook_sees_pre_top_k_fused_nodes_sync_and_async(pack):
     assert [n.node.node_id for n in sync] == [n.node.node_id for n in async_]
     with pytest.raises(ConfigurationError, match="pre_top_k only applies"):
         pack.retriever("hybrid_convex", pre_top_k=5)
+
+
+def test_searches_in_turn_rank_like_searches_at_once(pack, assert_same_ranking):
+    lite = pack.retriever("hybrid_convex", sentence_weight=0.4)
+    assert not lite.concurrent_searches  # a Lite file: one process answers every request
+    at_once = MilvusScoreFusionRetriever(
+        pack.vector_store, embed_model=pack.embed_model, similarity_top_k=4
+    )
+    assert at_once.concurrent_searches and at_once.sentences is not None
+    assert_same_ranking(lite.retrieve(QUESTION), at_once.retrieve(QUESTION))
+    assert_same_ranking(
+        asyncio.run(lite.aretrieve(QUESTION)), asyncio.run(at_once.aretrieve(QUESTION))
+    )

@@ -226,13 +226,14 @@ def build_hybrid_convex(
     reranker: Any | None = None,
     pre_top_k: int | None = None,
 ) -> Any:
-    """Dense + BM25 (+ best sentence, with a sentence index) searched at once, fused here by
+    """Dense + BM25 (+ best sentence, with a sentence index), fused here by
     normalized scores (defaults from the pack's ``fusion_config``, fitted by
     ``rag-pack eval --fit``)."""
     from llama_index_rag_pack.storage.milvus import is_remote_uri
     from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
 
     config = pack.fusion_config
+    lite = pack.uri is not None and not is_remote_uri(pack.uri)  # one process serves Lite
     return MilvusScoreFusionRetriever(
         vector_store=pack.vector_store,
         embed_model=pack.embed_model,
@@ -240,7 +241,8 @@ def build_hybrid_convex(
         normalization=_given(normalization, config.normalization),
         candidate_pool=_given(candidate_pool, config.candidate_pool),
         sentence_weight=_given(sentence_weight, config.sentence_weight),
-        sentence_in_memory=pack.uri is not None and not is_remote_uri(pack.uri),
+        sentence_in_memory=lite,
+        concurrent_searches=not lite,
         reranker=reranker,
         pre_top_k=pre_top_k,
         similarity_top_k=similarity_top_k or pack.similarity_top_k,

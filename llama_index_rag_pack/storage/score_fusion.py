@@ -73,6 +73,10 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         sentence_pool: Sentences the sentence search fetches before grouping them by chunk.
         sentence_in_memory: Search an in-memory copy of the sentence vectors (right for a
             Milvus Lite file; ``RagPack`` sets it there).
+        concurrent_searches: Run the searches at the same time (threads on the sync path,
+            ``asyncio.gather`` on the async one). Right for a Milvus server; Milvus Lite answers
+            one request at a time from one process, and there one after another is faster
+            (``RagPack`` turns it off on a Lite file).
         similarity_top_k: Nodes returned.
         reranker: A second stage over the fused nodes: any LlamaIndex node postprocessor, e.g.
             ``SentenceTransformerRerank`` with a cross-encoder you have, or ``LLMRerank``.
@@ -107,6 +111,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         sentence_weight: float = TUNED_SENTENCE_WEIGHT,
         sentence_pool: int = DEFAULT_SENTENCE_POOL,
         sentence_in_memory: bool = False,
+        concurrent_searches: bool = True,
         similarity_top_k: int = 10,
         reranker: BaseNodePostprocessor | None = None,
         pre_top_k: int | None = None,
@@ -129,6 +134,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         self.sentence_weight = check_sentence_weight(sentence_weight)
         check_candidate_pool(sentence_pool)
         self.similarity_top_k = similarity_top_k
+        self.concurrent_searches = bool(concurrent_searches)
         callback_manager = callback_manager or CallbackManager([])
         common: dict[str, Any] = dict(
             similarity_top_k=max(candidate_pool, self.pre_top_k),
@@ -193,6 +199,8 @@ class MilvusScoreFusionRetriever(BaseRetriever):
 
     def _fused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle)
+        if not self.concurrent_searches:
+            return self._fused_in_turn(query_bundle, query)
         # BM25 (and the sentence search) run in worker threads, in copies of this thread's
         # context so their instrumentation spans stay children of this query's span
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-search") as pool:
@@ -207,6 +215,8 @@ class MilvusScoreFusionRetriever(BaseRetriever):
 
     async def _afused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle)
+        if not self.concurrent_searches:
+            return await self._afused_in_turn(query_bundle, query)
         if self.sentences is None:
             dense, sparse = await asyncio.gather(
                 self.dense.aretrieve(query_bundle), self.sparse.aretrieve(query_bundle)
@@ -223,6 +233,23 @@ class MilvusScoreFusionRetriever(BaseRetriever):
             self.dense.aretrieve(bundle), sparse_task, self.sentences.aretrieve(bundle)
         )
         return self._fuse(dense, sparse, sentences)
+
+    def _fused_in_turn(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        sparse = self.sparse.retrieve(query_bundle)
+        if self.sentences is None:
+            return self._fuse(self.dense.retrieve(query_bundle), sparse)
+        embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
+        bundle = self._embedded(query_bundle, embedding)
+        return self._fuse(self.dense.retrieve(bundle), sparse, self.sentences.retrieve(bundle))
+
+    async def _afused_in_turn(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        sparse = await self.sparse.aretrieve(query_bundle)
+        if self.sentences is None:
+            return self._fuse(await self.dense.aretrieve(query_bundle), sparse)
+        embedding = query_bundle.embedding or await self.embed_model.aget_query_embedding(query)
+        bundle = self._embedded(query_bundle, embedding)
+        dense = await self.dense.aretrieve(bundle)
+        return self._fuse(dense, sparse, await self.sentences.aretrieve(bundle))
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         nodes = self._fused(query_bundle)
