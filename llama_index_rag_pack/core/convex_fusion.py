@@ -104,14 +104,18 @@ class ScoredId:
         return cls(NodeRef(str(node_id)), score)
 
 
+def _in_unit_interval(value: Any) -> bool:
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, (int, float))
+        and math.isfinite(value)
+        and 0.0 <= value <= 1.0
+    )
+
+
 def check_alpha(alpha: Any) -> float:
     """``alpha`` as a float, or :class:`ConfigurationError` unless it is a number in [0, 1]."""
-    if (
-        isinstance(alpha, bool)
-        or not isinstance(alpha, (int, float))
-        or not math.isfinite(alpha)
-        or not 0.0 <= alpha <= 1.0
-    ):
+    if not _in_unit_interval(alpha):
         raise ConfigurationError(
             f"alpha (the dense weight) must be a number in [0, 1], got {alpha!r}."
         )
@@ -120,12 +124,7 @@ def check_alpha(alpha: Any) -> float:
 
 def check_sentence_weight(weight: Any) -> float:
     """``weight`` as a float, or :class:`ConfigurationError` unless it is a number in [0, 1]."""
-    if (
-        isinstance(weight, bool)
-        or not isinstance(weight, (int, float))
-        or not math.isfinite(weight)
-        or not 0.0 <= weight <= 1.0
-    ):
+    if not _in_unit_interval(weight):
         raise ConfigurationError(
             f"sentence_weight must be a number in [0, 1] (0 turns sentence scores off), "
             f"got {weight!r}."
