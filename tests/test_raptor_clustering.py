@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_index_rag_pack.core.clustering import _soft_labels, cluster_embeddings
-from llama_index_rag_pack.core.dimension_reduction import reduce_embeddings
+from llama_index_rag_pack.core.dimension_reduction import exact_neighbors, reduce_embeddings
 from llama_index_rag_pack.core.mixture_selection import choose_n_clusters, exhaustive_n_clusters
 
 
@@ -28,9 +28,60 @@ def test_empty_input_gives_no_clusters() -> None:
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 11])
-def test_tiny_inputs_form_one_cluster(n: int) -> None:
-    x = np.random.default_rng(n).normal(size=(n, 384))
+def test_tiny_inputs_on_one_topic_form_one_cluster(n: int) -> None:
+    rng = np.random.default_rng(n)
+    x = rng.normal(size=384) + rng.normal(scale=0.5, size=(n, 384))
     assert cluster_embeddings(x, reduction_dim=10) == [[0]] * n
+
+
+@pytest.mark.parametrize("per_topic", [1, 2, 4, 5])
+def test_tiny_inputs_on_distinct_topics_are_kept_apart(per_topic: int) -> None:
+    x, labels = blobs(per_topic, 2, 384, 0.3, per_topic)
+    out = cluster_embeddings(x, reduction_dim=10)
+    assert all(len(row) == 1 for row in out)
+    assert len({row[0] for row in out}) == 2
+    for i in range(len(x)):
+        for j in range(len(x)):
+            assert (out[i] == out[j]) == (labels[i] == labels[j])
+
+
+def test_topic_similarity_none_keeps_the_reference_behaviour_for_tiny_inputs() -> None:
+    x, _ = blobs(4, 2, 384, 0.3, 0)
+    assert cluster_embeddings(x, topic_similarity=None) == [[0]] * 8
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    k=st.integers(1, 12),
+    seed=st.integers(0, 10_000),
+    metric=st.sampled_from(["cosine", "euclidean"]),
+)
+def test_exact_neighbors_are_the_brute_force_neighbours(
+    n: int, k: int, seed: int, metric: str
+) -> None:
+    x = np.random.default_rng(seed).normal(size=(n, 16)).astype(np.float32)
+    found = exact_neighbors(x, k, metric)
+    assert found is not None
+    idx, dist = found
+    k = min(k, n)
+    assert idx.shape == dist.shape == (n, k)
+    if metric == "cosine":
+        unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+        full = 1.0 - unit @ unit.T
+    else:
+        full = np.linalg.norm(x[:, None, :] - x[None, :, :], axis=-1)
+    expected = np.sort(full, axis=1)[:, :k]
+    np.testing.assert_allclose(dist, expected, atol=1e-4)
+    np.testing.assert_allclose(np.take_along_axis(full, idx, axis=1), expected, atol=1e-4)
+    assert np.all(np.diff(dist, axis=1) >= -1e-6), "neighbours come nearest first"
+    assert np.all(idx[:, 0] == np.arange(n)), "every row is its own nearest neighbour"
+
+
+def test_exact_neighbors_leave_zero_rows_and_other_metrics_to_umap() -> None:
+    x = np.eye(5, 8)
+    assert exact_neighbors(np.vstack([x, np.zeros(8)]), 3) is None
+    assert exact_neighbors(x, 3, metric="manhattan") is None
 
 
 def test_identical_vectors_do_not_crash_and_share_one_cluster() -> None:

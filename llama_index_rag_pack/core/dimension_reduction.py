@@ -5,15 +5,29 @@ Pure numpy / umap-learn: nothing here knows about LlamaIndex or Milvus.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import os
 import warnings
+from typing import Any
 
 import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["count_unique_rows", "pca_project", "reduce_embeddings"]
+__all__ = [
+    "count_unique_rows",
+    "exact_neighbors",
+    "pca_project",
+    "reduce_embeddings",
+    "umap_module",
+]
+
+#: UMAP optimisation epochs. UMAP's own default is 500 up to 10,000 points and 200 above; 200 at
+#: every size halves the time of a RAPTOR clustering at 10k points, with clusters as pure on
+#: labelled data (``benchmarks/bench_raptor_clustering.py``).
+DEFAULT_N_EPOCHS = 200
 
 
 def count_unique_rows(x: np.ndarray, decimals: int = 6) -> int:
@@ -23,6 +37,81 @@ def count_unique_rows(x: np.ndarray, decimals: int = 6) -> int:
     return int(len(np.unique(np.round(x, decimals), axis=0)))
 
 
+@functools.cache
+def umap_module() -> Any:
+    """``umap``, imported once, with numba's on-disk cache switched on for its compiled functions.
+
+    umap-learn compiles several functions (``smooth_knn_dist``, the layout epochs, ...) without
+    ``cache=True``, so every new process paid 10-30 s of JIT compilation before its first
+    reduction. With the cache on, the first process on a machine compiles and writes the cache
+    (next to umap's sources, or numba's user-wide cache directory, or ``NUMBA_CACHE_DIR``) and
+    later ones load it in about a second. ``RAG_PACK_NUMBA_CACHE=0`` leaves umap as it is.
+    """
+    import umap
+    from umap import distances, layouts, spectral, umap_, utils
+
+    if os.environ.get("RAG_PACK_NUMBA_CACHE", "1") == "0":
+        return umap
+    try:
+        from numba.core.registry import CPUDispatcher
+    except ImportError:  # pragma: no cover - numba moved its dispatcher
+        return umap
+    for module in (umap_, layouts, utils, distances, spectral):
+        for obj in vars(module).values():
+            if isinstance(obj, CPUDispatcher):
+                try:
+                    obj.enable_caching()
+                except Exception as e:  # no writable cache location: compile as before
+                    logger.debug("numba cache unavailable for %s: %s", obj, e)
+                    return umap
+    return umap
+
+
+def exact_neighbors(
+    x: np.ndarray, k: int, metric: str = "cosine"
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The exact ``k`` nearest neighbours of every row (itself included), by brute force.
+
+    scikit-learn's blocked brute-force search: one matrix product per block of rows, so memory
+    stays bounded and the result is exact and deterministic. For ``"cosine"`` the rows are
+    normalised and searched by Euclidean distance (the same order), and the distances are
+    returned as cosine distances ``1 - cos``. This replaces UMAP's own neighbour search: NN-descent
+    at 10k points costs ~50 s single-threaded, and for fewer than 4,096 points UMAP computes every
+    pairwise distance through a Python-level callable (~0.6 s for 400 points).
+
+    Args:
+        x: ``(n, d)`` array.
+        k: Neighbours per row (at most ``n``).
+        metric: ``"cosine"`` or ``"euclidean"``.
+
+    Returns:
+        ``(indices, distances)``, each ``(n, k)``; ``None`` for another metric or, with cosine,
+        a zero row (let UMAP decide then).
+
+    Example:
+        >>> import numpy as np
+        >>> idx, dist = exact_neighbors(np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]]), 2)
+        >>> idx[:, 0].tolist(), idx[0, 1]
+        ([0, 1, 2], 1)
+    """
+    from sklearn.neighbors import NearestNeighbors
+
+    x = np.asarray(x, dtype=np.float32)
+    k = min(int(k), len(x))
+    if metric == "cosine":
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        if np.any(norms == 0):
+            return None
+        x = x / norms
+    elif metric != "euclidean":
+        return None
+    search = NearestNeighbors(n_neighbors=k, metric="euclidean", algorithm="brute").fit(x)
+    dist, idx = search.kneighbors(x)
+    if metric == "cosine":
+        dist = np.clip(dist**2 / 2.0, 0.0, 2.0)
+    return idx.astype(np.int64), dist.astype(np.float32)
+
+
 def reduce_embeddings(
     embeddings: np.ndarray,
     dim: int,
@@ -30,8 +119,11 @@ def reduce_embeddings(
     n_neighbors: int | None = None,
     metric: str = "cosine",
     random_state: int | None = None,
+    n_epochs: int = DEFAULT_N_EPOCHS,
 ) -> np.ndarray:
     """Reduce ``embeddings`` to ``dim`` dimensions with UMAP (PCA when UMAP cannot run).
+
+    The neighbour graph is computed exactly by :func:`exact_neighbors` and handed to UMAP.
 
     Args:
         embeddings: ``(n, d)`` array.
@@ -39,6 +131,7 @@ def reduce_embeddings(
         n_neighbors: UMAP neighbourhood; default ``sqrt(n - 1)`` as in the paper.
         metric: UMAP input metric.
         random_state: Seed (makes UMAP deterministic, single-threaded).
+        n_epochs: UMAP optimisation epochs.
 
     Returns:
         An ``(n, dim')`` float64 array.
@@ -56,8 +149,8 @@ def reduce_embeddings(
     n_neighbors = max(2, min(n_neighbors, n - 1))
     if n >= 4 and count_unique_rows(x) > dim + 1:
         try:
-            import umap
-
+            umap = umap_module()
+            knn = exact_neighbors(x, n_neighbors, metric)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 reducer = umap.UMAP(
@@ -66,6 +159,8 @@ def reduce_embeddings(
                     metric=metric,
                     random_state=random_state,
                     n_jobs=1 if random_state is not None else -1,
+                    n_epochs=n_epochs,
+                    precomputed_knn=(None, None, None) if knn is None else knn,
                 )
                 out = reducer.fit_transform(x)
             if np.all(np.isfinite(out)):

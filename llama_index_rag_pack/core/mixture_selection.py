@@ -6,6 +6,7 @@ Pure numpy / scikit-learn: nothing here knows about LlamaIndex or Milvus. RAPTOR
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -47,9 +48,17 @@ def one_blas_thread() -> Any:
     Multi-threaded OpenBLAS spends far longer synchronising its threads than computing on such
     small matrices, and much longer still on a busy machine (measured 40x slower on 2 shared cores).
     """
-    from threadpoolctl import threadpool_limits
+    return _threadpool_controller().limit(limits=1, user_api="blas")
 
-    return threadpool_limits(limits=1, user_api="blas")
+
+@functools.cache
+def _threadpool_controller() -> Any:
+    # Scanning the loaded libraries is the slow part of threadpool_limits (~12 ms a call, 2 s of
+    # a 10k-row clustering): do it once. Libraries loaded later are not seen, but BLAS is loaded
+    # with numpy, long before the first fit.
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 def _fit_gmm(x: np.ndarray, k: int, random_state: int | None) -> Any:
