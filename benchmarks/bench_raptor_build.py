@@ -120,7 +120,10 @@ def load_chunks(path: str) -> list[Any]:
     from llama_index.core.schema import TextNode
 
     rows = json.loads(Path(path).read_text())
-    return [TextNode(id_=r["id"], text=r["text"], metadata=r["metadata"]) for r in rows]
+    return [
+        TextNode(id_=r["id"], text=r["text"], metadata=r["metadata"], embedding=r.get("embedding"))
+        for r in rows
+    ]
 
 
 def latency(fn: Any, queries: list[str]) -> dict[str, float]:
@@ -195,7 +198,9 @@ def run_peer(chunks_path: str) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- driver
-def prepare_chunks(n_articles: int, path: str) -> int:
+def prepare_chunks(n_articles: int, raw_path: str, indexed_path: str) -> int:
+    """Write the chunks twice: as text (``raw_path``) and with their embeddings, as they come out
+    of an indexed collection (``indexed_path``; embedded once here, outside any timing)."""
     from llama_index_rag_pack.components.ingest import split_documents
     from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 
@@ -209,8 +214,26 @@ def prepare_chunks(n_articles: int, path: str) -> int:
         }
         for i, n in enumerate(nodes)
     ]
-    Path(path).write_text(json.dumps(rows))
+    Path(raw_path).write_text(json.dumps(rows))
+    from llama_index.core.schema import MetadataMode
+
+    texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in load_chunks(raw_path)]
+    vectors = embed_model().get_text_embedding_batch(texts)
+    Path(indexed_path).write_text(
+        json.dumps([{**r, "embedding": v} for r, v in zip(rows, vectors, strict=True)])
+    )
     return len(rows)
+
+
+def fill_numba_cache() -> None:
+    """One small UMAP run in its own process, so that numba's on-disk cache holds umap's compiled
+    functions (what any earlier clustering on the machine leaves behind)."""
+    code = (
+        "import numpy as np\n"
+        "from llama_index_rag_pack.core.dimension_reduction import reduce_embeddings\n"
+        "reduce_embeddings(np.random.default_rng(0).normal(size=(300, 384)), 10, random_state=0)"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def child(
@@ -252,11 +275,6 @@ def main() -> None:
         help="Python of the packs-raptor venv (default: $RAG_PACK_PEER_RAPTOR_PYTHON, "
         "else .venv-peer-raptor/bin/python)",
     )
-    parser.add_argument(
-        "--peer-one-blas-thread",
-        action="store_true",
-        help="also run the peer with OPENBLAS_NUM_THREADS=1 (what we do inside our GMM fits)",
-    )
     add_out_argument(parser)
     parser.add_argument("--side", choices=["ours", "peer"], default=None, help=argparse.SUPPRESS)
     parser.add_argument("--chunks", default=None, help=argparse.SUPPRESS)
@@ -273,23 +291,34 @@ def main() -> None:
     if not python.exists():
         print(peer_missing_message("raptor", python), flush=True)
     with tempfile.TemporaryDirectory() as workdir:
-        chunks = os.path.join(workdir, "chunks.json")
-        n = prepare_chunks(args.articles, chunks)
+        raw = os.path.join(workdir, "chunks.json")
+        indexed = os.path.join(workdir, "chunks_indexed.json")
+        n = prepare_chunks(args.articles, raw, indexed)
         description = (
             f"Corpus: {args.articles} shipped Wikipedia articles → {n} chunks (256/32 tokens); "
             f"bundled all-MiniLM-L6-v2 embeddings and a fake LLM sleeping {LLM_DELAY_S} s per "
             "call on both sides; each side in a fresh process. Ours stores the tree in Milvus "
             "Lite; the peer (llama-index-packs-raptor, own venv) in LlamaIndex's in-memory "
-            "vector store, its default."
+            "vector store, its default. Two inputs: the chunks as they come out of an indexed "
+            "collection (with their embeddings: what `rag-pack raptor build` and RagPack hand "
+            "to the tree; the peer embeds them again, it always does) and bare text chunks "
+            "(both sides embed them). numba's on-disk cache is filled by one small clustering "
+            "before the runs, as any earlier build on the machine leaves it; one run of ours "
+            "goes without it (RAG_PACK_NUMBA_CACHE=0: umap compiles in that process)."
         )
         print(description + "\n", flush=True)
-        ours = child("ours", sys.executable, chunks, workdir)
-        peer = child("peer", str(python), chunks, workdir) if python.exists() else None
-        peer1 = (
-            child("peer", str(python), chunks, workdir, {"OPENBLAS_NUM_THREADS": "1"})
-            if args.peer_one_blas_thread and peer
-            else None
-        )
+        fill_numba_cache()
+        runs: dict[str, dict[str, Any] | None] = {
+            "ours_indexed": child("ours", sys.executable, indexed, workdir),
+            "ours_raw": child("ours", sys.executable, raw, workdir),
+            "ours_raw_no_numba_cache": child(
+                "ours", sys.executable, raw, workdir, {"RAG_PACK_NUMBA_CACHE": "0"}
+            ),
+        }
+        for key, path in (("peer_indexed", indexed), ("peer_raw", raw)):
+            runs[key] = child("peer", str(python), path, workdir) if python.exists() else None
+    ours, peer = runs["ours_indexed"], runs["peer_indexed"]
+    assert ours is not None
 
     def cell(d: dict[str, Any] | None, key: str, spec: str) -> str:
         return format(d[key], spec) if d else "–"
@@ -297,17 +326,26 @@ def main() -> None:
     def ratio(a: float | None, b: float | None, spec: str = ".2f") -> str:
         return f"{a / b:{spec}}x" if a and b else ""
 
+    def build_row(label: str, o: dict[str, Any] | None, p: dict[str, Any] | None) -> tuple:
+        return (
+            label,
+            cell(o, "build_s", ".1f"),
+            cell(p, "build_s", ".1f"),
+            f"**{ratio(p and p['build_s'], o and o['build_s'])}**" if o and p else "",
+        )
+
     build_rows = [
-        (
-            "build wall time (s)",
-            cell(ours, "build_s", ".1f"),
-            cell(peer, "build_s", ".1f"),
-            ratio(peer and peer["build_s"], ours["build_s"]),
+        build_row("build (s), indexed chunks", ours, peer),
+        build_row("build (s), bare text chunks", runs["ours_raw"], runs["peer_raw"]),
+        build_row(
+            "build (s), bare text chunks, ours without numba's cache",
+            runs["ours_raw_no_numba_cache"],
+            runs["peer_raw"],
         ),
         (
-            "LLM calls",
-            cell(ours, "llm_calls", "d"),
-            cell(peer, "llm_calls", "d"),
+            "LLM calls (indexed / bare)",
+            f"{ours['llm_calls']} / {cell(runs['ours_raw'], 'llm_calls', 'd')}",
+            f"{cell(peer, 'llm_calls', 'd')} / {cell(runs['peer_raw'], 'llm_calls', 'd')}",
             ratio(peer and peer["llm_calls"], ours["llm_calls"]),
         ),
         (
@@ -317,22 +355,11 @@ def main() -> None:
             "",
         ),
         (
-            "whole process (s)",
+            "whole process (s), indexed chunks",
             cell(ours, "process_s", ".1f"),
             cell(peer, "process_s", ".1f"),
             ratio(peer and peer["process_s"], ours["process_s"]),
         ),
-    ]
-    if peer1:
-        build_rows.append(
-            (
-                "build, peer with 1 BLAS thread (s)",
-                "",
-                f"{peer1['build_s']:.1f} ({peer1['llm_calls']} LLM calls)",
-                ratio(peer1["build_s"], ours["build_s"]),
-            )
-        )
-    build_rows.append(
         (
             "tree (nodes per level)",
             " → ".join(str(v) for v in ours["levels"].values())
@@ -340,8 +367,8 @@ def main() -> None:
             else json.dumps(ours["levels"]),
             f"{peer['nodes']} nodes, 3 summary levels (fixed)" if peer else "–",
             "",
-        )
-    )
+        ),
+    ]
     build_table = md_table(
         ["", "rag-pack", "packs-raptor", "ratio (peer / ours)"], build_rows, align="lrrr"
     )
@@ -387,11 +414,10 @@ def main() -> None:
             "chunks": n,
             "llm_delay_s": LLM_DELAY_S,
             "queries": len(QUERIES),
-            "ours": ours,
-            "peer": {k: v for k, v in peer.items() if k != "runtime"} if peer else None,
-            "peer_one_blas_thread": (
-                {k: v for k, v in peer1.items() if k != "runtime"} if peer1 else None
-            ),
+            "runs": {
+                k: ({kk: vv for kk, vv in v.items() if kk != "runtime"} if v else None)
+                for k, v in runs.items()
+            },
         },
         [
             ("Build (same chunks, same embedding model, same fake LLM)", build_table),

@@ -6,9 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from llama_index.core import Document
 
 from llama_index_rag_pack import cli
+from llama_index_rag_pack.cli.raptor_plot import legend_groups
 from llama_index_rag_pack.components.raptor_nodes import LEVEL_KEY
 from llama_index_rag_pack.core.errors import CollectionNotFoundError
 from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
@@ -113,3 +116,36 @@ def test_build_from_indexed_chunks_then_show_plot_and_ask(
         assert hits and all(LEVEL_KEY in h.node.metadata for h in hits)
     assert pack.retriever("raptor_traversal").mode.value == "tree_traversal"
     assert isinstance(pack.get_modules()["raptor_retriever"], RaptorRetriever)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    clusters=st.lists(st.lists(st.integers(0, 30), max_size=3), min_size=1, max_size=80),
+    top_n=st.integers(1, 15),
+)
+def test_plot_legend_names_the_largest_clusters_and_groups_the_rest(
+    clusters: list[list[int]], top_n: int
+) -> None:
+    groups = legend_groups(clusters, top_n)
+    rows = sorted(int(i) for _, members in groups for i in members)
+    assert rows == list(range(len(clusters))), "every node is drawn exactly once"
+    named = [(label, members) for label, members in groups if label.startswith("cluster ")]
+    assert len(named) <= top_n
+    sizes = [len(members) for _, members in named]
+    assert sizes == sorted(sizes, reverse=True), "largest clusters first"
+    for label, members in named:
+        cid = int(label.split()[1])
+        assert all(clusters[i][0] == cid for i in members)
+        assert f"· {len(members)} node" in label
+    others = [members for label, members in groups if label.startswith("other")]
+    first_ids = {c[0] for c in clusters if c}
+    assert bool(others) == (len(first_ids) > top_n)
+    if others:
+        assert min(sizes) >= max(
+            sum(1 for c in clusters if c and c[0] == cid)
+            for cid in {clusters[i][0] for i in others[0]}
+        )
+    no_parent = [members for label, members in groups if label.startswith("top level")]
+    assert [list(m) for m in no_parent] == (
+        [[i for i, c in enumerate(clusters) if not c]] if any(not c for c in clusters) else []
+    )

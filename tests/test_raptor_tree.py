@@ -370,19 +370,89 @@ def test_empty_and_blank_documents(
     )
 
 
-def test_small_corpus_gets_a_single_root(tmp_path: Any, embed_model: Any) -> None:
+def test_small_corpus_on_one_topic_gets_a_single_root(tmp_path: Any, embed_model: Any) -> None:
     store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
-    llm = ScriptedLLM(replies=['"Aardvarks, abacuses and alchemy."'])
+    llm = ScriptedLLM(replies=['"Aardvarks: what they eat and where they live."'])
+    docs = [
+        Document(text=t)
+        for t in (
+            "Aardvarks eat ants and termites.",
+            "The aardvark digs into termite mounds at night.",
+            "Aardvarks live in burrows across Africa.",
+        )
+    ]
+    tree = RaptorTree(store, embed_model=embed_model, llm=llm, **TREE_OPTIONS)
+    stats = tree.build(docs)
+    assert stats.levels == {0: 3, 1: 1} and llm.call_count == 1
+    root = tree.store.level(1)[0]
+    assert root.text == "Aardvarks: what they eat and where they live."
+    check_invariants(tree)
+
+
+def test_unrelated_one_liners_are_not_summarised_together(tmp_path: Any, embed_model: Any) -> None:
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    llm = ScriptedLLM(replies=[])
     docs = [
         Document(text=t)
         for t in ("Aardvarks eat ants.", "The abacus is a counting frame.", "Alchemy sought gold.")
     ]
     tree = RaptorTree(store, embed_model=embed_model, llm=llm, **TREE_OPTIONS)
     stats = tree.build(docs)
-    assert stats.levels == {0: 3, 1: 1} and llm.call_count == 1
-    root = tree.store.level(1)[0]
-    assert root.text == "Aardvarks, abacuses and alchemy."
+    assert stats.levels == {0: 3} and llm.call_count == 0, "three topics, three tops, no summary"
     check_invariants(tree)
+
+
+def first_sentence_summary(prompt: str) -> str:
+    """A summary as a model writes it: about the text, without the metadata lines it was shown."""
+    lines = context_of(prompt).splitlines()
+    text = " ".join(line for line in lines if not re.match(r"^[a-z_]+: ", line))
+    return re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0][:300]
+
+
+def leaves_under(nodes: dict[str, Any], nid: str) -> set[str]:
+    children = nodes[nid].metadata[CHILD_KEY]
+    if not children:
+        return {nid}
+    return set().union(*(leaves_under(nodes, c) for c in children))
+
+
+@pytest.mark.parametrize("chars", [900, 2200])
+def test_a_handful_of_chunks_on_two_distant_topics_are_never_mixed(
+    tmp_path: Any, embed_model: Any, chars: int
+) -> None:
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    docs = corpus(["Andre Agassi", "Atomic number"], chars=chars)
+    llm = ScriptedLLM(replies=first_sentence_summary)
+    tree = RaptorTree(store, embed_model=embed_model, llm=llm, **TREE_OPTIONS)
+    stats = tree.build(docs)
+    nodes = check_invariants(tree)
+    leaves_per_doc = {d.doc_id: 0 for d in docs}
+    for node in nodes.values():
+        if node.metadata[LEVEL_KEY] == 0:
+            leaves_per_doc[node.ref_doc_id] += 1
+    assert all(2 <= n <= 12 for n in leaves_per_doc.values()), leaves_per_doc
+    for nid, node in nodes.items():
+        if node.metadata[LEVEL_KEY] > 0:
+            docs_below = {nodes[leaf].ref_doc_id for leaf in leaves_under(nodes, nid)}
+            assert len(docs_below) == 1, f"summary {nid} mixes tennis and chemistry"
+    top = stats.levels and max(stats.levels)
+    assert len(tree.store.level(top)) >= 2, "two distinct topics give at least two tops"
+
+
+def test_build_progress_shows_levels_clusters_llm_calls_and_eta(
+    tmp_path: Any, embed_model: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    llm = summary_llm()
+    tree = RaptorTree(store, embed_model=embed_model, llm=llm, show_progress=True, **TREE_OPTIONS)
+    stats = tree.build(corpus(TITLES[:2], chars=1500))
+    err = capsys.readouterr().err
+    assert f"RAPTOR level 0: clustering {stats.levels[0]} nodes" in err
+    assert re.search(r"RAPTOR level 0: \d+ clusters \(\d+\.\d s\)", err)
+    level_1 = stats.levels[1]
+    assert re.search(rf"RAPTOR level 1 summaries: 100%.*{level_1}/{level_1} ", err)
+    assert re.search(r"<00:00", err), "tqdm's remaining-time estimate is shown"
+    assert f"LLM calls {level_1}" in err
 
 
 def test_custom_summary_prompt_is_used(tmp_path: Any, embed_model: Any) -> None:

@@ -19,7 +19,7 @@ from llama_index_rag_pack.storage.raptor_store import RaptorStore
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["plot_levels", "to_dot", "to_mermaid", "tree_outline"]
+__all__ = ["legend_groups", "plot_levels", "to_dot", "to_mermaid", "tree_outline"]
 
 
 def _store(tree_or_store: Any) -> RaptorStore:
@@ -114,12 +114,82 @@ def tree_outline(tree_or_store: Any, *, max_depth_nodes: int = 8, label_chars: i
     return "\n".join(lines) + "\n"
 
 
+def legend_groups(clusters: list[list[int]], top_n: int = 12) -> list[tuple[str, np.ndarray]]:
+    """The legend entries of a level's scatter: ``(label, row indices)`` per group.
+
+    Each row counts in its first cluster. The ``top_n`` largest clusters get an entry each
+    (``"cluster 4 · 12 nodes"``, largest first, ties by id); the rest share one ``"other"`` entry;
+    rows in no cluster (the top of the tree) get ``"top level (no parent)"``.
+
+    Example:
+        >>> [(label, rows.tolist()) for label, rows in legend_groups([[1], [1], [0], [2], []], 2)]
+        [('cluster 1 · 2 nodes', [0, 1]), ('cluster 0 · 1 node', [2]), \
+('other: 1 cluster, 1 node', [3]), ('top level (no parent)', [4])]
+    """
+    first = np.asarray([c[0] if c else -1 for c in clusters], dtype=np.int64)
+    ids, counts = np.unique(first[first >= 0], return_counts=True)
+    order = sorted(zip(ids.tolist(), counts.tolist(), strict=True), key=lambda ic: (-ic[1], ic[0]))
+    groups: list[tuple[str, np.ndarray]] = []
+    for cid, count in order[:top_n]:
+        groups.append((f"cluster {cid} · {count} node{'s' if count > 1 else ''}", first == cid))
+    rest = [cid for cid, _ in order[top_n:]]
+    if rest:
+        mask = np.isin(first, rest)
+        groups.append(
+            (
+                f"other: {len(rest)} cluster{'s' if len(rest) > 1 else ''}, "
+                f"{int(mask.sum())} node{'s' if mask.sum() > 1 else ''}",
+                mask,
+            )
+        )
+    if (first < 0).any():
+        groups.append(("top level (no parent)", first < 0))
+    return [(label, np.flatnonzero(mask)) for label, mask in groups]
+
+
+def _plot_level(plt: Any, nodes: list[Any], level: int, xy: np.ndarray, top_n: int) -> Any:
+    clusters = [list(n.metadata.get(CLUSTER_KEY) or []) for n in nodes]
+    fig, ax = plt.subplots(figsize=(8, 6))
+    palette = plt.get_cmap("tab20").colors
+    for i, (label, rows) in enumerate(legend_groups(clusters, top_n)):
+        grey = label.startswith(("other", "top level"))
+        colour = "0.6" if label.startswith("other") else "black" if grey else palette[i % 20]
+        ax.scatter(xy[rows, 0], xy[rows, 1], color=colour, s=22, alpha=0.85, label=label)
+    multi = np.asarray([len(c) > 1 for c in clusters])
+    if multi.any():
+        ax.scatter(
+            xy[multi, 0],
+            xy[multi, 1],
+            facecolors="none",
+            edgecolors="black",
+            s=60,
+            linewidths=0.8,
+            label="in several clusters",
+        )
+    n_clusters = len({c for row in clusters for c in row})
+    ax.set_title(
+        f"RAPTOR level {level}: {len(nodes)} nodes, {n_clusters} "
+        f"cluster{'s' if n_clusters != 1 else ''}"
+    )
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8, frameon=False)
+    return fig
+
+
 def plot_levels(
-    tree_or_store: Any, out_dir: str | Path, *, random_state: int | None = 0, dpi: int = 110
+    tree_or_store: Any,
+    out_dir: str | Path,
+    *,
+    random_state: int | None = 0,
+    dpi: int = 110,
+    top_n: int = 12,
 ) -> list[Path]:
     """Save ``level_<L>.png``: the level's embeddings in 2-D (UMAP), coloured by cluster.
 
-    Levels with fewer than 3 nodes are skipped. Returns the written paths.
+    Categorical colours with a legend: the ``top_n`` largest clusters with their sizes, the
+    rest as "other"; rings mark nodes in several clusters. Levels with fewer than 3 nodes are
+    skipped. Returns the written paths.
 
     Raises:
         ConfigurationError: matplotlib is not installed.
@@ -143,27 +213,7 @@ def plot_levels(
         xy = reduce_embeddings(emb, 2, random_state=random_state)
         if xy.shape[1] < 2:
             xy = np.pad(xy, ((0, 0), (0, 2 - xy.shape[1])))
-        clusters = [(n.metadata.get(CLUSTER_KEY) or [-1]) for n in nodes]
-        colour = np.asarray([c[0] for c in clusters])
-        multi = np.asarray([len(c) > 1 for c in clusters])
-        fig, ax = plt.subplots(figsize=(7, 6))
-        sc = ax.scatter(xy[:, 0], xy[:, 1], c=colour, cmap="tab20", s=22, alpha=0.85)
-        if multi.any():
-            ax.scatter(
-                xy[multi, 0],
-                xy[multi, 1],
-                facecolors="none",
-                edgecolors="black",
-                s=60,
-                linewidths=0.8,
-                label="in several clusters",
-            )
-            ax.legend(loc="best", fontsize=8)
-        n_clusters = len({c for row in clusters for c in row if c >= 0})
-        ax.set_title(f"RAPTOR level {level}: {count} nodes, {n_clusters} clusters")
-        ax.set_xticks([])
-        ax.set_yticks([])
-        fig.colorbar(sc, ax=ax, label="cluster id")
+        fig = _plot_level(plt, nodes, level, xy, top_n)
         path = out / f"level_{level}.png"
         fig.savefig(path, dpi=dpi, bbox_inches="tight")
         plt.close(fig)

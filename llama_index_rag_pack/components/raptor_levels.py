@@ -18,6 +18,7 @@ only the missing ones are written.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -109,7 +110,8 @@ class LevelBuilder:
         max_levels: Highest summary level.
         new_cluster_similarity: On insert, a node less similar than this to every cluster
             centroid starts a new cluster.
-        show_progress: tqdm bars for embeddings.
+        show_progress: Progress on stderr: a line per level clustered, tqdm bars for
+            embeddings and summaries.
         stats: What this operation did so far.
     """
 
@@ -124,6 +126,14 @@ class LevelBuilder:
     show_progress: bool = False
     stats: BuildStats = field(default_factory=BuildStats, init=False)
     _started: float = field(default_factory=time.perf_counter, init=False, repr=False)
+
+    def _say(self, message: str) -> None:
+        """A progress line on stderr (with ``show_progress``), between the tqdm bars."""
+        logger.info(message)
+        if self.show_progress:
+            from tqdm.auto import tqdm
+
+            tqdm.write(message, file=sys.stderr)
 
     def finish(self) -> BuildStats:
         """The operation's stats, with the levels now stored and the time it took."""
@@ -195,7 +205,16 @@ class LevelBuilder:
         level = start_level
         while True:
             nodes = self.store.level(level, with_embeddings=True)
-            groups = self.groups(nodes) if len(nodes) > 1 and level < self.max_levels else []
+            if len(nodes) > 1 and level < self.max_levels:
+                self._say(f"RAPTOR level {level}: clustering {len(nodes)} nodes")
+                started = time.perf_counter()
+                groups = self.groups(nodes)
+                self._say(
+                    f"RAPTOR level {level}: {len(groups)} clusters "
+                    f"({time.perf_counter() - started:.1f} s)"
+                )
+            else:
+                groups = []
             if not groups or (len(groups) >= len(nodes) and all(len(g) == 1 for g in groups)):
                 self._finish_top(level, nodes)
                 return

@@ -134,7 +134,8 @@ class Summariser:
         max_retries: Retries per summary after the first attempt.
         retry_backoff: First backoff delay in seconds.
         rng: Source of the backoff jitter.
-        show_progress: A tqdm bar per batch.
+        show_progress: A tqdm bar per batch: clusters summarised of the level's total, LLM calls
+            (retries included), elapsed time and ETA.
 
     Example:
         >>> import random
@@ -196,11 +197,20 @@ class Summariser:
     def _progress(self, jobs: list[SummaryJob]) -> Any:
         from tqdm.auto import tqdm
 
-        return tqdm(
+        bar = tqdm(
             total=len(jobs),
             desc=f"RAPTOR level {jobs[0].level if jobs else 0} summaries",
+            unit="cluster",
             disable=not self.show_progress or not jobs,
         )
+        calls_before = self._calls
+
+        def update() -> None:  # one more cluster summarised (or given up): its LLM calls too
+            bar.set_postfix_str(f"LLM calls {self._calls - calls_before}", refresh=False)
+            bar.update(1)
+
+        bar.advance = update
+        return bar
 
     # ------------------------------------------------------------------ sync
     def _write(self, job: SummaryJob) -> str:
@@ -229,7 +239,7 @@ class Summariser:
                     outcomes[job.node_id] = future.result()
                 except Exception as e:  # any provider error, after its retries: report it
                     outcomes[job.node_id] = e
-                bar.update(1)
+                bar.advance()
         bar.close()
         return self._batch(outcomes, calls_before)
 
@@ -246,7 +256,7 @@ class Summariser:
         try:
             return await AsyncRetrying(**self._retry_options(job))(self._awrite, job, semaphore)
         finally:
-            bar.update(1)
+            bar.advance()
 
     async def asummarise(self, jobs: list[SummaryJob]) -> SummaryBatch:
         """Summarise ``jobs`` on the running event loop, ``max_concurrency`` at a time."""

@@ -51,7 +51,7 @@ __all__ = ["DEFAULT_TOPIC_SIMILARITY", "MAX_GLOBAL_NEIGHBORS", "cluster_embeddin
 #: Average cosine similarity below which two groups of rows count as distinct topics (see
 #: ``benchmarks/bench_raptor_clustering.py``: all-MiniLM-L6-v2 chunks of one Wikipedia article vs
 #: chunks of two unrelated articles).
-DEFAULT_TOPIC_SIMILARITY = 0.15
+DEFAULT_TOPIC_SIMILARITY = 0.25
 
 #: Cap on the global UMAP neighbourhood ``sqrt(n - 1)``.
 MAX_GLOBAL_NEIGHBORS = 50
