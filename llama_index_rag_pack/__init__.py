@@ -1,49 +1,127 @@
-"""llama-index-rag-pack: advanced RAG for LlamaIndex over Milvus."""
+"""llama-index-rag-pack: advanced RAG for LlamaIndex over Milvus.
 
-from llama_index_rag_pack.components.citation_postprocessor import CitationPostprocessor
-from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
-from llama_index_rag_pack.components.fusion import FusionRetriever
-from llama_index_rag_pack.components.hyde import HyDERetriever
-from llama_index_rag_pack.components.logical_selector import LogicalSelector
-from llama_index_rag_pack.components.prompt_router import PromptRouter
-from llama_index_rag_pack.components.raptor_levels import RaptorBuildError
-from llama_index_rag_pack.components.rewrite import RewriteRetriever
-from llama_index_rag_pack.components.router import FusionRouterRetriever
-from llama_index_rag_pack.components.routes import Route, RouteSelection, RoutingError
-from llama_index_rag_pack.components.semantic_selector import SemanticSelector
-from llama_index_rag_pack.core.clustering import cluster_embeddings
-from llama_index_rag_pack.core.errors import (
-    CollectionNotFoundError,
-    ConfigurationError,
-    EmptyCorpusError,
-    LLMNotConfiguredError,
-    MilvusUnavailableError,
-    RagPackError,
-)
-from llama_index_rag_pack.core.rank_fusion import (
-    distribution_based_fusion,
-    reciprocal_rank_fusion,
-    relative_score_fusion,
-    union_fusion,
-)
-from llama_index_rag_pack.core.reference_styles import ReferenceStyle
-from llama_index_rag_pack.core.references import ReferenceManager, render_references
-from llama_index_rag_pack.evaluation.harness import EvalHarness
-from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet, load_labelled_set
-from llama_index_rag_pack.evaluation.report import EvalReport
-from llama_index_rag_pack.pack.fusion_config import FusionConfig
-from llama_index_rag_pack.pack.modes import ModeSpec, RetrievalMode, register_mode
-from llama_index_rag_pack.pack.rag_pack import RagPack
-from llama_index_rag_pack.pack.routed import RoutedRagPack
-from llama_index_rag_pack.pack.sources import RouteSource
-from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-from llama_index_rag_pack.storage.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
-from llama_index_rag_pack.storage.raptor_tree import RaptorTree
-from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
-from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
-from llama_index_rag_pack.storage.sentence_retriever import MilvusSentenceRetriever
+The public names are imported on first use (PEP 562), so ``import llama_index_rag_pack`` and the
+``rag-pack`` command line start without loading LlamaIndex, torch or pymilvus.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index_rag_pack.components.citation_postprocessor import CitationPostprocessor
+    from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
+    from llama_index_rag_pack.components.fusion import FusionRetriever
+    from llama_index_rag_pack.components.hyde import HyDERetriever
+    from llama_index_rag_pack.components.logical_selector import LogicalSelector
+    from llama_index_rag_pack.components.prompt_router import PromptRouter
+    from llama_index_rag_pack.components.raptor_levels import RaptorBuildError
+    from llama_index_rag_pack.components.rewrite import RewriteRetriever
+    from llama_index_rag_pack.components.router import FusionRouterRetriever
+    from llama_index_rag_pack.components.routes import Route, RouteSelection, RoutingError
+    from llama_index_rag_pack.components.semantic_selector import SemanticSelector
+    from llama_index_rag_pack.core.clustering import cluster_embeddings
+    from llama_index_rag_pack.core.errors import (
+        CollectionNotFoundError,
+        ConfigurationError,
+        EmptyCorpusError,
+        LLMNotConfiguredError,
+        MilvusUnavailableError,
+        RagPackError,
+    )
+    from llama_index_rag_pack.core.rank_fusion import (
+        distribution_based_fusion,
+        reciprocal_rank_fusion,
+        relative_score_fusion,
+        union_fusion,
+    )
+    from llama_index_rag_pack.core.reference_styles import ReferenceStyle
+    from llama_index_rag_pack.core.references import ReferenceManager, render_references
+    from llama_index_rag_pack.evaluation.harness import EvalHarness
+    from llama_index_rag_pack.evaluation.labelled import (
+        LabelledExample,
+        LabelledSet,
+        load_labelled_set,
+    )
+    from llama_index_rag_pack.evaluation.report import EvalReport
+    from llama_index_rag_pack.pack.fusion_config import FusionConfig
+    from llama_index_rag_pack.pack.modes import ModeSpec, RetrievalMode, register_mode
+    from llama_index_rag_pack.pack.rag_pack import RagPack
+    from llama_index_rag_pack.pack.routed import RoutedRagPack
+    from llama_index_rag_pack.pack.sources import RouteSource
+    from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+    from llama_index_rag_pack.storage.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
+    from llama_index_rag_pack.storage.raptor_tree import RaptorTree
+    from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+    from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
+    from llama_index_rag_pack.storage.sentence_retriever import MilvusSentenceRetriever
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    "CitationPostprocessor": ".components.citation_postprocessor",
+    "CitedQueryEngine": ".components.cited_query_engine",
+    "FusionRetriever": ".components.fusion",
+    "HyDERetriever": ".components.hyde",
+    "LogicalSelector": ".components.logical_selector",
+    "PromptRouter": ".components.prompt_router",
+    "RaptorBuildError": ".components.raptor_levels",
+    "RewriteRetriever": ".components.rewrite",
+    "FusionRouterRetriever": ".components.router",
+    "Route": ".components.routes",
+    "RouteSelection": ".components.routes",
+    "RoutingError": ".components.routes",
+    "SemanticSelector": ".components.semantic_selector",
+    "cluster_embeddings": ".core.clustering",
+    "CollectionNotFoundError": ".core.errors",
+    "ConfigurationError": ".core.errors",
+    "EmptyCorpusError": ".core.errors",
+    "LLMNotConfiguredError": ".core.errors",
+    "MilvusUnavailableError": ".core.errors",
+    "RagPackError": ".core.errors",
+    "distribution_based_fusion": ".core.rank_fusion",
+    "reciprocal_rank_fusion": ".core.rank_fusion",
+    "relative_score_fusion": ".core.rank_fusion",
+    "union_fusion": ".core.rank_fusion",
+    "ReferenceStyle": ".core.reference_styles",
+    "ReferenceManager": ".core.references",
+    "render_references": ".core.references",
+    "EvalHarness": ".evaluation.harness",
+    "LabelledExample": ".evaluation.labelled",
+    "LabelledSet": ".evaluation.labelled",
+    "load_labelled_set": ".evaluation.labelled",
+    "EvalReport": ".evaluation.report",
+    "FusionConfig": ".pack.fusion_config",
+    "ModeSpec": ".pack.modes",
+    "RetrievalMode": ".pack.modes",
+    "register_mode": ".pack.modes",
+    "RagPack": ".pack.rag_pack",
+    "RoutedRagPack": ".pack.routed",
+    "RouteSource": ".pack.sources",
+    "MilvusHybridRetriever": ".storage.hybrid",
+    "RaptorRetrieveMode": ".storage.raptor_retriever",
+    "RaptorRetriever": ".storage.raptor_retriever",
+    "RaptorTree": ".storage.raptor_tree",
+    "MilvusScoreFusionRetriever": ".storage.score_fusion",
+    "MilvusSentenceIndex": ".storage.sentence_index",
+    "MilvusSentenceRetriever": ".storage.sentence_retriever",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "RaptorBuildError",

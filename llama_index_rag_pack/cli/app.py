@@ -71,27 +71,15 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from llama_index_rag_pack.pack.rag_pack import RagPack
+    from llama_index_rag_pack.cli.ask import cmd_ask as run
 
-    if getattr(args, "route", False) or getattr(args, "routes", None) or args.mode == "route":
-        from llama_index_rag_pack.cli.route import ask_routed
+    return run(args)
 
-        return ask_routed(args)
-    pack = RagPack.open(similarity_top_k=args.top_k, **pack_kwargs(args))
-    llm = pack.llm  # resolve now, so the model in use is printed before the answer
-    if hasattr(llm, "load"):
-        llm.load()
-    print_models(pack)
-    out()
-    answer(
-        pack,
-        args.question,
-        mode=args.mode,
-        stream=not args.no_stream,
-        fmt=args.format,
-        citations=not args.no_citations,
-    )
-    return 0
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.cli.ask import cmd_chat as run
+
+    return run(args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -191,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     modes = _mode_names()
     _add_index_command(sub)
     _add_ask_command(sub, modes)
+    _add_chat_command(sub, modes)
     _add_demo_command(sub, modes)
     _register_subcommands(sub)
     return parser
@@ -236,15 +225,40 @@ def _add_index_command(sub: Any) -> None:
 
 
 def _add_ask_command(sub: Any, modes: Sequence[str]) -> None:
-    p = sub.add_parser("ask", help="answer a question from the indexed collection")
-    p.add_argument("question")
+    p = sub.add_parser(
+        "ask",
+        help="answer one or more questions from the indexed collection (models load once)",
+    )
+    p.add_argument(
+        "questions",
+        nargs="+",
+        metavar="question",
+        help="one or more questions; - reads one question per line from stdin",
+    )
+    _add_answer_options(p, modes)
+    p.set_defaults(func=cmd_ask)
+
+
+def _add_chat_command(sub: Any, modes: Sequence[str]) -> None:
+    p = sub.add_parser(
+        "chat",
+        help="ask question after question over one index (reads stdin until exit or EOF)",
+        description="Load the models once, then answer each line of stdin; `exit`, `quit` or "
+        "end of input (Ctrl-D) ends the session. Works with piped input.",
+    )
+    _add_answer_options(p, modes)
+    p.set_defaults(func=cmd_chat)
+
+
+def _add_answer_options(p: argparse.ArgumentParser, modes: Sequence[str]) -> None:
+    """The options of ``ask`` and ``chat``: retrieval, output, routing."""
     p.add_argument(
         "--mode",
         default=None,
         choices=modes,
         help="retrieval strategy (default: hybrid_convex; vector on a collection without BM25)",
     )
-    p.add_argument("--top-k", type=int, default=4, help="chunks retrieved (default 4)")
+    p.add_argument("--top-k", type=_positive_int, default=4, help="chunks retrieved (default 4)")
     p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
     _add_citation_options(p)
     p.add_argument(
@@ -253,7 +267,6 @@ def _add_ask_command(sub: Any, modes: Sequence[str]) -> None:
         help="route the question between collections and show which was chosen and why",
     )
     _add_route_options(p)
-    p.set_defaults(func=cmd_ask)
 
 
 def _add_demo_command(sub: Any, modes: Sequence[str]) -> None:
@@ -274,12 +287,22 @@ def _add_demo_command(sub: Any, modes: Sequence[str]) -> None:
         choices=modes,
         help="retrieval strategy (default: hybrid_convex; vector on a collection without BM25)",
     )
-    p.add_argument("--top-k", type=int, default=3, help="chunks retrieved (default 3)")
+    p.add_argument("--top-k", type=_positive_int, default=3, help="chunks retrieved (default 3)")
     _add_citation_options(p)
     p.add_argument(
         "--rebuild", action="store_true", help="index again even if the demo index exists"
     )
     p.set_defaults(func=cmd_demo)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
 
 
 def _add_citation_options(p: argparse.ArgumentParser) -> None:

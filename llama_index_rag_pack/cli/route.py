@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from llama_index_rag_pack.cli import checks
 from llama_index_rag_pack.cli import output as _cli
 
-__all__ = ["ask_routed", "open_routed_pack", "register"]
+__all__ = ["answer_routed", "no_route_message", "open_routed_pack", "register"]
 
 
 def open_routed_pack(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -22,9 +23,10 @@ def open_routed_pack(args: argparse.Namespace, **overrides: Any) -> Any:
     from llama_index_rag_pack.pack.sources import discover_sources, load_sources
 
     uri = args.uri or default_milvus_uri()
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {"llm": args.llm, "embed_model": args.embed_model}
     if getattr(args, "routes", None):
-        sources, options = load_sources(args.routes)
+        sources, from_file = load_sources(args.routes)
+        options.update(from_file)
     else:
         sources = discover_sources(uri, token=args.token)
     for key in ("selector", "fallback", "threshold", "top_k_routes"):
@@ -32,9 +34,7 @@ def open_routed_pack(args: argparse.Namespace, **overrides: Any) -> Any:
         if value is not None:
             options[key] = value
     options.update(overrides)
-    return RoutedRagPack.open_sources(
-        sources, uri=uri, token=args.token, llm=args.llm, embed_model=args.embed_model, **options
-    )
+    return RoutedRagPack.open_sources(sources, uri=uri, token=args.token, **options)
 
 
 def _print_selection(selection: Any) -> None:
@@ -51,38 +51,65 @@ def _print_selection(selection: Any) -> None:
         _cli.out("  scores    : " + ", ".join(f"{n} {s:.3f}" for n, s in ranked))
 
 
-def ask_routed(args: argparse.Namespace) -> int:
-    """``rag-pack ask --route``: choose the source(s), say which and why, then answer from them."""
-    from llama_index.core import get_response_synthesizer
-
-    pack = open_routed_pack(args, similarity_top_k=args.top_k)
-    llm = pack.llm
-    if hasattr(llm, "load"):
-        llm.load()
-    _cli.print_models(pack)
-    retriever = pack.retriever("route")
-    selection = retriever.select(args.question)
-    _print_selection(selection)
-    _cli.out()
-    nodes = retriever.retrieve_selected(args.question, selection)
-    stream = not args.no_stream
-    synthesizer = get_response_synthesizer(
-        llm=llm, streaming=stream, callback_manager=pack.callback_manager
-    )
-    response = synthesizer.synthesize(args.question, nodes)
-    if stream and hasattr(response, "response_gen"):
-        for delta in response.response_gen:
-            _cli.out(delta, end="", flush=True)
-        _cli.out()
+def no_route_message(pack: Any, selection: Any) -> str:
+    """One line for a question no route fits: the closest route and its score (semantic), or the
+    LLM's reply (logical), and what to do."""
+    if selection.scores:
+        name, score = max(selection.scores.items(), key=lambda kv: kv[1])
+        limit = (getattr(pack.selector, "thresholds", None) or {}).get(name)
+        below = f" < threshold {limit:.3f}" if limit is not None else ""
+        closest = f"the closest route is {name!r} with score {score:.3f}{below}"
     else:
-        _cli.out(str(response))
-    _cli.print_sources(response.source_nodes)
-    return 0
+        closest = "the LLM chose none of the routes"
+    return (
+        f"No route fits this question: {closest}. Pass --route-fallback NAME to answer from a "
+        "default source anyway, or lower --route-threshold."
+    )
+
+
+class _SelectionShown:
+    """The routed pack, answering from the routes of a selection already shown to the user
+    (``make_query_engine`` gives the same cited engine as every other mode)."""
+
+    def __init__(self, pack: Any, selection: Any) -> None:
+        self._pack = pack
+        self._selection = selection
+
+    def make_query_engine(self, mode: Any = None, **kwargs: Any) -> Any:
+        return self._pack.make_selected_query_engine(self._selection, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pack, name)
+
+
+def answer_routed(session: Any, question: str) -> bool:
+    """Choose the source(s), say which and why, then answer from them with the cited engine
+    (same ``--format`` and reference list as every mode). False when no route fits (and no
+    ``--route-fallback`` is set): then a one-line message is printed instead of an answer."""
+    args, pack = session.args, session.pack
+    selection = pack.retriever("route").select(question)
+    _print_selection(selection)
+    if not selection.names:
+        _cli.out(no_route_message(pack, selection))
+        return False
+    _cli.out()
+    _cli.answer(
+        _SelectionShown(pack, selection),
+        question,
+        mode="route",
+        stream=not args.no_stream,
+        fmt=args.format,
+        citations=not args.no_citations,
+    )
+    return True
 
 
 def cmd_route(args: argparse.Namespace) -> int:
     """``rag-pack route``: only the routing decision, with every route's score (no LLM for
     semantic)."""
+    for i, question in enumerate(args.questions, 1):
+        checks.check_question(question, i if len(args.questions) > 1 else None)
+    checks.check_input(args, routed=True)
     pack = open_routed_pack(args)
     retriever = pack.retriever("route")
     for question in args.questions:

@@ -14,16 +14,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.base_selector import BaseSelector
-from llama_index.core.schema import Document
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.components.logical_selector import LogicalSelector
-from llama_index_rag_pack.components.routes import Route
+from llama_index_rag_pack.components.router import FusionRouterRetriever
+from llama_index_rag_pack.components.routes import Route, RouteSelection
 from llama_index_rag_pack.components.semantic_selector import (
     DEFAULT_SEMANTIC_THRESHOLD,
     SemanticSelector,
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.pack.engines import build_query_engine
 from llama_index_rag_pack.pack.modes import RetrievalMode
 from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.pack.sources import RouteSource, checked_sources, coerce_source
@@ -181,6 +186,38 @@ class RoutedRagPack(RagPack):
     def query_engine(self) -> Any:
         return self.make_query_engine(RetrievalMode.ROUTE)
 
+    def make_selected_query_engine(
+        self,
+        selection: RouteSelection,
+        *,
+        streaming: bool = False,
+        citations: bool = True,
+        citation_style: Any = "markdown",
+        citation_mode: str = "markers",
+    ) -> BaseQueryEngine:
+        """Like ``make_query_engine("route", ...)``, but answering from the routes of a
+        ``selection`` already made (e.g. shown to the user first, as ``rag-pack ask --route``
+        does), so the question is not routed a second time. Not cached.
+
+        Example:
+            >>> router = pack.retriever("route")  # doctest: +SKIP
+            >>> selection = router.select("Why does bread dough rise?")  # doctest: +SKIP
+            >>> pack.make_selected_query_engine(selection).query(  # doctest: +SKIP
+            ...     "Why does bread dough rise?")
+        """
+        retriever = _SelectedRoutesRetriever(
+            self.retriever(RetrievalMode.ROUTE), selection, callback_manager=self.callback_manager
+        )
+        return build_query_engine(
+            retriever,
+            llm=self.llm,
+            streaming=streaming,
+            citations=citations,
+            citation_style=citation_style,
+            citation_mode=citation_mode,
+            callback_manager=self.callback_manager,
+        )
+
     def run(
         self, query: str, *, mode: str | RetrievalMode = RetrievalMode.ROUTE, **kwargs: Any
     ) -> Any:
@@ -195,7 +232,30 @@ class RoutedRagPack(RagPack):
 RagPack.multi_source_class = RoutedRagPack
 
 
-RagPack.multi_source_class = RoutedRagPack
+class _SelectedRoutesRetriever(BaseRetriever):
+    """Retrieves from the routes of a fixed :class:`RouteSelection` of a router (sync and async).
+
+    Args:
+        router: The pack's route retriever.
+        selection: The routing decision to reuse for every query.
+        callback_manager: LlamaIndex callbacks.
+    """
+
+    def __init__(
+        self,
+        router: FusionRouterRetriever,
+        selection: RouteSelection,
+        callback_manager: CallbackManager | None = None,
+    ) -> None:
+        super().__init__(callback_manager=callback_manager)
+        self._router = router
+        self._selection = selection
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return self._router.retrieve_selected(query_bundle, self._selection)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return await self._router.aretrieve_selected(query_bundle, self._selection)
 
 
 def _check_routing_options(

@@ -1,0 +1,99 @@
+"""One question-answering session of ``rag-pack ask`` / ``rag-pack chat``: the input is checked,
+then each model is loaded once (a progress line on stderr says what loads and how long it took),
+and every question of the session is answered with the same pack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index_rag_pack.cli import checks
+from llama_index_rag_pack.cli import output as _cli
+
+__all__ = ["Session", "open_session", "progress"]
+
+
+@contextmanager
+def progress(name: str, timings: dict[str, float]) -> Iterator[None]:
+    """Print ``name ...`` on stderr, then the seconds it took on the same line."""
+    sys.stderr.write(f"{name} ...")
+    sys.stderr.flush()
+    start = time.perf_counter()
+    try:
+        yield
+    except BaseException:
+        sys.stderr.write(" failed\n")
+        raise
+    elapsed = time.perf_counter() - start
+    timings[name] = timings.get(name, 0.0) + elapsed
+    sys.stderr.write(f" {elapsed:.1f} s\n")
+    sys.stderr.flush()
+
+
+@dataclass
+class Session:
+    """The loaded pack, whether questions are routed, and where the time went."""
+
+    args: argparse.Namespace
+    pack: Any
+    routed: bool
+    timings: dict[str, float] = field(default_factory=dict)
+    answered: int = 0
+
+    def time_answer(self, question: str, fn: Callable[[], Any]) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.answered += 1
+            label = " ".join(question.split())
+            label = label if len(label) <= 60 else label[:57] + "..."
+            self.timings[f"answer {self.answered}: {label}"] = time.perf_counter() - start
+
+    def print_timings(self) -> None:
+        """The session's timings on stderr: each model load once, then each answer."""
+        _cli.err("\nTimings:")
+        for name, seconds in self.timings.items():
+            _cli.err(f"  {seconds:7.1f} s  {name}")
+
+
+def open_session(args: argparse.Namespace) -> Session:
+    """Check the input, then load the embedding model, open Milvus and load the LLM, each once."""
+    routed = checks.wants_routing(args)
+    uri = checks.check_input(args, routed)
+    # one progress line per model: no download/weight bars in between (set before HF imports)
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from llama_index_rag_pack.components import settings
+    from llama_index_rag_pack.pack import rag_pack
+
+    timings: dict[str, float] = {}
+    # RagPack's own resolver; a wrong --llm fails here, before any model loads
+    llm = rag_pack.resolve_llm(args.llm)
+    with progress("loading embedding model", timings):
+        embed_model = settings.resolve_embed_model(args.embed_model)
+    with progress(f"opening Milvus at {uri}", timings):
+        pack = _open_pack(args, uri, routed, llm, embed_model)
+    with progress(f"loading LLM ({settings.describe_llm(llm)})", timings):
+        if hasattr(llm, "load"):
+            llm.load()
+    _cli.print_models(pack)
+    return Session(args=args, pack=pack, routed=routed, timings=timings)
+
+
+def _open_pack(args: argparse.Namespace, uri: str, routed: bool, llm: Any, embed_model: Any) -> Any:
+    models = {"llm": llm, "embed_model": embed_model}
+    if routed:
+        from llama_index_rag_pack.cli.route import open_routed_pack
+
+        return open_routed_pack(args, similarity_top_k=args.top_k, **models)
+    from llama_index_rag_pack.pack.rag_pack import RagPack
+
+    kwargs = {**_cli.pack_kwargs(args), **models, "uri": uri}
+    return RagPack.open(similarity_top_k=args.top_k, **kwargs)
