@@ -31,6 +31,7 @@ from llama_index_rag_pack.core.errors import (
     ConfigurationError,
     MilvusUnavailableError,
 )
+from llama_index_rag_pack.storage.lite import LITE_OPEN_LOCK, is_lite_path, lite_lock_problem
 
 logger = logging.getLogger(__name__)
 
@@ -144,42 +145,26 @@ def open_client(uri: str | None = None, *, token: str | None = None) -> Any:
 
     uri = uri or default_milvus_uri()
     check_uri(uri)
-    if not is_remote_uri(uri):
-        _quiet_lite_server_logs()
-    try:
-        return MilvusClient(uri=uri, token=default_token(token), **client_kwargs(uri))
-    except Exception as e:  # pymilvus raises MilvusException / RuntimeError / OSError
-        raise _open_error(uri, e) from e
+    if is_remote_uri(uri):
+        try:
+            return MilvusClient(uri=uri, token=default_token(token), **client_kwargs(uri))
+        except Exception as e:  # pymilvus raises MilvusException / RuntimeError / OSError
+            raise _open_error(uri, e) from e
+    _quiet_lite_server_logs()
+    with LITE_OPEN_LOCK:  # two threads opening one Lite path would lock each other out
+        try:
+            return MilvusClient(uri=uri, token=default_token(token), **client_kwargs(uri))
+        except Exception as e:
+            raise _open_error(uri, e) from e
 
 
 def _open_error(uri: str, e: Exception) -> Exception:
-    text = str(e)
-    if not is_remote_uri(uri) and ("lock" in text.lower() or _lite_dir_locked(uri)):
-        return MilvusUnavailableError(
-            f"Milvus Lite database {uri} is in use by another process (one process per database). "
-            "Close that process, or serve the directory with `milvus-lite server --data-dir "
-            f"{uri} --host 127.0.0.1 --port 19530` and connect every process to "
-            "uri=http://127.0.0.1:19530."
-        )
+    if not is_remote_uri(uri):
+        problem = lite_lock_problem(uri)
+        if problem is not None:
+            return MilvusUnavailableError(problem)
+    text = " ".join(str(e).split()) or type(e).__name__
     return MilvusUnavailableError(f"Could not open Milvus at {uri}: {text}. {START_SERVER_HINT}.")
-
-
-def _lite_dir_locked(uri: str) -> bool:
-    """True when another process holds the Milvus Lite directory lock."""
-    lock = Path(uri) / "LOCK"
-    if not lock.exists():
-        return False
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - non-POSIX
-        return False
-    with open(lock, "a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-    return False
 
 
 def open_vector_store(
@@ -224,13 +209,13 @@ def open_vector_store(
         raise ConfigurationError(
             f"similarity_metric must be one of COSINE, IP, L2; got {similarity_metric!r}."
         )
+    if must_exist and is_lite_path(uri) and not Path(uri).is_dir():
+        # nothing to reopen: fail before Milvus Lite creates an empty database there
+        raise CollectionNotFoundError(_no_collection(collection_name, uri))
     client = open_client(uri, token=token)
     exists = client.has_collection(collection_name)
     if must_exist and not exists:
-        raise CollectionNotFoundError(
-            f"No collection {collection_name!r} in Milvus at {uri}. Index documents first "
-            "(`rag-pack index PATH` or RagPack(documents=...)), or check --uri/--collection."
-        )
+        raise CollectionNotFoundError(_no_collection(collection_name, uri))
     if exists and not overwrite:
         existing_dim = collection_dim(client, collection_name)
         if existing_dim is not None and existing_dim != dim:
@@ -262,7 +247,8 @@ def open_vector_store(
     kwargs.setdefault("use_async_client", False)
     store_class = loop_safe_store_class() if not kwargs["use_async_client"] else MilvusVectorStore
     try:
-        store = store_class(**kwargs)
+        with LITE_OPEN_LOCK:
+            store = store_class(**kwargs)
     except Exception as e:
         raise _open_error(uri, e) from e
     ensure_loaded(store.client, collection_name)
@@ -274,6 +260,13 @@ def open_vector_store(
         "existing" if exists and not overwrite else "new",
     )
     return store
+
+
+def _no_collection(collection_name: str, uri: str) -> str:
+    return (
+        f"No collection {collection_name!r} in Milvus at {uri}. Index documents first "
+        "(`rag-pack index PATH` or RagPack(documents=...)), or check --uri/--collection."
+    )
 
 
 @functools.lru_cache(maxsize=1)
