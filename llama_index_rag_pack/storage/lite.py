@@ -90,7 +90,7 @@ def describe_process(pid: int) -> str:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return f"process {pid}"
-    cmd = " ".join(part.decode(errors="replace") for part in raw.split(b"\0") if part)
+    cmd = " ".join(raw.replace(b"\0", b" ").decode(errors="replace").split())
     if len(cmd) > 80:
         cmd = cmd[:77] + "..."
     return f"process {pid} ({cmd})" if cmd else f"process {pid}"

@@ -13,6 +13,7 @@ Milvus Lite pitfalls handled here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -32,6 +33,7 @@ from llama_index_rag_pack.core.errors import (
     MilvusUnavailableError,
 )
 from llama_index_rag_pack.storage.lite import LITE_OPEN_LOCK, is_lite_path, lite_lock_problem
+from llama_index_rag_pack.storage.recovery import recovering_client_class
 
 logger = logging.getLogger(__name__)
 
@@ -137,25 +139,27 @@ def _quiet_lite_server_logs() -> None:
     # the same missing RPC makes query iterators fall back to a client-side timestamp, which is
     # right for Lite (one process owns the data)
     logging.getLogger("pymilvus.orm.iterator").addFilter(_DemoteToDebug("failed to get mvccTs"))
+    # a locked database: open_client says who holds it, in one line
+    logging.getLogger("milvus_lite.server_manager").addFilter(
+        _DemoteToDebug("Failed to start MilvusLite server")
+    )
 
 
 def open_client(uri: str | None = None, *, token: str | None = None) -> Any:
     """Open a ``pymilvus.MilvusClient`` on ``uri`` with clear errors."""
-    from pymilvus import MilvusClient
-
     uri = uri or default_milvus_uri()
     check_uri(uri)
-    if is_remote_uri(uri):
+    client_class = recovering_client_class()
+    if not is_remote_uri(uri):
+        _quiet_lite_server_logs()
+    # two threads opening one Lite path at once would lock each other out
+    with LITE_OPEN_LOCK if not is_remote_uri(uri) else contextlib.nullcontext():
         try:
-            return MilvusClient(uri=uri, token=default_token(token), **client_kwargs(uri))
+            client = client_class(uri=uri, token=default_token(token), **client_kwargs(uri))
         except Exception as e:  # pymilvus raises MilvusException / RuntimeError / OSError
             raise _open_error(uri, e) from e
-    _quiet_lite_server_logs()
-    with LITE_OPEN_LOCK:  # two threads opening one Lite path would lock each other out
-        try:
-            return MilvusClient(uri=uri, token=default_token(token), **client_kwargs(uri))
-        except Exception as e:
-            raise _open_error(uri, e) from e
+    client.rag_pack_uri = uri
+    return client
 
 
 def _open_error(uri: str, e: Exception) -> Exception:
@@ -251,6 +255,7 @@ def open_vector_store(
             store = store_class(**kwargs)
     except Exception as e:
         raise _open_error(uri, e) from e
+    store._milvusclient = client  # the same connection, with recovery from server restarts
     ensure_loaded(store.client, collection_name)
     logger.info(
         "Vector store: Milvus %s at %s, collection %r (%s)",
