@@ -4,15 +4,19 @@ When a Milvus server goes away, pymilvus raises ``MilvusException(code=2, "Fail 
 server ...")`` at once, and reconnects by itself within about a second once the server is back.
 A restarted Milvus Lite server has every collection *released*, though, so the first search
 after a restart fails with code 101 ("call load() before search"). :func:`recovering_client_class`
-adds both: a lost connection becomes a :class:`MilvusUnavailableError` that says what to do, and a
-released collection is loaded and the call retried once.
+adds what is missing: a lost connection becomes a :class:`MilvusUnavailableError` that says what
+to do; a call made while the server answers again but the channel has not reconnected yet waits
+for it (up to :data:`RECONNECT_WAIT_S`); a released collection is loaded and the call retried.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import socket
+import time
 from typing import Any
+from urllib.parse import urlparse
 
 from llama_index_rag_pack.core.errors import MilvusUnavailableError
 
@@ -21,6 +25,9 @@ logger = logging.getLogger(__name__)
 #: pymilvus error codes: the server cannot be reached / the collection is not loaded.
 CONNECTION_FAILED = 2
 COLLECTION_NOT_LOADED = 101
+
+#: How long a call waits for pymilvus to reconnect to a server that answers again.
+RECONNECT_WAIT_S = 10.0
 
 _READS = ("search", "hybrid_search", "query", "get", "query_iterator", "search_iterator")
 _OTHERS = ("insert", "upsert", "delete", "flush", "has_collection", "describe_collection")
@@ -56,27 +63,49 @@ def _collection_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _recovering(base: type, method_name: str) -> Any:
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        method = getattr(base, method_name).__get__(self)
-        try:
-            return method(*args, **kwargs)
-        except Exception as e:
-            name = _collection_of(args, kwargs)
-            if name is not None and method_name in _READS and _is_not_loaded(e):
-                logger.info("Collection %r was released (server restarted?): loading it", name)
-                try:
-                    self.load_collection(name)
-                    return method(*args, **kwargs)
-                except Exception as again:
-                    if is_connection_error(again):
-                        raise lost_connection_error(self.rag_pack_uri, again) from again
-                    raise
-            if is_connection_error(e):
-                raise lost_connection_error(self.rag_pack_uri, e) from e
-            raise
+def _server_answers(uri: str) -> bool:
+    """True when something accepts connections at the server address ``uri`` (a server that is
+    back while pymilvus' channel still waits to reconnect)."""
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https", "tcp", "grpc") or not parsed.hostname:
+        return False
+    port = parsed.port or (443 if parsed.scheme == "https" else 19530)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
-    call.__name__ = method_name
+
+def _with_reload(client: Any, method: Any, name: str, args: Any, kwargs: Any) -> Any:
+    """``method(*args, **kwargs)``; a read of a released collection loads it and tries again."""
+    try:
+        return method(*args, **kwargs)
+    except Exception as e:
+        collection = _collection_of(args, kwargs)
+        if collection is None or name not in _READS or not _is_not_loaded(e):
+            raise
+        logger.info("Collection %r was released (server restarted?): loading it", collection)
+        client.load_collection(collection)
+        return method(*args, **kwargs)
+
+
+def _recovering(base: type, name: str) -> Any:
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(base, name).__get__(self)
+        deadline: float | None = None
+        while True:
+            try:
+                return _with_reload(self, method, name, args, kwargs)
+            except Exception as e:
+                if not is_connection_error(e):
+                    raise
+                deadline = deadline or time.monotonic() + RECONNECT_WAIT_S
+                if time.monotonic() > deadline or not _server_answers(self.rag_pack_uri):
+                    raise lost_connection_error(self.rag_pack_uri, e) from e
+                time.sleep(0.25)  # the server is back: pymilvus reconnects within about 1 s
+
+    call.__name__ = name
     return call
 
 
