@@ -109,6 +109,7 @@ DOCS = [
 ANSWER = "Milvus is an open-source vector database [1](id=1)."
 
 
+@pytest.mark.integration
 def test_server_killed_during_a_query_then_back(
     server: LiteServer,
     embed_model: Any,
@@ -209,6 +210,8 @@ def summary(prompt: str) -> str:
     return "Summary: " + " ".join(body[-25:])
 
 
+@pytest.mark.integration
+@pytest.mark.slow
 def test_raptor_build_killed_part_way_resumes_without_loss_or_duplicates(
     server: LiteServer, embed_model: Any
 ) -> None:

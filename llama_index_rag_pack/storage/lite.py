@@ -102,26 +102,32 @@ def lite_lock_problem(uri: str) -> str | None:
     """
     if not lock_is_held(uri):
         return None
-    others = [pid for pid in lock_holders(uri) if pid != os.getpid()]
-    if others:
-        who = ", ".join(describe_process(pid) for pid in others)
-        return (
-            f"Milvus Lite database {uri} is in use by {who} (one process per database). Close "
-            "that process, or serve the directory with `milvus-lite server --data-dir "
-            f"{uri} --host 127.0.0.1 --port 19530` and connect every process to "
-            "uri=http://127.0.0.1:19530."
-        )
-    if lock_holders(uri) == [os.getpid()]:
+    holders = lock_holders(uri)
+    if holders == [os.getpid()]:
+        if _served_here(uri):  # our own open database: the failure was something else
+            return None
         return (
             f"Milvus Lite database {uri} is already open in this process through another "
             "Milvus Lite instance (an earlier open failed part-way). Restart the program; reuse "
             "one client or vector store per database."
         )
+    others = [pid for pid in holders if pid != os.getpid()]
+    who = (", " + ", ".join(describe_process(pid) for pid in others)) if others else ""
     return (
-        f"Milvus Lite database {uri} is locked by another process (one process per database). "
-        f"Close it, or serve the directory with `milvus-lite server --data-dir {uri} --host "
-        "127.0.0.1 --port 19530` and connect every process to uri=http://127.0.0.1:19530."
+        f"Milvus Lite database {uri} is in use by another process{who} (one process per "
+        "database). Close that process, or serve the directory with `milvus-lite server "
+        f"--data-dir {uri} --host 127.0.0.1 --port 19530` and connect every process to "
+        "uri=http://127.0.0.1:19530."
     )
+
+
+def _served_here(uri: str) -> bool:
+    """True when this process's Milvus Lite server manager has ``uri`` open."""
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+    except ImportError:  # pragma: no cover - milvus-lite is a dependency
+        return False
+    return os.path.abspath(uri) in getattr(server_manager_instance, "_servers", {})
 
 
 def is_lite_path(uri: str | None) -> bool:
