@@ -41,7 +41,10 @@ def lock_is_held(uri: str) -> bool:
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX
         return False
-    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:  # unreadable: say nothing rather than guess
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -144,7 +147,7 @@ def discard_new_lite_db_on_failure(uri: str | None) -> Iterator[None]:
     if not is_lite_path(uri):
         yield
         return
-    path = Path(str(uri)).absolute()
+    path = Path(os.path.abspath(str(uri)))
     new_parents = [p for p in (path, path.parent) if not p.exists()]
     try:
         yield
