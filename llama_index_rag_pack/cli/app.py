@@ -45,13 +45,14 @@ DEMO_QUESTIONS = (
 
 # --------------------------------------------------------------------------- commands
 def cmd_index(args: argparse.Namespace) -> int:
-    from llama_index_rag_pack.components.ingest import load_documents
+    from llama_index_rag_pack.components.ingest import read_documents
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
     timings: dict[str, float] = {}
     with step("reading documents", timings):
-        documents = load_documents(args.paths, recursive=not args.no_recursive, show_progress=True)
-        out(f"  {len(documents)} documents")
+        loaded = read_documents(args.paths, recursive=not args.no_recursive, show_progress=True)
+        documents = loaded.documents
+        out(f"  {loaded.summary()}")  # each skipped file was logged with its reason
     with step("chunking, embedding and storing in Milvus", timings):
         pack = RagPack(
             documents,
@@ -66,6 +67,7 @@ def cmd_index(args: argparse.Namespace) -> int:
     out(
         f"Collection {pack.vector_store.collection_name!r} now holds {pack.count()} chunks"
         + (f" and {sentences} sentences." if sentences else ".")
+        + (f" Skipped {len(loaded.skipped)} unreadable files." if loaded.skipped else "")
     )
     return 0
 

@@ -5,13 +5,16 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from llama_index.core import SimpleDirectoryReader
 from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.schema import BaseNode, Document
+from llama_index.core.utils import get_tqdm_iterable
 
 from llama_index_rag_pack.core.errors import ConfigurationError, EmptyCorpusError
+from llama_index_rag_pack.core.text_decoding import detect_text_encoding
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +22,33 @@ SUPPORTED_EXTENSIONS = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".r
 # all-MiniLM-L6-v2 reads at most 256 word pieces: longer chunks would be embedded truncated.
 DEFAULT_CHUNK_SIZE = 256
 DEFAULT_CHUNK_OVERLAP = 32
+
+
+@dataclass
+class SkippedFile:
+    """A file left out of the index, and why (one line that says what to do)."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+@dataclass
+class LoadedDocuments:
+    """What :func:`read_documents` found: the documents, and the files it skipped."""
+
+    documents: list[Document] = field(default_factory=list)
+    skipped: list[SkippedFile] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """E.g. ``3 documents (1 file skipped)``."""
+        text = f"{len(self.documents)} documents"
+        if self.skipped:
+            n = len(self.skipped)
+            text += f" ({n} file{'s' if n != 1 else ''} skipped)"
+        return text
 
 
 def load_documents(
@@ -30,11 +60,68 @@ def load_documents(
 ) -> list[Document]:
     """Read files and directories into LlamaIndex ``Document`` objects.
 
-    Document ids are the file paths, so re-indexing a file replaces its old chunks.
+    Document ids are the file paths, so re-indexing a file replaces its old chunks. Binary or
+    undecodable files, unreadable PDFs and blank files are skipped with a warning each (see
+    :func:`read_documents` for the list of skipped files).
 
     Raises:
         ConfigurationError: a path does not exist.
-        EmptyCorpusError: no supported file was found, or every file was blank.
+        EmptyCorpusError: no supported file was found, or no file had any text.
+    """
+    return read_documents(
+        paths, recursive=recursive, extensions=extensions, show_progress=show_progress
+    ).documents
+
+
+def read_documents(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    recursive: bool = True,
+    extensions: Sequence[str] = SUPPORTED_EXTENSIONS,
+    show_progress: bool = False,
+) -> LoadedDocuments:
+    """:func:`load_documents`, also returning the files skipped and why.
+
+    Text files may be UTF-8 (with or without BOM), UTF-16/32 with a BOM, or a legacy encoding
+    in any language (:func:`~llama_index_rag_pack.core.text_decoding.detect_text_encoding`).
+
+    Raises:
+        ConfigurationError: a path does not exist.
+        EmptyCorpusError: no supported file was found, or no file had any text.
+    """
+    files = find_files(paths, recursive=recursive, extensions=extensions)
+    loaded = LoadedDocuments()
+    for path in get_tqdm_iterable(files, show_progress, "Reading files"):
+        try:
+            docs = _read_file(path)
+        except _Skip as skip:
+            loaded.skipped.append(SkippedFile(str(path), str(skip)))
+            logger.warning("Skipped %s: %s", path, skip)
+            continue
+        if not any(d.text and d.text.strip() for d in docs):
+            loaded.skipped.append(SkippedFile(str(path), "blank (no text in it)"))
+            logger.warning("Skipped %s: blank (no text in it)", path)
+            continue
+        loaded.documents.extend(d for d in docs if d.text and d.text.strip())
+    if not loaded.documents:
+        listed = "; ".join(map(str, loaded.skipped[:5]))
+        raise EmptyCorpusError(
+            f"Nothing to index: none of the {len(files)} files has readable text ({listed})."
+        )
+    return loaded
+
+
+def find_files(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    recursive: bool = True,
+    extensions: Sequence[str] = SUPPORTED_EXTENSIONS,
+) -> list[Path]:
+    """The supported files named by ``paths`` (directories are searched), without duplicates.
+
+    Raises:
+        ConfigurationError: a path does not exist, or a file named directly is not supported.
+        EmptyCorpusError: no supported file was found.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -67,11 +154,72 @@ def load_documents(
         raise EmptyCorpusError(
             f"No supported files ({', '.join(sorted(exts))}) under {', '.join(map(str, paths))}."
         )
+    return list(dict.fromkeys(files))
+
+
+class _Skip(Exception):
+    """A file that cannot be indexed; the message says why and what to do."""
+
+
+NOT_TEXT = (
+    "not text (binary or undecodable bytes); convert it to UTF-8 text, or move it out of the "
+    "indexed folder"
+)
+
+
+def _read_file(path: Path) -> list[Document]:
+    """The documents of one file (a PDF may give one per page).
+
+    Raises:
+        _Skip: the file is binary, undecodable or an unreadable PDF.
+    """
+    if path.suffix.lower() == ".pdf":
+        return _read_pdf(path)
+    encoding = detect_text_encoding(path.read_bytes())
+    if encoding is None:
+        raise _Skip(NOT_TEXT)
     reader = SimpleDirectoryReader(
-        input_files=[str(f) for f in dict.fromkeys(files)], filename_as_id=True
+        input_files=[str(path)],
+        filename_as_id=True,
+        encoding=encoding.encoding,
+        errors=encoding.errors,
+        raise_on_error=True,
     )
-    documents = reader.load_data(show_progress=show_progress)
-    return drop_blank_documents(documents)
+    return reader.load_data()
+
+
+def _read_pdf(path: Path) -> list[Document]:
+    pdf_logger = logging.getLogger("pypdf")
+    level = pdf_logger.level
+    pdf_logger.setLevel(logging.ERROR)  # pypdf logs each repair attempt of a broken file
+    try:
+        reader = SimpleDirectoryReader(
+            input_files=[str(path)], filename_as_id=True, raise_on_error=True
+        )
+        return reader.load_data()
+    except ImportError:
+        raise
+    except Exception as e:
+        cause = _root_cause(e)
+        raise _Skip(
+            f"the PDF cannot be read ({type(cause).__name__}: {cause}); it may be damaged or "
+            "truncated: open and re-save (or re-export) it as PDF, or save its text as .txt"
+        ) from e
+    finally:
+        pdf_logger.setLevel(level)
+
+
+def _root_cause(e: BaseException) -> BaseException:
+    """The innermost exception behind ``e`` (through ``raise ... from`` and tenacity retries)."""
+    seen = set()
+    while id(e) not in seen:
+        seen.add(id(e))
+        last = getattr(e, "last_attempt", None)  # tenacity.RetryError
+        inner = last.exception() if last is not None and last.failed else e.__cause__
+        if inner is None:
+            break
+        e = inner
+    return e
 
 
 def drop_blank_documents(documents: Iterable[Document]) -> list[Document]:
@@ -140,7 +288,11 @@ def split_documents(
 
 __all__ = [
     "chunk_id",
+    "find_files",
+    "LoadedDocuments",
     "load_documents",
+    "read_documents",
+    "SkippedFile",
     "drop_blank_documents",
     "split_documents",
     "SUPPORTED_EXTENSIONS",

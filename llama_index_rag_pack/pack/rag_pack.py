@@ -41,6 +41,7 @@ from llama_index_rag_pack.pack.indexing import default_mode_for, index_sentences
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, pack_tree_inputs
 from llama_index_rag_pack.storage import milvus as milvus_utils
+from llama_index_rag_pack.storage.lite import discard_new_lite_db_on_failure
 from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,33 +139,35 @@ class RagPack(BaseLlamaPack):
 
         self.embed_model = resolve_embed_model(embed_model)
         self.uri = None if vector_store is not None else (uri or default_milvus_uri())
-        if vector_store is None:
-            dim = len(self.embed_model.get_text_embedding("dimension probe"))
-            vector_store = milvus_utils.open_vector_store(
-                self.uri,
-                collection_name,
-                dim=dim,
-                token=token,
-                overwrite=overwrite,
-                enable_bm25=enable_bm25,
-                must_exist=to_index is None,
+        # a failed first ingest removes the database it created
+        with discard_new_lite_db_on_failure(self.uri if to_index else None):
+            if vector_store is None:
+                dim = len(self.embed_model.get_text_embedding("dimension probe"))
+                vector_store = milvus_utils.open_vector_store(
+                    self.uri,
+                    collection_name,
+                    dim=dim,
+                    token=token,
+                    overwrite=overwrite,
+                    enable_bm25=enable_bm25,
+                    must_exist=to_index is None,
+                )
+            self.vector_store = vector_store
+            self.sentence_index: MilvusSentenceIndex | None = None
+            if sentence_index and getattr(vector_store, "client", None) is not None:
+                self.sentence_index = MilvusSentenceIndex(
+                    vector_store.client, vector_store.collection_name
+                )
+                if overwrite:
+                    self.sentence_index.drop()
+            self.index = VectorStoreIndex.from_vector_store(
+                vector_store, embed_model=self.embed_model, callback_manager=self.callback_manager
             )
-        self.vector_store = vector_store
-        self.sentence_index: MilvusSentenceIndex | None = None
-        if sentence_index and getattr(vector_store, "client", None) is not None:
-            self.sentence_index = MilvusSentenceIndex(
-                vector_store.client, vector_store.collection_name
-            )
-            if overwrite:
-                self.sentence_index.drop()
-        self.index = VectorStoreIndex.from_vector_store(
-            vector_store, embed_model=self.embed_model, callback_manager=self.callback_manager
-        )
-        self._default_mode: str | None = None
-        self._retrievers: dict[tuple[Any, ...], BaseRetriever] = {}
-        self._query_engines: dict[tuple[Any, ...], BaseQueryEngine] = {}
-        if to_index:
-            self.insert(to_index)
+            self._default_mode: str | None = None
+            self._retrievers: dict[tuple[Any, ...], BaseRetriever] = {}
+            self._query_engines: dict[tuple[Any, ...], BaseQueryEngine] = {}
+            if to_index:
+                self.insert(to_index)
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod

@@ -13,6 +13,7 @@ Milvus Lite pitfalls handled here:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -31,6 +32,8 @@ from llama_index_rag_pack.core.errors import (
     ConfigurationError,
     MilvusUnavailableError,
 )
+from llama_index_rag_pack.storage.lite import LITE_OPEN_LOCK, is_lite_path, lite_lock_problem
+from llama_index_rag_pack.storage.recovery import recovering_client_class
 
 logger = logging.getLogger(__name__)
 
@@ -136,50 +139,36 @@ def _quiet_lite_server_logs() -> None:
     # the same missing RPC makes query iterators fall back to a client-side timestamp, which is
     # right for Lite (one process owns the data)
     logging.getLogger("pymilvus.orm.iterator").addFilter(_DemoteToDebug("failed to get mvccTs"))
+    # a locked database: open_client says who holds it, in one line
+    logging.getLogger("milvus_lite.server_manager").addFilter(
+        _DemoteToDebug("Failed to start MilvusLite server")
+    )
 
 
 def open_client(uri: str | None = None, *, token: str | None = None) -> Any:
     """Open a ``pymilvus.MilvusClient`` on ``uri`` with clear errors."""
-    from pymilvus import MilvusClient
-
     uri = uri or default_milvus_uri()
     check_uri(uri)
+    client_class = recovering_client_class()
     if not is_remote_uri(uri):
         _quiet_lite_server_logs()
-    try:
-        return MilvusClient(uri=uri, token=default_token(token), **client_kwargs(uri))
-    except Exception as e:  # pymilvus raises MilvusException / RuntimeError / OSError
-        raise _open_error(uri, e) from e
+    # two threads opening one Lite path at once would lock each other out
+    with LITE_OPEN_LOCK if not is_remote_uri(uri) else contextlib.nullcontext():
+        try:
+            client = client_class(uri=uri, token=default_token(token), **client_kwargs(uri))
+        except Exception as e:  # pymilvus raises MilvusException / RuntimeError / OSError
+            raise _open_error(uri, e) from e
+    client.rag_pack_uri = uri
+    return client
 
 
 def _open_error(uri: str, e: Exception) -> Exception:
-    text = str(e)
-    if not is_remote_uri(uri) and ("lock" in text.lower() or _lite_dir_locked(uri)):
-        return MilvusUnavailableError(
-            f"Milvus Lite database {uri} is in use by another process (one process per database). "
-            "Close that process, or serve the directory with `milvus-lite server --data-dir "
-            f"{uri} --host 127.0.0.1 --port 19530` and connect every process to "
-            "uri=http://127.0.0.1:19530."
-        )
+    if not is_remote_uri(uri):
+        problem = lite_lock_problem(uri)
+        if problem is not None:
+            return MilvusUnavailableError(problem)
+    text = " ".join(str(e).split()) or type(e).__name__
     return MilvusUnavailableError(f"Could not open Milvus at {uri}: {text}. {START_SERVER_HINT}.")
-
-
-def _lite_dir_locked(uri: str) -> bool:
-    """True when another process holds the Milvus Lite directory lock."""
-    lock = Path(uri) / "LOCK"
-    if not lock.exists():
-        return False
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - non-POSIX
-        return False
-    with open(lock, "a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-    return False
 
 
 def open_vector_store(
@@ -224,13 +213,13 @@ def open_vector_store(
         raise ConfigurationError(
             f"similarity_metric must be one of COSINE, IP, L2; got {similarity_metric!r}."
         )
+    if must_exist and is_lite_path(uri) and not Path(uri).is_dir():
+        # nothing to reopen: fail before Milvus Lite creates an empty database there
+        raise CollectionNotFoundError(_no_collection(collection_name, uri))
     client = open_client(uri, token=token)
     exists = client.has_collection(collection_name)
     if must_exist and not exists:
-        raise CollectionNotFoundError(
-            f"No collection {collection_name!r} in Milvus at {uri}. Index documents first "
-            "(`rag-pack index PATH` or RagPack(documents=...)), or check --uri/--collection."
-        )
+        raise CollectionNotFoundError(_no_collection(collection_name, uri))
     if exists and not overwrite:
         existing_dim = collection_dim(client, collection_name)
         if existing_dim is not None and existing_dim != dim:
@@ -262,9 +251,11 @@ def open_vector_store(
     kwargs.setdefault("use_async_client", False)
     store_class = loop_safe_store_class() if not kwargs["use_async_client"] else MilvusVectorStore
     try:
-        store = store_class(**kwargs)
+        with LITE_OPEN_LOCK:
+            store = store_class(**kwargs)
     except Exception as e:
         raise _open_error(uri, e) from e
+    store._milvusclient = client  # the same connection, with recovery from server restarts
     ensure_loaded(store.client, collection_name)
     logger.info(
         "Vector store: Milvus %s at %s, collection %r (%s)",
@@ -274,6 +265,13 @@ def open_vector_store(
         "existing" if exists and not overwrite else "new",
     )
     return store
+
+
+def _no_collection(collection_name: str, uri: str) -> str:
+    return (
+        f"No collection {collection_name!r} in Milvus at {uri}. Index documents first "
+        "(`rag-pack index PATH` or RagPack(documents=...)), or check --uri/--collection."
+    )
 
 
 @functools.lru_cache(maxsize=1)

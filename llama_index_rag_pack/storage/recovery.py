@@ -1,0 +1,143 @@
+"""A Milvus client that survives a server restart and reports a lost server in one line.
+
+When a Milvus server goes away, pymilvus raises ``MilvusException(code=2, "Fail connecting to
+server ...")`` at once, and reconnects by itself within about a second once the server is back.
+A restarted Milvus Lite server has every collection *released*, though, so the first search
+after a restart fails with code 101 ("call load() before search"). :func:`recovering_client_class`
+adds what is missing: a lost connection becomes a :class:`MilvusUnavailableError` that says what
+to do; a call made while the server answers again but the channel has not reconnected yet waits
+for it (up to :data:`RECONNECT_WAIT_S`); a released collection is loaded and the call retried.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import socket
+import time
+from typing import Any
+from urllib.parse import urlparse
+
+from llama_index_rag_pack.core.errors import MilvusUnavailableError
+
+logger = logging.getLogger(__name__)
+
+#: pymilvus error codes: the server cannot be reached / the collection is not loaded.
+CONNECTION_FAILED = 2
+COLLECTION_NOT_LOADED = 101
+
+#: How long a call waits for pymilvus to reconnect to a server that answers again.
+RECONNECT_WAIT_S = 10.0
+
+_READS = ("search", "hybrid_search", "query", "get", "query_iterator", "search_iterator")
+_OTHERS = ("insert", "upsert", "delete", "flush", "has_collection", "describe_collection")
+
+
+def is_connection_error(e: BaseException) -> bool:
+    """True when ``e`` says the Milvus server could not be reached."""
+    code = getattr(e, "code", None)
+    text = str(e)
+    return (
+        code == CONNECTION_FAILED
+        or "Fail connecting to server" in text
+        or "StatusCode.UNAVAILABLE" in text
+    )
+
+
+def _is_not_loaded(e: BaseException) -> bool:
+    text = str(e).lower()
+    return getattr(e, "code", None) == COLLECTION_NOT_LOADED or "call load()" in text
+
+
+def lost_connection_error(uri: str, e: BaseException) -> MilvusUnavailableError:
+    """The one-line error for a Milvus server that went away while in use."""
+    return MilvusUnavailableError(
+        f"Lost the connection to Milvus at {uri} ({type(e).__name__}: "
+        f"{getattr(e, 'message', None) or e}). Check that the server is running (or start it "
+        "again); the next request reconnects by itself."
+    )
+
+
+def _collection_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    name = kwargs.get("collection_name", args[0] if args else None)
+    return name if isinstance(name, str) else None
+
+
+def _server_answers(uri: str) -> bool:
+    """True when something accepts connections at the server address ``uri`` (a server that is
+    back while pymilvus' channel still waits to reconnect)."""
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https", "tcp", "grpc") or not parsed.hostname:
+        return False
+    port = parsed.port or (443 if parsed.scheme == "https" else 19530)
+    try:
+        with socket.create_connection((parsed.hostname, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _with_reload(client: Any, method: Any, name: str, args: Any, kwargs: Any) -> Any:
+    """``method(*args, **kwargs)``; a read of a released collection loads it and tries again."""
+    try:
+        return method(*args, **kwargs)
+    except Exception as e:
+        collection = _collection_of(args, kwargs)
+        if collection is None or name not in _READS or not _is_not_loaded(e):
+            raise
+        logger.info("Collection %r was released (server restarted?): loading it", collection)
+        client.load_collection(collection)
+        return method(*args, **kwargs)
+
+
+def _recovering(base: type, name: str) -> Any:
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        method = getattr(base, name).__get__(self)
+        deadline: float | None = None
+        while True:
+            try:
+                return _with_reload(self, method, name, args, kwargs)
+            except Exception as e:
+                if not is_connection_error(e):
+                    raise
+                deadline = deadline or time.monotonic() + RECONNECT_WAIT_S
+                if time.monotonic() > deadline or not _server_answers(self.rag_pack_uri):
+                    raise lost_connection_error(self.rag_pack_uri, e) from e
+                time.sleep(0.25)  # the server is back: pymilvus reconnects within about 1 s
+
+    call.__name__ = name
+    return call
+
+
+_HANDLED = ("Fail connecting to server", "call load()", "Connection recovery failed")
+
+
+class _HandledRpcErrors(logging.Filter):
+    """pymilvus logs every failed RPC as an ERROR with a traceback; the ones this client handles
+    (a lost server, reported in one line; a released collection, loaded) go to DEBUG."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if any(fragment in text for fragment in _HANDLED):
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.msg, record.args = text.split("\nTraceback", 1)[0], None
+            record.exc_info = record.exc_text = None
+        return record.levelno >= logging.getLogger(record.name).getEffectiveLevel()
+
+
+@functools.lru_cache(maxsize=1)
+def recovering_client_class() -> type:
+    """``MilvusClient`` whose reads reload a released collection and retry once, and turn a lost
+    server into :class:`MilvusUnavailableError`."""
+    from pymilvus import MilvusClient
+
+    for name in ("pymilvus.decorators", "pymilvus.client.connection_manager"):
+        logging.getLogger(name).addFilter(_HandledRpcErrors())
+    namespace: dict[str, Any] = {
+        name: _recovering(MilvusClient, name) for name in (*_READS, *_OTHERS)
+    }
+    namespace["rag_pack_uri"] = "Milvus"
+    return type("RecoveringMilvusClient", (MilvusClient,), namespace)
+
+
+__all__ = ["is_connection_error", "lost_connection_error", "recovering_client_class"]
