@@ -342,6 +342,8 @@ def test_retriever_validates_arguments(built: dict[str, Any], embed_model: Any) 
         RaptorRetriever()
     with pytest.raises(ConfigurationError, match="max_levels"):
         RaptorTree(built["store"], embed_model=embed_model, max_levels=0)
+    with pytest.raises(ConfigurationError, match=r"topic_similarity must be in \[-1, 1\]"):
+        RaptorTree(built["store"], embed_model=embed_model, topic_similarity=1.5)
 
 
 def test_missing_tree_says_how_to_build_one(tmp_path: Any, embed_model: Any) -> None:
@@ -437,6 +439,20 @@ def test_a_handful_of_chunks_on_two_distant_topics_are_never_mixed(
             assert len(docs_below) == 1, f"summary {nid} mixes tennis and chemistry"
     top = stats.levels and max(stats.levels)
     assert len(tree.store.level(top)) >= 2, "two distinct topics give at least two tops"
+
+
+def test_topic_similarity_none_lets_a_tiny_corpus_share_one_summary(
+    tmp_path: Any, embed_model: Any
+) -> None:
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    llm = ScriptedLLM(replies=['"Aardvarks, abacuses and alchemy."'])
+    docs = [
+        Document(text=t)
+        for t in ("Aardvarks eat ants.", "The abacus is a counting frame.", "Alchemy sought gold.")
+    ]
+    options = {**TREE_OPTIONS, "topic_similarity": None}
+    tree = RaptorTree(store, embed_model=embed_model, llm=llm, **options)
+    assert tree.build(docs).levels == {0: 3, 1: 1} and llm.call_count == 1
 
 
 def test_build_progress_shows_levels_clusters_llm_calls_and_eta(

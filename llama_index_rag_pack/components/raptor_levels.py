@@ -42,7 +42,7 @@ from llama_index_rag_pack.components.raptor_summaries import (
     SummaryBatch,
     SummaryJob,
 )
-from llama_index_rag_pack.core.clustering import cluster_embeddings
+from llama_index_rag_pack.core.clustering import DEFAULT_TOPIC_SIMILARITY, cluster_embeddings
 from llama_index_rag_pack.core.errors import RagPackError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,12 +88,15 @@ class ClusterOptions:
         threshold: Soft-membership probability threshold.
         max_clusters: Exclusive upper bound on clusters per mixture.
         random_state: Seed (keep it fixed so interrupted builds resume).
+        topic_similarity: Clusters are split where average linkage keeps groups apart at this
+            cosine similarity (``None``: never).
     """
 
     reduction_dim: int
     threshold: float
     max_clusters: int
     random_state: int | None
+    topic_similarity: float | None = DEFAULT_TOPIC_SIMILARITY
 
 
 @dataclass
@@ -189,6 +192,7 @@ class LevelBuilder:
             threshold=self.clustering.threshold,
             max_clusters=self.clustering.max_clusters,
             random_state=self.clustering.random_state,
+            topic_similarity=self.clustering.topic_similarity,
             lengths=lengths,
             max_length_in_cluster=self.cluster_budget(),
         )

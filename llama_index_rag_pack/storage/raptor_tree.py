@@ -38,6 +38,7 @@ from llama_index_rag_pack.components.raptor_summaries import (
     SummaryJob,
 )
 from llama_index_rag_pack.components.raptor_updates import delete_documents, insert_leaves
+from llama_index_rag_pack.core.clustering import DEFAULT_TOPIC_SIMILARITY
 from llama_index_rag_pack.core.errors import ConfigurationError, EmptyCorpusError
 from llama_index_rag_pack.storage.raptor_store import RaptorStore
 
@@ -59,6 +60,7 @@ def _check_options(
     max_clusters: int,
     max_length_in_cluster: int | None,
     new_cluster_similarity: float,
+    topic_similarity: float | None,
 ) -> None:
     """Raise :class:`ConfigurationError` naming the first option out of range."""
     for name, value, low in (
@@ -81,6 +83,10 @@ def _check_options(
     if not -1.0 <= new_cluster_similarity <= 1.0:
         raise ConfigurationError(
             f"new_cluster_similarity must be in [-1, 1], got {new_cluster_similarity!r}"
+        )
+    if topic_similarity is not None and not -1.0 <= topic_similarity <= 1.0:
+        raise ConfigurationError(
+            f"topic_similarity must be in [-1, 1] or None, got {topic_similarity!r}"
         )
 
 
@@ -106,7 +112,11 @@ class RaptorTree(PromptMixin):
         chunk_overlap: Leaf chunk overlap in tokens.
         new_cluster_similarity: On insert, a new node whose cosine similarity to every cluster
             centroid is below this starts a new cluster.
-        show_progress: tqdm bars for embeddings and summaries.
+        topic_similarity: Clusters are split into the groups that average-linkage clustering
+            keeps apart at this cosine similarity, so distinct topics never share a summary
+            (``None``: never split; see ``cluster_embeddings``).
+        show_progress: Progress on stderr: a line per level clustered, bars for embeddings and
+            summaries (clusters done of the level's total, LLM calls, ETA).
 
     Example:
         >>> from llama_index.core import Document
@@ -137,6 +147,7 @@ class RaptorTree(PromptMixin):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
         new_cluster_similarity: float = 0.3,
+        topic_similarity: float | None = DEFAULT_TOPIC_SIMILARITY,
         show_progress: bool = False,
     ) -> None:
         _check_options(
@@ -149,6 +160,7 @@ class RaptorTree(PromptMixin):
             max_clusters=max_clusters,
             max_length_in_cluster=max_length_in_cluster,
             new_cluster_similarity=new_cluster_similarity,
+            topic_similarity=topic_similarity,
         )
         from llama_index_rag_pack.components.settings import resolve_embed_model
 
@@ -171,6 +183,7 @@ class RaptorTree(PromptMixin):
         self.chunk_size = chunk_size
         self.chunk_overlap = chunk_overlap
         self.new_cluster_similarity = new_cluster_similarity
+        self.topic_similarity = topic_similarity
         self.show_progress = show_progress
         self._tokenizer: Callable[[str], list[Any]] | None = None
         self._rng = random.Random(random_state)
@@ -267,6 +280,7 @@ class RaptorTree(PromptMixin):
                 threshold=self.threshold,
                 max_clusters=self.max_clusters,
                 random_state=self.random_state,
+                topic_similarity=self.topic_similarity,
             ),
             cluster_budget=self.cluster_budget,
             count_tokens=self.count_tokens,
