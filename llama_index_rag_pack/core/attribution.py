@@ -270,9 +270,22 @@ def marked_answer(sentences: Sequence[AnswerSentence], verdicts: Sequence[Senten
         'Paris is in France [1](id=2). Hi [1](id=1).'
     """
     return "".join(
-        attach_markers(s.raw, v.positions) if v.origin is SentenceOrigin.ATTRIBUTED else s.raw
+        _attach(s, v.positions) if v.origin is SentenceOrigin.ATTRIBUTED else s.raw
         for s, v in zip(sentences, verdicts, strict=True)
     )
+
+
+def _attach(sentence: AnswerSentence, positions: Sequence[int]) -> str:
+    """Markers for ``positions`` on ``sentence``: right after its last (invalid) marker when it
+    has one, so they render as one group, else before its final punctuation."""
+    if not sentence.ids:
+        return attach_markers(sentence.raw, positions)
+    raw, last, i = sentence.raw, 0, 0
+    while (j := raw.find("[", i)) >= 0:
+        status, end, _ = scan_marker(raw, j)
+        last, i = (end, end) if status == MATCH else (last, j + 1)
+    markers = "".join(f"[{k}](id={m})" for k, m in enumerate(positions, 1))
+    return raw[:last] + markers + raw[last:]
 
 
 def _quote(text: str, limit: int = 60) -> str:
