@@ -169,7 +169,9 @@ class TestChooseSources:
             assert [values[i] for i in chosen] == sorted((values[i] for i in chosen), reverse=True)
 
     def test_reference_case(self) -> None:
-        assert choose_sources([0.2, 0.71, 0.65, 0.8], threshold=0.5, margin=0.1) == [3, 1]
+        values = [0.2, 0.71, 0.65, 0.8]
+        assert choose_sources(values, threshold=0.5, margin=0.1, max_sources=2) == [3, 1]
+        assert choose_sources(values, threshold=0.5) == [3]  # default: the best passage only
         assert choose_sources([0.49, 0.3], threshold=0.5) == []
 
 
