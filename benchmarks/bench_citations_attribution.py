@@ -2,9 +2,10 @@
 
 Labelled set (reproducible): the questions of ``benchmarks/data/wiki_qa.jsonl`` whose evidence
 sentence is found in its shipped Wikipedia article, one per article, split by article into a
-*dev* half (even article index: thresholds are chosen there) and a *test* half (odd: reported).
-Each question gets a context of 4 chunks (~600 characters around an evidence sentence, as in
-``bench_citations_precision.py``): its gold chunk and 3 chunks of other articles, shuffled.
+*dev* half (even article index: the defaults were chosen there) and a *test* half (odd: reported).
+Each question gets a context of 4 chunks of ~600 characters, shuffled: the *gold* chunk around
+its evidence sentence, 2 chunks from elsewhere in the same article (hard negatives: same topic,
+same source; fewer for short articles) and chunks of other articles to make 4.
 
 Answers are **built from the gold evidence, not generated** (no LLM is run for them), 4 sentences:
 
@@ -12,8 +13,8 @@ Answers are **built from the gold evidence, not generated** (no LLM is run for t
 * ``truncated``: the first 60 % of the evidence sentence's words;
 * ``reordered``: the evidence sentence with its comma-separated clauses in reverse order and every
   5th word dropped (a crude paraphrase);
-* ``unsupported``: the evidence sentence of a question about another article, not in the
-  context (a fluent claim no passage supports).
+* ``unsupported``: a sentence of the same article from outside every context chunk (on topic,
+  fluent, supported by no passage).
 
 Gold support: the first three sentences are supported by the gold chunk only, the last by none.
 

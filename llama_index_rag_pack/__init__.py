@@ -1,5 +1,6 @@
 """llama-index-rag-pack: advanced RAG for LlamaIndex over Milvus."""
 
+from llama_index_rag_pack.components.citation_attribution import SentenceAttributor
 from llama_index_rag_pack.components.citation_postprocessor import CitationPostprocessor
 from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
 from llama_index_rag_pack.components.fusion import FusionRetriever
@@ -53,6 +54,7 @@ __all__ = [
     "cluster_embeddings",
     "CitationPostprocessor",
     "CitedQueryEngine",
+    "SentenceAttributor",
     "ReferenceManager",
     "ReferenceStyle",
     "render_references",
