@@ -471,10 +471,12 @@ def main() -> None:
     description = (
         f"wiki_qa questions with their evidence found in the shipped article, one per article, "
         f"split by article: dev {len(dev)} (threshold sweep), test {len(test)} (reported). 4 "
-        "chunks per question (1 gold). Answers of the scripted engines are built from the gold "
-        "evidence (not generated): a short answer, a truncated and a clause-reordered evidence "
-        "sentence, and one unsupported sentence from another article. Attribution: bundled "
-        f"MiniLM + rapidfuzz, weight {DEFAULT_WEIGHT}, threshold {DEFAULT_THRESHOLD}."
+        "chunks per question: the gold chunk, 2 other chunks of the same article, 1 of another "
+        "article. Answers of the scripted engines are built from the gold evidence (not "
+        "generated): a short answer, a truncated and a clause-reordered evidence sentence, and "
+        "one on-topic sentence of the same article from outside the context (unsupported). "
+        f"Attribution: bundled MiniLM + rapidfuzz, weight {DEFAULT_WEIGHT}, threshold "
+        f"{DEFAULT_THRESHOLD}, {DEFAULT_MAX_SOURCES} passage per sentence."
     )
     write_results(
         "citations_attribution",

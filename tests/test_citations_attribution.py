@@ -345,3 +345,35 @@ class TestEvidenceRendering:
         out = capsys.readouterr().out
         assert f"[1] Lion — {LION_URL} (cited by the model)" in out
         assert ">>Lions live in groups called prides.<<" in out and "unsupported" not in out
+
+
+# --------------------------------------------------------------------------- the real local model
+APOLLO = (
+    "Apollo 11 was the spaceflight that first landed humans on the Moon. Commander Neil "
+    "Armstrong and lunar module pilot Buzz Aldrin landed the Apollo Lunar Module Eagle on July "
+    "20, 1969. Michael Collins flew the command module Columbia alone in lunar orbit while they "
+    "were on the Moon's surface."
+)
+AARDVARK = (
+    "The aardvark is a medium-sized, burrowing, nocturnal mammal native to Africa. It feeds "
+    "almost exclusively on ants and termites, which it digs out of their hills with its claws."
+)
+
+
+class TwoPassages(BaseRetriever):
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return [
+            NodeWithScore(node=TextNode(text=t, metadata={"title": ti}, id_=ti), score=1.0)
+            for t, ti in ((AARDVARK, "Aardvark"), (APOLLO, "Apollo 11"))
+        ]
+
+
+@pytest.mark.slow
+def test_the_bundled_local_model_gets_cited_answers(local_llm, embed_model, capsys) -> None:
+    eng = CitedQueryEngine(TwoPassages(), local_llm, embed_model=embed_model, style="text")
+    response = eng.query("Who were the astronauts of Apollo 11?")
+    assert response.metadata["citation_origin"] in ("attributed", "mixed"), response.raw_answer
+    assert [c.title for c in response.citations] == ["Apollo 11"], response.raw_answer
+    print_evidence(response, tty=False)
+    out = capsys.readouterr().out
+    assert "(attributed by similarity)" in out and ">>" in out and "<<" in out
