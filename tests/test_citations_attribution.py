@@ -370,10 +370,19 @@ class TwoPassages(BaseRetriever):
 
 @pytest.mark.slow
 def test_the_bundled_local_model_gets_cited_answers(local_llm, embed_model, capsys) -> None:
+    """SmolLM2-135M writes no marker; its answer still cites the passage its words come from (it
+    may well be the wrong passage for the question: that is what the evidence shows)."""
     eng = CitedQueryEngine(TwoPassages(), local_llm, embed_model=embed_model, style="text")
     response = eng.query("Who were the astronauts of Apollo 11?")
-    assert response.metadata["citation_origin"] in ("attributed", "mixed"), response.raw_answer
-    assert [c.title for c in response.citations] == ["Apollo 11"], response.raw_answer
+    assert "](id=" not in response.raw_answer
+    assert response.metadata["citation_origin"] == "attributed", response.raw_answer
+    assert response.citations and all(c.origin == "attributed" for c in response.citations)
+    attribution = response.attribution
+    for verdict in attribution.verdicts:
+        for evidence in verdict.evidence:
+            passage = attribution.passages[evidence.position - 1].text
+            highlighted = set(passage[evidence.start : evidence.end].lower().split())
+            assert highlighted & set(verdict.text.lower().split()), (verdict.text, passage)
     print_evidence(response, tty=False)
     out = capsys.readouterr().out
     assert "(attributed by similarity)" in out and ">>" in out and "<<" in out

@@ -94,7 +94,7 @@ class Attribution:
 
     @property
     def note(self) -> str:
-        """The plain note line (""when nothing was attributed and nothing is unsupported)."""
+        """The plain note line ("" when nothing was attributed and nothing is unsupported)."""
         return attribution_note(self.verdicts)
 
     def to_dict(self) -> dict[str, Any]:

@@ -158,7 +158,7 @@ class CitedResponseBuilder:
 
     def note(self, manager: ReferenceManager, attribution: Attribution | None) -> str:
         """The attribution note in the manager's style (``""`` when there is none)."""
-        if attribution is None or manager.style is None:
+        if attribution is None:
             return ""
         return manager.style.format_note(attribution.note)
 
