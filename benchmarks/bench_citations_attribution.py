@@ -39,15 +39,11 @@ Writes ``citations_attribution.json`` / ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
-import random
-import re
 import time
-from pathlib import Path
 
+from _attribution_set import build_split, load_items
 from _results import add_out_argument, md_table, write_results
-from bench_citations_precision import WINDOW, FixedRetriever, window
-from llama_index.core.schema import NodeWithScore, TextNode
+from bench_citations_precision import FixedRetriever
 
 from llama_index_rag_pack.components.citation_attribution import SentenceAttributor
 from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
@@ -57,129 +53,9 @@ from llama_index_rag_pack.core.attribution_scores import (
     DEFAULT_WEIGHT,
 )
 from llama_index_rag_pack.core.metrics import citation_precision, citation_recall
-from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 from llama_index_rag_pack.testing import ScriptedLLM
 
-HERE = Path(__file__).resolve().parent
 KINDS = ("short", "truncated", "reordered", "unsupported")
-
-
-def load_items() -> list[dict]:
-    """One question per article whose evidence is found in the article, with the article text."""
-    rows = [json.loads(x) for x in (HERE / "data" / "wiki_qa.jsonl").read_text().splitlines() if x]
-    titles = list(dict.fromkeys(r["relevant_ids"][0].removeprefix("wiki:") for r in rows))
-    docs = {d.metadata["title"]: d for d in load_wikipedia_documents(titles)}
-    items, seen = [], set()
-    for row in rows:
-        title = row["relevant_ids"][0].removeprefix("wiki:")
-        if title in seen or title not in docs or not row.get("evidence"):
-            continue
-        flat = " ".join(docs[title].text.split())
-        pos = flat.find(row["evidence"][0])
-        if pos < 0:
-            continue
-        seen.add(title)
-        items.append(
-            {
-                "row": row,
-                "title": title,
-                "url": docs[title].metadata["url"],
-                "text": flat,
-                "span": (pos, pos + len(row["evidence"][0])),
-                "article": titles.index(title),
-            }
-        )
-    return items
-
-
-def same_article_windows(item: dict, rng: random.Random, k: int) -> list[tuple[int, int]]:
-    """Up to ``k`` spans of the item's article, away from its evidence and from each other."""
-    text, (lo, hi) = item["text"], item["span"]
-    taken = [(lo - 2 * WINDOW - 400, hi + 2 * WINDOW + 400)]
-    spans = []
-    for _ in range(50):
-        if len(spans) == k or len(text) < 4 * WINDOW:
-            break
-        start = rng.randrange(WINDOW, max(WINDOW + 1, len(text) - WINDOW))
-        if all(start + 2 * WINDOW + 400 < a or start - 2 * WINDOW - 400 > b for a, b in taken):
-            spans.append((start, start))
-            taken.append((start - 2 * WINDOW - 400, start + 2 * WINDOW + 400))
-    return spans
-
-
-def outside_sentence(item: dict, windows: list[tuple[int, int]], rng: random.Random) -> str:
-    """A sentence of the item's article outside every context chunk: on topic, unsupported."""
-    text = item["text"]
-    candidates = []
-    for m in re.finditer(r"[A-Z][^.!?]{40,220}[.!?](?= |$)", text):
-        if all(m.end() < a - WINDOW - 20 or m.start() > b + WINDOW + 20 for a, b in windows):
-            candidates.append(m.group(0))
-    return rng.choice(candidates) if candidates else ""
-
-
-def reorder(sentence: str) -> str:
-    clauses = [c.strip() for c in sentence.rstrip(".").split(",") if c.strip()]
-    words = " ".join(reversed(clauses)).split()
-    kept = [w for i, w in enumerate(words, 1) if i % 5 or len(words) < 6]
-    return " ".join(kept).rstrip(".") + "."
-
-
-def answer_sentences(item: dict, unsupported: str) -> list[str]:
-    evidence = item["row"]["evidence"][0]
-    words = evidence.rstrip(".").split()
-    return [
-        f"The answer is {item['row']['answers'][0]}.",
-        " ".join(words[: max(4, round(len(words) * 0.6))]) + ".",
-        reorder(evidence),
-        unsupported,
-    ]
-
-
-def context_for(item: dict, pool: list[dict], rng: random.Random) -> tuple[list[dict], str]:
-    """The gold chunk, 2 other chunks of the same article (fewer for short articles: other
-    articles fill in), 1 chunk of another article; and an on-topic unsupported sentence."""
-
-    def chunk(source: dict, span: tuple[int, int]) -> dict:
-        return {
-            "title": source["title"],
-            "url": source["url"],
-            "text": window(source["text"], *span),
-        }
-
-    spans = [item["span"], *same_article_windows(item, rng, 2)]
-    others = rng.sample([o for o in pool if o is not item], 4 - len(spans) + 1)
-    context = [chunk(item, s) for s in spans] + [chunk(o, o["span"]) for o in others[:-1]]
-    unsupported = outside_sentence(item, spans, rng) or others[-1]["row"]["evidence"][0]
-    return context, unsupported
-
-
-def build_split(items: list[dict], parity: int, seed: int = 13) -> list[dict]:
-    pool = [x for x in items if x["article"] % 2 == parity]
-    rng = random.Random(seed + parity)
-    labelled = []
-    for item in pool:
-        context, unsupported = context_for(item, pool, rng)
-        gold_text = context[0]["text"]
-        rng.shuffle(context)
-        nodes = [
-            NodeWithScore(
-                node=TextNode(text=c["text"], metadata={"title": c["title"], "url": c["url"]}),
-                score=1.0,
-            )
-            for c in context
-        ]
-        gold = [c["text"] for c in context].index(gold_text) + 1
-        labelled.append(
-            {
-                "question": item["row"]["question"],
-                "answers": item["row"]["answers"],
-                "nodes": nodes,
-                "gold": gold,
-                "sentences": answer_sentences(item, unsupported),
-                "support": [[gold], [gold], [gold], []],
-            }
-        )
-    return labelled
 
 
 def scripted(labelled: list[dict], markers: bool) -> ScriptedLLM:
@@ -333,142 +209,53 @@ def pct(value: float) -> str:
     return "–" if value != value else f"{value:.2f}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--llm-questions", type=int, default=0, help="SmolLM2 on N test questions")
-    parser.add_argument("--max-new-tokens", type=int, default=96)
-    parser.add_argument("--sweep-only", action="store_true", help="stop after the dev sweep")
-    add_out_argument(parser)
-    args = parser.parse_args()
-
-    from llama_index_rag_pack.components.settings import resolve_embed_model
-
-    embed_model = resolve_embed_model()
-    items = load_items()
-    dev, test = build_split(items, 0), build_split(items, 1)
-    print(f"{len(items)} questions with evidence: dev {len(dev)}, test {len(test)}", flush=True)
-
-    grid = sweep(dev, embed_model)
-    best = max(grid, key=lambda r: (round(r["f05"], 3), r["unsupported_flagged"]))
-    sweep_table = md_table(
-        [
-            "weight",
-            "threshold",
-            "max sources",
-            "precision",
-            "recall",
-            "F0.5",
-            "unsupported flagged",
-        ],
-        [
-            (
-                r["weight"],
-                r["threshold"],
-                r["max_sources"],
-                pct(r["precision"]),
-                pct(r["recall"]),
-                pct(r["f05"]),
-                pct(r["unsupported_flagged"]),
-            )
-            for r in grid
-        ],
-        align="rrrrrrr",
-    )
-    print(sweep_table)
-    print(
-        f"best on dev (F0.5): weight {best['weight']}, threshold {best['threshold']}, "
-        f"max sources {best['max_sources']}; defaults: weight {DEFAULT_WEIGHT}, threshold "
-        f"{DEFAULT_THRESHOLD}, max sources {DEFAULT_MAX_SOURCES}\n",
-        flush=True,
-    )
-    if args.sweep_only:
-        return
-    results = {}
-    for name, markers in (("scripted, cites correctly", True), ("scripted, no markers", False)):
-        timing, responses = run_engine(test, scripted(test, markers), embed_model)
-        results[name] = {**score(test, [r.attribution for r in responses]), **timing}
-        results[name]["origins"] = sorted({r.metadata["citation_origin"] for r in responses})
-    table = md_table(
-        [
-            "answers (test split)",
-            "citation precision",
-            "citation recall",
-            "citations",
-            "unsupported sentence flagged",
-            "supported sentence flagged",
-            "origin",
-            "s/answer",
-        ],
-        [
-            (
-                name,
-                pct(r["precision"]),
-                pct(r["recall"]),
-                r["citations"],
-                pct(r["unsupported_flagged"]),
-                pct(r["supported_flagged"]),
-                "/".join(r["origins"]),
-                f"{r['seconds_per_answer']:.2f}",
-            )
-            for name, r in results.items()
-        ],
-        align="lrrrrrlr",
-    )
-    kind_table = md_table(
-        [
-            "answers (test split)",
-            *[f"recall: {k}" for k in KINDS[:3]],
-            "citations on the unsupported sentence",
-        ],
-        [
-            (
-                name,
-                *[pct(r["recall_by_kind"][k]) for k in KINDS[:3]],
-                r["false_citations_on_unsupported"],
-            )
-            for name, r in results.items()
-        ],
-        align="lrrrr",
-    )
-    print(table + "\n\n" + kind_table, flush=True)
-    tables = [
-        ("Model-written vs attributed citations (test split)", table),
-        ("Recall per answer sentence kind (test split)", kind_table),
+def sweep_table(grid: list[dict]) -> str:
+    header = ["weight", "threshold", "max sources", "precision", "recall", "F0.5"]
+    rows = [
+        (r["weight"], r["threshold"], r["max_sources"], pct(r["precision"]), pct(r["recall"]))
+        + (pct(r["f05"]), pct(r["unsupported_flagged"]))
+        for r in grid
     ]
-    if args.llm_questions:
-        print(f"running SmolLM2-135M on {args.llm_questions} test questions ...", flush=True)
-        llm_result = smollm(test[: args.llm_questions], embed_model, args.max_new_tokens)
-        results["SmolLM2-135M, attributed"] = llm_result
-        r = llm_result
-        llm_table = md_table(
-            [
-                "engine",
-                "answers with ≥1 citation",
-                "answers citing the gold chunk",
-                "precision (cited = gold chunk)",
-                "sentences flagged unsupported",
-                "gold answer in text",
-                "s/answer",
-            ],
-            [
-                (
-                    "SmolLM2-135M (markers mode) + attribution",
-                    f"{r['answers_with_citation']}/{r['questions']}",
-                    f"{r['answers_citing_gold']}/{r['questions']}",
-                    pct(r["precision"]),
-                    f"{r['sentences_flagged_unsupported']}/{r['sentences']}",
-                    f"{r['gold_answer_in_text']}/{r['questions']}",
-                    f"{r['seconds_per_answer']:.1f}",
-                )
-            ],
-            align="lrrrrrr",
-        )
-        print(llm_table + "\n" + "\n".join(r["samples"]))
-        tables.append(("The bundled local model's real answers, attributed", llm_table))
-    tables.append(("Threshold sweep on the dev split (chooses the defaults)", sweep_table))
-    description = (
+    return md_table([*header, "unsupported flagged"], rows, align="rrrrrrr")
+
+
+def scripted_tables(results: dict) -> list[tuple[str, str]]:
+    header = ["answers (test split)", "citation precision", "citation recall", "citations"]
+    header += ["unsupported sentence flagged", "supported sentence flagged", "origin", "s/answer"]
+    rows = [
+        (name, pct(r["precision"]), pct(r["recall"]), r["citations"])
+        + (pct(r["unsupported_flagged"]), pct(r["supported_flagged"]), "/".join(r["origins"]))
+        + (f"{r['seconds_per_answer']:.2f}",)
+        for name, r in results.items()
+    ]
+    kinds = ["answers (test split)", *[f"recall: {k}" for k in KINDS[:3]]]
+    kind_rows = [
+        (name, *[pct(r["recall_by_kind"][k]) for k in KINDS[:3]])
+        + (r["false_citations_on_unsupported"],)
+        for name, r in results.items()
+    ]
+    return [
+        ("Model-written vs attributed citations (test split)", md_table(header, rows, "lrrrrrlr")),
+        (
+            "Recall per answer sentence kind (test split)",
+            md_table([*kinds, "citations on the unsupported sentence"], kind_rows, "lrrrr"),
+        ),
+    ]
+
+
+def llm_table(r: dict) -> str:
+    header = ["engine", "answers with ≥1 citation", "answers citing the gold chunk"]
+    header += ["precision (cited = gold chunk)", "sentences flagged unsupported"]
+    n = r["questions"]
+    row = ("SmolLM2-135M (markers mode) + attribution", f"{r['answers_with_citation']}/{n}")
+    row += (f"{r['answers_citing_gold']}/{n}", pct(r["precision"]))
+    row += (f"{r['sentences_flagged_unsupported']}/{r['sentences']}",)
+    row += (f"{r['gold_answer_in_text']}/{n}", f"{r['seconds_per_answer']:.1f}")
+    return md_table([*header, "gold answer in text", "s/answer"], [row], align="lrrrrrr")
+
+
+def describe(dev: list[dict], test: list[dict]) -> str:
+    return (
         f"wiki_qa questions with their evidence found in the shipped article, one per article, "
         f"split by article: dev {len(dev)} (threshold sweep), test {len(test)} (reported). 4 "
         "chunks per question: the gold chunk, 2 other chunks of the same article, 1 of another "
@@ -478,23 +265,58 @@ def main() -> None:
         f"Attribution: bundled MiniLM + rapidfuzz, weight {DEFAULT_WEIGHT}, threshold "
         f"{DEFAULT_THRESHOLD}, {DEFAULT_MAX_SOURCES} passage per sentence."
     )
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--llm-questions", type=int, default=0, help="SmolLM2 on N test questions")
+    parser.add_argument("--max-new-tokens", type=int, default=96)
+    parser.add_argument("--sweep-only", action="store_true", help="stop after the dev sweep")
+    add_out_argument(parser)
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    from llama_index_rag_pack.components.settings import resolve_embed_model
+
+    embed_model = resolve_embed_model()
+    items = load_items()
+    dev, test = build_split(items, 0), build_split(items, 1)
+    print(f"{len(items)} questions with evidence: dev {len(dev)}, test {len(test)}", flush=True)
+    grid = sweep(dev, embed_model)
+    best = max(grid, key=lambda r: (round(r["f05"], 3), r["unsupported_flagged"]))
+    chosen = f"weight {best['weight']}, threshold {best['threshold']}, max sources "
+    chosen += f"{best['max_sources']}"
+    print(sweep_table(grid) + f"\nbest on dev (F0.5): {chosen}\n", flush=True)
+    if args.sweep_only:
+        return
+    results = {}
+    for name, markers in (("scripted, cites correctly", True), ("scripted, no markers", False)):
+        timing, responses = run_engine(test, scripted(test, markers), embed_model)
+        results[name] = {**score(test, [r.attribution for r in responses]), **timing}
+        results[name]["origins"] = sorted({r.metadata["citation_origin"] for r in responses})
+    tables = scripted_tables(results)
+    print("\n\n".join(t for _, t in tables), flush=True)
+    if args.llm_questions:
+        print(f"running SmolLM2-135M on {args.llm_questions} test questions ...", flush=True)
+        r = smollm(test[: args.llm_questions], embed_model, args.max_new_tokens)
+        results["SmolLM2-135M, attributed"] = r
+        tables.append(("The bundled local model's real answers, attributed", llm_table(r)))
+        print(tables[-1][1] + "\n" + "\n".join(r["samples"]))
+    tables.append(("Threshold sweep on the dev split (chooses the defaults)", sweep_table(grid)))
+    best_keys = ("weight", "threshold", "max_sources")
+    defaults = {"weight": DEFAULT_WEIGHT, "threshold": DEFAULT_THRESHOLD}
     write_results(
         "citations_attribution",
-        {
-            "dev": len(dev),
-            "test": len(test),
-            "defaults": {"weight": DEFAULT_WEIGHT, "threshold": DEFAULT_THRESHOLD},
-            "best_on_dev": {k: best[k] for k in ("weight", "threshold", "max_sources")},
-            "engines": results,
-            "sweep": grid,
-        },
+        {"dev": len(dev), "test": len(test), "defaults": defaults, "engines": results}
+        | {"best_on_dev": {k: best[k] for k in best_keys}, "sweep": grid},
         tables,
         out=args.out,
-        description=description,
-        notes=[
-            f"Best on dev by F0.5 (precision weighs more): weight {best['weight']}, threshold "
-            f"{best['threshold']}, max sources {best['max_sources']}."
-        ],
+        description=describe(dev, test),
+        notes=[f"Best on dev by F0.5 (precision weighs more): {chosen}."],
         headline_packages=["sentence-transformers", "rapidfuzz"],
     )
 
