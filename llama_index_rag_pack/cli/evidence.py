@@ -128,7 +128,11 @@ def print_evidence(response: Any, *, tty: bool | None = None) -> None:
 def _print_passage(response: Any, position: int, tty: bool) -> None:
     supports = list(_supports(response, position))
     for sentence, _ in supports:
-        out(f"    answer: “{sentence}”")
+        out(
+            textwrap.fill(
+                f"answer: “{sentence}”", WIDTH, initial_indent="    ", subsequent_indent=INDENT
+            )
+        )
     spans = [span for _, span in supports if span is not None]
     text, shifted = passage_window(_passage_text(response, position), spans)
     out(f"    passage {position}:")
