@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from llama_index_rag_pack.components.citation_attribution import SentenceAttributor
     from llama_index_rag_pack.components.citation_postprocessor import CitationPostprocessor
     from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
     from llama_index_rag_pack.components.fusion import FusionRetriever
@@ -61,6 +62,7 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
+    "SentenceAttributor": ".components.citation_attribution",
     "CitationPostprocessor": ".components.citation_postprocessor",
     "CitedQueryEngine": ".components.cited_query_engine",
     "FusionRetriever": ".components.fusion",
@@ -124,6 +126,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "SentenceAttributor",
     "RaptorBuildError",
     "RaptorRetrieveMode",
     "RaptorRetriever",

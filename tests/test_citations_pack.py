@@ -146,19 +146,59 @@ def test_cli_no_citations_and_no_stream(pack, milvus_uri, monkeypatch, capsys) -
     assert "[1](id=" in out and "Sources:" in out  # raw answer, retrieved chunks listed
 
 
+def ask(milvus_uri: str, *args: str) -> int:
+    return cli.main(["--uri", milvus_uri, "--collection", "cited", "ask", *args])
+
+
 @pytest.mark.integration
-def test_cli_answer_without_citations_lists_retrieved_chunks(
+def test_cli_answer_without_markers_gets_attributed_citations(
     pack, milvus_uri, monkeypatch, capsys
 ) -> None:
     monkeypatch.setattr(
         "llama_index_rag_pack.pack.rag_pack.resolve_llm",
-        lambda spec=None: ScriptedLLM(default_reply="Armstrong and Aldrin."),
+        lambda spec=None: ScriptedLLM(default_reply="Armstrong and Aldrin walked on the Moon."),
     )
-    assert (
-        cli.main(["--uri", milvus_uri, "--collection", "cited", "ask", "Who walked on the Moon?"])
-        == 0
-    )
+    assert ask(milvus_uri, "Who walked on the Moon?") == 0
     out = capsys.readouterr().out
-    assert (
-        "Armstrong and Aldrin." in out and "(the answer cites no source; retrieved chunks:)" in out
+    assert "Armstrong and Aldrin walked on the Moon." in out
+    assert "Note: citations on 1 of 1 sentences were attributed" in out
+    assert "Sources:\n  [1] Apollo 11 — https://en.wikipedia.org/wiki/Apollo_11" in out
+    assert "Evidence" not in out and "Aardvark" not in out
+
+
+@pytest.mark.integration
+def test_cli_show_sources_highlights_the_supporting_sentence(
+    pack, milvus_uri, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr(
+        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
+        lambda spec=None: ScriptedLLM(
+            default_reply="Armstrong and Aldrin walked on the Moon. Aardvarks can fly to Mars."
+        ),
     )
+    assert ask(milvus_uri, "Who walked on the Moon?", "--show-sources", "--no-stream") == 0
+    out = capsys.readouterr().out
+    evidence = out[out.index("Evidence") :]
+    assert "[1] Apollo 11 — https://en.wikipedia.org/wiki/Apollo_11 (attributed by similarity)" in (
+        evidence
+    )
+    assert "answer: “Armstrong and Aldrin walked on the Moon.”" in evidence
+    assert ">>Apollo 11 landed Neil Armstrong and Buzz Aldrin on the Moon in July 1969.<<" in (
+        evidence
+    )
+    assert "unsupported: “Aardvarks can fly to Mars.”" in evidence
+    assert "\033[" not in out  # not a terminal: plain markers
+
+
+@pytest.mark.integration
+def test_cli_unsupported_answer_lists_retrieved_chunks(
+    pack, milvus_uri, monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr(
+        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
+        lambda spec=None: ScriptedLLM(default_reply="Bananas are yellow."),
+    )
+    assert ask(milvus_uri, "Who walked on the Moon?") == 0
+    out = capsys.readouterr().out
+    assert "no passage supports “Bananas are yellow.”" in out
+    assert "(the answer cites no source; retrieved chunks:)" in out

@@ -366,6 +366,7 @@ class TestStyles:
             "url": "a.html#chap2",
             "positions": [2],
             "count": 1,
+            "origin": "model",
         }
 
     def test_no_citation_no_list(self) -> None:

@@ -115,6 +115,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             stream=True,
             fmt=args.format,
             citations=not args.no_citations,
+            show_sources=True,
         )
         timings[f"answer: {question}"] = time.perf_counter() - start
     out("\nTimings:")
@@ -263,6 +264,11 @@ def _add_answer_options(p: argparse.ArgumentParser, modes: Sequence[str]) -> Non
     p.add_argument("--top-k", type=_positive_int, default=4, help="chunks retrieved (default 4)")
     p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
     _add_citation_options(p)
+    p.add_argument(
+        "--show-sources",
+        action="store_true",
+        help="print each cited passage with the sentence supporting the answer highlighted",
+    )
     p.add_argument(
         "--route",
         action="store_true",

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from llama_index_rag_pack.cli.evidence import print_evidence
+
 
 def out(text: str = "", **kwargs: Any) -> None:
     print(text, **kwargs)  # noqa: T201 - the CLI prints
@@ -94,9 +96,11 @@ def answer(
     stream: bool,
     fmt: str = "text",
     citations: bool = True,
+    show_sources: bool = False,
 ) -> None:
     """Print the answer (streamed as it comes); with citations, the rewritten answer and its
-    reference list in the ``fmt`` style (text, markdown, html)."""
+    reference list in the ``fmt`` style (text, markdown, html); with ``show_sources``, each cited
+    passage with the sentence supporting the answer highlighted."""
     if citations:
         engine = pack.make_query_engine(mode, streaming=stream, citation_style=fmt)
     else:
@@ -111,6 +115,9 @@ def answer(
     context = getattr(response, "context_nodes", None)
     if context is None:  # plain engine: list what was retrieved
         print_sources(response.source_nodes)
-    elif not response.source_nodes and context:
+        return
+    if show_sources:
+        print_evidence(response)
+    if not response.source_nodes and context:
         out("\n(the answer cites no source; retrieved chunks:)")
         print_sources(context)

@@ -100,6 +100,7 @@ def answer_routed(session: Any, question: str) -> bool:
         stream=not args.no_stream,
         fmt=args.format,
         citations=not args.no_citations,
+        show_sources=getattr(args, "show_sources", False),
     )
     return True
 

@@ -13,6 +13,11 @@ Three ways to get citations (``mode``):
   documents supporting it (post-generation annotation,
   :mod:`~llama_index_rag_pack.core.annotations`).
 
+In every mode, with an embedding model, the sentences left without a valid citation are
+attributed to the passages that support them by similarity
+(:mod:`~llama_index_rag_pack.components.citation_attribution`), marked as attributed in the
+metadata and by a note line; sentences no passage supports are flagged.
+
 The response's ``source_nodes`` are only the cited chunks; ``citations`` holds the structured list
 (:mod:`~llama_index_rag_pack.components.cited_responses`).
 """
@@ -21,12 +26,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from enum import Enum
 from typing import Any
 
 from llama_index.core import Settings
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.indices.base import BaseIndex
 from llama_index.core.llms import LLM
@@ -35,6 +40,12 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from llama_index_rag_pack.components.citation_attribution import (
+    Attribution,
+    SentenceAttributor,
+    resolve_attributor,
+)
+from llama_index_rag_pack.components.citation_options import CitationMode, as_retriever
 from llama_index_rag_pack.components.citation_prompts import (
     DEFAULT_ANNOTATE_ANSWER_PROMPT,
     DEFAULT_ANNOTATE_PROMPT,
@@ -72,24 +83,6 @@ _PROMPT_ATTRIBUTES = {
 }
 
 
-class CitationMode(str, Enum):
-    """How :class:`CitedQueryEngine` obtains citations."""
-
-    MARKERS = "markers"
-    QUOTES = "quotes"
-    ANNOTATE = "annotate"
-
-    @classmethod
-    def parse(cls, value: str | CitationMode) -> CitationMode:
-        try:
-            return cls(value)
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(
-                f"Unknown citation mode {value!r}; valid modes: {valid}."
-            ) from None
-
-
 class CitedQueryEngine(BaseQueryEngine):
     """Retrieve, answer with citations, and renumber them deterministically (sync/async/streaming).
 
@@ -107,6 +100,10 @@ class CitedQueryEngine(BaseQueryEngine):
         streaming: ``query`` returns a streaming response. In ``markers`` mode the rewritten answer
             streams token by token; the other modes need the whole answer first and stream it once.
         fuzzy_threshold: Minimum similarity for a fuzzy quote match (``quotes`` mode).
+        embed_model: Embedding model for attributed citations (the index's; ``from_args`` takes
+            it from an index). ``None``: no attribution.
+        attribution: ``True`` (default): attribute the sentences the LLM left uncited when an
+            ``embed_model`` is given; ``False``: never; or a configured ``SentenceAttributor``.
         citation_qa_template, quotes_template, annotate_answer_template, annotate_template:
             Prompt overrides (also via ``update_prompts``).
         callback_manager: LlamaIndex callbacks.
@@ -135,6 +132,8 @@ class CitedQueryEngine(BaseQueryEngine):
         source_id: str | Callable[[Any], Any] | None = None,
         streaming: bool = False,
         fuzzy_threshold: float = DEFAULT_FUZZY_THRESHOLD,
+        embed_model: BaseEmbedding | None = None,
+        attribution: bool | SentenceAttributor = True,
         citation_qa_template: BasePromptTemplate | None = None,
         quotes_template: BasePromptTemplate | None = None,
         annotate_answer_template: BasePromptTemplate | None = None,
@@ -162,6 +161,7 @@ class CitedQueryEngine(BaseQueryEngine):
         self._responses = CitedResponseBuilder(self.mode.value, style=style, source_id=source_id)
         self.streaming = streaming
         self.fuzzy_threshold = fuzzy_threshold
+        self.attributor = resolve_attributor(attribution, embed_model)
         self._qa_template = citation_qa_template or DEFAULT_CITATION_QA_PROMPT
         self._quotes_template = quotes_template or DEFAULT_QUOTES_PROMPT
         self._annotate_answer_template = annotate_answer_template or DEFAULT_ANNOTATE_ANSWER_PROMPT
@@ -182,6 +182,8 @@ class CitedQueryEngine(BaseQueryEngine):
         source_id: str | Callable[[Any], Any] | None = None,
         streaming: bool = False,
         fuzzy_threshold: float = DEFAULT_FUZZY_THRESHOLD,
+        embed_model: BaseEmbedding | None = None,
+        attribution: bool | SentenceAttributor = True,
         citation_qa_template: BasePromptTemplate | None = None,
         quotes_template: BasePromptTemplate | None = None,
         annotate_answer_template: BasePromptTemplate | None = None,
@@ -197,7 +199,9 @@ class CitedQueryEngine(BaseQueryEngine):
             similarity_top_k: Chunks retrieved per question when ``retriever`` is an index
                 (default: the index's own default).
             callback_manager: Default ``Settings.callback_manager``, as in core.
-            node_postprocessors, mode, style, source_id, streaming, fuzzy_threshold,
+            embed_model: For attributed citations; default: the index's embedding model when
+                ``retriever`` is an index.
+            attribution, node_postprocessors, mode, style, source_id, streaming, fuzzy_threshold,
             citation_qa_template, quotes_template, annotate_answer_template, annotate_template:
                 As for :class:`CitedQueryEngine`.
 
@@ -209,7 +213,7 @@ class CitedQueryEngine(BaseQueryEngine):
             >>> engine = CitedQueryEngine.from_args(index, similarity_top_k=4)  # doctest: +SKIP
         """
         return cls(
-            _as_retriever(retriever, similarity_top_k),
+            as_retriever(retriever, similarity_top_k),
             llm,
             node_postprocessors=node_postprocessors,
             mode=mode,
@@ -217,6 +221,8 @@ class CitedQueryEngine(BaseQueryEngine):
             source_id=source_id,
             streaming=streaming,
             fuzzy_threshold=fuzzy_threshold,
+            embed_model=embed_model or getattr(retriever, "_embed_model", None),
+            attribution=attribution,
             citation_qa_template=citation_qa_template,
             quotes_template=quotes_template,
             annotate_answer_template=annotate_answer_template,
@@ -261,7 +267,8 @@ class CitedQueryEngine(BaseQueryEngine):
             data, raw = request_quotes(self._llm, self._quotes_template.format(**kwargs))
         else:
             data = raw = self._llm.predict(self._quotes_template, **kwargs)
-        return self._quoted_response(nodes, data, raw)
+        marked, checks = self._quoted_marks(nodes, data, raw)
+        return self._build(nodes, marked, raw, quotes=checks)
 
     async def _aquery_quotes(self, nodes: list[NodeWithScore], query: str) -> CitedResponse:
         kwargs = {"context_str": format_context(nodes), "query_str": query}
@@ -269,13 +276,11 @@ class CitedQueryEngine(BaseQueryEngine):
             data, raw = await arequest_quotes(self._llm, self._quotes_template.format(**kwargs))
         else:
             data = raw = await self._llm.apredict(self._quotes_template, **kwargs)
-        return self._quoted_response(nodes, data, raw)
+        marked, checks = self._quoted_marks(nodes, data, raw)
+        return await self._abuild(nodes, marked, raw, quotes=checks)
 
-    def _quoted_response(self, nodes: list[NodeWithScore], data: Any, raw: str) -> CitedResponse:
-        marked, checks = mark_verified_quotes(
-            data, raw, nodes, fuzzy_threshold=self.fuzzy_threshold
-        )
-        return self._responses.build(nodes, marked, raw, quotes=checks)
+    def _quoted_marks(self, nodes: list[NodeWithScore], data: Any, raw: str) -> tuple[str, Any]:
+        return mark_verified_quotes(data, raw, nodes, fuzzy_threshold=self.fuzzy_threshold)
 
     # ------------------------------------------------------------------ annotate mode
     def _annotate_kwargs(self, nodes: list[NodeWithScore], answer: str) -> dict[str, str] | None:
@@ -293,7 +298,8 @@ class CitedQueryEngine(BaseQueryEngine):
         )
         kwargs = self._annotate_kwargs(nodes, answer)
         reply = self._llm.predict(self._annotate_template, **kwargs) if kwargs else None
-        return self._annotated_response(nodes, answer, reply)
+        marked, mapping = self._annotated_marks(answer, reply)
+        return _with_annotations(self._build(nodes, marked, answer), mapping)
 
     async def _aquery_annotate(self, nodes: list[NodeWithScore], query: str) -> CitedResponse:
         answer = await self._llm.apredict(
@@ -301,11 +307,10 @@ class CitedQueryEngine(BaseQueryEngine):
         )
         kwargs = self._annotate_kwargs(nodes, answer)
         reply = await self._llm.apredict(self._annotate_template, **kwargs) if kwargs else None
-        return self._annotated_response(nodes, answer, reply)
+        marked, mapping = self._annotated_marks(answer, reply)
+        return _with_annotations(await self._abuild(nodes, marked, answer), mapping)
 
-    def _annotated_response(
-        self, nodes: list[NodeWithScore], answer: str, reply: str | None
-    ) -> CitedResponse:
+    def _annotated_marks(self, answer: str, reply: str | None) -> tuple[str, dict[int, list[int]]]:
         sentences = split_sentences(answer)
         mapping = parse_annotations(reply or "", len(sentences)) if reply is not None else {}
         if reply is not None and not mapping and sentences:
@@ -314,9 +319,31 @@ class CitedQueryEngine(BaseQueryEngine):
                 reply[:80],
             )
         marked = "".join(attach_markers(s, mapping.get(i, [])) for i, s in enumerate(sentences, 1))
-        response = self._responses.build(nodes, marked, answer)
-        response.metadata["annotations"] = {str(k): v for k, v in mapping.items()}
-        return response
+        return marked, mapping
+
+    # ------------------------------------------------------------------ responses
+    def _build(self, nodes: list[NodeWithScore], marked: str, raw: str, **kw: Any) -> CitedResponse:
+        """The response, with the sentences the LLM left uncited attributed (when enabled)."""
+        attribution = self.attributor.attribute(marked, nodes) if self.attributor else None
+        return self._responses.build(nodes, marked, raw, attribution=attribution, **kw)
+
+    async def _abuild(
+        self, nodes: list[NodeWithScore], marked: str, raw: str, **kw: Any
+    ) -> CitedResponse:
+        attribution: Attribution | None = None
+        if self.attributor is not None:
+            attribution = await self.attributor.aattribute(marked, nodes)
+        return self._responses.build(nodes, marked, raw, attribution=attribution, **kw)
+
+    def _attribute_streamed(self, nodes: list[NodeWithScore]) -> Any:
+        if self.attributor is None:
+            return None
+        return lambda text: self.attributor.attribute(text, nodes)
+
+    def _aattribute_streamed(self, nodes: list[NodeWithScore]) -> Any:
+        if self.attributor is None:
+            return None
+        return lambda text: self.attributor.aattribute(text, nodes)
 
     # ------------------------------------------------------------------ entry points
     def _query(self, query_bundle: QueryBundle) -> Any:
@@ -325,9 +352,10 @@ class CitedQueryEngine(BaseQueryEngine):
         if self.mode == CitationMode.MARKERS:
             kwargs = {"context_str": format_context(nodes), "query_str": query}
             if self.streaming:
-                return self._responses.stream(self._llm.stream(self._qa_template, **kwargs), nodes)
+                tokens = self._llm.stream(self._qa_template, **kwargs)
+                return self._responses.stream(tokens, nodes, self._attribute_streamed(nodes))
             raw = self._llm.predict(self._qa_template, **kwargs)
-            return self._responses.build(nodes, raw, raw)
+            return self._build(nodes, raw, raw)
         if self.mode == CitationMode.QUOTES:
             response = self._query_quotes(nodes, query)
         else:
@@ -341,9 +369,9 @@ class CitedQueryEngine(BaseQueryEngine):
             kwargs = {"context_str": format_context(nodes), "query_str": query}
             if self.streaming:
                 tokens = await self._llm.astream(self._qa_template, **kwargs)
-                return self._responses.astream(tokens, nodes)
+                return self._responses.astream(tokens, nodes, self._aattribute_streamed(nodes))
             raw = await self._llm.apredict(self._qa_template, **kwargs)
-            return self._responses.build(nodes, raw, raw)
+            return await self._abuild(nodes, raw, raw)
         if self.mode == CitationMode.QUOTES:
             response = await self._aquery_quotes(nodes, query)
         else:
@@ -351,19 +379,6 @@ class CitedQueryEngine(BaseQueryEngine):
         return as_streaming_response(response, asynchronous=True) if self.streaming else response
 
 
-def _as_retriever(source: BaseRetriever | BaseIndex, similarity_top_k: int | None) -> BaseRetriever:
-    """``source`` itself when it is a retriever, else the index's retriever."""
-    if similarity_top_k is not None and (
-        not isinstance(similarity_top_k, int) or similarity_top_k <= 0
-    ):
-        raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k!r}")
-    if isinstance(source, BaseIndex):
-        if similarity_top_k is None:
-            return source.as_retriever()
-        return source.as_retriever(similarity_top_k=similarity_top_k)
-    if similarity_top_k is not None:
-        raise ConfigurationError(
-            "similarity_top_k applies when an index is given; set it on the retriever instead "
-            "(index.as_retriever(similarity_top_k=...))."
-        )
-    return source
+def _with_annotations(response: CitedResponse, mapping: dict[int, list[int]]) -> CitedResponse:
+    response.metadata["annotations"] = {str(k): v for k, v in mapping.items()}
+    return response

@@ -9,7 +9,15 @@ the answer streams (:meth:`~CitedResponseBuilder.stream`, :meth:`~CitedResponseB
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterable, Callable, Generator, Iterable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +28,8 @@ from llama_index.core.base.response.schema import (
 )
 from llama_index.core.schema import NodeWithScore
 
+from llama_index_rag_pack.components.citation_attribution import Attribution
+from llama_index_rag_pack.core.attribution import SentenceOrigin
 from llama_index_rag_pack.core.citations import Citation
 from llama_index_rag_pack.core.quotes import QuoteCheck
 from llama_index_rag_pack.core.reference_styles import ReferenceStyle
@@ -46,6 +56,10 @@ class CitedResponse(Response):
         raw_answer: The LLM's text before rewriting.
         quotes: In ``quotes`` mode, the verdict on every quote (verified or flagged).
         context_nodes: Every chunk the LLM was shown, in id order (cited or not).
+        note: The note between answer and references (in the style) when citations were
+            attributed by code or a sentence is supported by no passage, else ``""``.
+        attribution: Per answer sentence, where its citations come from and the passage sentence
+            supporting it (``None`` without an attributor).
     """
 
     answer: str = ""
@@ -54,19 +68,24 @@ class CitedResponse(Response):
     raw_answer: str = ""
     quotes: list[QuoteCheck] = field(default_factory=list)
     context_nodes: list[NodeWithScore] = field(default_factory=list)
+    note: str = ""
+    attribution: Attribution | None = None
 
 
 @dataclass
 class CitedStreamingResponse(StreamingResponse):
     """Streams the rewritten answer, then the reference list.
 
-    ``source_nodes``, ``citations`` and ``metadata`` are filled in place when the stream ends
-    (before the reference list is yielded).
+    ``source_nodes``, ``citations``, ``metadata`` and ``attribution`` are filled in place when
+    the stream ends (before the note and the reference list are yielded). Citations attributed by
+    code cannot be put back into text already shown: they appear in the reference list, the note
+    says so, and ``attribution`` maps them to the sentences.
     """
 
     citations: list[Citation] = field(default_factory=list)
     quotes: list[QuoteCheck] = field(default_factory=list)
     context_nodes: list[NodeWithScore] = field(default_factory=list)
+    attribution: Attribution | None = None
 
 
 @dataclass
@@ -76,6 +95,7 @@ class CitedAsyncStreamingResponse(AsyncStreamingResponse):
     citations: list[Citation] = field(default_factory=list)
     quotes: list[QuoteCheck] = field(default_factory=list)
     context_nodes: list[NodeWithScore] = field(default_factory=list)
+    attribution: Attribution | None = None
 
 
 class CitedResponseBuilder:
@@ -110,16 +130,37 @@ class CitedResponseBuilder:
         return ReferenceManager(nodes, style=self._style, source_id=self._source_id)
 
     def metadata(
-        self, manager: ReferenceManager, raw: str, nodes: Sequence[NodeWithScore]
+        self,
+        manager: ReferenceManager,
+        raw: str,
+        nodes: Sequence[NodeWithScore],
+        attribution: Attribution | None = None,
     ) -> dict[str, Any]:
-        """The response metadata once ``manager`` has rewritten the whole answer."""
-        return {
+        """The response metadata once ``manager`` has rewritten the whole answer.
+
+        ``citation_origin`` is ``model``, ``attributed``, ``mixed`` or ``none``; each citation
+        carries its own ``origin``; ``attribution`` has the per-sentence verdicts.
+        """
+        _mark_origins(manager.citations, attribution)
+        metadata = {
             "mode": self.mode,
             "citations": [c.to_dict() for c in manager.citations],
             "dropped_ids": manager.dropped_ids,
             "raw_answer": raw,
             "context_size": len(nodes),
         }
+        if attribution is not None:
+            metadata["citation_origin"] = attribution.origin
+            metadata["attribution"] = attribution.to_dict()
+        else:
+            metadata["citation_origin"] = "model" if manager.citations else "none"
+        return metadata
+
+    def note(self, manager: ReferenceManager, attribution: Attribution | None) -> str:
+        """The attribution note in the manager's style (``""`` when there is none)."""
+        if attribution is None:
+            return ""
+        return manager.style.format_note(attribution.note)
 
     def build(
         self,
@@ -127,16 +168,22 @@ class CitedResponseBuilder:
         marked: str,
         raw: str,
         quotes: list[QuoteCheck] | None = None,
+        attribution: Attribution | None = None,
     ) -> CitedResponse:
-        """The response for a whole answer ``marked`` (``raw``: the LLM's own text)."""
+        """The response for a whole answer ``marked`` (``raw``: the LLM's own text); with
+        ``attribution`` (computed on ``marked``), its markers on the sentences the LLM left
+        uncited are rendered too."""
+        if attribution is not None:
+            marked = attribution.marked
         manager = self.manager(nodes)
         answer = manager.feed(marked) + manager.finish(references=False)
         references = manager.format_references()
-        metadata = self.metadata(manager, raw, nodes)
+        metadata = self.metadata(manager, raw, nodes, attribution)
         if quotes is not None:
             metadata["quotes"] = [q.to_dict() for q in quotes]
+        note = self.note(manager, attribution)
         return CitedResponse(
-            response=answer + references,
+            response=answer + note + references,
             source_nodes=list(manager.cited_nodes),
             metadata=metadata,
             answer=answer,
@@ -145,10 +192,18 @@ class CitedResponseBuilder:
             raw_answer=raw,
             quotes=list(quotes or []),
             context_nodes=list(nodes),
+            note=note,
+            attribution=attribution,
         )
 
-    def stream(self, tokens: Iterable[Any], nodes: list[NodeWithScore]) -> CitedStreamingResponse:
-        """A response that rewrites the LLM's ``tokens`` while they stream."""
+    def stream(
+        self,
+        tokens: Iterable[Any],
+        nodes: list[NodeWithScore],
+        attribute: Callable[[str], Attribution] | None = None,
+    ) -> CitedStreamingResponse:
+        """A response that rewrites the LLM's ``tokens`` while they stream; ``attribute(raw)``
+        runs on the whole answer once it has streamed."""
         manager = self.manager(nodes)
         response = CitedStreamingResponse(
             response_gen=iter(()), source_nodes=[], metadata={}, context_nodes=list(nodes)
@@ -157,11 +212,13 @@ class CitedResponseBuilder:
         def gen() -> Generator[str, None, None]:
             raw: list[str] = []
             for token in tokens:
-                raw.append(token or "")
+                raw.append(_text(token))
                 out = manager.feed(token)
                 if out:
                     yield out
-            tail = self._finish_stream(response, manager, "".join(raw), nodes)
+            text = "".join(raw)
+            attribution = attribute(text) if attribute is not None else None
+            tail = self._finish_stream(response, manager, text, nodes, attribution)
             if tail:
                 yield tail
 
@@ -169,9 +226,12 @@ class CitedResponseBuilder:
         return response
 
     def astream(
-        self, tokens: AsyncIterable[Any], nodes: list[NodeWithScore]
+        self,
+        tokens: AsyncIterable[Any],
+        nodes: list[NodeWithScore],
+        attribute: Callable[[str], Awaitable[Attribution]] | None = None,
     ) -> CitedAsyncStreamingResponse:
-        """Async :meth:`stream`."""
+        """Async :meth:`stream` (``attribute`` is awaited)."""
         manager = self.manager(nodes)
         response = CitedAsyncStreamingResponse(
             response_gen=_empty_agen(), source_nodes=[], metadata={}, context_nodes=list(nodes)
@@ -180,11 +240,13 @@ class CitedResponseBuilder:
         async def agen() -> AsyncGenerator[str, None]:
             raw: list[str] = []
             async for token in tokens:
-                raw.append(token or "")
+                raw.append(_text(token))
                 out = manager.feed(token)
                 if out:
                     yield out
-            tail = self._finish_stream(response, manager, "".join(raw), nodes)
+            text = "".join(raw)
+            attribution = await attribute(text) if attribute is not None else None
+            tail = self._finish_stream(response, manager, text, nodes, attribution)
             if tail:
                 yield tail
 
@@ -192,13 +254,45 @@ class CitedResponseBuilder:
         return response
 
     def _finish_stream(
-        self, target: Any, manager: ReferenceManager, raw: str, nodes: Sequence[NodeWithScore]
+        self,
+        target: Any,
+        manager: ReferenceManager,
+        raw: str,
+        nodes: Sequence[NodeWithScore],
+        attribution: Attribution | None,
     ) -> str:
-        tail = manager.finish()
+        tail = manager.finish(references=False)
+        if attribution is not None:
+            for verdict in attribution.verdicts:
+                if verdict.origin is SentenceOrigin.ATTRIBUTED:
+                    manager.cite(verdict.positions)
         target.source_nodes[:] = manager.cited_nodes
         target.citations[:] = manager.citations
-        target.metadata.update(self.metadata(manager, raw, nodes))
-        return tail
+        target.metadata.update(self.metadata(manager, raw, nodes, attribution))
+        target.attribution = attribution
+        return tail + self.note(manager, attribution) + manager.format_references()
+
+
+def _text(token: Any) -> str:
+    """The text of a streamed token (str, None, or a LlamaIndex response with ``delta``)."""
+    if token is None:
+        return ""
+    if isinstance(token, str):
+        return token
+    delta = getattr(token, "delta", None)
+    return delta if isinstance(delta, str) else str(token)
+
+
+def _mark_origins(citations: Sequence[Citation], attribution: Attribution | None) -> None:
+    """Set each citation's ``origin`` from the sentences that cite it."""
+    if attribution is None:
+        return
+    model = attribution.positions(SentenceOrigin.MODEL)
+    attributed = attribution.positions(SentenceOrigin.ATTRIBUTED)
+    for c in citations:
+        by_model = any(p in model for p in c.positions)
+        by_code = any(p in attributed for p in c.positions)
+        c.origin = "both" if by_model and by_code else "attributed" if by_code else "model"
 
 
 def as_streaming_response(response: CitedResponse, *, asynchronous: bool) -> Any:
@@ -211,6 +305,7 @@ def as_streaming_response(response: CitedResponse, *, asynchronous: bool) -> Any
         "citations": response.citations,
         "quotes": response.quotes,
         "context_nodes": response.context_nodes,
+        "attribution": response.attribution,
     }
     if asynchronous:
 

@@ -38,6 +38,8 @@ class Citation:
         positions: 1-based context positions of the cited chunks, in first-use order.
         nodes: The cited chunks themselves (as given to the manager), same order as ``positions``.
         count: How many times the source was cited.
+        origin: ``model`` (the LLM's markers), ``attributed`` (code matched answer sentences to
+            the chunks, the model wrote no marker there) or ``both``.
     """
 
     number: int
@@ -47,6 +49,7 @@ class Citation:
     positions: list[int] = field(default_factory=list)
     nodes: list[Any] = field(default_factory=list, repr=False)
     count: int = 0
+    origin: str = "model"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view (without the node objects)."""
@@ -57,6 +60,7 @@ class Citation:
             "url": self.url,
             "positions": list(self.positions),
             "count": self.count,
+            "origin": self.origin,
         }
 
 

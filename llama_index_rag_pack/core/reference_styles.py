@@ -57,6 +57,11 @@ class ReferenceStyle:
         """Text that replaces a group of adjacent markers (distinct citations, first-use order)."""
         return "".join(self.format_reference(c) for c in citations)
 
+    def format_note(self, note: str) -> str:
+        """A note shown between the answer and the reference list (e.g. that citations were
+        attributed by code, not written by the model); ``""`` for no note."""
+        return f"\n\n{note}" if note else ""
+
 
 class EmptyReferenceStyle(ReferenceStyle):
     """Markers removed, no list: the plain answer (the citations stay available for tracing).
@@ -71,6 +76,9 @@ class EmptyReferenceStyle(ReferenceStyle):
         return ""
 
     def format_references(self, citations: Sequence[Citation]) -> str:
+        return ""
+
+    def format_note(self, note: str) -> str:
         return ""
 
 
@@ -155,6 +163,10 @@ class MarkdownReferenceStyle(ReferenceStyle):
             )
         return "\n\n" + "\n".join(lines)
 
+    def format_note(self, note: str) -> str:
+        escaped = note.replace("_", "\\_")
+        return f"\n\n_{escaped}_" if note else ""
+
 
 class HTMLReferenceStyle(ReferenceStyle):
     """HTML: ``<sup><a href="url">[1]</a></sup>`` and an ordered list; titles and links escaped.
@@ -177,6 +189,9 @@ class HTMLReferenceStyle(ReferenceStyle):
         if url:
             return f'<sup><a href="{html.escape(url, quote=True)}">[{citation.number}]</a></sup>'
         return f"<sup>[{citation.number}]</sup>"
+
+    def format_note(self, note: str) -> str:
+        return f'\n<p class="citation-note">{html.escape(note)}</p>' if note else ""
 
     def format_references(self, citations: Sequence[Citation]) -> str:
         if not citations:

@@ -169,6 +169,23 @@ class ReferenceManager:
         """The reference list of the citations so far, in the manager's style."""
         return "" if self._passthrough else self.style.format_references(self.citations)
 
+    def cite(self, positions: Iterable[int]) -> list[Citation]:
+        """Record citations of the chunks at ``positions`` without text (after the answer has
+        streamed: citations attributed by code). Ids outside the context are dropped as usual.
+
+        Example:
+            >>> manager = ReferenceManager(["a", "b"], style="text")
+            >>> _ = manager.feed("Hi [1](id=2).") + manager.finish(references=False)
+            >>> [c.number for c in manager.cite([1, 2])]
+            [2, 1]
+        """
+        cited: list[Citation] = []
+        for position in positions:
+            citation = None if self._passthrough else self._cite(position)
+            if citation is not None and citation not in cited:
+                cited.append(citation)
+        return cited
+
     def stream(self, tokens: Iterable[Any]) -> Iterator[str]:
         """Rewrite a whole token iterator (non-empty pieces only), the reference list last."""
         for token in tokens:

@@ -71,11 +71,13 @@ def build_query_engine(
     citation_style: Any,
     citation_mode: str,
     callback_manager: CallbackManager,
+    embed_model: Any = None,
 ) -> BaseQueryEngine:
     """A query engine answering from ``retriever`` with ``llm``.
 
     With ``citations`` a :class:`~llama_index_rag_pack.CitedQueryEngine` (``citation_mode`` and
-    ``citation_style`` are its ``mode`` and ``style``), otherwise core's ``RetrieverQueryEngine``.
+    ``citation_style`` are its ``mode`` and ``style``; ``embed_model`` attributes the sentences
+    the LLM leaves uncited), otherwise core's ``RetrieverQueryEngine``.
     """
     if citations:
         return CitedQueryEngine(
@@ -84,6 +86,7 @@ def build_query_engine(
             mode=citation_mode,
             style=citation_style,
             streaming=streaming,
+            embed_model=embed_model,
             callback_manager=callback_manager,
         )
     return RetrieverQueryEngine.from_args(

@@ -344,6 +344,7 @@ class RagPack(BaseLlamaPack):
                 citation_style=citation_style,
                 citation_mode=citation_mode,
                 callback_manager=self.callback_manager,
+                embed_model=self.embed_model,
             )
         return self._query_engines[key]
 
