@@ -130,4 +130,4 @@ def test_demo_answers_offline_with_the_local_llm(tmp_path: Path) -> None:
     assert "Timings:" in out.stdout
     answer = out.stdout.split("A: ", 1)[1].split("Sources:")[0]
     assert len(answer.strip()) > 10
-    assert ">>" in out.stdout.split("A: ", 1)[1], "the cited passage, its supporting sentence marked"
+    assert ">>" in out.stdout.split("A: ", 1)[1], "cited passage, supporting sentence marked"
