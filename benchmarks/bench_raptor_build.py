@@ -150,7 +150,9 @@ def run_ours(chunks_path: str, workdir: str) -> dict[str, Any]:
     embed = embed_model()
     embed.get_text_embedding("warm up")
     llm = make_fake_llm()
-    store = open_vector_store(os.path.join(workdir, "ours.db"), "bench_raptor", dim=384)
+    # a database of its own per run: a tree already stored would be resumed, not built
+    db = os.path.join(tempfile.mkdtemp(dir=workdir), "ours.db")
+    store = open_vector_store(db, "bench_raptor", dim=384)
     start = time.perf_counter()
     retriever = RaptorRetriever.from_documents(
         chunks, llm=llm, embed_model=embed, vector_store=store
