@@ -400,6 +400,14 @@ def main() -> None:
     parser.add_argument(
         "--name", default="raptor_clustering", help="stem of the result files (and the plot)"
     )
+    parser.add_argument(
+        "--plot-with",
+        nargs="*",
+        default=[],
+        metavar="NAME",
+        help="only redraw <name>.png from <name>.json plus the rows of these result files "
+        "(e.g. raptor_clustering_100k, run separately)",
+    )
     add_out_argument(parser)
     parser.add_argument(
         "--case",
@@ -411,6 +419,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.case:
         print(json.dumps(run_case(args.case, args.n)))
+        return
+    if args.plot_with:
+        rows = []
+        for name in [args.name, *args.plot_with]:
+            path = resolve_out(args.out) / f"{name}.json"
+            rows += json.loads(path.read_text())["results"]["rows"]
+        print(scaling_plot(sorted(rows, key=lambda r: r["n"]), args.out, args.name))
         return
 
     rows = []
