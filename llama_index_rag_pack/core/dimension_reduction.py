@@ -91,7 +91,7 @@ def exact_neighbors(
     Example:
         >>> import numpy as np
         >>> idx, dist = exact_neighbors(np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]]), 2)
-        >>> idx[:, 0].tolist(), idx[0, 1]
+        >>> idx[:, 0].tolist(), int(idx[0, 1])
         ([0, 1, 2], 1)
     """
     from sklearn.neighbors import NearestNeighbors
