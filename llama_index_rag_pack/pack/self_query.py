@@ -77,14 +77,20 @@ def self_query_retriever(
 ) -> Any:
     """A :class:`~llama_index_rag_pack.SelfQueryRetriever` over the pack's ``base`` retriever
     (default: the pack's default mode when it can be filtered, else ``dense``)."""
-    from llama_index_rag_pack.pack.modes import _milvus
+    from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
     from llama_index_rag_pack.storage.self_query_retriever import SelfQueryRetriever
 
     config: _Config = getattr(pack, _CONFIG_ATTR, _Config())
     base = base or config.base or _default_base(pack)
     _check_base(base)
     if base == "dense":
-        inner = _milvus(pack, "dense", similarity_top_k)
+        inner = MilvusHybridRetriever(
+            vector_store=pack.vector_store,
+            embed_model=pack.embed_model,
+            search_type="dense",
+            similarity_top_k=similarity_top_k or pack.similarity_top_k,
+            callback_manager=pack.callback_manager,
+        )
     else:
         inner = pack.retriever(base, similarity_top_k=similarity_top_k)
     return SelfQueryRetriever(
