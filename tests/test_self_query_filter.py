@@ -243,6 +243,12 @@ def test_field_declarations_are_checked(tmp_path: Path) -> None:
         FieldSpec("and")
     with pytest.raises(ConfigurationError, match="unknown type"):
         FieldSpec("year", "date")
+    with pytest.raises(ConfigurationError, match="must be numbers"):
+        FieldSpec("genre", "string", minimum=1)
+    with pytest.raises(ConfigurationError, match="minimum 5 > maximum 1"):
+        FieldSpec("year", "int", minimum=5, maximum=1)
+    with pytest.raises(ConfigurationError, match="allowed value"):
+        FieldSpec("year", "int", allowed=("soon",))
     with pytest.raises(ConfigurationError, match="unique"):
         field_specs([{"name": "a"}, {"name": "a"}])
     path = tmp_path / "fields.json"

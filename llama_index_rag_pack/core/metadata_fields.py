@@ -107,6 +107,11 @@ class FieldSpec:
             allowed.append(checked)
         object.__setattr__(self, "allowed", tuple(allowed))
         lo, hi = self.minimum, self.maximum
+        bounds = [b for b in (lo, hi) if b is not None]
+        if bounds and (kind not in ("int", "float") or not all(_is_number(b) for b in bounds)):
+            raise ConfigurationError(
+                f"Field {self.name!r}: minimum/maximum must be numbers on an int or float field."
+            )
         if lo is not None and hi is not None and lo > hi:
             raise ConfigurationError(f"Field {self.name!r}: minimum {lo} > maximum {hi}.")
 
@@ -179,6 +184,10 @@ def load_field_specs(path: str | Path) -> tuple[FieldSpec, ...]:
     if not isinstance(data, list):
         raise ConfigurationError(f"{path} must hold a JSON list of fields or {{'fields': [...]}}.")
     return field_specs(data)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _clean_string(value: str) -> tuple[str | None, str]:
