@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
         MilvusUnavailableError,
         RagPackError,
     )
+    from llama_index_rag_pack.core.metadata_fields import FieldSpec, load_field_specs
+    from llama_index_rag_pack.core.milvus_filter import compile_conditions, milvus_literal
     from llama_index_rag_pack.core.rank_fusion import (
         distribution_based_fusion,
         reciprocal_rank_fusion,
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from llama_index_rag_pack.core.reference_styles import ReferenceStyle
     from llama_index_rag_pack.core.references import ReferenceManager, render_references
+    from llama_index_rag_pack.core.self_query import SelfQuery, parse_self_query
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import (
         LabelledExample,
@@ -50,11 +53,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.pack.modes import ModeSpec, RetrievalMode, register_mode
     from llama_index_rag_pack.pack.rag_pack import RagPack
     from llama_index_rag_pack.pack.routed import RoutedRagPack
+    from llama_index_rag_pack.pack.self_query import configure_self_query
     from llama_index_rag_pack.pack.sources import RouteSource
     from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+    from llama_index_rag_pack.storage.metadata_filter import infer_field_specs
     from llama_index_rag_pack.storage.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
     from llama_index_rag_pack.storage.raptor_tree import RaptorTree
     from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+    from llama_index_rag_pack.storage.self_query_retriever import SelfQueryRetriever
     from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
     from llama_index_rag_pack.storage.sentence_retriever import MilvusSentenceRetriever
 
@@ -109,6 +115,16 @@ _EXPORTS: dict[str, str] = {
     "MilvusScoreFusionRetriever": ".storage.score_fusion",
     "MilvusSentenceIndex": ".storage.sentence_index",
     "MilvusSentenceRetriever": ".storage.sentence_retriever",
+    # self-query
+    "FieldSpec": ".core.metadata_fields",
+    "load_field_specs": ".core.metadata_fields",
+    "compile_conditions": ".core.milvus_filter",
+    "milvus_literal": ".core.milvus_filter",
+    "SelfQuery": ".core.self_query",
+    "parse_self_query": ".core.self_query",
+    "configure_self_query": ".pack.self_query",
+    "infer_field_specs": ".storage.metadata_filter",
+    "SelfQueryRetriever": ".storage.self_query_retriever",
 }
 
 
@@ -177,5 +193,15 @@ __all__ = [
     "reciprocal_rank_fusion",
     "relative_score_fusion",
     "union_fusion",
+    # self-query
+    "FieldSpec",
+    "SelfQuery",
+    "SelfQueryRetriever",
+    "compile_conditions",
+    "configure_self_query",
+    "infer_field_specs",
+    "load_field_specs",
+    "milvus_literal",
+    "parse_self_query",
     "__version__",
 ]

@@ -263,6 +263,12 @@ def _add_answer_options(p: argparse.ArgumentParser, modes: Sequence[str]) -> Non
     )
     p.add_argument("--top-k", type=_positive_int, default=4, help="chunks retrieved (default 4)")
     p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
+    p.add_argument(
+        "--self-query-fields",
+        metavar="FILE",
+        default=None,
+        help="JSON list of metadata fields for --mode self_query (default: inferred)",
+    )
     _add_citation_options(p)
     p.add_argument(
         "--show-sources",

@@ -68,6 +68,7 @@ def open_session(args: argparse.Namespace) -> Session:
     """Check the input, then load the embedding model, open Milvus and load the LLM, each once."""
     routed = checks.wants_routing(args)
     uri = checks.check_input(args, routed)
+    fields = _self_query_fields(args)
     # one progress line per model: no download/weight bars in between (set before HF imports)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from llama_index_rag_pack.components import settings
@@ -83,8 +84,23 @@ def open_session(args: argparse.Namespace) -> Session:
     with progress(f"loading LLM ({settings.describe_llm(llm)})", timings):
         if hasattr(llm, "load"):
             llm.load()
+    if fields is not None:
+        from llama_index_rag_pack.pack.self_query import configure_self_query
+
+        configure_self_query(pack, fields)
     _cli.print_models(pack)
     return Session(args=args, pack=pack, routed=routed, timings=timings)
+
+
+def _self_query_fields(args: argparse.Namespace) -> Any:
+    """The fields of ``--self-query-fields FILE``, read before any model loads (``None``: infer
+    them from the collection)."""
+    path = getattr(args, "self_query_fields", None)
+    if path is None:
+        return None
+    from llama_index_rag_pack.core.metadata_fields import load_field_specs
+
+    return load_field_specs(path)
 
 
 def _open_pack(args: argparse.Namespace, uri: str, routed: bool, llm: Any, embed_model: Any) -> Any:

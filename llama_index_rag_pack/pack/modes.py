@@ -14,7 +14,7 @@ Example:
     >>> get_mode("nope")
     Traceback (most recent call last):
     ...
-    llama_index_rag_pack.core.errors.ConfigurationError: Unknown retrieval mode 'nope'; valid modes: vector, route, bm25, hybrid, hybrid_weighted, hybrid_convex, fusion, hyde, rewrite, raptor, raptor_traversal.
+    llama_index_rag_pack.core.errors.ConfigurationError: Unknown retrieval mode 'nope'; valid modes: vector, route, bm25, hybrid, hybrid_weighted, hybrid_convex, fusion, hyde, rewrite, raptor, raptor_traversal, self_query.
 """  # noqa: E501  (doctest output is one line)
 
 from __future__ import annotations
@@ -125,6 +125,7 @@ class RetrievalMode(str, Enum):
     REWRITE = "rewrite"
     RAPTOR = "raptor"
     RAPTOR_TRAVERSAL = "raptor_traversal"
+    SELF_QUERY = "self_query"
 
     @classmethod
     def parse(cls, value: str | RetrievalMode) -> str:
@@ -354,6 +355,13 @@ def build_route(pack: Any, similarity_top_k: int | None = None, **kwargs: Any) -
     )
 
 
+def build_self_query(pack: Any, similarity_top_k: int | None = None, **kwargs: Any) -> Any:
+    """Self-query: the LLM writes the search query and a validated Milvus metadata filter."""
+    from llama_index_rag_pack.pack.self_query import self_query_retriever
+
+    return self_query_retriever(pack, similarity_top_k, **kwargs)
+
+
 for _spec in (
     ModeSpec("vector", build_vector, "dense vector search (core's VectorIndexRetriever)"),
     ModeSpec("route", build_route, "route between sources, then fuse", needs_sources=True),
@@ -370,6 +378,7 @@ for _spec in (
     ModeSpec("rewrite", build_rewrite, "LLM query rewriting", needs_llm=True),
     ModeSpec("raptor", build_raptor, "RAPTOR tree, collapsed", needs_tree=True),
     ModeSpec("raptor_traversal", build_raptor_traversal, "RAPTOR tree traversal", needs_tree=True),
+    ModeSpec("self_query", build_self_query, "LLM-written Milvus metadata filter", needs_llm=True),
 ):
     _MODES[_spec.name] = _spec
 

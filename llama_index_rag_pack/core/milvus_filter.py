@@ -1,0 +1,80 @@
+"""Compile validated conditions to a Milvus boolean expression (pure; no pymilvus).
+
+Only :class:`~llama_index_rag_pack.core.metadata_fields.Condition` objects are compiled, so
+every field name is a declared identifier and every value has its field's type. Values are
+written as Milvus literals:
+
+* strings in double quotes; ``\\`` ``"`` and newline, carriage return and tab are escaped
+  (``\\\\``, ``\\"``, ``\\n``, ``\\r``, ``\\t``: the escapes Milvus' parser accepts; other
+  control characters are rejected before this by validation);
+* integers in decimal, floats by ``repr`` (finite only), booleans as ``true``/``false``;
+* ``in``/``not in`` as a ``[...]`` list, ``between`` as ``(lo <= f and f <= hi)``.
+
+Conditions are joined with ``and``, each in parentheses.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from llama_index_rag_pack.core.metadata_fields import Condition
+
+__all__ = ["and_expressions", "compile_conditions", "milvus_literal"]
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def milvus_literal(value: object) -> str:
+    """``value`` (str, int, float or bool) as a Milvus expression literal.
+
+    Raises:
+        ValueError: another type, or a float that is not finite.
+
+    Example:
+        >>> print(milvus_literal('say "hi" \\\\ bye'))
+        "say \\"hi\\" \\\\ bye"
+        >>> milvus_literal(True), milvus_literal(2010), milvus_literal(7.5)
+        ('true', '2010', '7.5')
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot write {value!r} as a Milvus literal")
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + "".join(_ESCAPES.get(ch, ch) for ch in value) + '"'
+    raise ValueError(f"cannot write {type(value).__name__} as a Milvus literal")
+
+
+def _compile_one(cond: Condition) -> str:
+    name = cond.field
+    if cond.op in ("in", "not in"):
+        items = ", ".join(milvus_literal(v) for v in cond.value)
+        return f"{name} {cond.op} [{items}]"
+    if cond.op == "between":
+        lo, hi = (milvus_literal(v) for v in cond.value)
+        return f"{name} >= {lo} and {name} <= {hi}"
+    return f"{name} {cond.op} {milvus_literal(cond.value)}"
+
+
+def compile_conditions(conditions: Iterable[Condition]) -> str:
+    """The Milvus expression matching every condition (``""`` for none).
+
+    Example:
+        >>> from llama_index_rag_pack.core.metadata_fields import Condition
+        >>> compile_conditions([Condition("genre", "in", ("mystery",)),
+        ...                     Condition("year", ">", 2010)])
+        '(genre in ["mystery"]) and (year > 2010)'
+    """
+    return and_expressions(_compile_one(c) for c in conditions)
+
+
+def and_expressions(expressions: Iterable[str]) -> str:
+    """Non-empty expressions joined with ``and``, each in parentheses (so an ``or`` inside one
+    never changes the meaning of the whole)."""
+    parts = [e for e in expressions if e]
+    return " and ".join(f"({p})" for p in parts)

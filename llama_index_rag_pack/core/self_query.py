@@ -1,0 +1,133 @@
+"""Read a self-query reply (untrusted LLM text) into a search query and validated conditions.
+
+The prompt asks for ``{"query": "...", "filter": [{"field": ..., "op": ..., "value": ...}]}``.
+Replies are read with :func:`~llama_index_rag_pack.core.llm_output.json_values` (prose around
+the JSON, code fences, trailing commas, single quotes), and these shapes are accepted too:
+
+* ``"filter"``/``"filters"``/``"conditions"``/``"where"`` as a list of conditions, a single
+  condition, or a mapping ``{"genre": "mystery", "year": {"$gt": 2010}}``;
+* ``"operator"``/``"comparator"``/``"operation"`` for ``op``, ``"attribute"``/``"name"`` for
+  ``field``; operator words (``gt``, ``$gte``, ``eq``, ``nin``).
+
+Each condition is checked by
+:func:`~llama_index_rag_pack.core.metadata_fields.validate_condition`: what fails is dropped and
+its reason kept; the rest is compiled by
+:func:`~llama_index_rag_pack.core.milvus_filter.compile_conditions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llama_index_rag_pack.core.llm_output import json_values
+from llama_index_rag_pack.core.metadata_fields import Condition, FieldSpec, validate_condition
+from llama_index_rag_pack.core.milvus_filter import compile_conditions
+
+__all__ = ["MAX_CONDITIONS", "SelfQuery", "parse_self_query"]
+
+MAX_CONDITIONS = 16
+_QUERY_KEYS = ("query", "search_query", "search", "question", "text")
+_FILTER_KEYS = ("filter", "filters", "conditions", "condition", "where", "metadata_filter")
+_FIELD_KEYS = ("field", "attribute", "name", "key", "column")
+_OP_KEYS = ("op", "operator", "comparator", "operation", "cmp")
+_VALUE_KEYS = ("value", "values", "val", "range")
+
+
+@dataclass
+class SelfQuery:
+    """What a self-query reply asked for.
+
+    Attributes:
+        query: The search text (the question itself when the reply gave none).
+        conditions: The valid conditions.
+        dropped: One reason per condition that was left out.
+        expression: The Milvus expression of ``conditions`` (``""`` for none).
+    """
+
+    query: str
+    conditions: list[Condition] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    expression: str = ""
+
+
+def _first(item: Mapping[str, Any], keys: Sequence[str]) -> Any:
+    return next((item[k] for k in keys if k in item), None)
+
+
+def _raw_conditions(value: Any) -> list[tuple[Any, Any, Any]]:
+    """``(field, op, value)`` triples from a list, one condition, or a field mapping."""
+    if isinstance(value, list):
+        return [t for item in value for t in _raw_conditions(item)]
+    if not isinstance(value, Mapping):
+        return [(None, None, value)] if value not in (None, "", []) else []
+    lowered = {str(k).lower(): v for k, v in value.items()}
+    if any(k in lowered for k in _FIELD_KEYS):
+        name = _first(lowered, _FIELD_KEYS)
+        op = _first(lowered, _OP_KEYS)
+        val = _first(lowered, _VALUE_KEYS)
+        return [(name, "==" if op is None else op, val)]
+    if set(lowered) & {"and", "$and"}:  # {"and": [...]} (an "or" is not supported: dropped)
+        return _raw_conditions(_first(lowered, ("and", "$and")))
+    out = []
+    for name, val in value.items():
+        if isinstance(val, Mapping) and val and all(isinstance(k, str) for k in val):
+            out += [(name, op, v) for op, v in val.items()]
+        else:
+            out.append((name, "in" if isinstance(val, list) else "==", val))
+    return out
+
+
+def _reply_object(text: str) -> Mapping[str, Any] | None:
+    for value in json_values(text):
+        if isinstance(value, list) and value and isinstance(value[0], Mapping):
+            value = value[0]
+        if isinstance(value, Mapping):
+            return value
+    return None
+
+
+def parse_self_query(reply: str, fields: Sequence[FieldSpec], question: str = "") -> SelfQuery:
+    """The search query and the Milvus filter in an LLM reply, every condition validated.
+
+    Never raises on the reply: what cannot be used is dropped, with a reason in ``dropped``.
+
+    Args:
+        reply: The raw LLM reply.
+        fields: The declared fields.
+        question: The user's question (the search text when the reply gives none).
+
+    Example:
+        >>> from llama_index_rag_pack.core.metadata_fields import FieldSpec
+        >>> fields = [FieldSpec("genre", allowed=("mystery", "sci-fi")), FieldSpec("year", "int")]
+        >>> sq = parse_self_query(
+        ...     'Sure! ```json\\n{"query": "memory", "filter": [{"field": "genre", '
+        ...     '"op": "eq", "value": "mystery"}, {"field": "year", "op": "gt", "value": "2010"}, '
+        ...     '{"field": "author", "op": "==", "value": "x"},]}\\n```', fields)
+        >>> sq.query, sq.expression
+        ('memory', '(genre == "mystery") and (year > 2010)')
+        >>> sq.dropped
+        ["unknown field 'author'"]
+    """
+    data = _reply_object(reply or "")
+    result = SelfQuery(query=question.strip())
+    if data is None:
+        if (reply or "").strip():
+            result.dropped.append("no JSON object in the reply")
+        return result
+    lowered = {str(k).lower(): v for k, v in data.items()}
+    query = _first(lowered, _QUERY_KEYS)
+    if isinstance(query, str) and query.strip():
+        result.query = " ".join(query.split())
+    raw = _raw_conditions(_first(lowered, _FILTER_KEYS))
+    for name, op, value in raw[:MAX_CONDITIONS]:
+        cond, problem = validate_condition(fields, name, op, value)
+        if cond is None:
+            result.dropped.append(problem)
+        elif cond not in result.conditions:
+            result.conditions.append(cond)
+    if len(raw) > MAX_CONDITIONS:
+        result.dropped.append(f"{len(raw) - MAX_CONDITIONS} conditions over {MAX_CONDITIONS}")
+    result.expression = compile_conditions(result.conditions)
+    return result

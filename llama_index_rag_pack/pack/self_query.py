@@ -1,0 +1,103 @@
+"""The ``self_query`` mode of a pack: the LLM writes the search query and a validated Milvus
+metadata filter, searched with the pack's dense, BM25 or hybrid retriever.
+
+Fields come from :func:`configure_self_query` (what ``rag-pack ask --self-query-fields FILE``
+calls), from the builder's ``fields=`` argument, or else are inferred from the collection.
+
+Example:
+    >>> from llama_index_rag_pack.pack.self_query import SELF_QUERY_BASES
+    >>> SELF_QUERY_BASES
+    ('dense', 'bm25', 'hybrid', 'hybrid_weighted', 'hybrid_convex')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.metadata_fields import FieldSpec, field_specs
+
+__all__ = ["SELF_QUERY_BASES", "configure_self_query", "self_query_retriever"]
+
+#: The retrievers self-query can filter (``dense`` is Milvus dense search).
+SELF_QUERY_BASES = ("dense", "bm25", "hybrid", "hybrid_weighted", "hybrid_convex")
+_CONFIG_ATTR = "_self_query_config"
+
+
+@dataclass(frozen=True)
+class _Config:
+    fields: tuple[FieldSpec, ...] | None = None
+    description: str | None = None
+    base: str | None = None
+
+
+def _check_base(base: str | None) -> None:
+    if base is not None and base not in SELF_QUERY_BASES:
+        raise ConfigurationError(
+            f"Self-query cannot filter mode {base!r}; use one of {', '.join(SELF_QUERY_BASES)}."
+        )
+
+
+def configure_self_query(
+    pack: Any,
+    fields: Iterable[FieldSpec | Mapping[str, Any]] | None = None,
+    *,
+    description: str | None = None,
+    base: str | None = None,
+) -> None:
+    """Set the fields (``None``: infer them), the documents' description and the base retriever
+    that ``pack.retriever("self_query")`` uses; a self-query retriever built before is rebuilt.
+
+    Raises:
+        ConfigurationError: bad field declarations or a base mode that takes no filter.
+    """
+    _check_base(base)
+    specs = None if fields is None else field_specs(fields)
+    setattr(pack, _CONFIG_ATTR, _Config(specs, description, base))
+    for key in [k for k in getattr(pack, "_retrievers", {}) if k[0] == "self_query"]:
+        del pack._retrievers[key]
+    for key in [k for k in getattr(pack, "_query_engines", {}) if k[0] == "self_query"]:
+        del pack._query_engines[key]
+
+
+def _default_base(pack: Any) -> str:
+    mode = getattr(pack, "default_mode", "vector")
+    return mode if mode in SELF_QUERY_BASES else "dense"
+
+
+def self_query_retriever(
+    pack: Any,
+    similarity_top_k: int | None = None,
+    fields: Iterable[FieldSpec | Mapping[str, Any]] | None = None,
+    base: str | None = None,
+    description: str | None = None,
+    fallback_without_filter: bool = True,
+) -> Any:
+    """A :class:`~llama_index_rag_pack.SelfQueryRetriever` over the pack's ``base`` retriever
+    (default: the pack's default mode when it can be filtered, else ``dense``)."""
+    from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+    from llama_index_rag_pack.storage.self_query_retriever import SelfQueryRetriever
+
+    config: _Config = getattr(pack, _CONFIG_ATTR, _Config())
+    base = base or config.base or _default_base(pack)
+    _check_base(base)
+    if base == "dense":
+        inner = MilvusHybridRetriever(
+            vector_store=pack.vector_store,
+            embed_model=pack.embed_model,
+            search_type="dense",
+            similarity_top_k=similarity_top_k or pack.similarity_top_k,
+            callback_manager=pack.callback_manager,
+        )
+    else:
+        inner = pack.retriever(base, similarity_top_k=similarity_top_k)
+    return SelfQueryRetriever(
+        inner,
+        llm=pack.llm,
+        fields=fields if fields is not None else config.fields,
+        description=description or config.description or "text chunks with metadata",
+        fallback_without_filter=fallback_without_filter,
+        callback_manager=pack.callback_manager,
+    )
