@@ -22,7 +22,7 @@ local UMAP + mixture inside each global cluster), with these differences:
   deterministic fallback split, so the recursion always ends;
 * the neighbour graph is exact (``dimension_reduction.exact_neighbors``), UMAP runs 200
   epochs, and the global neighbourhood ``sqrt(n - 1)`` is capped at ``max_global_neighbors``
-  (50): 10k x 384 vectors cluster in ~25 s instead of ~170 s;
+  (50): 10k x 384 vectors take 44 s of CPU, the reference 451 s (benchmarks/results);
 * distinct topics are never merged: every cluster, and every set too small for UMAP (at most
   ``reduction_dim + 1`` rows, which the reference keeps as one cluster), is split into the groups
   that average-linkage clustering keeps apart at cosine similarity ``topic_similarity``. With a
