@@ -235,7 +235,7 @@ class JudgeQueryEngine(BaseQueryEngine):
         else:
             partial = [c for c in node.chunks if c.score == 1 and c.follow_up]
             chosen = [c for c in partial[: self.max_branching] if run.budget.take()]
-            node.stop = "followed_up" if chosen else "budget"
+            node.stop = "followed_up" if chosen else "budget" if partial else "no_follow_up"
             return chosen
         return []
 

@@ -65,7 +65,8 @@ class SearchNode:
         cited_ids: The ids of the chunks the answer cites.
         llm_calls: LLM calls made for this node itself (judging and answering).
         stop: Why the search stopped here: ``answered`` (a chunk scored 2), ``followed_up``,
-            ``max_depth``, ``budget``, ``no_relevant_chunk``, ``no_chunks``.
+            ``max_depth``, ``budget``, ``no_follow_up`` (scored 1, no usable follow-up),
+            ``no_relevant_chunk``, ``no_chunks``.
     """
 
     question: str
