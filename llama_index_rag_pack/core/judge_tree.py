@@ -153,7 +153,7 @@ class SearchTree:
     def render_text(self, width: int = 90) -> str:
         """The tree as indented text with box-drawing branches (what ``rag-pack judge`` shows)."""
         lines: list[str] = []
-        _render_node(self.root, "", lines, width)
+        _render_node(self.root, "", "", lines, width)
         return "\n".join(lines)
 
     def to_mermaid(self, width: int = 60) -> str:
@@ -162,9 +162,9 @@ class SearchTree:
         lines = ["flowchart TD"]
         _mermaid_node(self.root, "q0", lines, width)
         lines += [
-            "classDef s2 fill:#c8f7c5,stroke:#2e7d32",
-            "classDef s1 fill:#fff3c4,stroke:#b08900",
-            "classDef s0 fill:#eeeeee,stroke:#9e9e9e",
+            "    classDef s2 fill:#c8f7c5,stroke:#2e7d32",
+            "    classDef s1 fill:#fff3c4,stroke:#b08900",
+            "    classDef s0 fill:#eeeeee,stroke:#9e9e9e",
         ]
         return "\n".join(lines) + "\n"
 
@@ -174,9 +174,15 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(width - 1, 1)] + "…"
 
 
-def _render_node(node: SearchNode, prefix: str, lines: list[str], width: int) -> None:
+def _label(chunk: JudgedChunk) -> str:
+    """``title (id…)`` or the id: what names a chunk in the renderings."""
+    short = chunk.chunk_id if len(chunk.chunk_id) <= 12 else chunk.chunk_id[:8] + "…"
+    return f"{chunk.source} ({short})" if chunk.source else short
+
+
+def _render_node(node: SearchNode, first: str, prefix: str, lines: list[str], width: int) -> None:
     calls = f"{node.llm_calls} LLM call" + ("" if node.llm_calls == 1 else "s")
-    lines.append(f"{prefix}Q: {_short(node.question, width)}  ({node.stop or 'open'}, {calls})")
+    lines.append(f"{first}Q: {_short(node.question, width)}  ({node.stop or 'open'}, {calls})")
     bar = "│  " if node.chunks else "   "
     if node.answer:
         lines.append(f"{prefix}{bar}A: {_short(node.answer, width)}")
@@ -186,11 +192,11 @@ def _render_node(node: SearchNode, prefix: str, lines: list[str], width: int) ->
         label = f"{chunk.score} {SCORE_LABELS.get(chunk.score, '?')}"
         if chunk.score is None:
             label = SCORE_LABELS[None]
-        lines.append(f"{prefix}{branch}[{label}] {chunk.chunk_id}: {_short(chunk.text, width)}")
+        lines.append(f"{prefix}{branch}[{label}] {_label(chunk)}: {_short(chunk.text, width)}")
         if chunk.problem:
             lines.append(f"{prefix}{inner}! {chunk.problem}")
         if chunk.child is not None:
-            _render_node(chunk.child, prefix + inner + "↳ ", lines, width)
+            _render_node(chunk.child, prefix + inner + "↳ ", prefix + inner + "  ", lines, width)
         elif chunk.follow_up:
             lines.append(
                 f"{prefix}{inner}↳ follow-up not searched: {_short(chunk.follow_up, width)}"
@@ -209,7 +215,7 @@ def _mermaid_node(node: SearchNode, node_id: str, lines: list[str], width: int) 
     for i, chunk in enumerate(node.chunks, 1):
         chunk_node = f"{node_id}_c{i}"
         score = "-" if chunk.score is None else str(chunk.score)
-        text = _mermaid_text(f"{chunk.chunk_id}: {chunk.text}", width)
+        text = _mermaid_text(f"{_label(chunk)}: {chunk.text}", width)
         lines.append(f'    {node_id} --> {chunk_node}["score {score}<br/>{text}"]')
         if chunk.score is not None:
             lines.append(f"    class {chunk_node} s{chunk.score}")

@@ -37,14 +37,15 @@ _FOLLOW_UP_KEYS = (
 )
 _FRACTION = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*/\s*(\d+)\b")
 _LABELLED = re.compile(
-    r"\b(?:score|relevance|rating|grade|label|judge?ment)\b[\s*]*(?:is|of|:|=|-)?[\s*\"'(\[]*"
+    r"\b(?:score|relevance|rating|grade|label|judge?ment)\b[\s*\"']*(?:is|of|:|=|-)?[\s*\"'(\[]*"
     r"(-?\d+(?:\.\d+)?)",
     re.I,
 )
 _QUESTION = re.compile(r"[A-Z][^.?!\n]*\?")
 _BARE = re.compile(r"^\W*(-?\d+(?:\.\d+)?)\W*$")
 _FOLLOW_UP_LINE = re.compile(
-    r"^\W*(?:follow[\s_-]*up(?:\s+question)?|new\s+question|next\s+question)\s*[:=-]\s*(.+)$",
+    r"^\W*(?:follow[\s_-]*up(?:[\s_]+question)?|new[\s_]+question|next[\s_]+question)"
+    r"[\s*\"']*[:=-]\s*[\"']?(.+?)[\"']?\s*[,}]?\s*$",
     re.I | re.M,
 )
 
@@ -171,7 +172,7 @@ def parse_judge_reply(reply: str | None, question: str = "") -> JudgeVerdict:
     if score != 1:
         return JudgeVerdict(score)
     follow = _clean_question(follow or _follow_up_from_text(text, question), question)
-    return JudgeVerdict(1, follow, "" if follow else "score 1 without a follow-up question")
+    return JudgeVerdict(1, follow, "" if follow else "score 1 without a new follow-up question")
 
 
 class CallBudget:
