@@ -247,3 +247,44 @@ def test_sync_query_inside_a_running_loop() -> None:
         return _engine(ScriptedLLM(replies=judge_script)).query(QUESTION)
 
     assert "Motihari" in asyncio.run(main()).response
+
+
+# ---------------------------------------------------------------- the tree as data and text
+def test_tight_budget_leaves_chunks_unjudged_and_says_so() -> None:
+    llm = ScriptedLLM(replies=judge_script)
+    tree = _engine(llm, max_llm_calls=2).query(QUESTION).search_tree
+    assert llm.call_count <= 2
+    assert [c.score is None for c in tree.root.chunks] == [False, True, True]
+    text = tree.render_text()
+    assert text.count("[not judged]") == 2
+    assert "! not judged: the LLM call budget is spent" in text
+
+
+def test_text_and_mermaid_renderings() -> None:
+    tree = _engine(ScriptedLLM(replies=judge_script)).query(QUESTION).search_tree
+    lines = tree.render_text().splitlines()
+    assert lines[0].startswith(f"Q: {QUESTION}  (followed_up, ")
+    child = next(i for i, line in enumerate(lines) if f"↳ Q: {FOLLOW_UP}" in line)
+    assert "[1 partial] orwell: Animal Farm is a novella" in lines[child - 1]
+    assert any("[2 answers] motihari:" in line for line in lines[child:])
+    mermaid = tree.to_mermaid()
+    assert mermaid.startswith("flowchart TD\n")
+    assert f'-- "follow-up: {FOLLOW_UP}" -->' in mermaid
+    assert re.search(r"^    class q0_c\d_q_c\d s2$", mermaid, re.M)
+
+
+def test_mermaid_escapes_quotes() -> None:
+    from llama_index_rag_pack import JudgedChunk, SearchNode
+
+    root = SearchNode('Say "hi"?', chunks=[JudgedChunk("c1", 'He said "hi".', score=0)])
+    mermaid = SearchTree(root).to_mermaid()
+    assert '"hi"' not in mermaid and "#quot;hi#quot;" in mermaid
+
+
+def test_json_round_trip_through_a_file(tmp_path: Any) -> None:
+    tree = _engine(ScriptedLLM(replies=judge_script)).query(QUESTION).search_tree
+    path = tree.save(tmp_path / "tree.json")
+    again = SearchTree.load(path)
+    assert again == tree
+    assert again.render_text() == tree.render_text()
+    assert again.nodes()[1].chunks[0].chunk_id == tree.nodes()[1].chunks[0].chunk_id

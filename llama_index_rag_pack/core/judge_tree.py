@@ -177,7 +177,7 @@ def _short(text: str, width: int) -> str:
 def _label(chunk: JudgedChunk) -> str:
     """``title (id…)`` or the id: what names a chunk in the renderings."""
     short = chunk.chunk_id if len(chunk.chunk_id) <= 12 else chunk.chunk_id[:8] + "…"
-    return f"{chunk.source} ({short})" if chunk.source else short
+    return f"{chunk.source} ({short})" if chunk.source and chunk.source != chunk.chunk_id else short
 
 
 def _render_node(node: SearchNode, first: str, prefix: str, lines: list[str], width: int) -> None:
