@@ -11,8 +11,9 @@ all-MiniLM-L6-v2; both methods use the same ``vector`` retriever at the same top
 The LLM is scripted (no model is loaded), the same for both methods, so the comparison measures
 the search, not a model:
 
-* the *writer* answers with every ``Answer: ...`` found in the context it is given (cited), so
-  EM/F1 reflect which evidence reached the answer;
+* the *writer* answers with every item of the ``Answer: ...`` lines in the context it is given
+  (each item once), citing the documents it took each from, so EM/F1 reflect which evidence
+  reached the answer;
 * the *judge* (judge-RAG only) is a lexical heuristic: the share of the question's content words
   found in the chunk gives 2 (all), 1 (at least a third, or any when the chunk answers a named
   sub-question) or 0; a 1 comes with a follow-up made of the question's words the chunk lacks
@@ -56,6 +57,7 @@ SCRIPTED_NOTE = (
     "mean little."
 )
 _WORD = re.compile(r"[a-z0-9]+")
+_DOCUMENT = re.compile(r"<document id=(\d+)[^>]*>\n(.*?)\n</document>", re.S)
 _ANSWER = re.compile(r"Answer: (.+?)\.(?:\n|$)")
 
 
@@ -87,9 +89,14 @@ def corpus(questions: list[dict[str, Any]], raw: dict[str, Any]) -> tuple[list[A
 
 
 def scripted_reply(prompt: str) -> str:
-    if "<document id=" in prompt:  # the writer
-        found = list(dict.fromkeys(_ANSWER.findall(prompt)))
-        return ", ".join(found) + " [1](id=1)." if found else "I don't know."
+    if "<document id=" in prompt:  # the writer: every answer in its context, each cited
+        found: dict[str, list[str]] = {}
+        for doc_id, body in _DOCUMENT.findall(prompt):
+            for answer in _ANSWER.findall(body + "\n"):
+                for item in answer.split(", "):  # each listed item once
+                    found.setdefault(item.strip(), []).append(doc_id)
+        cited = (f"{a} " + "".join(f"[1](id={i})" for i in ids) for a, ids in found.items())
+        return ", ".join(cited) + "." if found else "I don't know."
     question = re.search(r"Question: (.*)", prompt).group(1)
     chunk = re.search(r"Passage:\n(.*?)\n\nScore 2", prompt, re.S).group(1)
     asked, have = content_words(question), content_words(chunk)
@@ -118,8 +125,8 @@ def evaluate(engine: Any, questions: list[dict], evidence: dict, judged: bool) -
             used = [c.source for c in seen if c.score in (1, 2)]
             seen_titles = {c.source for c in seen}
         else:
-            seen_titles = {n.node.metadata["title"] for n in response.source_nodes}
-            used = list(seen_titles)
+            seen_titles = {n.node.metadata["title"] for n in response.context_nodes}
+            used = [n.node.metadata["title"] for n in response.source_nodes]
         answer = getattr(response, "answer", None) or str(response)
         answer = re.sub(r"\s*\[\d+\]", "", answer).strip()
         gold, titles = q["answers"], evidence[q["id"]]
@@ -261,7 +268,8 @@ def main() -> None:
         notes=[
             "Evidence recall (seen): share of the question's evidence pages among all chunks "
             "retrieved (flat: the top-k; judge: every node of the search tree). (used): among "
-            "the chunks that reached an answer (flat: the cited ones; judge: those scored 1 or 2)."
+            "the chunks the answer used (flat: the cited ones; judge: those scored 1 or 2, "
+            "which are the context of an answer)."
         ],
     )
 
