@@ -1,0 +1,40 @@
+"""Judge-driven recursive RAG over a :class:`~llama_index_rag_pack.RagPack`: the pack's retriever
+for any registered mode, the pack's LLM as judge and writer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index_rag_pack.components.judge_query_engine import JudgeQueryEngine
+
+__all__ = ["judge_query_engine"]
+
+
+def judge_query_engine(
+    pack: Any,
+    mode: str | None = None,
+    *,
+    similarity_top_k: int | None = None,
+    **options: Any,
+) -> JudgeQueryEngine:
+    """A :class:`~llama_index_rag_pack.JudgeQueryEngine` over ``pack.retriever(mode)``.
+
+    Args:
+        pack: A :class:`~llama_index_rag_pack.RagPack` (or ``RoutedRagPack``).
+        mode: Any registered retrieval mode (default: the pack's default mode).
+        similarity_top_k: Chunks judged per question (default: the pack's ``similarity_top_k``).
+        options: :class:`~llama_index_rag_pack.JudgeQueryEngine` options (``max_depth``,
+            ``max_branching``, ``max_llm_calls``, ``style``, ...).
+
+    Example:
+        >>> engine = judge_query_engine(pack, "hybrid", max_depth=1)  # doctest: +SKIP
+        >>> engine.query("Where was the author of Animal Farm born?")  # doctest: +SKIP
+    """
+    extra = {"similarity_top_k": similarity_top_k} if similarity_top_k else {}
+    return JudgeQueryEngine(
+        pack.retriever(mode, **extra),
+        pack.llm,
+        callback_manager=pack.callback_manager,
+        **options,
+    )
