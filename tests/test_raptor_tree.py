@@ -478,7 +478,7 @@ def test_custom_summary_prompt_is_used(tmp_path: Any, embed_model: Any) -> None:
     tree.update_prompts({"summary_prompt": PromptTemplate("Fasse zusammen:\n{context_str}")})
     assert "summary_prompt" in tree.get_prompts()
     tree.build(
-        [Document(text="Aardvarks eat ants."), Document(text="The abacus is a counting frame.")]
+        [Document(text="Aardvarks eat ants."), Document(text="Aardvarks dig burrows at night.")]
     )
     assert llm.prompts[0].startswith("Fasse zusammen:") and "Aardvarks eat ants." in llm.prompts[0]
 
