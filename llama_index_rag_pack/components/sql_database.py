@@ -2,7 +2,8 @@
 
 SQLite (the default, a file) is opened with ``file:...?mode=ro`` so nothing can be written even by
 a query the checker let through; a progress handler cuts any query past the time-out and an
-authorizer refuses reads of tables outside the allowed set (a second line of defence behind
+authorizer refuses any action but reading allowed columns of allowed tables (no writes, no
+``ATTACH``/``PRAGMA``, no recursive CTE): a second line of defence behind
 :func:`~llama_index_rag_pack.core.sql_safety.check_sql`). Any other SQLAlchemy URL works
 (PostgreSQL is the scale-out path): each query runs in a ``READ ONLY`` transaction with
 ``SET LOCAL statement_timeout``. Use a database user that can only read the allowed tables too.
@@ -136,7 +137,9 @@ class SafeSQLDatabase:
                 sample = self.run(f"SELECT * FROM {table} LIMIT {self.sample_rows}")
                 lines = ["\t".join(sample.columns)]
                 lines += ["\t".join(str(v) for v in row) for row in sample.rows]
-                parts.append(f"/* {len(sample.rows)} rows from {table}:\n" + "\n".join(lines) + "\n*/")
+                parts.append(
+                    f"/* {len(sample.rows)} rows from {table}:\n" + "\n".join(lines) + "\n*/"
+                )
         return "\n\n".join(parts)
 
     def run(self, sql: str) -> SQLResult:
@@ -168,12 +171,12 @@ class SafeSQLDatabase:
 
     def _sqlite_execute(self, connection: sa.Connection, sql: str, reads: list) -> Any:
         raw = connection.connection.dbapi_connection
-        allowed = {t.lower() for t in self.allowed}
+        allowed = {t.lower(): {c.lower() for c in cs} | {""} for t, cs in self.allowed.items()}
         deadline = time.monotonic() + self.timeout_s
 
         def authorize(action: int, arg1: Any, arg2: Any, _db: Any, _trigger: Any) -> int:
             if action == sqlite3.SQLITE_READ:
-                if (arg1 or "").lower() not in allowed:
+                if (arg2 or "").lower() not in allowed.get((arg1 or "").lower(), ()):
                     return sqlite3.SQLITE_DENY
                 reads.append((arg1, arg2))
             return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
