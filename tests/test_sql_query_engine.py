@@ -197,7 +197,7 @@ def _check_repaired(response, llm: ScriptedLLM) -> None:
     assert [a["error"] is None for a in response.metadata["attempts"]] == [False, True]
     assert "Column 'email' could not be resolved" in llm.prompts[1]
     assert response.metadata["rows"] == [["Lanterns"], ["Memory"]]
-    assert "SQL query" in response.references  # the SQL is always cited
+    assert f"SQL: {response.metadata['sql']}" in response.references  # always cited
     assert "row 1: title='Lanterns'" in response.references
     assert [n.node.metadata.get("sql_row") for n in response.source_nodes] == [1, 2, None]
 

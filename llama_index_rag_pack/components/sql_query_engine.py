@@ -62,7 +62,7 @@ DEFAULT_SQL_ANSWER_PROMPT = PromptTemplate(
 
 
 def _result_nodes(result: SQLResult) -> list[NodeWithScore]:
-    nodes = [TextNode(text=result.sql, metadata={"title": "SQL query", "sql": result.sql})]
+    nodes = [TextNode(text=result.sql, metadata={"title": f"SQL: {result.sql}", "sql": result.sql})]
     for number, row in enumerate(result.rows, start=1):
         text = ", ".join(f"{c}={v!r}" for c, v in zip(result.columns, row, strict=False))
         meta = {"title": f"row {number}: {text}"[:120], "sql_row": number}
@@ -102,7 +102,7 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
         <BLANKLINE>
         Sources:
           [1] row 1: price=1.5
-          [2] SQL query
+          [2] SQL: SELECT "items"."price" AS "price" FROM "items" AS "items"
     """
 
     def __init__(

@@ -40,6 +40,7 @@ from llama_index_rag_pack.pack.fusion_config import FusionConfig, resolve_fusion
 from llama_index_rag_pack.pack.indexing import default_mode_for, index_sentences
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, pack_tree_inputs
+from llama_index_rag_pack.pack.sql import SQLEngineMixin
 from llama_index_rag_pack.storage import milvus as milvus_utils
 from llama_index_rag_pack.storage.lite import discard_new_lite_db_on_failure
 from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
@@ -53,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 
-class RagPack(BaseLlamaPack):
+class RagPack(SQLEngineMixin, BaseLlamaPack):
     """Advanced RAG over Milvus in one object: index documents, retrieve, answer.
 
     Built from documents (indexes them) or from an existing collection (reopens it without
