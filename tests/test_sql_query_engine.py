@@ -270,3 +270,26 @@ def test_check_sql_postgres_dialect_is_checked_the_same_way() -> None:
     )
     with pytest.raises(UnsafeSQLError, match="not allowed"):
         check_sql("SELECT pg_read_file('/etc/passwd')", allowed, dialect="postgres")
+
+
+def test_a_sqlite_url_is_opened_read_only_too(db_path: Path) -> None:
+    db = SafeSQLDatabase(f"sqlite:///{db_path}", tables=["books"])
+    assert "mode=ro" in str(db.engine.url)
+    with db.engine.connect() as conn, pytest.raises(Exception, match="readonly"):
+        conn.exec_driver_sql("DELETE FROM books")
+    with pytest.raises(ConfigurationError, match="in-memory"):
+        SafeSQLDatabase("sqlite://", tables=["books"])
+
+
+def test_a_time_out_is_sent_back_for_repair(db: SafeSQLDatabase) -> None:
+    slow = "SELECT count(*) FROM " + ", ".join(f"books AS b{i}" for i in range(20))
+    llm = ScriptedLLM(replies=[slow, "SELECT count(*) AS n FROM books", "3 [1](id=2)"])
+    response = SQLQueryEngine(db, llm=llm).query("How many books?")
+    assert "0.5s time-out" in response.metadata["attempts"][0]["error"]
+    assert "0.5s time-out; write a cheaper query" in llm.prompts[1]
+    assert response.metadata["rows"] == [[3]]
+
+
+def test_unnamed_table_functions_are_refused_by_name() -> None:
+    with pytest.raises(UnsafeSQLError, match=r"GENERATE_SERIES\(1, 10\).* is not allowed"):
+        check_sql("SELECT value FROM generate_series(1, 10)", ALLOWED_COLUMNS)

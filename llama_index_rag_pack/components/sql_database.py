@@ -48,6 +48,18 @@ class SQLResult:
     reads: list[tuple[str, str]] = field(default_factory=list)
 
 
+def _sqlite_path(database: str) -> str | None:
+    """The file of a SQLite database given as a path or a ``sqlite:///`` URL (None: a server)."""
+    if "://" not in database:
+        return database
+    url = sa.engine.make_url(database)
+    if url.get_backend_name() != "sqlite":
+        return None
+    if not url.database or url.database == ":memory:":
+        raise ConfigurationError("an in-memory SQLite database has no tables; pass a .db file")
+    return url.database
+
+
 def _sqlite_url(path: str | Path) -> str:
     resolved = Path(path).expanduser().resolve()
     if not resolved.is_file():
@@ -59,7 +71,8 @@ class SafeSQLDatabase:
     """The allowed tables of a database, opened read-only, queried with a row limit and time-out.
 
     Args:
-        database: A SQLite file path (opened read-only) or any SQLAlchemy URL (``postgresql://``).
+        database: A SQLite file path or ``sqlite:///`` URL (both opened read-only), or any
+            SQLAlchemy URL (``postgresql+psycopg://reader@host/db``).
         tables: The only tables the LLM may see and read (required, at least one).
         columns: Optional ``{table: [columns]}`` to hide columns (default: every column).
         max_rows: Row limit added to every query.
@@ -94,9 +107,9 @@ class SafeSQLDatabase:
                 f"need max_rows > 0, timeout_s > 0, sample_rows >= 0; got {max_rows}, "
                 f"{timeout_s}, {sample_rows}"
             )
-        url = str(database)
-        self._sqlite = "://" not in url
-        self.engine = sa.create_engine(_sqlite_url(url) if self._sqlite else url)
+        path = _sqlite_path(str(database))
+        self._sqlite = path is not None
+        self.engine = sa.create_engine(_sqlite_url(path) if path is not None else str(database))
         self.dialect = _DIALECTS.get(self.engine.dialect.name, self.engine.dialect.name)
         self.max_rows, self.timeout_s, self.sample_rows = max_rows, timeout_s, sample_rows
         self.allowed = self._resolve_columns(list(tables), columns or {})

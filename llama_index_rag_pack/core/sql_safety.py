@@ -116,7 +116,8 @@ def _check_tables(statement: exp.Expression, allowed: Mapping[str, Sequence[str]
             continue
         if name not in allowed_lower:
             raise UnsafeSQLError(
-                f"table {table.name!r} is not allowed; use only: {', '.join(sorted(allowed))}"
+                f"table {table.name or table.sql()!r} is not allowed; use only: "
+                f"{', '.join(sorted(allowed))}"
             )
         if allowed_lower[name] not in used:
             used.append(allowed_lower[name])
