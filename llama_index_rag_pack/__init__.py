@@ -23,6 +23,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.components.router import FusionRouterRetriever
     from llama_index_rag_pack.components.routes import Route, RouteSelection, RoutingError
     from llama_index_rag_pack.components.semantic_selector import SemanticSelector
+    from llama_index_rag_pack.components.sql_database import (
+        SafeSQLDatabase,
+        SQLExecutionError,
+        SQLResult,
+    )
+    from llama_index_rag_pack.components.sql_query_engine import SQLQueryEngine
     from llama_index_rag_pack.core.clustering import cluster_embeddings
     from llama_index_rag_pack.core.errors import (
         CollectionNotFoundError,
@@ -44,6 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.core.reference_styles import ReferenceStyle
     from llama_index_rag_pack.core.references import ReferenceManager, render_references
     from llama_index_rag_pack.core.self_query import SelfQuery, parse_self_query
+    from llama_index_rag_pack.core.sql_safety import CheckedSQL, UnsafeSQLError, check_sql
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import (
         LabelledExample,
@@ -92,6 +99,14 @@ _EXPORTS: dict[str, str] = {
     "RouteSelection": ".components.routes",
     "RoutingError": ".components.routes",
     "SemanticSelector": ".components.semantic_selector",
+    # text-to-SQL
+    "SafeSQLDatabase": ".components.sql_database",
+    "SQLExecutionError": ".components.sql_database",
+    "SQLResult": ".components.sql_database",
+    "SQLQueryEngine": ".components.sql_query_engine",
+    "CheckedSQL": ".core.sql_safety",
+    "UnsafeSQLError": ".core.sql_safety",
+    "check_sql": ".core.sql_safety",
     "cluster_embeddings": ".core.clustering",
     "CollectionNotFoundError": ".core.errors",
     "ConfigurationError": ".core.errors",
@@ -220,5 +235,13 @@ __all__ = [
     "SearchNode",
     "SearchTree",
     "judge_query_engine",
+    # text-to-SQL
+    "CheckedSQL",
+    "SafeSQLDatabase",
+    "SQLExecutionError",
+    "SQLQueryEngine",
+    "SQLResult",
+    "UnsafeSQLError",
+    "check_sql",
     "__version__",
 ]

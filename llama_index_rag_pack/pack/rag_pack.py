@@ -40,6 +40,7 @@ from llama_index_rag_pack.pack.fusion_config import FusionConfig, resolve_fusion
 from llama_index_rag_pack.pack.indexing import default_mode_for, index_sentences
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, pack_tree_inputs
+from llama_index_rag_pack.pack.sql import SQLEngineMixin
 from llama_index_rag_pack.storage import milvus as milvus_utils
 from llama_index_rag_pack.storage.lite import discard_new_lite_db_on_failure
 from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
@@ -53,7 +54,7 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 
-class RagPack(BaseLlamaPack):
+class RagPack(SQLEngineMixin, BaseLlamaPack):
     """Advanced RAG over Milvus in one object: index documents, retrieve, answer.
 
     Built from documents (indexes them) or from an existing collection (reopens it without
@@ -76,13 +77,11 @@ class RagPack(BaseLlamaPack):
         chunk_overlap: Overlap between chunks, in tokens.
         similarity_top_k: Chunks retrieved per query.
         enable_bm25: Keep a BM25 sparse field beside the dense vectors (hybrid search).
-        sentence_index: Also embed every sentence of every chunk, headed by the document's
-            title (a ``<collection>__sentences`` collection), so hybrid search can score a
-            chunk by its best-matching sentence. Indexing takes about twice as long.
-        fusion_config: Defaults of the hybrid modes (dense weight, RRF k, candidate pools): a
-            :class:`~llama_index_rag_pack.pack.fusion_config.FusionConfig` or the path of one
-            saved by ``rag-pack eval --fit``. Unset: ``<data_dir>/fusion.json`` when it exists,
-            else the built-in defaults. Arguments of ``retriever(mode, ...)`` override it.
+        sentence_index: Also embed every sentence (headed by its document's title) into
+            ``<collection>__sentences``, so hybrid search scores a chunk by its best sentence.
+        fusion_config: Defaults of the hybrid modes: a ``FusionConfig`` or the path of one saved
+            by ``rag-pack eval --fit``; unset: ``<data_dir>/fusion.json`` when it exists, else
+            the built-in defaults. Arguments of ``retriever(mode, ...)`` override it.
         show_progress: Progress bars while indexing.
         callback_manager: Passed to the index and query engines.
 
