@@ -73,6 +73,8 @@ def test_pack_engine_sync_and_async(index_uri: str, embed_model: Any) -> None:
     _check(response.search_tree)
     assert "Motihari" in response.response and "Sources:" in response.response
     assert asyncio.run(engine.aquery(QUESTION)).search_tree == response.search_tree
+    method = pack.make_judge_query_engine("vector", similarity_top_k=1, style="text")
+    assert method.query(QUESTION).search_tree == response.search_tree
 
 
 def test_cli_judge_shows_saves_and_reopens_the_tree(

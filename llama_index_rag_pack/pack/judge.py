@@ -8,7 +8,7 @@ from typing import Any
 
 from llama_index_rag_pack.components.judge_query_engine import JudgeQueryEngine
 
-__all__ = ["judge_query_engine"]
+__all__ = ["JudgeEngineMixin", "judge_query_engine"]
 
 
 def judge_query_engine(
@@ -38,3 +38,18 @@ def judge_query_engine(
         callback_manager=pack.callback_manager,
         **options,
     )
+
+
+class JudgeEngineMixin:
+    """Adds :meth:`make_judge_query_engine` to a pack (next to ``make_query_engine``)."""
+
+    def make_judge_query_engine(
+        self, mode: str | None = None, *, similarity_top_k: int | None = None, **options: Any
+    ) -> JudgeQueryEngine:
+        """Judge-driven recursive RAG over this pack's ``mode`` retriever: see
+        :func:`judge_query_engine` for the options.
+
+        Example:
+            >>> engine = pack.make_judge_query_engine("hybrid", max_depth=1)  # doctest: +SKIP
+        """
+        return judge_query_engine(self, mode, similarity_top_k=similarity_top_k, **options)

@@ -38,6 +38,7 @@ from llama_index_rag_pack.pack._compat import BaseLlamaPack
 from llama_index_rag_pack.pack.engines import build_query_engine, query_engine_key, retriever_key
 from llama_index_rag_pack.pack.fusion_config import FusionConfig, resolve_fusion_config
 from llama_index_rag_pack.pack.indexing import default_mode_for, index_sentences
+from llama_index_rag_pack.pack.judge import JudgeEngineMixin
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, pack_tree_inputs
 from llama_index_rag_pack.pack.sql import SQLEngineMixin
@@ -54,7 +55,7 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 
-class RagPack(SQLEngineMixin, BaseLlamaPack):
+class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
     """Advanced RAG over Milvus in one object: index documents, retrieve, answer.
 
     Built from documents (indexes them) or from an existing collection (reopens it without
