@@ -10,7 +10,7 @@ from llama_index.core.indices.base import BaseIndex
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 
-__all__ = ["CitationMode", "as_retriever"]
+__all__ = ["CitationMode", "as_retriever", "check_retriever"]
 
 
 class CitationMode(str, Enum):
@@ -47,3 +47,12 @@ def as_retriever(source: BaseRetriever | BaseIndex, similarity_top_k: int | None
             "(index.as_retriever(similarity_top_k=...))."
         )
     return source
+
+
+def check_retriever(retriever: object) -> None:
+    """Raise :class:`ConfigurationError` unless ``retriever`` is a LlamaIndex ``BaseRetriever``."""
+    if not isinstance(retriever, BaseRetriever):
+        raise ConfigurationError(
+            "retriever must be a LlamaIndex BaseRetriever (e.g. index.as_retriever()), "
+            f"got {type(retriever).__name__}"
+        )

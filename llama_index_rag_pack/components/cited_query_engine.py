@@ -45,7 +45,11 @@ from llama_index_rag_pack.components.citation_attribution import (
     SentenceAttributor,
     resolve_attributor,
 )
-from llama_index_rag_pack.components.citation_options import CitationMode, as_retriever
+from llama_index_rag_pack.components.citation_options import (
+    CitationMode,
+    as_retriever,
+    check_retriever,
+)
 from llama_index_rag_pack.components.citation_prompts import (
     DEFAULT_ANNOTATE_ANSWER_PROMPT,
     DEFAULT_ANNOTATE_PROMPT,
@@ -140,11 +144,7 @@ class CitedQueryEngine(BaseQueryEngine):
         annotate_template: BasePromptTemplate | None = None,
         callback_manager: CallbackManager | None = None,
     ) -> None:
-        if not isinstance(retriever, BaseRetriever):
-            raise ConfigurationError(
-                "retriever must be a LlamaIndex BaseRetriever (e.g. index.as_retriever()), "
-                f"got {type(retriever).__name__}"
-            )
+        check_retriever(retriever)
         if llm is None:
             llm = resolve_llm(None)  # LlamaIndex's Settings.llm when set, else the pack's order
         if not hasattr(llm, "predict"):

@@ -37,6 +37,7 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
+from llama_index_rag_pack.components.citation_options import check_retriever
 from llama_index_rag_pack.components.citation_prompts import format_context
 from llama_index_rag_pack.components.cited_responses import CitedResponse, CitedResponseBuilder
 from llama_index_rag_pack.components.judge_prompts import (
@@ -140,11 +141,7 @@ class JudgeQueryEngine(BaseQueryEngine):
         answer_template: BasePromptTemplate | None = None,
         callback_manager: CallbackManager | None = None,
     ) -> None:
-        if not isinstance(retriever, BaseRetriever):
-            raise ConfigurationError(
-                "retriever must be a LlamaIndex BaseRetriever (e.g. index.as_retriever()), "
-                f"got {type(retriever).__name__}"
-            )
+        check_retriever(retriever)
         for name, value, low in (
             ("max_depth", max_depth, 0),
             ("max_branching", max_branching, 1),
