@@ -242,7 +242,7 @@ def build_hybrid_convex(
         normalization=_given(normalization, config.normalization),
         candidate_pool=_given(candidate_pool, config.candidate_pool),
         sentence_weight=_given(sentence_weight, config.sentence_weight),
-        sentence_in_memory=lite,
+        in_memory=lite,
         concurrent_searches=not lite,
         reranker=reranker,
         pre_top_k=pre_top_k,

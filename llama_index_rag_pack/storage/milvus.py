@@ -34,6 +34,7 @@ from llama_index_rag_pack.core.errors import (
 )
 from llama_index_rag_pack.storage.lite import LITE_OPEN_LOCK, is_lite_path, lite_lock_problem
 from llama_index_rag_pack.storage.recovery import recovering_client_class
+from llama_index_rag_pack.storage.vector_memory import forget_vectors
 
 logger = logging.getLogger(__name__)
 
@@ -319,9 +320,12 @@ def ensure_loaded(client: Any, collection_name: str) -> None:
 
 
 def flush(store_or_client: Any, collection_name: str | None = None) -> None:
-    """Flush inserts so later searches are fast (Milvus Lite is slow on unflushed segments)."""
+    """Flush writes so later searches are fast (Milvus Lite is slow on unflushed segments),
+    and drop the in-memory copies of the collection's vectors, which the writes made stale."""
     client = getattr(store_or_client, "client", store_or_client)
     name = collection_name or getattr(store_or_client, "collection_name", None)
+    if name:
+        forget_vectors(client, name)
     if name and client.has_collection(name):
         client.flush(name)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack.core.convex_fusion import (
     DEFAULT_CANDIDATE_POOL,
@@ -39,6 +40,7 @@ from llama_index_rag_pack.storage.sentence_retriever import (
     DEFAULT_SENTENCE_POOL,
     MilvusSentenceRetriever,
 )
+from llama_index_rag_pack.storage.vector_memory import memory_vectors, top_scores
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -71,8 +73,11 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         candidate_pool: Candidates each side fetches (at least ``similarity_top_k``).
         sentence_weight: Weight of the sentence list in [0, 1] (0 = dense and BM25 only).
         sentence_pool: Sentences the sentence search fetches before grouping them by chunk.
-        sentence_in_memory: Search an in-memory copy of the sentence vectors (right for a
-            Milvus Lite file; ``RagPack`` sets it there).
+        in_memory: Search in-memory copies of the chunk and sentence vectors
+            (:mod:`~llama_index_rag_pack.storage.vector_memory`), fuse on ids, and read the
+            payload of the returned chunks only. Right for a Milvus Lite file, which one process
+            owns and which answers every search from Python (``RagPack`` sets it there). With a
+            ``filter`` the dense search stays in Milvus.
         concurrent_searches: Run the searches at the same time (threads on the sync path,
             ``asyncio.gather`` on the async one). Right for a Milvus server; Milvus Lite answers
             one request at a time from one process, and there one after another is faster
@@ -110,7 +115,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         candidate_pool: int = DEFAULT_CANDIDATE_POOL,
         sentence_weight: float = TUNED_SENTENCE_WEIGHT,
         sentence_pool: int = DEFAULT_SENTENCE_POOL,
-        sentence_in_memory: bool = False,
+        in_memory: bool = False,
         concurrent_searches: bool = True,
         similarity_top_k: int = 10,
         reranker: BaseNodePostprocessor | None = None,
@@ -135,6 +140,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         check_candidate_pool(sentence_pool)
         self.similarity_top_k = similarity_top_k
         self.concurrent_searches = bool(concurrent_searches)
+        self.in_memory = bool(in_memory)
         callback_manager = callback_manager or CallbackManager([])
         common: dict[str, Any] = dict(
             similarity_top_k=max(candidate_pool, self.pre_top_k),
@@ -159,7 +165,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
                     vector_store,
                     embed_model=self.embed_model,
                     sentence_pool=sentence_pool,
-                    in_memory=sentence_in_memory,
+                    in_memory=self.in_memory,
                     **common,
                 )
             else:
@@ -199,6 +205,8 @@ class MilvusScoreFusionRetriever(BaseRetriever):
 
     def _fused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle)
+        if self._searches_memory():
+            return self._fused_in_memory(query_bundle, query)
         if not self.concurrent_searches:
             return self._fused_in_turn(query_bundle, query)
         # BM25 (and the sentence search) run in worker threads, in copies of this thread's
@@ -215,6 +223,9 @@ class MilvusScoreFusionRetriever(BaseRetriever):
 
     async def _afused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         query = check_query(query_bundle)
+        if self._searches_memory():
+            # every step is blocking Python or numpy work in this process
+            return await asyncio.to_thread(self._fused_in_memory, query_bundle, query)
         if not self.concurrent_searches:
             return await self._afused_in_turn(query_bundle, query)
         if self.sentences is None:
@@ -251,6 +262,69 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         dense = await self.dense.aretrieve(bundle)
         return self._fuse(dense, sparse, await self.sentences.aretrieve(bundle))
 
+    # ------------------------------------------------------------------ in-memory search
+    def _searches_memory(self) -> bool:
+        return self.in_memory and not self.dense.filter
+
+    def _fused_in_memory(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        """BM25 in Milvus (with payloads); dense and sentence scores from in-memory copies, as
+        bare ids; fused on ids; then one read of the chunks returned that BM25 did not bring."""
+        sparse = self.sparse.retrieve(query_bundle)
+        embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
+        limit = self.dense.similarity_top_k
+        keys, matrix = memory_vectors(
+            self.dense.client,
+            self.dense.collection_name,
+            key_field="id",
+            vector_field=self.dense.dense_field,
+        )
+        dense = [_bare(key, score) for key, score in top_scores(keys, matrix, embedding, limit)]
+        sentences = None
+        if self.sentences is not None:
+            best = self.sentences.sentences.search(
+                embedding, max(self.sentences.sentence_pool, limit)
+            )
+            sentences = [_bare(key, score) for key, score in best[:limit]]
+        fused = convex_fusion(
+            dense,
+            sparse,
+            alpha=self.alpha,
+            normalization=self.normalization,
+            # room for chunks whose sentences outlived them (skipped below)
+            top_n=2 * self.pre_top_k,
+            sentences=sentences or (),
+            sentence_weight=self.sentence_weight if sentences is not None else 0.0,
+        )
+        return self._with_payloads(fused, sparse)[: self.pre_top_k]
+
+    def _with_payloads(
+        self, fused: list[NodeWithScore], sparse: list[NodeWithScore]
+    ) -> list[NodeWithScore]:
+        """``fused`` with each bare id replaced by its chunk (dropped when the chunk is gone)."""
+        read = {n.node.node_id: n.node for n in sparse}
+        wanted = [n.node.node_id for n in fused[: self.pre_top_k] if n.node.node_id not in read]
+        self._read_chunks(wanted, read)
+        if any(i not in read for i in wanted):  # a chunk is gone: read the spares as well
+            self._read_chunks([n.node.node_id for n in fused if n.node.node_id not in read], read)
+        out = []
+        for n in fused:
+            node = read.get(n.node.node_id)
+            if node is not None:
+                node.metadata["retrieval_search_type"] = "hybrid"
+                out.append(NodeWithScore(node=node, score=n.score))
+        return out
+
+    def _read_chunks(self, ids: list[str], read: dict[str, Any]) -> None:
+        if not ids:
+            return
+        rows = self.dense.client.query(
+            self.dense.collection_name,
+            filter=f"id in {json.dumps(ids)}",
+            output_fields=["id", *self.dense._output_fields],
+        )
+        hits = [{"id": row.get("id"), "distance": 0.0, "entity": row} for row in rows]
+        read.update((n.node.node_id, n.node) for n in self.dense._to_nodes(hits))
+
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         nodes = self._fused(query_bundle)
         if self.reranker is not None and nodes:
@@ -262,3 +336,8 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         if self.reranker is not None and nodes:
             nodes = await self.reranker.apostprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes[: self.similarity_top_k]
+
+
+def _bare(node_id: str, score: float) -> NodeWithScore:
+    """A candidate known by id and score only (its payload is read once it is returned)."""
+    return NodeWithScore(node=TextNode(id_=node_id, text=""), score=score)

@@ -22,17 +22,13 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import threading
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.storage.vector_memory import forget_vectors, memory_vectors, top_scores
 
 logger = logging.getLogger(__name__)
 
@@ -41,13 +37,6 @@ __all__ = ["SENTENCE_COLLECTION_SUFFIX", "MilvusSentenceIndex", "sentence_collec
 SENTENCE_COLLECTION_SUFFIX = "__sentences"
 _ID_MAX = 64
 _INSERT_BATCH = 1000
-_READ_BATCH = 2000
-
-# In-memory copies of sentence collections: client -> {collection name: (chunk ids, matrix)}
-_MEMORY: weakref.WeakKeyDictionary[Any, dict[str, tuple[list[str], np.ndarray]]] = (
-    weakref.WeakKeyDictionary()
-)
-_MEMORY_LOCK = threading.Lock()
 
 
 def sentence_collection_name(collection_name: str) -> str:
@@ -73,42 +62,9 @@ class MilvusSentenceIndex:
         self._loaded = False
 
     def _forget_memory(self) -> None:
-        # a client that cannot be weakly referenced has no copy
-        with _MEMORY_LOCK, contextlib.suppress(TypeError):
-            _MEMORY.get(self.client, {}).pop(self.collection_name, None)
-
-    def _memory(self) -> tuple[list[str], np.ndarray]:
-        """The chunk id and unit-length vector of every sentence, read once per client."""
-        with _MEMORY_LOCK:
-            cached = _MEMORY.get(self.client, {}).get(self.collection_name)
-            if cached is not None:
-                return cached
-            self._ensure_loaded()
-            chunk_ids: list[str] = []
-            vectors: list[Any] = []
-            it = self.client.query_iterator(
-                self.collection_name,
-                batch_size=_READ_BATCH,
-                filter="",
-                output_fields=["chunk_id", "embedding"],
-            )
-            try:
-                while batch := it.next():
-                    chunk_ids.extend(str(row["chunk_id"]) for row in batch)
-                    vectors.extend(row["embedding"] for row in batch)
-            finally:
-                it.close()
-            matrix = np.asarray(vectors, dtype=np.float32).reshape(len(chunk_ids), -1)
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            matrix /= np.where(norms > 0, norms, 1.0)
-            _MEMORY.setdefault(self.client, {})[self.collection_name] = (chunk_ids, matrix)
-            logger.info(
-                "Sentence index %r: %d vectors held in memory (%.0f MB)",
-                self.collection_name,
-                len(chunk_ids),
-                matrix.nbytes / 1e6,
-            )
-            return chunk_ids, matrix
+        # the sentences change with their chunks: drop the copies of both
+        forget_vectors(self.client, self.collection_name)
+        forget_vectors(self.client, self.chunk_collection)
 
     # ------------------------------------------------------------------ lifecycle
     def exists(self) -> bool:
@@ -225,17 +181,6 @@ class MilvusSentenceIndex:
         return sorted(best.items(), key=lambda item: (-item[1], item[0]))
 
     def _search_memory(self, embedding: Sequence[float], limit: int) -> list[tuple[str, float]]:
-        chunk_ids, matrix = self._memory()
-        if not chunk_ids:
-            return []
-        query = np.asarray(embedding, dtype=np.float32)
-        norm = float(np.linalg.norm(query))
-        scores = matrix @ (query / norm if norm > 0 else query)
-        k = min(limit, len(chunk_ids))
-        top = np.argpartition(-scores, k - 1)[:k]
-        best: dict[str, float] = {}
-        for i in top.tolist():
-            chunk, score = chunk_ids[i], float(scores[i])
-            if score > best.get(chunk, float("-inf")):
-                best[chunk] = score
-        return sorted(best.items(), key=lambda item: (-item[1], item[0]))
+        self._ensure_loaded()
+        chunk_ids, matrix = memory_vectors(self.client, self.collection_name, key_field="chunk_id")
+        return top_scores(chunk_ids, matrix, embedding, limit)

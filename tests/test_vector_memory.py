@@ -1,0 +1,174 @@
+"""In-memory vector copies (storage/vector_memory.py) and the hybrid search that uses them on a
+Milvus Lite file: same ranking as searching in Milvus, never stale after the pack's writes, a
+filter still applied, chunks gone from the collection never returned."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llama_index.core import Document
+
+from llama_index_rag_pack import RagPack
+from llama_index_rag_pack.storage import milvus as milvus_utils
+from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+from llama_index_rag_pack.storage.vector_memory import forget_vectors, memory_vectors, top_scores
+
+TOPICS = {
+    "tennis": "Agassi beat Medvedev in the French Open final after losing the first two sets.",
+    "chess": "Chess is a board game for two players on a checkered board of 64 squares.",
+    "bread": "Bread is baked from flour, water and yeast; the dough rises as the yeast ferments.",
+    "volcano": "A volcano erupts when molten rock, ash and gases escape from a magma chamber.",
+    "violin": "The violin is a bowed string instrument with four strings tuned in fifths.",
+    "comet": "A comet is an icy body that releases gas and dust when it passes near the Sun.",
+    "glacier": "Glaciers are slow rivers of ice that carve valleys as they move downhill.",
+    "coffee": "Coffee beans are roasted seeds of the coffee plant, brewed with hot water.",
+}
+DOCS = [
+    Document(id_=name, text=f"{text} It is a topic of its own.", metadata={"title": name.title()})
+    for name, text in TOPICS.items()
+]
+QUESTIONS = [
+    "Who won in Paris after trailing by two sets?",
+    "How many squares does the game board have?",
+    "What makes dough rise?",
+    "string instrument played with a bow",
+]
+
+
+# ----------------------------------------------------------------------------- top_scores
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 30).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.sampled_from("abcdefgh"), min_size=n, max_size=n),
+            st.lists(st.floats(-1, 1, width=32), min_size=n * 3, max_size=n * 3),
+            st.lists(st.floats(-1, 1, width=32), min_size=3, max_size=3),
+            st.integers(1, 40),
+        )
+    )
+)
+def test_top_scores_keeps_each_keys_best_row_among_the_best_rows(case):
+    keys, flat, query, limit = case
+    matrix = np.asarray(flat, dtype=np.float32).reshape(len(keys), 3)
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    matrix /= np.where(norms > 0, norms, 1.0)
+    got = top_scores(keys, matrix, query, limit)
+    q = np.asarray(query, dtype=np.float32)
+    q = q / np.linalg.norm(q) if np.linalg.norm(q) > 0 else q
+    scores = matrix @ q
+    # best first, equal scores by key, each key once
+    assert got == sorted(got, key=lambda kv: (-kv[1], kv[0]))
+    assert len({k for k, _ in got}) == len(got)
+    # every row scoring above the cut belongs to a returned key, with at most that score
+    cut = np.sort(scores)[::-1][min(limit, len(keys)) - 1]
+    returned = dict(got)
+    for key, score in zip(keys, scores, strict=True):
+        if score > cut + 1e-6:
+            assert key in returned and returned[key] >= score - 1e-6
+    # a returned key scores as its best row
+    for key, score in returned.items():
+        best = max(s for k, s in zip(keys, scores, strict=True) if k == key)
+        assert score == pytest.approx(float(best), abs=1e-6)
+
+
+def test_top_scores_of_nothing_is_empty():
+    assert top_scores([], np.zeros((0, 3), dtype=np.float32), [1.0, 0.0, 0.0], 5) == []
+    assert top_scores(["a"], np.ones((1, 3), dtype=np.float32), [1.0, 0.0, 0.0], 0) == []
+
+
+# ----------------------------------------------------------------------------- Milvus Lite
+@pytest.fixture()
+def pack(tmp_path, embed_model):
+    return RagPack(
+        DOCS, uri=str(tmp_path / "m.db"), collection_name="docs", embed_model=embed_model
+    )
+
+
+def _in_milvus(pack, **kwargs):
+    return MilvusScoreFusionRetriever(
+        pack.vector_store, embed_model=pack.embed_model, in_memory=False, **kwargs
+    )
+
+
+def _ids(nodes):
+    return [n.node.node_id for n in nodes]
+
+
+def test_lite_pack_fuses_in_memory_and_ranks_like_milvus(pack):
+    fast = pack.retriever("hybrid_convex", similarity_top_k=5)
+    assert fast.in_memory  # a Lite file
+    slow = _in_milvus(pack, similarity_top_k=5, concurrent_searches=False)
+    for question in QUESTIONS:
+        got, expected = fast.retrieve(question), slow.retrieve(question)
+        assert _ids(got) == _ids(expected)
+        assert [n.score for n in got] == pytest.approx([n.score for n in expected], abs=1e-5)
+        assert _ids(asyncio.run(fast.aretrieve(question))) == _ids(got)
+        # every returned chunk carries its text and metadata, read from Milvus
+        for hit, ref in zip(got, expected, strict=True):
+            assert hit.node.get_content() == ref.node.get_content() != ""
+            assert hit.node.ref_doc_id == ref.node.ref_doc_id
+            assert hit.node.metadata["title"] == ref.node.metadata["title"]
+            assert hit.node.metadata["retrieval_search_type"] == "hybrid"
+
+
+def test_chunks_found_by_dense_search_alone_come_back_whole(pack):
+    # BM25 finds nothing for these words, so every returned chunk is read by id
+    fast = pack.retriever("hybrid_convex", similarity_top_k=3)
+    nodes = fast.retrieve("frozen water moving slowly")
+    assert nodes[0].node.ref_doc_id == "glacier"
+    assert all(n.node.get_content().endswith("It is a topic of its own.") for n in nodes)
+
+
+@pytest.mark.parametrize("sentence_index", [True, False])
+def test_dense_copy_follows_the_packs_writes(tmp_path, embed_model, sentence_index):
+    pack = RagPack(
+        DOCS,
+        uri=str(tmp_path / "w.db"),
+        collection_name="docs",
+        embed_model=embed_model,
+        sentence_index=sentence_index,
+    )
+    dense_only = {"alpha": 1.0, "sentence_weight": 0.0}
+    question = "the four largest planets of the solar system"
+    before = pack.retriever("hybrid_convex", **dense_only).retrieve(question)
+    assert before[0].node.ref_doc_id != "planets"
+    pack.insert([Document(id_="planets", text="Jupiter, Saturn, Uranus and Neptune are giants.")])
+    after = pack.retriever("hybrid_convex", **dense_only).retrieve(question)
+    assert after[0].node.ref_doc_id == "planets"
+
+
+def test_a_chunk_gone_from_the_collection_is_never_returned(pack):
+    client, name = pack.vector_store.client, pack.vector_store.collection_name
+    fast = pack.retriever("hybrid_convex", similarity_top_k=4)
+    first = fast.retrieve(QUESTIONS[0])[0]
+    # removed behind the pack's back: its sentences and the dense copy still name it
+    client.delete(name, filter=f'id == "{first.node.node_id}"')
+    client.flush(name)
+    again = fast.retrieve(QUESTIONS[0])
+    assert first.node.node_id not in _ids(again)
+    assert len(again) == 4  # the next chunks fill the place
+    milvus_utils.flush(pack.vector_store)  # what the pack's writes call: the copy is re-read
+    assert first.node.node_id not in _ids(fast.retrieve(QUESTIONS[0]))
+
+
+def test_a_filter_keeps_the_dense_search_in_milvus(pack):
+    kwargs = dict(embed_model=pack.embed_model, filter='doc_id != "tennis"', similarity_top_k=3)
+    fast = MilvusScoreFusionRetriever(pack.vector_store, in_memory=True, **kwargs)
+    nodes = fast.retrieve(QUESTIONS[0])
+    assert nodes and all(n.node.ref_doc_id != "tennis" for n in nodes)
+    assert _ids(nodes) == _ids(
+        _in_milvus(pack, filter='doc_id != "tennis"', similarity_top_k=3).retrieve(QUESTIONS[0])
+    )
+
+
+def test_forget_drops_every_clients_copy(pack, tmp_path):
+    client, name = pack.vector_store.client, pack.vector_store.collection_name
+    keys, _ = memory_vectors(client, name, key_field="id")
+    assert len(keys) == pack.count()
+    assert memory_vectors(client, name, key_field="id")[0] is keys  # read once
+    forget_vectors(object(), name)  # any client: the copy is of the collection
+    assert memory_vectors(client, name, key_field="id")[0] is not keys
