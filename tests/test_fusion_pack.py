@@ -92,6 +92,45 @@ def test_pack_modes_build_the_right_classes(pack):
     )
 
 
+@pytest.mark.parametrize("mode", ["hyde", "rewrite"])
+def test_query_side_modes_search_through_the_default_mode(pack, mode):
+    from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+
+    assert pack.default_mode == "hybrid_convex"
+    assert isinstance(pack.retriever(mode).retriever, MilvusScoreFusionRetriever)
+    dense = pack.retriever(mode, base="vector").retriever
+    assert dense is pack.retriever("vector") and dense is not pack.retriever(mode).retriever
+    with pytest.raises(ConfigurationError, match="base='rag'.*use one of"):
+        pack.retriever(mode, base="rag")
+
+
+def test_hyde_cannot_search_with_bm25_alone(pack):
+    with pytest.raises(ConfigurationError, match="base='bm25' cannot serve mode 'hyde'"):
+        pack.retriever("hyde", base="bm25")
+    assert pack.retriever("rewrite", base="bm25").retriever is pack.retriever("bm25")
+
+
+def test_hyde_over_the_default_sends_the_passage_embedding_and_the_question_words(pack):
+    from llama_index.core.schema import QueryBundle
+
+    q = "Which ranking function do search engines use for keyword matches?"
+    hyde = pack.retriever("hyde")
+    passage = "Search engines rank keyword matches with BM25, a ranking function."
+    expected = hyde.retriever.retrieve(
+        QueryBundle(query_str=q, embedding=pack.embed_model.get_text_embedding(passage))
+    )
+    for got in (hyde.retrieve(q), asyncio.run(hyde.aretrieve(q))):
+        assert [n.node.node_id for n in got] == [n.node.node_id for n in expected]
+        assert [n.score for n in got] == pytest.approx([n.score for n in expected], abs=1e-5)
+
+
+def test_rewrite_over_the_default_searches_the_rewritten_query(pack):
+    rewrite = pack.retriever("rewrite")
+    expected = pack.retriever("hybrid_convex").retrieve("BM25 ranking function")
+    for got in (rewrite.retrieve("what do engines use?"), asyncio.run(rewrite.aretrieve("x y z"))):
+        assert [n.node.node_id for n in got] == [n.node.node_id for n in expected]
+
+
 def test_get_modules_lists_the_new_retrievers(pack):
     modules = pack.get_modules()
     for mode in ("bm25", "hybrid", "fusion", "hyde", "rewrite"):
@@ -123,6 +162,9 @@ def test_collection_without_bm25(tmp_path, embed_model):
     assert fusion.retriever_names == ["dense"]
     assert fusion.retrieve("vector database")[0].node.ref_doc_id == "milvus"
     assert "hybrid_retriever" not in pack.get_modules()
+    # query-side modes fall back to dense search on the pack's default, vector
+    assert pack.retriever("hyde").retriever is pack.retriever("vector")
+    assert pack.retriever("rewrite").retriever is pack.retriever("vector")
 
 
 @pytest.mark.slow

@@ -285,29 +285,21 @@ def build_hyde(
     similarity_top_k: int | None = None,
     num_hypotheses: int = 1,
     include_query: bool = False,
+    base: str | None = None,
 ) -> Any:
-    """HyDE: search with the embedding of LLM-written hypothetical answers."""
-    from llama_index_rag_pack.components.hyde import HyDERetriever
+    """HyDE: search with the embedding of LLM-written hypothetical answers, through ``base``
+    (default: the pack's default mode)."""
+    from llama_index_rag_pack.pack.query_modes import hyde_retriever
 
-    return HyDERetriever(
-        _milvus(pack, "dense", similarity_top_k),
-        llm=pack.llm,
-        embed_model=pack.embed_model,
-        num_hypotheses=num_hypotheses,
-        include_query=include_query,
-        callback_manager=pack.callback_manager,
-    )
+    return hyde_retriever(pack, similarity_top_k, num_hypotheses, include_query, base)
 
 
-def build_rewrite(pack: Any, similarity_top_k: int | None = None) -> Any:
-    """The LLM rewrites the question into a search query first."""
-    from llama_index_rag_pack.components.rewrite import RewriteRetriever
+def build_rewrite(pack: Any, similarity_top_k: int | None = None, base: str | None = None) -> Any:
+    """The LLM rewrites the question into a search query, searched through ``base`` (default:
+    the pack's default mode)."""
+    from llama_index_rag_pack.pack.query_modes import rewrite_retriever
 
-    return RewriteRetriever(
-        _milvus(pack, "dense", similarity_top_k),
-        llm=pack.llm,
-        callback_manager=pack.callback_manager,
-    )
+    return rewrite_retriever(pack, similarity_top_k, base)
 
 
 def build_raptor(pack: Any, similarity_top_k: int | None = None) -> Any:

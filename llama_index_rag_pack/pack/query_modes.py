@@ -1,0 +1,71 @@
+"""The query-side modes (``hyde``, ``rewrite``) of a pack, searching with its best base mode.
+
+HyDE and query rewriting change what is searched for, not how: each hands its new query to a
+base retriever. By default that is the pack's default mode (``hybrid_convex`` on a collection
+with BM25, the best measured on held-out questions), so the LLM's work adds to the best search
+rather than replacing it with dense search alone. ``base=`` picks another base mode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index_rag_pack.core.errors import ConfigurationError
+
+__all__ = ["QUERY_BASES", "hyde_retriever", "query_base", "rewrite_retriever"]
+
+#: Modes a query-side mode can hand its query to: one search per query, no LLM of their own.
+QUERY_BASES = ("vector", "bm25", "hybrid", "hybrid_weighted", "hybrid_convex")
+
+
+def query_base(pack: Any, base: str | None, similarity_top_k: int | None, *, mode: str) -> Any:
+    """The base retriever of query-side ``mode``: ``base``, else the pack's default mode.
+
+    Raises:
+        ConfigurationError: ``base`` is not one of :data:`QUERY_BASES`, or ``bm25`` for HyDE
+            (BM25 never reads the hypothetical answer's embedding).
+    """
+    choices = [b for b in QUERY_BASES if not (mode == "hyde" and b == "bm25")]
+    name = base
+    if name is None:
+        default = pack.default_mode
+        name = default if default in choices else "vector"
+    if name not in choices:
+        raise ConfigurationError(
+            f"base={base!r} cannot serve mode {mode!r}: use one of {', '.join(choices)}."
+        )
+    # no top-k given: the pack's own retriever of that mode (cached), not a copy
+    extra = {"similarity_top_k": similarity_top_k} if similarity_top_k else {}
+    return pack.retriever(name, **extra)
+
+
+def hyde_retriever(
+    pack: Any,
+    similarity_top_k: int | None,
+    num_hypotheses: int,
+    include_query: bool,
+    base: str | None,
+) -> Any:
+    """HyDE over ``base``: the hypothetical answers' embedding goes to the dense side (and the
+    sentence side of ``hybrid_convex``); BM25 sides still read the question's words."""
+    from llama_index_rag_pack.components.hyde import HyDERetriever
+
+    return HyDERetriever(
+        query_base(pack, base, similarity_top_k, mode="hyde"),
+        llm=pack.llm,
+        embed_model=pack.embed_model,
+        num_hypotheses=num_hypotheses,
+        include_query=include_query,
+        callback_manager=pack.callback_manager,
+    )
+
+
+def rewrite_retriever(pack: Any, similarity_top_k: int | None, base: str | None) -> Any:
+    """Rewrite-retrieve-read over ``base``: the rewritten query is what ``base`` searches."""
+    from llama_index_rag_pack.components.rewrite import RewriteRetriever
+
+    return RewriteRetriever(
+        query_base(pack, base, similarity_top_k, mode="rewrite"),
+        llm=pack.llm,
+        callback_manager=pack.callback_manager,
+    )
