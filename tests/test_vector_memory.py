@@ -116,7 +116,7 @@ def test_lite_pack_fuses_in_memory_and_ranks_like_milvus(pack):
 
 
 def test_chunks_found_by_dense_search_alone_come_back_whole(pack):
-    # BM25 finds nothing for these words, so every returned chunk is read by id
+    # the glacier chunk shares no word with the question: BM25 never brings it, it is read by id
     fast = pack.retriever("hybrid_convex", similarity_top_k=3)
     nodes = fast.retrieve("frozen water moving slowly")
     assert nodes[0].node.ref_doc_id == "glacier"
