@@ -13,6 +13,7 @@ returned as positive scores.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -256,6 +257,19 @@ class MilvusHybridRetriever(BaseRetriever):
             output_fields=self._output_fields,
         )
         return list(res[0]) if res else []
+
+    def _rows_by_id(self, ids: list[str], extra_filter: str = "") -> dict[str, dict[str, Any]]:
+        """The stored rows (id and payload fields) of chunks ``ids``, by id; ids that are gone,
+        or that ``extra_filter`` rejects, are missing."""
+        if not ids:
+            return {}
+        expr = f"id in {json.dumps(ids)}"
+        if extra_filter:
+            expr = f"({expr}) and ({extra_filter})"
+        rows = self.client.query(
+            self.collection_name, filter=expr, output_fields=["id", *self._output_fields]
+        )
+        return {str(row.get("id")): row for row in rows}
 
     def _hit_score(self, hit: dict[str, Any]) -> float:
         score = float(hit.get("distance", 0.0))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -315,14 +314,8 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         return out
 
     def _read_chunks(self, ids: list[str], read: dict[str, Any]) -> None:
-        if not ids:
-            return
-        rows = self.dense.client.query(
-            self.dense.collection_name,
-            filter=f"id in {json.dumps(ids)}",
-            output_fields=["id", *self.dense._output_fields],
-        )
-        hits = [{"id": row.get("id"), "distance": 0.0, "entity": row} for row in rows]
+        rows = self.dense._rows_by_id(ids)
+        hits = [{"id": key, "distance": 0.0, "entity": row} for key, row in rows.items()]
         read.update((n.node.node_id, n.node) for n in self.dense._to_nodes(hits))
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

@@ -9,7 +9,6 @@ uses it as the third list of hybrid search.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from llama_index.core.schema import NodeWithScore
@@ -70,13 +69,7 @@ class MilvusSentenceRetriever(MilvusHybridRetriever):
         best = self.sentences.search(embedding, max(self.sentence_pool, limit))[:limit]
         if not best:
             return []
-        expr = f"id in {json.dumps([chunk for chunk, _ in best])}"
-        if self.filter:
-            expr = f"({expr}) and ({self.filter})"
-        rows = self.client.query(
-            self.collection_name, filter=expr, output_fields=["id", *self._output_fields]
-        )
-        by_id = {str(row.get("id")): row for row in rows}
+        by_id = self._rows_by_id([chunk for chunk, _ in best], self.filter)
         # a sentence whose chunk is gone (or filtered out) is skipped
         return [
             {"id": chunk, "distance": score, "entity": by_id[chunk]}
