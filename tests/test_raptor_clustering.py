@@ -7,8 +7,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from llama_index_rag_pack.core import dimension_reduction
 from llama_index_rag_pack.core.clustering import _soft_labels, cluster_embeddings
-from llama_index_rag_pack.core.dimension_reduction import exact_neighbors, reduce_embeddings
+from llama_index_rag_pack.core.dimension_reduction import (
+    approximate_neighbors,
+    exact_neighbors,
+    reduce_embeddings,
+)
 from llama_index_rag_pack.core.mixture_selection import choose_n_clusters, exhaustive_n_clusters
 
 
@@ -82,6 +87,94 @@ def test_exact_neighbors_leave_zero_rows_and_other_metrics_to_umap() -> None:
     x = np.eye(5, 8)
     assert exact_neighbors(np.vstack([x, np.zeros(8)]), 3) is None
     assert exact_neighbors(x, 3, metric="manhattan") is None
+
+
+def _true_distances(x: np.ndarray, metric: str) -> np.ndarray:
+    if metric == "cosine":
+        unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+        return 1.0 - unit @ unit.T
+    return np.linalg.norm(x[:, None, :] - x[None, :, :], axis=-1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(1, 120),
+    k=st.integers(1, 15),
+    seed=st.integers(0, 10_000),
+    metric=st.sampled_from(["cosine", "euclidean"]),
+)
+def test_approximate_neighbors_are_real_neighbours_nearest_first(
+    n: int, k: int, seed: int, metric: str
+) -> None:
+    x, _ = blobs(n, 1, 24, 1.0, seed)
+    found = approximate_neighbors(x, k, metric, deterministic=True)
+    assert found is not None
+    idx, dist = found
+    k = min(k, n)
+    full = _true_distances(x, metric)
+    assert idx.shape == dist.shape == (n, k)
+    assert np.all(idx[:, 0] == np.arange(n)), "every row is its own nearest neighbour"
+    assert all(len(set(row)) == k for row in idx.tolist()), "no neighbour twice, no -1"
+    np.testing.assert_allclose(dist, np.take_along_axis(full, idx, axis=1), atol=1e-4)
+    assert np.all(np.diff(dist[:, 1:], axis=1) >= -1e-6), "neighbours come nearest first"
+
+
+def test_approximate_neighbors_find_the_exact_neighbours_of_real_structure() -> None:
+    x, _ = blobs(300, 8, 64, 1.5, 3)
+    exact_idx, _ = exact_neighbors(x, 20)
+    idx, _ = approximate_neighbors(x, 20, deterministic=True)
+    recall = np.mean([len(set(a) & set(b)) / 20 for a, b in zip(idx, exact_idx, strict=True)])
+    assert recall >= 0.95
+    again, _ = approximate_neighbors(x, 20, deterministic=True)
+    assert np.array_equal(idx, again), "the one-thread build is reproducible"
+
+
+def test_approximate_neighbors_handle_duplicates_and_bad_input() -> None:
+    x = np.vstack([np.tile(np.ones(16), (150, 1)), np.eye(16)])
+    idx, dist = approximate_neighbors(x, 10)
+    assert np.all(idx[:, 0] == np.arange(len(x)))
+    assert np.all(idx >= 0) and np.all(dist >= 0)
+    assert approximate_neighbors(np.vstack([x, np.zeros(16)]), 3) is None
+    assert approximate_neighbors(x, 3, metric="manhattan") is None
+
+
+def test_rows_the_graph_search_misses_are_searched_exactly(monkeypatch) -> None:
+    faiss = pytest.importorskip("faiss")
+    real = faiss.IndexHNSWFlat.search
+
+    def lossy(self, x, k, **kwargs):  # the graph returns -1 where it found fewer than k rows
+        scores, idx = real(self, x, k, **kwargs)
+        idx[::7, -3:] = -1
+        return scores, idx
+
+    monkeypatch.setattr(faiss.IndexHNSWFlat, "search", lossy)
+    x, _ = blobs(30, 3, 32, 1.0, 4)
+    idx, dist = approximate_neighbors(x, 8, deterministic=True)
+    exact_idx, exact_dist = exact_neighbors(x, 8)
+    assert np.all(idx >= 0)
+    np.testing.assert_array_equal(idx[::7], exact_idx[::7])
+    np.testing.assert_allclose(dist[::7], exact_dist[::7], atol=1e-6)
+
+
+def test_large_sets_take_the_approximate_graph_and_stay_pure(monkeypatch) -> None:
+    calls: list[int] = []
+    real = dimension_reduction.approximate_neighbors
+
+    def spy(x, k, metric="cosine", **kwargs):
+        calls.append(len(x))
+        return real(x, k, metric, **kwargs)
+
+    monkeypatch.setattr(dimension_reduction, "approximate_neighbors", spy)
+    x, labels = blobs(40, 4, 96, 0.3, 11)
+    out = cluster_embeddings(x, random_state=0, exact_neighbors_up_to=100)
+    assert calls and max(calls) == len(x), "the global graph over 160 rows is approximate"
+    assert all(n > 100 for n in calls), "smaller (local) sets stay exact"
+    for cid in {c for row in out for c in row}:
+        assert len({labels[i] for i, row in enumerate(out) if cid in row}) == 1
+    assert out == cluster_embeddings(x, random_state=0, exact_neighbors_up_to=100)
+    calls.clear()
+    cluster_embeddings(x, random_state=0, exact_neighbors_up_to=None)
+    assert calls == [], "None keeps every graph exact"
 
 
 def test_identical_vectors_do_not_crash_and_share_one_cluster() -> None:

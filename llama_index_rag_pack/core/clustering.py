@@ -20,9 +20,10 @@ local UMAP + mixture inside each global cluster), with these differences:
 * n = 0, 1, 2, n ≤ ``reduction_dim + 1``, identical vectors and UMAP failures are handled;
 * clusters whose total length is over a budget are split again, with a depth guard and a
   deterministic fallback split, so the recursion always ends;
-* the neighbour graph is exact (``dimension_reduction.exact_neighbors``), UMAP runs 200
-  epochs, and the global neighbourhood ``sqrt(n - 1)`` is capped at ``max_global_neighbors``
-  (50): 10k x 384 vectors take 44 s of CPU, the reference 451 s (benchmarks/results);
+* the neighbour graph is exact (``dimension_reduction.exact_neighbors``, faiss's flat index) up
+  to ``exact_neighbors_up_to`` rows and comes from an HNSW graph above, UMAP runs 200 epochs,
+  and the global neighbourhood ``sqrt(n - 1)`` is capped at ``max_global_neighbors`` (50):
+  10k x 384 vectors take 44 s of CPU, the reference 451 s (benchmarks/results);
 * distinct topics are never merged: every cluster, and every set too small for UMAP (at most
   ``reduction_dim + 1`` rows, which the reference keeps as one cluster), is split into the groups
   that average-linkage clustering keeps apart at cosine similarity ``topic_similarity``. With a
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from llama_index_rag_pack.core.dimension_reduction import (
+    EXACT_NEIGHBORS_UP_TO,
     count_unique_rows,
     pca_project,
     reduce_embeddings,
@@ -136,6 +138,7 @@ def _cluster_members(
     metric: str,
     topic_similarity: float | None,
     topic_split_max_rows: int,
+    exact_neighbors_up_to: int | None,
 ) -> list[np.ndarray]:
     def split(idx: np.ndarray) -> list[np.ndarray]:
         return [idx[g] for g in _split_topics(x[idx], topic_similarity, topic_split_max_rows)]
@@ -149,6 +152,7 @@ def _cluster_members(
         n_neighbors=min(int(math.sqrt(n - 1)), max_global_neighbors),
         metric=metric,
         random_state=_seed(random_state, 0),
+        exact_neighbors_up_to=exact_neighbors_up_to,
     )
     global_clusters = _gmm_soft_clusters(
         reduced, threshold=threshold, max_clusters=max_clusters, random_state=_seed(random_state, 1)
@@ -164,6 +168,7 @@ def _cluster_members(
             n_neighbors=local_n_neighbors,
             metric=metric,
             random_state=_seed(random_state, 10 + g),
+            exact_neighbors_up_to=exact_neighbors_up_to,
         )
         for local_members in _gmm_soft_clusters(
             local,
@@ -283,6 +288,7 @@ def cluster_embeddings(
     metric: str = "cosine",
     topic_similarity: float | None = DEFAULT_TOPIC_SIMILARITY,
     topic_split_max_rows: int = 2000,
+    exact_neighbors_up_to: int | None = EXACT_NEIGHBORS_UP_TO,
 ) -> list[list[int]]:
     """Soft-cluster embeddings the RAPTOR way.
 
@@ -305,6 +311,9 @@ def cluster_embeddings(
             average-linkage clustering keeps apart at this cosine similarity; ``None`` never
             splits.
         topic_split_max_rows: Larger clusters are not checked (quadratic memory).
+        exact_neighbors_up_to: Sets of more rows get their UMAP neighbour graph from an HNSW
+            graph (faiss) instead of an exact search, whose cost grows as ``n**2``; ``None``:
+            always exact.
 
     Returns:
         For each row, the sorted ids of the clusters it belongs to (at least one; ids are
@@ -349,6 +358,7 @@ def cluster_embeddings(
             metric=metric,
             topic_similarity=topic_similarity,
             topic_split_max_rows=topic_split_max_rows,
+            exact_neighbors_up_to=exact_neighbors_up_to,
         ),
     )
     return _assignment(clustering.clusters(np.arange(len(x))), len(x))

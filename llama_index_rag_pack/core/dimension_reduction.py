@@ -17,6 +17,8 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "EXACT_NEIGHBORS_UP_TO",
+    "approximate_neighbors",
     "count_unique_rows",
     "exact_neighbors",
     "pca_project",
@@ -28,6 +30,10 @@ __all__ = [
 #: every size halves the time of a RAPTOR clustering at 10k points, with clusters as pure on
 #: labelled data (``benchmarks/bench_raptor_clustering.py``).
 DEFAULT_N_EPOCHS = 200
+
+#: Above this many rows the UMAP neighbour graph comes from an HNSW graph
+#: (:func:`approximate_neighbors`) rather than an exact search, whose cost grows as ``n**2``.
+EXACT_NEIGHBORS_UP_TO = 20_000
 
 
 def count_unique_rows(x: np.ndarray, decimals: int = 6) -> int:
@@ -67,17 +73,60 @@ def umap_module() -> Any:
     return umap
 
 
+def _search_input(x: np.ndarray, k: int, metric: str) -> tuple[np.ndarray, int] | None:
+    """``x`` as a C-contiguous float32 matrix (rows normalised for cosine) and ``k`` capped at
+    ``n``; ``None`` for another metric or a zero row under cosine."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    k = min(int(k), len(x))
+    if metric == "cosine":
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        if np.any(norms == 0):
+            return None
+        x = np.ascontiguousarray(x / norms)
+    elif metric != "euclidean":
+        return None
+    return x, k
+
+
+def _as_distances(scores: np.ndarray, metric: str) -> np.ndarray:
+    """faiss scores as UMAP distances: cosine ``1 - inner product``, Euclidean from squared L2."""
+    if metric == "cosine":
+        return np.clip(1.0 - scores, 0.0, 2.0).astype(np.float32)
+    return np.sqrt(np.maximum(scores, 0.0)).astype(np.float32)
+
+
+def _self_first(idx: np.ndarray, dist: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every row's own index first, at distance 0 (duplicates or an approximate search can put
+    another row there or leave the row out); the others keep their order."""
+    rows = np.arange(len(idx))
+    for i in np.flatnonzero(idx[:, 0] != rows):
+        others = idx[i] != i
+        kept_idx, kept_dist = idx[i][others], dist[i][others]
+        k = idx.shape[1]
+        idx[i] = np.concatenate([[i], kept_idx])[:k]
+        dist[i] = np.concatenate([[0.0], kept_dist])[:k]
+    return idx, dist
+
+
+def _faiss() -> Any | None:
+    try:
+        import faiss
+    except ImportError:  # pragma: no cover - faiss-cpu is a dependency (and milvus-lite's)
+        return None
+    return faiss
+
+
 def exact_neighbors(
     x: np.ndarray, k: int, metric: str = "cosine"
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """The exact ``k`` nearest neighbours of every row (itself included), by brute force.
+    """The exact ``k`` nearest neighbours of every row (itself first), by brute force.
 
-    scikit-learn's blocked brute-force search: one matrix product per block of rows, so memory
-    stays bounded and the result is exact and deterministic. For ``"cosine"`` the rows are
-    normalised and searched by Euclidean distance (the same order), and the distances are
-    returned as cosine distances ``1 - cos``. This replaces UMAP's own neighbour search: NN-descent
-    at 10k points costs ~50 s single-threaded, and for fewer than 4,096 points UMAP computes every
-    pairwise distance through a Python-level callable (~0.6 s for 400 points).
+    faiss's flat index: blocked matrix products and a heap per row, exact and deterministic,
+    about 4x faster than scikit-learn's brute force at 30k x 384 (which is used when faiss is
+    missing). For ``"cosine"`` the rows are normalised and searched by inner product, and the
+    distances are returned as cosine distances ``1 - cos``. This replaces UMAP's own neighbour
+    search: NN-descent at 10k points costs ~50 s single-threaded, and for fewer than 4,096 points
+    UMAP computes every pairwise distance through a Python-level callable (~0.6 s for 400 points).
 
     Args:
         x: ``(n, d)`` array.
@@ -85,8 +134,8 @@ def exact_neighbors(
         metric: ``"cosine"`` or ``"euclidean"``.
 
     Returns:
-        ``(indices, distances)``, each ``(n, k)``; ``None`` for another metric or, with cosine,
-        a zero row (let UMAP decide then).
+        ``(indices, distances)``, each ``(n, k)``, nearest first; ``None`` for another metric or,
+        with cosine, a zero row (let UMAP decide then).
 
     Example:
         >>> import numpy as np
@@ -94,22 +143,75 @@ def exact_neighbors(
         >>> idx[:, 0].tolist(), int(idx[0, 1])
         ([0, 1, 2], 1)
     """
-    from sklearn.neighbors import NearestNeighbors
-
-    x = np.asarray(x, dtype=np.float32)
-    k = min(int(k), len(x))
-    if metric == "cosine":
-        norms = np.linalg.norm(x, axis=1, keepdims=True)
-        if np.any(norms == 0):
-            return None
-        x = x / norms
-    elif metric != "euclidean":
+    prepared = _search_input(x, k, metric)
+    if prepared is None:
         return None
-    search = NearestNeighbors(n_neighbors=k, metric="euclidean", algorithm="brute").fit(x)
-    dist, idx = search.kneighbors(x)
-    if metric == "cosine":
-        dist = np.clip(dist**2 / 2.0, 0.0, 2.0)
-    return idx.astype(np.int64), dist.astype(np.float32)
+    x, k = prepared
+    faiss = _faiss()
+    if faiss is None:  # pragma: no cover
+        from sklearn.neighbors import NearestNeighbors
+
+        search = NearestNeighbors(n_neighbors=k, metric="euclidean", algorithm="brute").fit(x)
+        dist, idx = search.kneighbors(x)
+        dist = dist**2 / 2.0 if metric == "cosine" else dist
+        dist = np.clip(dist, 0.0, None).astype(np.float32)
+        return _self_first(idx.astype(np.int64), dist)
+    index = faiss.IndexFlatIP(x.shape[1]) if metric == "cosine" else faiss.IndexFlatL2(x.shape[1])
+    index.add(x)
+    scores, idx = index.search(x, k)
+    return _self_first(idx.astype(np.int64), _as_distances(scores, metric))
+
+
+#: HNSW graph settings for :func:`approximate_neighbors`: links per node, and the candidate lists
+#: of construction and search (search: at least twice ``k``).
+HNSW_M, HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH = 32, 80, 100
+
+
+def approximate_neighbors(
+    x: np.ndarray, k: int, metric: str = "cosine", *, deterministic: bool = False
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ``k`` nearest neighbours of every row (itself first) from a faiss HNSW graph.
+
+    Building and searching the graph grows as ``n log n`` where the exact search grows as
+    ``n**2`` (``benchmarks/results/raptor_neighbors.md`` times both and reports the share of the
+    exact neighbours found). Rows the graph search misses are searched exactly. Without faiss,
+    this is :func:`exact_neighbors`.
+
+    Args:
+        x: ``(n, d)`` array.
+        k: Neighbours per row (at most ``n``).
+        metric: ``"cosine"`` or ``"euclidean"``.
+        deterministic: Build the graph on one thread, so that the same input gives the same
+            neighbours (the parallel build inserts rows in a varying order).
+
+    Returns:
+        ``(indices, distances)`` as :func:`exact_neighbors` returns them, or ``None``.
+    """
+    faiss = _faiss()
+    prepared = _search_input(x, k, metric)
+    if prepared is None or faiss is None:
+        return exact_neighbors(x, k, metric) if prepared is not None else None
+    x, k = prepared
+    kind = faiss.METRIC_INNER_PRODUCT if metric == "cosine" else faiss.METRIC_L2
+    index = faiss.IndexHNSWFlat(x.shape[1], HNSW_M, kind)
+    index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+    threads = faiss.omp_get_max_threads()
+    try:
+        if deterministic:
+            faiss.omp_set_num_threads(1)
+        index.add(x)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    index.hnsw.efSearch = max(HNSW_EF_SEARCH, 2 * k)
+    scores, idx = index.search(x, k)
+    missed = np.flatnonzero((idx < 0).any(axis=1))
+    if missed.size:  # the graph search found fewer than k rows: search those rows exactly
+        flat = (
+            faiss.IndexFlatIP(x.shape[1]) if metric == "cosine" else faiss.IndexFlatL2(x.shape[1])
+        )
+        flat.add(x)
+        scores[missed], idx[missed] = flat.search(x[missed], k)
+    return _self_first(idx.astype(np.int64), _as_distances(scores, metric))
 
 
 def reduce_embeddings(
@@ -120,10 +222,12 @@ def reduce_embeddings(
     metric: str = "cosine",
     random_state: int | None = None,
     n_epochs: int = DEFAULT_N_EPOCHS,
+    exact_neighbors_up_to: int | None = EXACT_NEIGHBORS_UP_TO,
 ) -> np.ndarray:
     """Reduce ``embeddings`` to ``dim`` dimensions with UMAP (PCA when UMAP cannot run).
 
-    The neighbour graph is computed exactly by :func:`exact_neighbors` and handed to UMAP.
+    The neighbour graph is computed by :func:`exact_neighbors` (or, above
+    ``exact_neighbors_up_to`` rows, :func:`approximate_neighbors`) and handed to UMAP.
 
     Args:
         embeddings: ``(n, d)`` array.
@@ -132,6 +236,7 @@ def reduce_embeddings(
         metric: UMAP input metric.
         random_state: Seed (makes UMAP deterministic, single-threaded).
         n_epochs: UMAP optimisation epochs.
+        exact_neighbors_up_to: Largest ``n`` whose neighbour graph is exact; ``None``: always.
 
     Returns:
         An ``(n, dim')`` float64 array.
@@ -150,7 +255,12 @@ def reduce_embeddings(
     if n >= 4 and count_unique_rows(x) > dim + 1:
         try:
             umap = umap_module()
-            knn = exact_neighbors(x, n_neighbors, metric)
+            if exact_neighbors_up_to is None or n <= exact_neighbors_up_to:
+                knn = exact_neighbors(x, n_neighbors, metric)
+            else:
+                knn = approximate_neighbors(
+                    x, n_neighbors, metric, deterministic=random_state is not None
+                )
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 reducer = umap.UMAP(
