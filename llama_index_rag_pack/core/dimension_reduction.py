@@ -34,7 +34,7 @@ DEFAULT_N_EPOCHS = 200
 #: Above this many rows the UMAP neighbour graph comes from an HNSW graph
 #: (:func:`approximate_neighbors`) rather than an exact search, whose cost grows as ``n**2``.
 #: Where the two cross on real text embeddings (``benchmarks/results/raptor_neighbors.md``: at
-#: 56k MiniLM vectors the threaded graph is level with the exact search; at 100k it is 2.6x
+#: 56k MiniLM vectors the threaded graph is level with the exact search; at 100k it is 2.8x
 #: faster on synthetic topics).
 EXACT_NEIGHBORS_UP_TO = 50_000
 
