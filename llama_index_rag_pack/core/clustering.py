@@ -20,8 +20,8 @@ local UMAP + mixture inside each global cluster), with these differences:
 * n = 0, 1, 2, n ≤ ``reduction_dim + 1``, identical vectors and UMAP failures are handled;
 * clusters whose total length is over a budget are split again, with a depth guard and a
   deterministic fallback split, so the recursion always ends;
-* the neighbour graph is exact (``dimension_reduction.exact_neighbors``, faiss's flat index) up
-  to ``exact_neighbors_up_to`` rows and comes from an HNSW graph above, UMAP runs 200 epochs,
+* the neighbour graph is exact (``dimension_reduction.exact_neighbors``, faiss's flat index;
+  an HNSW graph above ``exact_neighbors_up_to`` rows when set), UMAP runs 200 epochs,
   and the global neighbourhood ``sqrt(n - 1)`` is capped at ``max_global_neighbors`` (50):
   10k x 384 vectors take 44 s of CPU, the reference 451 s (benchmarks/results);
 * distinct topics are never merged: every cluster, and every set too small for UMAP (at most
@@ -312,8 +312,8 @@ def cluster_embeddings(
             splits.
         topic_split_max_rows: Larger clusters are not checked (quadratic memory).
         exact_neighbors_up_to: Sets of more rows get their UMAP neighbour graph from an HNSW
-            graph (faiss) instead of an exact search, whose cost grows as ``n**2``; ``None``:
-            always exact.
+            graph (faiss) instead of the exact search, whose cost grows as ``n**2``; ``None``
+            (the default): exact at every size.
 
     Returns:
         For each row, the sorted ids of the clusters it belongs to (at least one; ids are

@@ -31,12 +31,12 @@ __all__ = [
 #: labelled data (``benchmarks/bench_raptor_clustering.py``).
 DEFAULT_N_EPOCHS = 200
 
-#: Above this many rows the UMAP neighbour graph comes from an HNSW graph
-#: (:func:`approximate_neighbors`) rather than an exact search, whose cost grows as ``n**2``.
-#: Where the two cross on real text embeddings (``benchmarks/results/raptor_neighbors.md``: at
-#: 56k MiniLM vectors the threaded graph is level with the exact search; at 100k it is 2.8x
-#: faster on synthetic topics).
-EXACT_NEIGHBORS_UP_TO = 50_000
+#: Default row count above which the UMAP neighbour graph comes from an HNSW graph
+#: (:func:`approximate_neighbors`) instead of the exact search, whose cost grows as ``n**2``.
+#: ``None``: exact at every size. At 100k rows the HNSW graph is built faster than the exact
+#: search finds the neighbours, but UMAP then takes longer on it than the search saved
+#: (``benchmarks/results/raptor_neighbors.md``), so HNSW is an opt-in for larger sets.
+EXACT_NEIGHBORS_UP_TO: int | None = None
 
 
 def count_unique_rows(x: np.ndarray, decimals: int = 6) -> int:
@@ -239,7 +239,8 @@ def reduce_embeddings(
         metric: UMAP input metric.
         random_state: Seed (makes UMAP deterministic, single-threaded).
         n_epochs: UMAP optimisation epochs.
-        exact_neighbors_up_to: Largest ``n`` whose neighbour graph is exact; ``None``: always.
+        exact_neighbors_up_to: Largest ``n`` whose neighbour graph is exact (HNSW above);
+            ``None`` (the default): exact at every size.
 
     Returns:
         An ``(n, dim')`` float64 array.
