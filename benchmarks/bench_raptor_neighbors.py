@@ -5,11 +5,14 @@ reduction). An exact search costs ``n**2 * d``; at 100k rows it was a third of a
 time. This script times, on the same vectors:
 
 * scikit-learn's blocked brute force (what ``exact_neighbors`` used before),
-* faiss's exact flat index (``exact_neighbors`` now, up to ``EXACT_NEIGHBORS_UP_TO`` rows),
-* faiss's HNSW graph (``approximate_neighbors``, above it), threaded and on one thread
-  (the seeded, reproducible build),
+* faiss's exact flat index (``exact_neighbors``, the default at every size),
+* faiss's HNSW graph (``approximate_neighbors``, with ``exact_neighbors_up_to``), threaded and
+  on one thread (the seeded, reproducible build),
 
 and reports each one's recall of the exact neighbours (the share of the true ``k`` nearest found).
+Then, end to end at ``--umap-sizes``: the seeded global UMAP reduction (``reduce_embeddings``) on
+the exact graph and on the HNSW graph, since a faster search only pays if UMAP is not slower on
+the graph it gets.
 Data: the synthetic 60-topic vectors of ``bench_raptor_clustering.py`` at each ``--sizes``, and real
 text: the shipped Wikipedia articles cut into 32-token pieces, embedded with the bundled model.
 
@@ -77,6 +80,36 @@ def measure(x: np.ndarray, label: str) -> list[dict[str, Any]]:
     return rows
 
 
+def umap_end_to_end(x: np.ndarray) -> list[dict[str, Any]]:
+    """The seeded global reduction of ``x`` on the exact graph, then on the HNSW graph."""
+    from llama_index_rag_pack.core import dimension_reduction as dr
+
+    spent: dict[str, float] = {}
+    for name in ("exact_neighbors", "approximate_neighbors"):
+        search = getattr(dr, name)
+
+        def timed(*args: Any, _search: Any = search, _name: str = name, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return _search(*args, **kwargs)
+            finally:
+                spent[_name] = time.perf_counter() - start
+
+        setattr(dr, name, timed)
+    dr.reduce_embeddings(x[:300], 10, random_state=0)  # numba JIT warm-up, not timed
+    n, rows = len(x), []
+    k = min(int(np.sqrt(n - 1)), K_CAP)
+    for graph, up_to in (("exact (faiss flat)", None), ("HNSW, one thread", 0)):
+        spent.clear()
+        start = time.perf_counter()
+        dr.reduce_embeddings(x, 10, n_neighbors=k, random_state=0, exact_neighbors_up_to=up_to)
+        total = time.perf_counter() - start
+        search_s = sum(spent.values())
+        rows.append({"n": n, "graph": graph, "search_s": search_s, "umap_s": total - search_s})
+        print(f"umap n={n} {graph}: {total:.1f} s", file=sys.stderr, flush=True)
+    return rows
+
+
 def text_vectors(n_articles: int) -> np.ndarray:
     from llama_index_rag_pack.components.ingest import split_documents
     from llama_index_rag_pack.components.settings import resolve_embed_model
@@ -96,6 +129,9 @@ def main() -> None:
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 30000, 100000])
     parser.add_argument("--text-articles", type=int, default=103, help="0 skips real text")
+    parser.add_argument(
+        "--umap-sizes", type=int, nargs="*", default=[100000], help="end-to-end UMAP sizes"
+    )
     parser.add_argument("--name", default="raptor_neighbors")
     add_out_argument(parser)
     args = parser.parse_args()
@@ -106,6 +142,9 @@ def main() -> None:
         rows += measure(make_data(n), "60 synthetic topics")
     if args.text_articles:
         rows += measure(text_vectors(args.text_articles), "Wikipedia, 32-token pieces")
+    umap_rows = []
+    for n in args.umap_sizes:
+        umap_rows += umap_end_to_end(make_data(n))
     table = md_table(
         ["data", "n", "k", "method", "time s", "CPU s", "recall of the exact k"],
         [
@@ -148,17 +187,34 @@ def main() -> None:
     )
     write_results(
         args.name,
-        {"rows": rows, "k_cap": K_CAP},
+        {"rows": rows, "umap_rows": umap_rows, "k_cap": K_CAP},
         [
             ("Neighbour search (k = min(sqrt(n - 1), 50), cosine)", table),
             ("Speed-ups (time ratios, same run)", ratio_table),
+            (
+                "End to end: seeded global UMAP reduction (60 synthetic topics, 10-d)",
+                md_table(
+                    ["n", "graph", "search s", "UMAP s (after the search)", "total s"],
+                    [
+                        (
+                            r["n"],
+                            r["graph"],
+                            f"{r['search_s']:.1f}",
+                            f"{r['umap_s']:.1f}",
+                            f"{r['search_s'] + r['umap_s']:.1f}",
+                        )
+                        for r in umap_rows
+                    ],
+                    "rlrrr",
+                ),
+            ),
         ],
         out=args.out,
         description=(
             "The k nearest neighbours of every row, as RAPTOR's global UMAP reduction asks for "
             "them; recall is measured against faiss's exact flat search. HNSW: M 32, "
-            "efConstruction 80, efSearch max(100, 2k). `cluster_embeddings` searches exactly up to "
-            "50,000 rows (`exact_neighbors_up_to`) and builds an HNSW graph above."
+            "efConstruction 80, efSearch max(100, 2k). `cluster_embeddings` searches exactly at "
+            "every size unless `exact_neighbors_up_to` is set (HNSW above that many rows)."
         ),
         headline_packages=("numpy", "scikit-learn"),
     )

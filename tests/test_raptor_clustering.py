@@ -199,6 +199,7 @@ def test_identical_vectors_over_the_budget_are_split_deterministically() -> None
         ({"max_clusters": 1}, "max_clusters"),
         ({"lengths": [1, 2]}, "lengths"),
         ({"max_length_in_cluster": 0}, "max_length_in_cluster"),
+        ({"exact_neighbors_up_to": -1}, "exact_neighbors_up_to"),
     ],
 )
 def test_bad_arguments_name_the_value(kwargs: dict, match: str) -> None:

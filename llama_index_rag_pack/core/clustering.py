@@ -341,6 +341,8 @@ def cluster_embeddings(
         raise ValueError(f"topic_similarity must be in [-1, 1] or None, got {topic_similarity}")
     if max_global_neighbors < 2:
         raise ValueError(f"max_global_neighbors must be >= 2, got {max_global_neighbors}")
+    if exact_neighbors_up_to is not None and exact_neighbors_up_to < 0:
+        raise ValueError(f"exact_neighbors_up_to must be >= 0 or None, got {exact_neighbors_up_to}")
     if len(x) == 0:
         return []
     clustering = _BudgetedClustering(
