@@ -55,6 +55,13 @@ def test_topic_similarity_none_keeps_the_reference_behaviour_for_tiny_inputs() -
     assert cluster_embeddings(x, topic_similarity=None) == [[0]] * 8
 
 
+def _true_distances(x: np.ndarray, metric: str) -> np.ndarray:
+    if metric == "cosine":
+        unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+        return 1.0 - unit @ unit.T
+    return np.linalg.norm(x[:, None, :] - x[None, :, :], axis=-1)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     n=st.integers(1, 40),
@@ -71,11 +78,7 @@ def test_exact_neighbors_are_the_brute_force_neighbours(
     idx, dist = found
     k = min(k, n)
     assert idx.shape == dist.shape == (n, k)
-    if metric == "cosine":
-        unit = x / np.linalg.norm(x, axis=1, keepdims=True)
-        full = 1.0 - unit @ unit.T
-    else:
-        full = np.linalg.norm(x[:, None, :] - x[None, :, :], axis=-1)
+    full = _true_distances(x, metric)
     expected = np.sort(full, axis=1)[:, :k]
     np.testing.assert_allclose(dist, expected, atol=1e-4)
     np.testing.assert_allclose(np.take_along_axis(full, idx, axis=1), expected, atol=1e-4)
@@ -87,13 +90,6 @@ def test_exact_neighbors_leave_zero_rows_and_other_metrics_to_umap() -> None:
     x = np.eye(5, 8)
     assert exact_neighbors(np.vstack([x, np.zeros(8)]), 3) is None
     assert exact_neighbors(x, 3, metric="manhattan") is None
-
-
-def _true_distances(x: np.ndarray, metric: str) -> np.ndarray:
-    if metric == "cosine":
-        unit = x / np.linalg.norm(x, axis=1, keepdims=True)
-        return 1.0 - unit @ unit.T
-    return np.linalg.norm(x[:, None, :] - x[None, :, :], axis=-1)
 
 
 @settings(max_examples=30, deadline=None)

@@ -119,6 +119,16 @@ def _faiss() -> Any | None:
     return faiss
 
 
+def _flat_search(
+    faiss: Any, rows: np.ndarray, queries: np.ndarray, k: int, metric: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """faiss's exact search of ``queries`` among ``rows``: (scores, indices)."""
+    kind = faiss.IndexFlatIP if metric == "cosine" else faiss.IndexFlatL2
+    index = kind(rows.shape[1])
+    index.add(rows)
+    return index.search(queries, k)
+
+
 def exact_neighbors(
     x: np.ndarray, k: int, metric: str = "cosine"
 ) -> tuple[np.ndarray, np.ndarray] | None:
@@ -160,9 +170,7 @@ def exact_neighbors(
         dist = dist**2 / 2.0 if metric == "cosine" else dist
         dist = np.clip(dist, 0.0, None).astype(np.float32)
         return _self_first(idx.astype(np.int64), dist)
-    index = faiss.IndexFlatIP(x.shape[1]) if metric == "cosine" else faiss.IndexFlatL2(x.shape[1])
-    index.add(x)
-    scores, idx = index.search(x, k)
+    scores, idx = _flat_search(faiss, x, x, k, metric)
     return _self_first(idx.astype(np.int64), _as_distances(scores, metric))
 
 
@@ -210,11 +218,7 @@ def approximate_neighbors(
     scores, idx = index.search(x, k)
     missed = np.flatnonzero((idx < 0).any(axis=1))
     if missed.size:  # the graph search found fewer than k rows: search those rows exactly
-        flat = (
-            faiss.IndexFlatIP(x.shape[1]) if metric == "cosine" else faiss.IndexFlatL2(x.shape[1])
-        )
-        flat.add(x)
-        scores[missed], idx[missed] = flat.search(x[missed], k)
+        scores[missed], idx[missed] = _flat_search(faiss, x, x[missed], k, metric)
     return _self_first(idx.astype(np.int64), _as_distances(scores, metric))
 
 
