@@ -283,3 +283,121 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         uses_llm = "local_llm" in getattr(item, "fixturenames", ())
         group = "local_llm" if uses_llm else item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+# ---------------------------------------------------------------- PostgreSQL
+def _postgres_bindir() -> tuple[Path | None, str]:
+    """Where ``initdb``/``pg_ctl`` are: PATH, Debian's or Homebrew's install, else the
+    ``pgserver`` wheel (a test dependency on Linux x86_64 and macOS). Returns (dir, tried)."""
+    tried = []
+    found = shutil.which("initdb")
+    if found:
+        return Path(os.path.realpath(found)).parent, "PATH"
+    tried.append("initdb on PATH")
+    for pattern in ("/usr/lib/postgresql/*/bin", "/opt/homebrew/opt/postgresql*/bin"):
+        for candidate in sorted(Path("/").glob(pattern.lstrip("/")), reverse=True):
+            if (candidate / "initdb").exists():
+                return candidate, pattern
+        tried.append(pattern)
+    try:
+        import pgserver  # noqa: PLC0415
+
+        candidate = Path(pgserver.__file__).parent / "pginstall" / "bin"
+        if (candidate / "initdb").exists():
+            return candidate, "pgserver wheel"
+    except ImportError:
+        pass
+    tried.append("the pgserver wheel")
+    return None, ", ".join(tried)
+
+
+class PostgresCluster:
+    """A throw-away PostgreSQL cluster on 127.0.0.1 and a free port, password auth, run as an
+    unprivileged user when the tests run as root (postgres refuses to run as root)."""
+
+    PASSWORD = "owner-pw"
+
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        self.root = Path(tempfile.mkdtemp(prefix="rag-pack-pg-"))
+        self.root.chmod(0o755)
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self.user = None
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            import pwd  # noqa: PLC0415
+
+            self.user = "nobody"
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        pwfile = self.root / "pw"
+        pwfile.write_text(self.PASSWORD + "\n")
+        if self.user:
+            os.chown(pwfile, pwd.getpwnam(self.user).pw_uid, -1)
+        self._run(
+            "initdb", "-D", str(self.data), "-U", "postgres", "--auth=scram-sha-256",
+            f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C", "--no-sync",
+        )  # fmt: skip
+        options = (
+            f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+            f"-c unix_socket_directories={self.root} -c fsync=off -c full_page_writes=off "
+            "-c synchronous_commit=off -c shared_buffers=16MB -c max_connections=40"
+        )
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "log"),
+                  "-w", "-t", "60", "start")  # fmt: skip
+
+    def _run(self, tool: str, *args: str) -> None:
+        done = subprocess.run(
+            [str(self.bindir / tool), *args],
+            capture_output=True,
+            text=True,
+            user=self.user,
+            cwd=self.root,
+            timeout=120,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"{tool} failed: {done.stderr.strip() or done.stdout.strip()}")
+
+    def url(self, database: str = "postgres", user: str = "postgres", password: str = "") -> str:
+        secret = password or self.PASSWORD
+        return f"postgresql+psycopg://{user}:{secret}@127.0.0.1:{self.port}/{database}"
+
+    def execute(self, database: str, *statements: str) -> list[Any]:
+        """Run statements as the superuser, autocommit; returns the last statement's rows."""
+        import psycopg  # noqa: PLC0415
+
+        rows: list[Any] = []
+        with psycopg.connect(
+            host="127.0.0.1", port=self.port, user="postgres", password=self.PASSWORD,
+            dbname=database, autocommit=True,
+        ) as conn:  # fmt: skip
+            for statement in statements:
+                cur = conn.execute(statement)
+                rows = cur.fetchall() if cur.description else []
+        return rows
+
+    def stop(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[PostgresCluster]:
+    """A real PostgreSQL cluster for this module (skipped, with the reason, where none exists)."""
+    try:
+        import psycopg  # noqa: F401, PLC0415
+    except ImportError:
+        pytest.skip("PostgreSQL tests skipped: psycopg is not installed (extra [postgres])")
+    bindir, tried = _postgres_bindir()
+    if bindir is None:
+        pytest.skip(f"PostgreSQL tests skipped: no PostgreSQL binaries found (tried {tried})")
+    try:
+        cluster = PostgresCluster(bindir)
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        pytest.skip(f"PostgreSQL tests skipped: the cluster did not start ({error})")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

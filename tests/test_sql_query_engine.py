@@ -117,7 +117,7 @@ def test_a_recursive_cte_past_the_checker_is_refused_by_the_database(
     it (and the time-out would stop it: see the next test)."""
     endless = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c"
     before = checksum(db_path)
-    monkeypatch.setattr(db, "check", lambda sql: CheckedSQL(endless, endless, ()))
+    monkeypatch.setattr(db, "check", lambda sql, **_: CheckedSQL(endless, endless, ()))
     with pytest.raises(SQLExecutionError, match="the database refused the query"):
         db.run("anything")
     assert checksum(db_path) == before
@@ -137,7 +137,7 @@ def test_the_database_refuses_writes_and_hidden_reads_even_past_the_checker(
     db: SafeSQLDatabase, db_path: Path, sql: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = checksum(db_path)
-    monkeypatch.setattr(db, "check", lambda _: CheckedSQL(sql, sql, ()))
+    monkeypatch.setattr(db, "check", lambda _, **__: CheckedSQL(sql, sql, ()))
     with pytest.raises(SQLExecutionError, match="the database refused the query"):
         db.run(sql)
     assert checksum(db_path) == before

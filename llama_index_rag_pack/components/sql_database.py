@@ -1,39 +1,65 @@
 """A read-only, time-limited view of a SQL database for text-to-SQL (:class:`SafeSQLDatabase`).
 
-SQLite (the default, a file) is opened with ``file:...?mode=ro`` so nothing can be written even by
-a query the checker let through; a progress handler cuts any query past the time-out and an
-authorizer refuses any action but reading allowed columns of allowed tables (no writes, no
-``ATTACH``/``PRAGMA``, no recursive CTE): a second line of defence behind
-:func:`~llama_index_rag_pack.core.sql_safety.check_sql`). Any other SQLAlchemy URL works
-(PostgreSQL is the scale-out path): each query runs in a ``READ ONLY`` transaction with
-``SET LOCAL statement_timeout``. Use a database user that can only read the allowed tables too.
+Every query is first checked by :func:`~llama_index_rag_pack.core.sql_safety.check_sql` (an
+allowlist, under the same deadline as execution); the database then enforces what it can on its
+own, per backend:
+
+* **SQLite** (a file): opened with ``file:...?mode=ro`` so nothing can be written; an authorizer
+  allows only reading allowed columns of allowed tables and calling listed functions (no writes,
+  ``ATTACH``, ``PRAGMA``, recursive CTE or extension even past the checker); length limits
+  (``sqlite3`` limits: no value over ``max_value_bytes``, bounded SQL length, expression depth
+  and compound SELECTs) so no single call can grow memory without bound; a progress handler
+  stops any query at the deadline.
+* **PostgreSQL**: each query runs in a ``READ ONLY`` transaction with ``SET LOCAL
+  statement_timeout`` (the time left after checking), sent without client-side ``%``
+  formatting, with no result row over ``max_value_bytes``. The role must be granted ``SELECT``
+  on the allowed columns only (:meth:`SafeSQLDatabase.role_setup_sql` prints the statements);
+  by default the database refuses to open when the role can read a hidden column, another
+  table, or is a superuser (``role_check="warn"`` only logs it).
+* **Any other server** gives none of these guarantees and is refused unless
+  ``allow_unguarded=True`` (then only the checker and the row limit stand).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlglot import exp
 
-from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.sql_safety import CheckedSQL, check_sql
+from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
+from llama_index_rag_pack.core.sql_safety import CheckedSQL, SQLLimits, check_sql
 
-__all__ = ["SQLExecutionError", "SQLResult", "SafeSQLDatabase"]
+__all__ = ["ROLE_CHECKS", "SQLExecutionError", "SQLResult", "SafeSQLDatabase"]
 
 logger = logging.getLogger(__name__)
 
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql"}
-_READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+ROLE_CHECKS = ("refuse", "warn", "off")
+# Functions SQLite may run for a checked query (the names sqlglot writes for the checker's
+# allowed functions and operators); everything else is denied by the authorizer.
+_FUNCTIONS = frozenset(
+    (
+        "count sum avg min max total group_concat abs round ceil ceiling floor sqrt pow power "
+        "ln log log10 exp sign coalesce ifnull nullif iif length lower upper trim ltrim rtrim "
+        "substr substring instr replace concat concat_ws date time datetime julianday strftime "
+        "unixepoch row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value "
+        "last_value nth_value like glob"
+    ).split()
+)
+_SQLITE_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+_ROW_TOO_LARGE = "result row larger than"
 
 
-class SQLExecutionError(RuntimeError):
+class SQLExecutionError(RagPackError, RuntimeError):
     """A checked query failed in the database (time-out, type error ...): one line, with the fix."""
 
 
@@ -52,7 +78,10 @@ def _sqlite_path(database: str) -> str | None:
     """The file of a SQLite database given as a path or a ``sqlite:///`` URL (None: a server)."""
     if "://" not in database:
         return database
-    url = sa.engine.make_url(database)
+    try:
+        url = sa.engine.make_url(database)
+    except sa.exc.ArgumentError as error:
+        raise ConfigurationError(f"{database!r} is not a database URL or file ({error})") from None
     if url.get_backend_name() != "sqlite":
         return None
     if not url.database or url.database == ":memory:":
@@ -67,27 +96,65 @@ def _sqlite_url(path: str | Path) -> str:
     return f"sqlite:///file:{urllib.parse.quote(str(resolved))}?mode=ro&uri=true"
 
 
+def _server_url(database: str) -> sa.URL:
+    """The URL with a driver that is installed (``postgresql://`` -> psycopg 3 when present)."""
+    url = sa.engine.make_url(database)
+    if url.get_backend_name() == "postgresql":
+        if url.drivername == "postgresql" and importlib.util.find_spec("psycopg2") is None:
+            url = url.set(drivername="postgresql+psycopg")
+        driver = url.get_driver_name()
+        module = {"psycopg": "psycopg", "psycopg2": "psycopg2"}.get(driver, driver)
+        if importlib.util.find_spec(module) is None:
+            raise ConfigurationError(
+                f"the PostgreSQL driver {module!r} is not installed; "
+                "pip install 'llama-index-rag-pack[postgres]' (psycopg 3)"
+            )
+    return url
+
+
+def _quote_ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _first_line(error: BaseException) -> str:
+    orig = getattr(error, "orig", None) or error
+    text = str(orig).strip()
+    return (text.splitlines()[0] if text else type(orig).__name__)[:300]
+
+
 class SafeSQLDatabase:
     """The allowed tables of a database, opened read-only, queried with a row limit and time-out.
 
     Args:
-        database: A SQLite file path or ``sqlite:///`` URL (both opened read-only), or any
-            SQLAlchemy URL (``postgresql+psycopg://reader@host/db``).
+        database: A SQLite file path or ``sqlite:///`` URL (both opened read-only), or a
+            PostgreSQL URL (``postgresql://reader:pw@127.0.0.1/shop``; psycopg 3 is used).
         tables: The only tables the LLM may see and read (required, at least one).
-        columns: Optional ``{table: [columns]}`` to hide columns (default: every column).
+        columns: Optional ``{table: [columns]}`` of the visible columns (default: every column);
+            the others are hidden from the LLM, from ``*`` and from every query.
         max_rows: Row limit added to every query.
-        timeout_s: Query time-out in seconds.
+        timeout_s: Time-out in seconds for checking and running one query together.
         sample_rows: Example rows per table shown to the LLM.
+        max_value_bytes: Largest value (SQLite) or result row (PostgreSQL) a query may produce.
+        limits: Size and nesting bounds on the SQL (:class:`SQLLimits`).
+        role_check: PostgreSQL: ``"refuse"`` (default) to raise when the role can read a hidden
+            column, a table not in ``tables``, or is a superuser; ``"warn"`` to log it;
+            ``"off"`` to skip the check (setting up a role).
+        allow_unguarded: Accept a server other than SQLite and PostgreSQL, where the database
+            enforces neither read-only access nor the time-out (default ``False``: refused).
+
+    Raises:
+        ConfigurationError: A missing file or table, an unknown column, an unreachable server,
+            a role that can read too much, an unsupported backend.
 
     Example:
         >>> import sqlite3, tempfile, os
         >>> path = os.path.join(tempfile.mkdtemp(), "shop.db")
         >>> with sqlite3.connect(path) as c:
-        ...     _ = c.execute("CREATE TABLE items (name TEXT, price REAL)")
-        ...     _ = c.execute("INSERT INTO items VALUES ('pen', 1.5)")
-        >>> db = SafeSQLDatabase(path, tables=["items"])
-        >>> db.run("SELECT name FROM items").rows
-        [('pen',)]
+        ...     _ = c.execute("CREATE TABLE items (name TEXT, price REAL, cost REAL)")
+        ...     _ = c.execute("INSERT INTO items VALUES ('pen', 1.5, 0.2)")
+        >>> db = SafeSQLDatabase(path, tables=["items"], columns={"items": ["name", "price"]})
+        >>> db.run("SELECT * FROM items").rows
+        [('pen', 1.5)]
     """
 
     def __init__(
@@ -95,59 +162,211 @@ class SafeSQLDatabase:
         database: str | Path,
         *,
         tables: Sequence[str],
-        columns: dict[str, Sequence[str]] | None = None,
+        columns: Mapping[str, Sequence[str]] | None = None,
         max_rows: int = 50,
         timeout_s: float = 5.0,
         sample_rows: int = 3,
+        max_value_bytes: int = 1_000_000,
+        limits: SQLLimits | None = None,
+        role_check: str = "refuse",
+        allow_unguarded: bool = False,
     ) -> None:
-        if not tables:
+        if isinstance(tables, str) or not tables:
             raise ConfigurationError("tables is empty; name the tables the LLM may read")
-        if max_rows <= 0 or timeout_s <= 0 or sample_rows < 0:
-            raise ConfigurationError(
-                f"need max_rows > 0, timeout_s > 0, sample_rows >= 0; got {max_rows}, "
-                f"{timeout_s}, {sample_rows}"
-            )
+        for name, value, low in (
+            ("max_rows", max_rows, 1),
+            ("sample_rows", sample_rows, 0),
+            ("max_value_bytes", max_value_bytes, 1000),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+            raise ConfigurationError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        if role_check not in ROLE_CHECKS:
+            raise ConfigurationError(f"role_check must be one of {ROLE_CHECKS}, got {role_check!r}")
         path = _sqlite_path(str(database))
         self._sqlite = path is not None
-        self.engine = sa.create_engine(_sqlite_url(path) if path is not None else str(database))
-        self.dialect = _DIALECTS.get(self.engine.dialect.name, self.engine.dialect.name)
-        self.max_rows, self.timeout_s, self.sample_rows = max_rows, timeout_s, sample_rows
-        self.allowed = self._resolve_columns(list(tables), columns or {})
+        if path is not None:
+            self.engine = sa.create_engine(_sqlite_url(path))
+        else:
+            url = _server_url(str(database))
+            args = {"connect_timeout": max(1, int(timeout_s))} if self._postgres(url) else {}
+            self.engine = sa.create_engine(url, connect_args=args)
+        self.backend = self.engine.dialect.name
+        if self.backend not in ("sqlite", "postgresql") and not allow_unguarded:
+            raise ConfigurationError(
+                f"{self.backend} gives no read-only transaction or time-out here; use SQLite or "
+                "PostgreSQL, or pass allow_unguarded=True to rely on the SQL checker alone"
+            )
+        self.dialect = _DIALECTS.get(self.backend, self.backend)
+        self.max_rows, self.timeout_s, self.sample_rows = max_rows, float(timeout_s), sample_rows
+        self.max_value_bytes = max_value_bytes
+        self.limits = limits or SQLLimits()
+        try:
+            self.allowed, self.hidden = self._resolve_columns(list(tables), dict(columns or {}))
+            if self.backend == "postgresql" and role_check != "off":
+                self._check_role(role_check)
+        except sa.exc.SQLAlchemyError as error:
+            raise ConfigurationError(
+                f"cannot open {self.engine.url.render_as_string(hide_password=True)}: "
+                f"{_first_line(error)}"
+            ) from None
         logger.info("SQL database %s: tables %s", self.engine.url, sorted(self.allowed))
 
+    @staticmethod
+    def _postgres(url: sa.URL) -> bool:
+        return url.get_backend_name() == "postgresql"
+
     def _resolve_columns(
-        self, tables: list[str], hidden: dict[str, Sequence[str]]
-    ) -> dict[str, list[str]]:
+        self, tables: list[str], visible: dict[str, Sequence[str]]
+    ) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
         inspector = sa.inspect(self.engine)
-        existing = set(inspector.get_table_names())
+        existing = set(inspector.get_table_names()) | set(inspector.get_view_names())
+        unknown_tables = sorted(set(visible) - set(tables))
+        if unknown_tables:
+            raise ConfigurationError(
+                f"columns name tables not in tables: {unknown_tables}; add them to tables"
+            )
         allowed: dict[str, list[str]] = {}
+        hidden: dict[str, list[str]] = {}
         for table in tables:
             if table not in existing:
                 raise ConfigurationError(
                     f"table {table!r} is not in the database; choose from {sorted(existing)}"
                 )
             names = [c["name"] for c in inspector.get_columns(table)]
-            wanted = list(hidden.get(table, names))
+            wanted = list(visible.get(table, names))
             unknown = sorted(set(wanted) - set(names))
-            if unknown:
-                raise ConfigurationError(f"columns {unknown} are not in table {table!r}: {names}")
+            if unknown or not wanted:
+                raise ConfigurationError(
+                    f"columns {unknown or wanted} are not usable in table {table!r}: {names}"
+                )
             allowed[table] = [n for n in names if n in wanted]
-        return allowed
+            hidden[table] = [n for n in names if n not in wanted]
+        return allowed, hidden
 
-    def check(self, sql: str) -> CheckedSQL:
+    # ------------------------------------------------------------------ PostgreSQL role
+    def _check_role(self, mode: str) -> None:
+        """Refuse (or warn) when the connected role can read more than the allowed columns."""
+        problems = self.role_problems()
+        if not problems:
+            return
+        role = self.engine.url.username or "the current role"
+        message = (
+            f"the database role {role!r} can read {', '.join(problems[:6])}"
+            f"{' ...' if len(problems) > 6 else ''}; connect as a role granted SELECT on the "
+            "allowed columns only (statements: SafeSQLDatabase.role_setup_sql or rag-pack sql "
+            "--setup-role NAME), or pass role_check='warn'"
+        )
+        if mode == "refuse":
+            raise ConfigurationError(message)
+        logger.warning("%s", message)
+
+    def role_problems(self) -> list[str]:
+        """What the connected PostgreSQL role can read beyond the allowed columns (empty: none).
+
+        Each entry names a hidden column (``table.column``), a table outside ``tables``, or
+        ``superuser``. Always empty on SQLite, where the authorizer enforces the columns.
+        """
+        if self.backend != "postgresql":
+            return []
+        problems: list[str] = []
+        with self.engine.connect() as connection:
+            superuser = connection.execute(
+                sa.text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            ).scalar()
+            if superuser:
+                problems.append("everything (superuser)")
+            check = sa.text("SELECT has_column_privilege(:t, :c, 'SELECT')")
+            for table, names in self.hidden.items():
+                for column in names:
+                    if connection.execute(check, {"t": _quote_ident(table), "c": column}).scalar():
+                        problems.append(f"{table}.{column}")
+            readable = connection.execute(
+                sa.text(
+                    "SELECT c.relname FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'v', 'm', 'f', 'p') "
+                    "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+                    "AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%' "
+                    "AND (has_table_privilege(c.oid, 'SELECT') "
+                    "OR has_any_column_privilege(c.oid, 'SELECT')) ORDER BY 1"
+                )
+            ).scalars()
+            problems += [f"table {name}" for name in readable if name not in self.allowed]
+            connection.rollback()
+        return problems
+
+    def role_setup_sql(
+        self, role: str, *, password: str | None = None, schema: str = "public"
+    ) -> list[str]:
+        """The statements that create a PostgreSQL role reading only the allowed columns.
+
+        Run them as the tables' owner; then connect the engine as ``role``. The role's
+        transactions default to read-only and its statements to this database's time-out.
+
+        Example:
+            >>> import sqlite3, tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "shop.db")
+            >>> with sqlite3.connect(path) as c:
+            ...     _ = c.execute("CREATE TABLE items (name TEXT, price REAL, cost REAL)")
+            >>> db = SafeSQLDatabase(path, tables=["items"], columns={"items": ["name", "price"]})
+            >>> print("\\n".join(db.role_setup_sql("reader", password="s3cret")[-4:]))
+            GRANT USAGE ON SCHEMA "public" TO "reader";
+            GRANT SELECT ("name", "price") ON "public"."items" TO "reader";
+            ALTER ROLE "reader" SET default_transaction_read_only = on;
+            ALTER ROLE "reader" SET statement_timeout = '5000ms';
+        """
+        if not role or not role.strip():
+            raise ConfigurationError("role is empty; name the role to create")
+        name = _quote_ident(role)
+        login = "LOGIN" if password is None else "LOGIN PASSWORD '" + password.replace("'", "''")
+        login += "" if password is None else "'"
+        database = self.engine.url.database or "postgres"
+        statements = [
+            f"CREATE ROLE {name} {login};",
+            f"GRANT CONNECT ON DATABASE {_quote_ident(database)} TO {name};",
+            f"GRANT USAGE ON SCHEMA {_quote_ident(schema)} TO {name};",
+        ]
+        for table, columns in self.allowed.items():
+            listed = ", ".join(_quote_ident(c) for c in columns)
+            target = f"{_quote_ident(schema)}.{_quote_ident(table)}"
+            statements.append(f"GRANT SELECT ({listed}) ON {target} TO {name};")
+        statements += [
+            f"ALTER ROLE {name} SET default_transaction_read_only = on;",
+            f"ALTER ROLE {name} SET statement_timeout = '{int(self.timeout_s * 1000)}ms';",
+        ]
+        return statements
+
+    # ------------------------------------------------------------------ queries
+    def check(self, sql: str, *, deadline: float | None = None) -> CheckedSQL:
         """:func:`check_sql` against this database's allowed tables, dialect and row limit."""
-        return check_sql(sql, self.allowed, dialect=self.dialect, max_rows=self.max_rows)
+        return check_sql(
+            sql,
+            self.allowed,
+            dialect=self.dialect,
+            max_rows=self.max_rows,
+            limits=self.limits,
+            deadline=deadline,
+        )
 
     def describe(self) -> str:
         """``CREATE TABLE`` lines with only the allowed columns, plus a few sample rows each."""
-        inspector = sa.inspect(self.engine)
+        try:
+            inspector = sa.inspect(self.engine)
+            types = {
+                t: {c["name"]: str(c["type"]) for c in inspector.get_columns(t)}
+                for t in self.allowed
+            }
+        except sa.exc.SQLAlchemyError as error:
+            raise SQLExecutionError(f"cannot read the schema: {_first_line(error)}") from None
         parts = []
         for table, columns in self.allowed.items():
-            types = {c["name"]: str(c["type"]) for c in inspector.get_columns(table)}
-            body = ",\n  ".join(f"{c} {types[c]}" for c in columns)
+            body = ",\n  ".join(f"{c} {types[table][c]}" for c in columns)
             parts.append(f"CREATE TABLE {table} (\n  {body}\n);")
             if self.sample_rows:
-                sample = self.run(f"SELECT * FROM {table} LIMIT {self.sample_rows}")
+                quoted = exp.to_identifier(table, quoted=True)
+                query = exp.select("*").from_(exp.Table(this=quoted)).limit(self.sample_rows)
+                sample = self.run(query.sql(dialect=self.dialect))
                 lines = ["\t".join(sample.columns)]
                 lines += ["\t".join(str(v) for v in row) for row in sample.rows]
                 parts.append(
@@ -158,57 +377,111 @@ class SafeSQLDatabase:
     def run(self, sql: str) -> SQLResult:
         """Check ``sql``, then execute it read-only under the row limit and time-out.
 
+        Checking and running share one deadline, ``timeout_s`` from the call.
+
         Raises:
             UnsafeSQLError: The query is not a single SELECT over the allowed tables/columns.
-            SQLExecutionError: The database refused it or it ran past the time-out.
+            SQLExecutionError: The database refused it, or it ran past the time-out.
         """
-        checked = self.check(sql)
+        deadline = time.monotonic() + self.timeout_s
+        checked = self.check(sql, deadline=deadline)
         reads: list[tuple[str, str]] = []
-        with self.engine.connect() as connection:
-            try:
-                if self._sqlite:
-                    columns, rows = self._sqlite_execute(connection, checked.limited_sql, reads)
-                else:
-                    columns, rows = self._server_execute(connection, checked.limited_sql)
-            except sa.exc.DBAPIError as error:
-                raise SQLExecutionError(self._explain(error)) from None
-            finally:
-                connection.rollback()
+        try:
+            with self.engine.connect() as connection:
+                try:
+                    if self._sqlite:
+                        columns, rows = self._sqlite_execute(
+                            connection, checked.limited_sql, reads, deadline
+                        )
+                    else:
+                        columns, rows = self._server_execute(connection, checked, deadline)
+                finally:
+                    connection.rollback()
+        except SQLExecutionError:
+            raise
+        except Exception as error:  # driver errors, decoding, connection loss: one line each
+            raise SQLExecutionError(self._explain(error)) from None
         return SQLResult(checked.sql, columns, rows, checked.tables, reads)
 
-    def _explain(self, error: sa.exc.DBAPIError) -> str:
-        text = str(error.orig).splitlines()[0] if error.orig else str(error)
-        if "interrupted" in text or "statement timeout" in text or "canceling statement" in text:
+    def _explain(self, error: BaseException) -> str:
+        text = _first_line(error)
+        lowered = text.lower()
+        if "interrupted" in lowered or "statement timeout" in lowered or "canceling" in lowered:
             return f"the query ran past the {self.timeout_s:g}s time-out; write a cheaper query"
+        if _ROW_TOO_LARGE in lowered or "too big" in lowered or "too large" in lowered:
+            return (
+                f"a value or row is larger than {self.max_value_bytes:,} bytes; select fewer or "
+                "shorter values"
+            )
+        if "not authorized" in lowered or "permission denied" in lowered:
+            return f"the database refused the query ({text}); read only the listed columns"
         return f"the database refused the query ({text}); fix it and use only the listed columns"
 
-    def _sqlite_execute(self, connection: sa.Connection, sql: str, reads: list) -> Any:
+    def _sqlite_execute(
+        self, connection: sa.Connection, sql: str, reads: list, deadline: float
+    ) -> tuple[list[str], list[tuple]]:
         raw = connection.connection.dbapi_connection
         allowed = {t.lower(): {c.lower() for c in cs} | {""} for t, cs in self.allowed.items()}
-        deadline = time.monotonic() + self.timeout_s
 
         def authorize(action: int, arg1: Any, arg2: Any, _db: Any, _trigger: Any) -> int:
             if action == sqlite3.SQLITE_READ:
                 if (arg2 or "").lower() not in allowed.get((arg1 or "").lower(), ()):
                     return sqlite3.SQLITE_DENY
                 reads.append((arg1, arg2))
-            return sqlite3.SQLITE_OK if action in _READ_ACTIONS else sqlite3.SQLITE_DENY
+            elif action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() not in _FUNCTIONS:
+                return sqlite3.SQLITE_DENY
+            return sqlite3.SQLITE_OK if action in _SQLITE_ACTIONS else sqlite3.SQLITE_DENY
 
+        limits = {
+            sqlite3.SQLITE_LIMIT_LENGTH: self.max_value_bytes,
+            sqlite3.SQLITE_LIMIT_SQL_LENGTH: max(self.limits.max_chars * 4, 100_000),
+            sqlite3.SQLITE_LIMIT_EXPR_DEPTH: 2 * self.limits.max_depth,
+            sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: 64,
+            sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH: 1000,
+            sqlite3.SQLITE_LIMIT_ATTACHED: 0,
+            sqlite3.SQLITE_LIMIT_FUNCTION_ARG: 32,
+        }
+        previous = {key: raw.setlimit(key, value) for key, value in limits.items()}
         raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
         raw.set_authorizer(authorize)
         try:
-            return self._fetch(connection, sql)
+            cursor = raw.cursor()
+            try:
+                cursor.execute(sql)
+                names = [d[0] for d in cursor.description or ()]
+                return names, [tuple(r) for r in cursor.fetchmany(self.max_rows)]
+            finally:
+                cursor.close()
         finally:
             raw.set_authorizer(None)
             raw.set_progress_handler(None, 1000)
+            for key, value in previous.items():
+                raw.setlimit(key, value)
 
-    def _server_execute(self, connection: sa.Connection, sql: str) -> Any:
-        if self.engine.dialect.name == "postgresql":
-            connection.exec_driver_sql("SET TRANSACTION READ ONLY")
-            ms = int(self.timeout_s * 1000)
-            connection.exec_driver_sql(f"SET LOCAL statement_timeout = {ms}")
-        return self._fetch(connection, sql)
+    def _server_execute(
+        self, connection: sa.Connection, checked: CheckedSQL, deadline: float
+    ) -> tuple[list[str], list[tuple]]:
+        sql = checked.limited_sql
+        raw = connection.connection.dbapi_connection
+        cursor = raw.cursor()
+        try:
+            if self.backend == "postgresql":
+                ms = max(1, int((deadline - time.monotonic()) * 1000))
+                cursor.execute("SET TRANSACTION READ ONLY")
+                cursor.execute(f"SET LOCAL statement_timeout = {ms}")
+                sql = self._row_guard(checked.sql)
+            cursor.execute(sql)  # no parameters: the driver does no % formatting
+            names = [d[0] for d in cursor.description or ()]
+            return names, [tuple(r) for r in cursor.fetchmany(self.max_rows)]
+        finally:
+            cursor.close()
 
-    def _fetch(self, connection: sa.Connection, sql: str) -> tuple[list[str], list[tuple]]:
-        cursor = connection.exec_driver_sql(sql)
-        return list(cursor.keys()), [tuple(r) for r in cursor.fetchmany(self.max_rows)]
+    def _row_guard(self, sql: str) -> str:
+        """The query limited in rows, failing on the server for any row over the byte limit."""
+        size = f'octet_length(CAST("_limited" AS TEXT)) > {self.max_value_bytes}'
+        mark = f"'{_ROW_TOO_LARGE} {self.max_value_bytes} bytes'"
+        return (
+            f'SELECT "_limited".* FROM ({sql}) AS "_limited" '
+            f"WHERE CAST(CASE WHEN {size} THEN {mark} END AS INT) IS NULL "
+            f"LIMIT {self.max_rows}"
+        )

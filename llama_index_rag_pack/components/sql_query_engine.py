@@ -46,6 +46,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+# A refused query is kept (and shown to the LLM for repair) up to this many characters.
+_MAX_SHOWN_SQL = 2_000
+
 DEFAULT_SQL_PROMPT = PromptTemplate(
     "You write one {dialect} SELECT statement that answers the question. Use only these tables "
     "and columns:\n\n{schema}\n\nQuestion: {query_str}\nAnswer with the SQL only, in a ```sql "
@@ -83,7 +86,8 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
         llm: Any LlamaIndex LLM (default: resolved on first use, see ``settings.resolve_llm``).
         style: Reference style for the cited answer (``markdown``, ``text``, ``html``, ``empty``).
         repair: Ask the LLM once to fix a rejected or failing query (default ``True``).
-        max_rows, timeout_s, sample_rows, columns: passed to :class:`SafeSQLDatabase`.
+        max_rows, timeout_s, sample_rows, columns, max_value_bytes, role_check: passed to
+            :class:`SafeSQLDatabase` when ``database`` is a path or URL.
 
     The response is a :class:`CitedResponse`; ``metadata`` holds ``sql``, ``columns``, ``rows``,
     ``attempts`` (each SQL tried, with its error) and ``error`` when no query could run.
@@ -117,6 +121,8 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
         timeout_s: float = 5.0,
         sample_rows: int = 3,
         columns: dict[str, Sequence[str]] | None = None,
+        max_value_bytes: int = 1_000_000,
+        role_check: str = "refuse",
         sql_prompt: BasePromptTemplate | None = None,
         repair_prompt: BasePromptTemplate | None = None,
         answer_prompt: BasePromptTemplate | None = None,
@@ -130,6 +136,8 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
                 max_rows=max_rows,
                 timeout_s=timeout_s,
                 sample_rows=sample_rows,
+                max_value_bytes=max_value_bytes,
+                role_check=role_check,
             )
         self.database = database
         self._llm = llm
@@ -174,7 +182,8 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
             result = self.database.run(sql)
         except (UnsafeSQLError, SQLExecutionError) as error:
             logger.warning("SQL attempt %d refused: %s", len(attempts) + 1, error)
-            attempts.append({"sql": sql, "error": str(error)})
+            shown = sql if len(sql) <= _MAX_SHOWN_SQL else sql[:_MAX_SHOWN_SQL] + " ..."
+            attempts.append({"sql": shown, "error": str(error)})
             return None
         attempts.append({"sql": result.sql, "error": None})
         return result
