@@ -323,6 +323,7 @@ class PostgresCluster:
         self.root.chmod(0o755)
         self.data = self.root / "data"
         self.port = _free_port()
+        self._connections: dict[str, Any] = {}
         self.user = None
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             import pwd  # noqa: PLC0415
@@ -366,17 +367,25 @@ class PostgresCluster:
         """Run statements as the superuser, autocommit; returns the last statement's rows."""
         import psycopg  # noqa: PLC0415
 
+        conn = self._connections.get(database)
+        if conn is None or conn.closed:
+            conn = psycopg.connect(
+                host="127.0.0.1", port=self.port, user="postgres", password=self.PASSWORD,
+                dbname=database, autocommit=True,
+            )  # fmt: skip
+            self._connections[database] = conn
         rows: list[Any] = []
-        with psycopg.connect(
-            host="127.0.0.1", port=self.port, user="postgres", password=self.PASSWORD,
-            dbname=database, autocommit=True,
-        ) as conn:  # fmt: skip
+        try:
             for statement in statements:
                 cur = conn.execute(statement)
                 rows = cur.fetchall() if cur.description else []
+        finally:
+            conn.execute("RESET ROLE")
         return rows
 
     def stop(self) -> None:
+        for conn in self._connections.values():
+            conn.close()
         try:
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
         finally:

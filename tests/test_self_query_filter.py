@@ -364,3 +364,69 @@ def test_any_reply_gives_no_expression_or_a_valid_one_on_declared_fields(
         assert all(not (isinstance(v, float) and not math.isfinite(v)) for v in values)
     expected = {r["id"] for r in ROWS if all(holds(c, r) for c in sq.conditions)}
     assert milvus_ids(milvus, sq.expression) == expected, sq.expression
+
+
+# ----------------------------------------------------------------------- hostile shapes
+@pytest.mark.parametrize("depth", [9, 500, 100_000])
+@pytest.mark.parametrize("wrap", ["[{}]", '{{"and": {}}}'])
+def test_deeply_nested_replies_never_raise(depth: int, wrap: str) -> None:
+    inner = '{"field": "year", "op": ">", "value": 2000}'
+    for _ in range(depth):
+        inner = wrap.format(inner)
+    sq = parse_self_query('{"query": "memory", "filter": ' + inner + "}", FIELDS, "q")
+    assert sq.expression == ""  # nothing that deep is used
+    assert sq.dropped and sq.query in ("memory", "q")
+
+
+def test_nesting_within_the_bound_is_still_read() -> None:
+    inner = '{"field": "year", "op": ">", "value": 2000}'
+    for _ in range(4):
+        inner = "[" + inner + "]"
+    sq = parse_self_query('{"query": "x", "filter": ' + inner + "}", FIELDS, "q")
+    assert sq.expression == "(year > 2000)"
+
+
+def test_in_and_not_in_treat_signed_zeros_like_equality(tmp_path: Path) -> None:
+    """A row stored as -0.0 is matched by ``in [0.0]`` exactly when ``== 0.0`` matches it."""
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(str(tmp_path / "z.db"))
+    client.create_collection("z", dimension=2, enable_dynamic_field=True, id_type="string",
+                             max_length=8)  # fmt: skip
+    rows = [("neg", -0.0), ("pos", 0.0), ("one", 1.0)]
+    client.insert("z", [{"id": i, "score": v, "vector": [1.0, 0.0]} for i, v in rows])
+
+    def ids(expr: str) -> set[str]:
+        return {r["id"] for r in client.query("z", filter=expr, output_fields=["id"])}
+
+    try:
+        for zero in (0.0, -0.0):
+            equal = ids(compile_conditions([Condition("score", "==", zero)]))
+            assert equal == {"neg", "pos"}
+            assert ids(compile_conditions([Condition("score", "in", (zero,))])) == equal
+            assert ids(compile_conditions([Condition("score", "not in", (zero,))])) == {"one"}
+    finally:
+        client.close()
+
+
+def test_field_inference_skips_values_it_cannot_use(tmp_path: Path, caplog: Any) -> None:
+    from pymilvus import MilvusClient
+
+    from llama_index_rag_pack.storage.metadata_filter import infer_field_specs
+
+    client = MilvusClient(str(tmp_path / "c.db"))
+    client.create_collection("c", dimension=2, enable_dynamic_field=True, id_type="string",
+                             max_length=8)  # fmt: skip
+    values = ["mystery", "poetry", "bad\x07bell", "mystery"]
+    client.insert(
+        "c",
+        [{"id": str(i), "genre": g, "year": 2000 + i, "vector": [1.0, 0.0]}
+         for i, g in enumerate(values)],
+    )  # fmt: skip
+    try:
+        specs = {s.name: s for s in infer_field_specs(client, "c")}
+    finally:
+        client.close()
+    assert specs["genre"].allowed == ("mystery", "poetry")  # the bell character is skipped
+    assert specs["year"].type == "int"
+    assert "1 of 4 sampled values skipped" in caplog.text

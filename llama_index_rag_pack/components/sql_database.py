@@ -190,14 +190,18 @@ class SafeSQLDatabase:
             self.engine = sa.create_engine(_sqlite_url(path))
         else:
             url = _server_url(str(database))
-            args = {"connect_timeout": max(1, int(timeout_s))} if self._postgres(url) else {}
-            self.engine = sa.create_engine(url, connect_args=args)
+            backend = url.get_backend_name()
+            if backend != "postgresql" and not allow_unguarded:
+                raise ConfigurationError(
+                    f"{backend} gives no read-only transaction or time-out here; use SQLite or "
+                    "PostgreSQL, or pass allow_unguarded=True to rely on the SQL checker alone"
+                )
+            args = {"connect_timeout": max(1, int(timeout_s))} if backend == "postgresql" else {}
+            try:
+                self.engine = sa.create_engine(url, connect_args=args)
+            except (ImportError, sa.exc.ArgumentError) as error:
+                raise ConfigurationError(f"cannot use {backend}: {_first_line(error)}") from None
         self.backend = self.engine.dialect.name
-        if self.backend not in ("sqlite", "postgresql") and not allow_unguarded:
-            raise ConfigurationError(
-                f"{self.backend} gives no read-only transaction or time-out here; use SQLite or "
-                "PostgreSQL, or pass allow_unguarded=True to rely on the SQL checker alone"
-            )
         self.dialect = _DIALECTS.get(self.backend, self.backend)
         self.max_rows, self.timeout_s, self.sample_rows = max_rows, float(timeout_s), sample_rows
         self.max_value_bytes = max_value_bytes
@@ -212,10 +216,6 @@ class SafeSQLDatabase:
                 f"{_first_line(error)}"
             ) from None
         logger.info("SQL database %s: tables %s", self.engine.url, sorted(self.allowed))
-
-    @staticmethod
-    def _postgres(url: sa.URL) -> bool:
-        return url.get_backend_name() == "postgresql"
 
     def _resolve_columns(
         self, tables: list[str], visible: dict[str, Sequence[str]]

@@ -92,6 +92,22 @@ def _read_span(span: str) -> Any:
     return ast.literal_eval(span)
 
 
+MAX_JSON_DEPTH = 32
+
+
+def _shallow(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``value`` nests at most ``limit`` containers deep (checked without recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list, tuple)):
+            if depth > limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
 def _top_level_values(text: str) -> list[Any]:
     """Every top-level JSON (or Python-literal) object/array in ``text``, in order."""
     found: list[Any] = []
@@ -100,7 +116,7 @@ def _top_level_values(text: str) -> list[Any]:
         if text[i] not in _CLOSERS:
             i += 1
             continue
-        with suppress(ValueError):
+        with suppress(ValueError, RecursionError):
             value, i = _DECODER.raw_decode(text, i)
             found.append(value)
             continue
@@ -125,10 +141,15 @@ def json_values(text: str) -> list[Any]:
         >>> json_values('{"route": "math"} or maybe {"route": "physics"}')
         [{'route': 'math'}, {'route': 'physics'}]
     """
-    text = text or ""
+    text = text if isinstance(text, str) else ""
     first = _core_json(text)
+    first = first if first is None or _shallow(first) else None
     found = [] if first is None else [first]
-    found += [v for v in _top_level_values(text) if isinstance(v, (dict, list)) and v != first]
+    found += [
+        v
+        for v in _top_level_values(text)
+        if isinstance(v, (dict, list)) and _shallow(v) and v != first
+    ]
     if not found and "{{" in text:  # a model echoing an escaped template: {{"answer": ...}}
         return json_values(text.replace("{{", "{").replace("}}", "}"))
     return found

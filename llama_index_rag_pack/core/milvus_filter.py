@@ -8,7 +8,9 @@ written as Milvus literals:
   (``\\\\``, ``\\"``, ``\\n``, ``\\r``, ``\\t``: the escapes Milvus' parser accepts; other
   control characters are rejected before this by validation);
 * integers in decimal, floats by ``repr`` (finite only), booleans as ``true``/``false``;
-* ``in``/``not in`` as a ``[...]`` list, ``between`` as ``(lo <= f and f <= hi)``.
+* ``in``/``not in`` as a ``[...]`` list (a float zero listed as both ``0.0`` and ``-0.0``, so
+  they match what ``==`` matches; NaN is never a value, so it matches neither), ``between`` as
+  ``(lo <= f and f <= hi)``.
 
 Conditions are joined with ``and``, each in parentheses.
 """
@@ -50,10 +52,19 @@ def milvus_literal(value: object) -> str:
     raise ValueError(f"cannot write {type(value).__name__} as a Milvus literal")
 
 
+def _with_signed_zeros(values: Iterable[object]) -> list[object]:
+    """``values`` with both ``0.0`` and ``-0.0`` when either is there: ``==`` matches both zeros
+    but a list compares bits, so ``x in [0.0]`` alone would miss a row stored as ``-0.0``."""
+    out = list(values)
+    if any(isinstance(v, float) and v == 0.0 for v in out):
+        out = [v for v in out if not (isinstance(v, float) and v == 0.0)] + [0.0, -0.0]
+    return out
+
+
 def _compile_one(cond: Condition) -> str:
     name = cond.field
     if cond.op in ("in", "not in"):
-        items = ", ".join(milvus_literal(v) for v in cond.value)
+        items = ", ".join(milvus_literal(v) for v in _with_signed_zeros(cond.value))
         return f"{name} {cond.op} [{items}]"
     if cond.op == "between":
         lo, hi = (milvus_literal(v) for v in cond.value)

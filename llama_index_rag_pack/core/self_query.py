@@ -56,26 +56,43 @@ def _first(item: Mapping[str, Any], keys: Sequence[str]) -> Any:
     return next((item[k] for k in keys if k in item), None)
 
 
+MAX_NESTING = 8
+_TOO_DEEP = object()
+
+
 def _raw_conditions(value: Any) -> list[tuple[Any, Any, Any]]:
-    """``(field, op, value)`` triples from a list, one condition, or a field mapping."""
-    if isinstance(value, list):
-        return [t for item in value for t in _raw_conditions(item)]
-    if not isinstance(value, Mapping):
-        return [(None, None, value)] if value not in (None, "", []) else []
-    lowered = {str(k).lower(): v for k, v in value.items()}
-    if any(k in lowered for k in _FIELD_KEYS):
-        name = _first(lowered, _FIELD_KEYS)
-        op = _first(lowered, _OP_KEYS)
-        val = _first(lowered, _VALUE_KEYS)
-        return [(name, "==" if op is None else op, val)]
-    if set(lowered) & {"and", "$and"}:  # {"and": [...]} (an "or" is not supported: dropped)
-        return _raw_conditions(_first(lowered, ("and", "$and")))
-    out = []
-    for name, val in value.items():
-        if isinstance(val, Mapping) and val and all(isinstance(k, str) for k in val):
-            out += [(name, op, v) for op, v in val.items()]
+    """``(field, op, value)`` triples from a list, one condition, or a field mapping.
+
+    Lists and ``{"and": [...]}`` are flattened iteratively; what is nested deeper than
+    ``MAX_NESTING`` comes back as one unusable triple (dropped, with a reason, by validation).
+    """
+    out: list[tuple[Any, Any, Any]] = []
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_NESTING:
+            out.append((_TOO_DEEP, None, None))
+            continue
+        if isinstance(item, list):
+            stack.extend((child, depth + 1) for child in reversed(item))
+            continue
+        if not isinstance(item, Mapping):
+            if item not in (None, "", []):
+                out.append((None, None, item))
+            continue
+        lowered = {str(k).lower(): v for k, v in item.items()}
+        if any(k in lowered for k in _FIELD_KEYS):
+            op = _first(lowered, _OP_KEYS)
+            out.append((_first(lowered, _FIELD_KEYS), "==" if op is None else op,
+                        _first(lowered, _VALUE_KEYS)))  # fmt: skip
+        elif set(lowered) & {"and", "$and"}:  # {"and": [...]} (an "or" is not supported)
+            stack.append((_first(lowered, ("and", "$and")), depth + 1))
         else:
-            out.append((name, "in" if isinstance(val, list) else "==", val))
+            for name, val in item.items():
+                if isinstance(val, Mapping) and val and all(isinstance(k, str) for k in val):
+                    out += [(name, op, v) for op, v in val.items()]
+                else:
+                    out.append((name, "in" if isinstance(val, list) else "==", val))
     return out
 
 
@@ -122,6 +139,9 @@ def parse_self_query(reply: str, fields: Sequence[FieldSpec], question: str = ""
         result.query = " ".join(query.split())
     raw = _raw_conditions(_first(lowered, _FILTER_KEYS))
     for name, op, value in raw[:MAX_CONDITIONS]:
+        if name is _TOO_DEEP:
+            result.dropped.append(f"conditions nested deeper than {MAX_NESTING} levels")
+            continue
         cond, problem = validate_condition(fields, name, op, value)
         if cond is None:
             result.dropped.append(problem)

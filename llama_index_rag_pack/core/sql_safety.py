@@ -74,6 +74,9 @@ class SQLLimits:
             recurses on these).
         max_depth: Deepest parsed tree.
         max_nodes: Largest parsed tree.
+        max_expanded: Largest tree once every CTE and derived table is inlined where it is
+            read (databases inline them when planning: a chain of CTEs each reading the last
+            twice doubles at every step, and planning can't be interrupted).
     """
 
     max_chars: int = 20_000
@@ -81,9 +84,11 @@ class SQLLimits:
     max_nesting: int = 24
     max_depth: int = 200
     max_nodes: int = 4_000
+    max_expanded: int = 50_000
 
     def __post_init__(self) -> None:
-        for name in ("max_chars", "max_tokens", "max_nesting", "max_depth", "max_nodes"):
+        names = ("max_chars", "max_tokens", "max_nesting", "max_depth", "max_nodes", "max_expanded")
+        for name in names:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -412,8 +417,27 @@ def _check_node(node: exp.Expression) -> None:
                 f"type {_describe(node)} is not allowed; cast only to text, number, boolean, "
                 "date or time types"
             )
+    elif isinstance(node, exp.Replace):
+        _check_replace(node)
     elif isinstance(node, exp.Var) and not isinstance(parent, tuple(_VAR_PARENTS)):
         raise UnsafeSQLError(f"{node.name!r} is not allowed here; name a column")
+
+
+_MAX_REPLACEMENT = 64
+
+
+def _check_replace(node: exp.Replace) -> None:
+    """REPLACE may grow a value at most ``_MAX_REPLACEMENT`` times, and is never nested: one
+    function call runs to its end however long it takes, on every backend."""
+    replacement = node.args.get("replacement")
+    short = replacement is None or (
+        isinstance(replacement, exp.Literal) and len(replacement.name) <= _MAX_REPLACEMENT
+    )
+    if not short or node.this.find(exp.Replace) or node.expression.find(exp.Replace):
+        raise UnsafeSQLError(
+            f"REPLACE takes a literal replacement of at most {_MAX_REPLACEMENT} characters and "
+            "is not nested; write a simpler expression"
+        )
 
 
 def _refusal(node: exp.Expression) -> str:
@@ -536,13 +560,37 @@ def _bare(column: exp.Column) -> str:
     )
 
 
+def _bounded_expansion(scopes: list[Scope], limits: SQLLimits) -> None:
+    """Refuse queries whose size, with each CTE/derived table inlined per read, is too large."""
+    cost: dict[int, int] = {}
+    for scope in scopes:  # sqlglot yields a scope after the scopes it reads
+        total = sum(1 for _ in scope.expression.walk())
+        for column in scope.columns:
+            found = _source_of(scope, column.table) if column.table else None
+            if found is not None and isinstance(found[1], Scope):
+                total += cost.get(id(found[1].expression), 0)
+        for child in scope.subquery_scopes + scope.set_operation_scopes:
+            total += cost.get(id(child.expression), 0)
+        cost[id(scope.expression)] = total
+        if total > limits.max_expanded:
+            raise UnsafeSQLError(
+                f"the query expands to more than {limits.max_expanded:,} parts once its CTEs and "
+                "subqueries are inlined; read each CTE fewer times"
+            )
+
+
 def _check_columns(
-    statement: exp.Expression, allowed: Mapping[str, Sequence[str]], kinds: dict[int, str]
+    statement: exp.Expression,
+    allowed: Mapping[str, Sequence[str]],
+    kinds: dict[int, str],
+    limits: SQLLimits,
 ) -> None:
     """Every column, scope by scope, names an allowed column of the source its qualifier names."""
     allowed_lower = {t.lower(): {c.lower() for c in cs} for t, cs in allowed.items()}
     covered: set[int] = set()
-    for scope in traverse_scope(statement):
+    scopes = list(traverse_scope(statement))
+    _bounded_expansion(scopes, limits)
+    for scope in scopes:
         _check_aliases_unique(scope)
         order = scope.expression.args.get("order")
         distinct = scope.expression.args.get("distinct")
@@ -655,7 +703,7 @@ def check_sql(
     _check_nodes(statement)
     used, kinds = _resolve_tables(statement, allowed)
     try:
-        _check_columns(statement, allowed, kinds)
+        _check_columns(statement, allowed, kinds, limits)
         checked = statement.sql(dialect=dialect, comments=False)
         limited = exp.select("*").from_(statement.subquery("_limited")).limit(max_rows)
         limited_sql = limited.sql(dialect=dialect, comments=False)

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.metadata_fields import RESERVED, FieldSpec
+from llama_index_rag_pack.core.metadata_fields import RESERVED, FieldSpec, coerce_value
 from llama_index_rag_pack.core.milvus_filter import and_expressions
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
@@ -38,6 +38,7 @@ _SCALAR_TYPES = {
 #: A string field with at most this many distinct values (in a sample that covers the whole
 #: collection) gets them as its allowed values.
 MAX_ALLOWED_VALUES = 20
+_STRING = FieldSpec("value", "string")
 
 
 def check_filterable(retriever: Any) -> None:
@@ -94,6 +95,14 @@ def _spec(name: str, kind: str, values: list[Any], whole: bool) -> FieldSpec:
         desc = f"seen from {min(present)} to {max(present)}"
         return FieldSpec(name, kind, desc)
     if kind == "string":
+        usable = [v for v in present if not coerce_value(_STRING, v, check_allowed=False)[1]]
+        if len(usable) < len(present):
+            logger.warning(
+                "self-query field %r: %d of %d sampled values skipped (control characters, lone "
+                "surrogates or over-long text cannot be filter values)",
+                name, len(present) - len(usable), len(present),
+            )  # fmt: skip
+        present = usable
         counts = Counter(present)
         common = [v for v, _ in counts.most_common(MAX_ALLOWED_VALUES)]
         if whole and len(counts) <= MAX_ALLOWED_VALUES and all(len(v) <= 200 for v in common):
