@@ -26,7 +26,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,7 +84,8 @@ HIDDEN_DIRECT = [
     "SELECT rank() OVER (ORDER BY salary) FROM people",
     "SELECT CASE WHEN salary > 600000 THEN 'rich' ELSE 'poor' END FROM people",
     "SELECT name FROM people WHERE id IN (SELECT id FROM people WHERE salary > 600000)",
-    "SELECT (SELECT max(secret) FROM people) AS s", "SELECT t.s FROM (SELECT secret AS s FROM people) t",
+    "SELECT (SELECT max(secret) FROM people) AS s",
+    "SELECT t.s FROM (SELECT secret AS s FROM people) t",
     "WITH c AS (SELECT secret FROM people) SELECT * FROM c", "SELECT * FROM people",
     "SELECT people.* FROM people", "SELECT name, * FROM people",
     "SELECT name FROM people WHERE EXISTS (SELECT 1 WHERE people.salary > 600000)",
@@ -117,7 +118,8 @@ HIDDEN_ORACLE = [
     "SELECT name FROM people p ORDER BY p",
     # whole rows and composite values
     "SELECT p FROM people p", "SELECT people FROM people", "SELECT (p).secret FROM people p",
-    "SELECT (p).* FROM people p", "SELECT p::text FROM people p", "SELECT CAST(p AS TEXT) FROM people p",
+    "SELECT (p).* FROM people p", "SELECT p::text FROM people p",
+    "SELECT CAST(p AS TEXT) FROM people p",
     "SELECT row_to_json(p) FROM people p", "SELECT to_jsonb(p) FROM people p",
     "SELECT json_agg(p) FROM people p", "SELECT jsonb_agg(people) FROM people",
     "SELECT ROW(p.*) FROM people p", "SELECT count(p.*) FROM people p",
@@ -158,9 +160,11 @@ FORBIDDEN_RELATIONS = [
 ]  # fmt: skip
 CATALOG_FUNCTIONS = [
     "SELECT version()", "SELECT current_user", "SELECT session_user", "SELECT current_database()",
-    "SELECT current_setting('data_directory')", "SELECT set_config('statement_timeout', '0', false)",
+    "SELECT current_setting('data_directory')",
+    "SELECT set_config('statement_timeout', '0', false)",
     "SELECT pg_read_file('/etc/passwd')", "SELECT pg_ls_dir('.')", "SELECT inet_server_addr()",
-    "SELECT pg_sleep(5)", "SELECT txid_current()", "SELECT nextval('s')", "SELECT lo_import('/etc/passwd')",
+    "SELECT pg_sleep(5)", "SELECT txid_current()", "SELECT nextval('s')",
+    "SELECT lo_import('/etc/passwd')",
     "SELECT query_to_xml('SELECT * FROM vault', true, true, '')", "SELECT pg_backend_pid()",
     "SELECT has_table_privilege('vault', 'SELECT')", "SELECT sqlite_version()",
     "SELECT load_extension('/tmp/evil.so')", "SELECT readfile('/etc/passwd')",
@@ -180,7 +184,8 @@ RESOURCE_BOMBS = [
     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c",
     "WITH c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT max(x) FROM c",
     "WITH c AS (SELECT 1 AS x UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
-    "SELECT zeroblob(1000000000)", "SELECT randomblob(1000000000)", "SELECT hex(zeroblob(500000000))",
+    "SELECT zeroblob(1000000000)", "SELECT randomblob(1000000000)",
+    "SELECT hex(zeroblob(500000000))",
     "SELECT printf('%.*c', 1000000000, 'x')", "SELECT repeat('x', 1000000000)",
     "SELECT lpad('x', 1000000000, 'y')", "SELECT rpad(name, 500000000) FROM people",
     "SELECT replace(replace(replace(name, 'A', '" + "x" * 500 + "'), 'x', '" + "y" * 500 + "'), "
@@ -191,7 +196,7 @@ RESOURCE_BOMBS = [
     + " SELECT length(a29.x) FROM a29",
     f"SELECT group_concat(p0.name || p1.name || p2.name) FROM {_CROSS}",
     f"SELECT string_agg(p0.name, ',') FROM {_CROSS}",
-    "SELECT name FROM people WHERE name ~ '(a+)+$' AND 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!' ~ '(a+)+$'",
+    "SELECT name FROM people WHERE name ~ '(a+)+$' AND '" + "a" * 34 + "!' ~ '(a+)+$'",
     "SELECT count(*) FROM generate_series(1, 100000000)",
     f"SELECT p0.name FROM {_CROSS} WHERE p0.name LIKE '%a%a%a%a%a%a%a%a%a%a%a%a%b'",
     "SELECT name FROM people WHERE name LIKE '" + "%_" * 600 + "'",
@@ -265,7 +270,7 @@ def _create_sqlite(path: Path, twin: dict[str, Any]) -> None:
             "INSERT INTO people VALUES (?, ?, ?, ?, ?)",
             [
                 (*row, pay, sec)
-                for row, pay, sec in zip(VISIBLE_ROWS, twin["salary"], twin["secret"])
+                for row, pay, sec in zip(VISIBLE_ROWS, twin["salary"], twin["secret"], strict=True)
             ],
         )
         conn.execute("INSERT INTO vault VALUES (?, ?)", twin["vault"])
@@ -275,7 +280,7 @@ def _create_sqlite(path: Path, twin: dict[str, Any]) -> None:
 def _pg_statements(twin: dict[str, Any]) -> list[str]:
     rows = ", ".join(
         f"({i}, '{n}', '{d}', {pay}, '{sec}')"
-        for (i, n, d), pay, sec in zip(VISIBLE_ROWS, twin["salary"], twin["secret"])
+        for (i, n, d), pay, sec in zip(VISIBLE_ROWS, twin["salary"], twin["secret"], strict=True)
     )
     k, v = twin["vault"]
     return [
@@ -535,12 +540,16 @@ def test_attack_classes_are_all_present() -> None:
 BENIGN = [
     ("SELECT name FROM people WHERE name LIKE 'A%'", [("Ada",)]),
     ("SELECT * FROM people ORDER BY id", [tuple(r) for r in VISIBLE_ROWS]),
-    ("SELECT dept, count(*) AS n FROM people GROUP BY dept ORDER BY n DESC, dept", [("eng", 2), ("ops", 1)]),
+    ("SELECT dept, count(*) AS n FROM people GROUP BY dept ORDER BY n DESC, dept",
+     [("eng", 2), ("ops", 1)]),
     ("SELECT name AS who FROM people ORDER BY who DESC LIMIT 1", [("Cy",)]),
-    ("WITH e AS (SELECT name FROM people WHERE dept = 'eng') SELECT e.name FROM e ORDER BY 1", [("Ada",), ("Cy",)]),
-    ("SELECT p.name FROM people p JOIN people q ON q.id = p.id + 1 ORDER BY p.name", [("Ada",), ("Bo",)]),
+    ("WITH e AS (SELECT name FROM people WHERE dept = 'eng') SELECT e.name FROM e ORDER BY 1",
+     [("Ada",), ("Cy",)]),
+    ("SELECT p.name FROM people p JOIN people q ON q.id = p.id + 1 ORDER BY p.name",
+     [("Ada",), ("Bo",)]),
     ("SELECT upper(name) || '-' || dept AS tag FROM people WHERE id = 2", [("BO-ops",)]),
-    ("SELECT name, row_number() OVER (PARTITION BY dept ORDER BY id) AS r FROM people ORDER BY id", [("Ada", 1), ("Bo", 1), ("Cy", 2)]),
+    ("SELECT name, row_number() OVER (PARTITION BY dept ORDER BY id) AS r FROM people "
+     "ORDER BY id", [("Ada", 1), ("Bo", 1), ("Cy", 2)]),
     ("SELECT count(DISTINCT dept) FROM people", [(2,)]),
 ]  # fmt: skip
 

@@ -87,3 +87,40 @@ def test_cli_sql_unknown_table_is_a_one_line_error(
 ) -> None:
     assert main(["sql", "--db", str(db_path), "--tables", "nope", "q"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: table 'nope' is not in the database")
+
+
+def test_cli_sql_columns_hide_the_others(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    llm = ScriptedLLM(replies=["SELECT * FROM staff", "Ann [1](id=2)"])
+    argv = ["sql", "--db", str(db_path), "--tables", "staff", "--columns", "staff.name",
+            "--format", "json", "Who works here?"]  # fmt: skip
+    status, out = _run(monkeypatch, capsys, llm, argv)
+    payload = json.loads(out)
+    assert status == 0 and payload["columns"] == ["name"] and payload["rows"] == [["Ann"]]
+    assert "salary" not in llm.prompts[0] and "5000" not in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--columns", "staff"], "is not TABLE.COLUMN"),
+        (["--columns", "staff.wage"], "columns ['wage'] are not usable in table 'staff'"),
+        (["--columns", "items.name"], "columns name tables not in tables"),
+    ],
+)
+def test_cli_sql_bad_columns_are_one_line_errors(
+    db_path: Path, capsys: pytest.CaptureFixture, extra: list[str], message: str
+) -> None:
+    argv = ["sql", "--db", str(db_path), "--tables", "staff", *extra, "q?"]
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # argparse rejects a malformed value itself
+        status = exit_.code
+    err = capsys.readouterr().err
+    assert status == 2 and message in err
+
+
+def test_cli_sql_without_a_question_says_so(db_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["sql", "--db", str(db_path), "--tables", "items"]) == 2
+    assert "the question is empty" in capsys.readouterr().err

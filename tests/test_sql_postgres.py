@@ -1,0 +1,203 @@
+"""Text-to-SQL on a real PostgreSQL cluster (started by the tests): the role check, the role
+set-up statements, ``%`` in SQL, time-outs, the database's own column privileges behind the
+checker, and the command line. Skipped, with the reason, where no PostgreSQL can be had."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import Any
+
+import pytest
+
+from llama_index_rag_pack import SafeSQLDatabase, SQLExecutionError, SQLQueryEngine
+from llama_index_rag_pack.cli.app import main
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.sql_safety import CheckedSQL
+from llama_index_rag_pack.testing import ScriptedLLM
+
+VISIBLE = {"staff": ["id", "name"]}
+
+
+@pytest.fixture(scope="module")
+def shop(postgres: Any) -> Any:
+    """Database ``shop`` owned by ``owner``: ``staff(id, name, salary)`` and ``payroll``; role
+    ``reader`` made from ``role_setup_sql`` (SELECT on staff.id, staff.name only)."""
+    postgres.execute(
+        "postgres",
+        "CREATE ROLE owner LOGIN PASSWORD 'owner-pw'",
+        "CREATE DATABASE shop OWNER owner",
+    )
+    postgres.execute(
+        "shop",
+        "SET ROLE owner",
+        "CREATE TABLE staff (id INT PRIMARY KEY, name TEXT, salary INT)",
+        "INSERT INTO staff VALUES (1, 'Ann', 5000), (2, 'Abe', 6000), (3, 'Bob', 7000)",
+        "CREATE TABLE payroll (month TEXT, total INT)",
+        "INSERT INTO payroll VALUES ('jan', 18000)",
+    )
+    as_owner = SafeSQLDatabase(
+        postgres.url("shop", "owner", "owner-pw"), tables=["staff"], columns=VISIBLE,
+        role_check="off",
+    )  # fmt: skip
+    statements = as_owner.role_setup_sql("reader", password="reader-pw")
+    postgres.execute("shop", *[s for s in statements if "ROLE" in s.split(" ")[1]])
+    postgres.execute("shop", "SET ROLE owner", *[s for s in statements if s.startswith("GRANT")])
+    return postgres
+
+
+def reader_db(shop: Any, **kwargs: Any) -> SafeSQLDatabase:
+    return SafeSQLDatabase(
+        shop.url("shop", "reader", "reader-pw"), tables=["staff"], columns=VISIBLE, **kwargs
+    )
+
+
+def test_a_percent_sign_in_the_sql_reaches_the_server_as_written(shop: Any) -> None:
+    llm = ScriptedLLM(
+        replies=["```sql\nSELECT name FROM staff WHERE name LIKE 'A%' ORDER BY name\n```",
+                 "Abe [1](id=2) and Ann [2](id=3)."]
+    )  # fmt: skip
+    response = SQLQueryEngine(reader_db(shop), llm=llm, style="text").query("Who starts with A?")
+    assert response.metadata["error"] is None
+    assert response.metadata["rows"] == [["Abe"], ["Ann"]]
+    assert "LIKE 'A%'" in response.metadata["sql"]
+
+
+def test_the_role_set_up_statements_grant_only_the_visible_columns(shop: Any) -> None:
+    db = reader_db(shop)
+    assert db.role_problems() == []
+    assert db.run("SELECT * FROM staff ORDER BY id").columns == ["id", "name"]
+    statements = db.role_setup_sql("analyst", password="it's")
+    assert 'GRANT SELECT ("id", "name") ON "public"."staff" TO "analyst";' in statements
+    assert "CREATE ROLE \"analyst\" LOGIN PASSWORD 'it''s';" in statements
+
+
+def test_a_role_that_can_read_hidden_data_is_refused_in_one_line(shop: Any, caplog: Any) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        SafeSQLDatabase(shop.url("shop", "owner", "owner-pw"), tables=["staff"], columns=VISIBLE)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "staff.salary" in message and "table payroll" in message
+    assert "--setup-role" in message and "role_check='warn'" in message
+    with pytest.raises(ConfigurationError, match=r"everything \(superuser\)"):
+        SafeSQLDatabase(shop.url("shop"), tables=["staff"], columns=VISIBLE)
+    with caplog.at_level(logging.WARNING):
+        db = SafeSQLDatabase(
+            shop.url("shop", "owner", "owner-pw"), tables=["staff"], columns=VISIBLE,
+            role_check="warn",
+        )  # fmt: skip
+    assert "staff.salary" in caplog.text
+    assert db.run("SELECT * FROM staff WHERE id = 1").rows == [(1, "Ann")]  # the checker holds
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("SELECT salary FROM staff", "permission denied for table staff"),
+        ("SELECT * FROM payroll", "permission denied for table payroll"),
+        ("SELECT s FROM staff s", "permission denied for table staff"),
+        ("DELETE FROM staff", "syntax error"),  # wrapped in a SELECT, then read-only anyway
+    ],
+)
+def test_the_database_refuses_hidden_reads_even_past_the_checker(
+    shop: Any, monkeypatch: pytest.MonkeyPatch, sql: str, message: str
+) -> None:
+    db = reader_db(shop)
+    monkeypatch.setattr(db, "check", lambda _, **__: CheckedSQL(sql, sql, ()))
+    with pytest.raises(SQLExecutionError, match=message):
+        db.run(sql)
+    assert shop.execute("shop", "SELECT count(*), sum(salary) FROM staff") == [(3, 18000)]
+
+
+def test_a_read_only_transaction_even_for_the_owner(shop: Any, monkeypatch: Any) -> None:
+    db = SafeSQLDatabase(
+        shop.url("shop", "owner", "owner-pw"), tables=["staff"], columns=VISIBLE, role_check="off"
+    )
+    sql = "SELECT name FROM staff"
+    writes = "WITH d AS (DELETE FROM staff RETURNING name) SELECT name FROM d"
+    monkeypatch.setattr(db, "check", lambda _, **__: CheckedSQL(writes, writes, ()))
+    monkeypatch.setattr(db, "_row_guard", lambda checked: writes)
+    with pytest.raises(SQLExecutionError, match="read-only transaction"):
+        db.run(sql)
+    assert shop.execute("shop", "SELECT count(*) FROM staff") == [(3,)]
+
+
+def test_an_expensive_query_stops_at_the_time_out(shop: Any) -> None:
+    db = reader_db(shop, timeout_s=0.5)
+    joins = ", ".join(f"staff AS s{i}" for i in range(16))
+    start = time.monotonic()
+    with pytest.raises(SQLExecutionError, match=r"ran past the 0\.5s time-out"):
+        db.run(f"SELECT count(*) FROM {joins}")
+    assert time.monotonic() - start < 1.0
+
+
+def test_a_huge_result_row_fails_on_the_server(shop: Any) -> None:
+    db = reader_db(shop, max_value_bytes=1000)
+    doubled = "WITH a AS (SELECT s.name || s.name AS x FROM staff AS s)" + "".join(
+        f", a{i} AS (SELECT a{i - 1 if i else ''}.x || a{i - 1 if i else ''}.x AS x "
+        f"FROM a{i - 1 if i else ''})"
+        for i in range(9)
+    )
+    with pytest.raises(SQLExecutionError, match="larger than 1,000 bytes"):
+        db.run(doubled + " SELECT a8.x FROM a8")
+
+
+def test_a_plain_postgresql_url_uses_psycopg_3(shop: Any) -> None:
+    url = shop.url("shop", "reader", "reader-pw").replace("postgresql+psycopg://", "postgresql://")
+    db = SafeSQLDatabase(url, tables=["staff"], columns=VISIBLE)
+    assert db.engine.url.drivername == "postgresql+psycopg"
+    assert db.run("SELECT count(*) FROM staff").rows == [(3,)]
+
+
+def test_an_unreachable_server_is_a_quick_one_line_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    start = time.monotonic()
+    with pytest.raises(ConfigurationError, match="cannot open") as caught:
+        SafeSQLDatabase(f"postgresql+psycopg://u:p@127.0.0.1:{port}/x", tables=["t"], timeout_s=1)
+    assert "\n" not in str(caught.value) and "p@" not in str(caught.value)  # no password shown
+    assert time.monotonic() - start < 10
+
+
+def test_servers_without_database_guarantees_are_refused() -> None:
+    with pytest.raises(ConfigurationError, match="allow_unguarded=True"):
+        SafeSQLDatabase("mysql+pymysql://u:p@127.0.0.1:1/x", tables=["t"])
+
+
+def _cli(monkeypatch: Any, capsys: Any, llm: Any, argv: list[str]) -> tuple[int, str, str]:
+    monkeypatch.setattr(
+        "llama_index_rag_pack.components.settings.resolve_llm", lambda spec=None: llm
+    )
+    status = main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def test_cli_prints_the_role_and_answers_as_that_role(
+    shop: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    owner = shop.url("shop", "owner", "owner-pw")
+    columns = ["--tables", "staff", "--columns", "staff.id,staff.name"]
+    status, out, _ = _cli(
+        monkeypatch, capsys, None, ["sql", "--db", owner, *columns, "--setup-role", "clerk"]
+    )
+    assert status == 0
+    assert 'GRANT SELECT ("id", "name") ON "public"."staff" TO "clerk";' in out
+    shop.execute("shop", *[line for line in out.splitlines() if "ROLE" in line.split(" ")[1]])
+    shop.execute("shop", "SET ROLE owner", *[x for x in out.splitlines() if x.startswith("GRANT")])
+    shop.execute("shop", "ALTER ROLE clerk PASSWORD 'clerk-pw'")
+
+    refused = _cli(monkeypatch, capsys, ScriptedLLM(), ["sql", "--db", owner, *columns, "q?"])
+    assert refused[0] == 2 and "staff.salary" in refused[2]
+
+    llm = ScriptedLLM(replies=["SELECT count(*) AS n FROM staff", "3 [1](id=2)"])
+    clerk = shop.url("shop", "clerk", "clerk-pw")
+    status, out, _ = _cli(monkeypatch, capsys, llm, ["sql", "--db", clerk, *columns, "How many?"])
+    assert status == 0 and out.startswith("3 [1]")
+    assert "salary" not in llm.prompts[0]
+
+    llm = ScriptedLLM(replies=["SELECT count(*) AS n FROM staff", "3 [1](id=2)"])
+    argv = ["sql", "--db", owner, *columns, "--allow-broad-role", "How many?"]
+    assert _cli(monkeypatch, capsys, llm, argv)[0] == 0
