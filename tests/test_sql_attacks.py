@@ -100,6 +100,9 @@ HIDDEN_DIRECT = [
     "SELECT name FROM people WINDOW w AS (ORDER BY salary)",
     "SELECT count(*) FILTER (WHERE salary > 600000) FROM people",
     "SELECT name FROM people WHERE name = 'Ada' UNION SELECT secret FROM people",
+    # a column list after a table alias renames by position: "name" would be the 4th column
+    "SELECT p.name FROM people AS p(a, b, c, name)",
+    "SELECT p.dept FROM people p(x, y, z, dept) ORDER BY p.dept",
 ]  # fmt: skip
 HIDDEN_ORACLE = [
     # natural joins and USING compare the hidden column with a guess
@@ -563,7 +566,8 @@ def test_reporting_queries_run_on_every_backend(backend: Backend, sql: str, rows
 
 # ---------------------------------------------------------------- generated attacks
 SOURCES = ["people", "people p", "people AS p", "vault", "vault v", "(SELECT * FROM people) p",
-           "(SELECT name, secret FROM people) p", "c", "pg_user"]  # fmt: skip
+           "(SELECT name, secret FROM people) p", "c", "pg_user", "people AS p(a, b, c, name)",
+           "(SELECT name AS secret FROM people) p"]  # fmt: skip
 VALUES = ["name", "p.name", "id", "p.id", "secret", "p.secret", "salary", "p.salary", "p", "*",
           "p.*", "(p).secret", "(p).*", "count(*)", "count(p.*)", "max(salary)", "upper(name)",
           "CAST(p AS TEXT)", "p::text", "row_to_json(p)", "json_agg(p)", "(p.id, p.secret)",

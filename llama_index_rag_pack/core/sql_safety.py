@@ -400,6 +400,12 @@ def _check_node(node: exp.Expression) -> None:
             raise UnsafeSQLError(f"{_describe(node)} is not allowed; read only the listed tables")
         if not isinstance(parent, (exp.From, exp.Join)):
             raise UnsafeSQLError(f"table {node.name!r} can only be read in FROM or JOIN")
+        alias = node.args.get("alias")
+        if isinstance(alias, exp.TableAlias) and alias.columns:
+            raise UnsafeSQLError(
+                f"column names after the alias of table {node.name!r} are not allowed (they "
+                "rename columns by position, hidden ones included); alias the columns in SELECT"
+            )
     elif isinstance(node, exp.Star):
         in_select = isinstance(parent, exp.Select) or (
             isinstance(parent, exp.Column) and isinstance(parent.parent, exp.Select)
