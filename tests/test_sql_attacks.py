@@ -179,7 +179,7 @@ CATALOG_FUNCTIONS = [
     "SELECT xmlparse(document '<a/>')", "SELECT format('%s', 1)", "SELECT printf('%d', 1)",
     "SELECT :param", "SELECT $1", "SELECT ?", "SELECT @@version",
 ]  # fmt: skip
-_CROSS = ", ".join(f"people AS p{i}" for i in range(14))
+_CROSS = ", ".join(f"people AS p{i}" for i in range(20))  # 3**20 rows: never within a time-out
 RESOURCE_BOMBS = [
     f"SELECT count(*) FROM {_CROSS}",
     f"SELECT max(p0.name || p13.name) FROM {_CROSS}",
@@ -506,7 +506,8 @@ def _assert_safe(backend: Backend, first: str, repair: str, *, use_async: bool) 
     if a.ran_in_database and "time-out" not in a.trace:
         # The database answered: the same attack on the twin must see exactly the same.
         b = _attack(backend.dbs["b"], first, repair, use_async=use_async)
-        assert b.trace == a.trace, "the outcome depends on hidden data"
+        if "time-out" not in b.trace:  # timing is out of scope: a query near its time-out
+            assert b.trace == a.trace, "the outcome depends on hidden data"
     assert backend.fingerprint() == before, "the database changed"
 
 

@@ -22,11 +22,8 @@ own, per backend:
 
 from __future__ import annotations
 
-import importlib.util
 import logging
-import sqlite3
 import time
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +32,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlglot import exp
 
+from llama_index_rag_pack.components.sql_postgres import (
+    ROW_TOO_LARGE,
+    role_problems,
+    role_statements,
+    row_guard,
+    server_url,
+)
+from llama_index_rag_pack.components.sql_sqlite import sqlite_execute, sqlite_path, sqlite_url
 from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
 from llama_index_rag_pack.core.sql_safety import CheckedSQL, SQLLimits, check_sql
 
@@ -44,19 +49,6 @@ logger = logging.getLogger(__name__)
 
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql"}
 ROLE_CHECKS = ("refuse", "warn", "off")
-# Functions SQLite may run for a checked query (the names sqlglot writes for the checker's
-# allowed functions and operators); everything else is denied by the authorizer.
-_FUNCTIONS = frozenset(
-    (
-        "count sum avg min max total group_concat abs round ceil ceiling floor sqrt pow power "
-        "ln log log10 exp sign coalesce ifnull nullif iif length lower upper trim ltrim rtrim "
-        "substr substring instr replace concat concat_ws date time datetime julianday strftime "
-        "unixepoch row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value "
-        "last_value nth_value like glob"
-    ).split()
-)
-_SQLITE_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
-_ROW_TOO_LARGE = "result row larger than"
 
 
 class SQLExecutionError(RagPackError, RuntimeError):
@@ -72,48 +64,6 @@ class SQLResult:
     rows: list[tuple[Any, ...]]
     tables: tuple[str, ...] = ()
     reads: list[tuple[str, str]] = field(default_factory=list)
-
-
-def _sqlite_path(database: str) -> str | None:
-    """The file of a SQLite database given as a path or a ``sqlite:///`` URL (None: a server)."""
-    if "://" not in database:
-        return database
-    try:
-        url = sa.engine.make_url(database)
-    except sa.exc.ArgumentError as error:
-        raise ConfigurationError(f"{database!r} is not a database URL or file ({error})") from None
-    if url.get_backend_name() != "sqlite":
-        return None
-    if not url.database or url.database == ":memory:":
-        raise ConfigurationError("an in-memory SQLite database has no tables; pass a .db file")
-    return url.database
-
-
-def _sqlite_url(path: str | Path) -> str:
-    resolved = Path(path).expanduser().resolve()
-    if not resolved.is_file():
-        raise ConfigurationError(f"SQLite file {str(path)!r} does not exist; pass an existing .db")
-    return f"sqlite:///file:{urllib.parse.quote(str(resolved))}?mode=ro&uri=true"
-
-
-def _server_url(database: str) -> sa.URL:
-    """The URL with a driver that is installed (``postgresql://`` -> psycopg 3 when present)."""
-    url = sa.engine.make_url(database)
-    if url.get_backend_name() == "postgresql":
-        if url.drivername == "postgresql" and importlib.util.find_spec("psycopg2") is None:
-            url = url.set(drivername="postgresql+psycopg")
-        driver = url.get_driver_name()
-        module = {"psycopg": "psycopg", "psycopg2": "psycopg2"}.get(driver, driver)
-        if importlib.util.find_spec(module) is None:
-            raise ConfigurationError(
-                f"the PostgreSQL driver {module!r} is not installed; "
-                "pip install 'llama-index-rag-pack[postgres]' (psycopg 3)"
-            )
-    return url
-
-
-def _quote_ident(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _first_line(error: BaseException) -> str:
@@ -184,12 +134,12 @@ class SafeSQLDatabase:
             raise ConfigurationError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         if role_check not in ROLE_CHECKS:
             raise ConfigurationError(f"role_check must be one of {ROLE_CHECKS}, got {role_check!r}")
-        path = _sqlite_path(str(database))
+        path = sqlite_path(str(database))
         self._sqlite = path is not None
         if path is not None:
-            self.engine = sa.create_engine(_sqlite_url(path))
+            self.engine = sa.create_engine(sqlite_url(path))
         else:
-            url = _server_url(str(database))
+            url = server_url(str(database))
             backend = url.get_backend_name()
             if backend != "postgresql" and not allow_unguarded:
                 raise ConfigurationError(
@@ -270,31 +220,11 @@ class SafeSQLDatabase:
         """
         if self.backend != "postgresql":
             return []
-        problems: list[str] = []
         with self.engine.connect() as connection:
-            superuser = connection.execute(
-                sa.text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
-            ).scalar()
-            if superuser:
-                problems.append("everything (superuser)")
-            check = sa.text("SELECT has_column_privilege(:t, :c, 'SELECT')")
-            for table, names in self.hidden.items():
-                for column in names:
-                    if connection.execute(check, {"t": _quote_ident(table), "c": column}).scalar():
-                        problems.append(f"{table}.{column}")
-            readable = connection.execute(
-                sa.text(
-                    "SELECT c.relname FROM pg_class c JOIN pg_namespace n "
-                    "ON n.oid = c.relnamespace WHERE c.relkind IN ('r', 'v', 'm', 'f', 'p') "
-                    "AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
-                    "AND n.nspname NOT LIKE 'pg\\_toast%' AND n.nspname NOT LIKE 'pg\\_temp%' "
-                    "AND (has_table_privilege(c.oid, 'SELECT') "
-                    "OR has_any_column_privilege(c.oid, 'SELECT')) ORDER BY 1"
-                )
-            ).scalars()
-            problems += [f"table {name}" for name in readable if name not in self.allowed]
-            connection.rollback()
-        return problems
+            try:
+                return role_problems(connection, self.allowed, self.hidden)
+            finally:
+                connection.rollback()
 
     def role_setup_sql(
         self, role: str, *, password: str | None = None, schema: str = "public"
@@ -316,26 +246,14 @@ class SafeSQLDatabase:
             ALTER ROLE "reader" SET default_transaction_read_only = on;
             ALTER ROLE "reader" SET statement_timeout = '5000ms';
         """
-        if not role or not role.strip():
-            raise ConfigurationError("role is empty; name the role to create")
-        name = _quote_ident(role)
-        login = "LOGIN" if password is None else "LOGIN PASSWORD '" + password.replace("'", "''")
-        login += "" if password is None else "'"
-        database = self.engine.url.database or "postgres"
-        statements = [
-            f"CREATE ROLE {name} {login};",
-            f"GRANT CONNECT ON DATABASE {_quote_ident(database)} TO {name};",
-            f"GRANT USAGE ON SCHEMA {_quote_ident(schema)} TO {name};",
-        ]
-        for table, columns in self.allowed.items():
-            listed = ", ".join(_quote_ident(c) for c in columns)
-            target = f"{_quote_ident(schema)}.{_quote_ident(table)}"
-            statements.append(f"GRANT SELECT ({listed}) ON {target} TO {name};")
-        statements += [
-            f"ALTER ROLE {name} SET default_transaction_read_only = on;",
-            f"ALTER ROLE {name} SET statement_timeout = '{int(self.timeout_s * 1000)}ms';",
-        ]
-        return statements
+        return role_statements(
+            role,
+            self.allowed,
+            database=self.engine.url.database or "postgres",
+            schema=schema,
+            timeout_s=self.timeout_s,
+            password=password,
+        )
 
     # ------------------------------------------------------------------ queries
     def check(self, sql: str, *, deadline: float | None = None) -> CheckedSQL:
@@ -408,7 +326,7 @@ class SafeSQLDatabase:
         lowered = text.lower()
         if "interrupted" in lowered or "statement timeout" in lowered or "canceling" in lowered:
             return f"the query ran past the {self.timeout_s:g}s time-out; write a cheaper query"
-        if _ROW_TOO_LARGE in lowered or "too big" in lowered or "too large" in lowered:
+        if ROW_TOO_LARGE in lowered or "too big" in lowered or "too large" in lowered:
             return (
                 f"a value or row is larger than {self.max_value_bytes:,} bytes; select fewer or "
                 "shorter values"
@@ -420,43 +338,16 @@ class SafeSQLDatabase:
     def _sqlite_execute(
         self, connection: sa.Connection, sql: str, reads: list, deadline: float
     ) -> tuple[list[str], list[tuple]]:
-        raw = connection.connection.dbapi_connection
-        allowed = {t.lower(): {c.lower() for c in cs} | {""} for t, cs in self.allowed.items()}
-
-        def authorize(action: int, arg1: Any, arg2: Any, _db: Any, _trigger: Any) -> int:
-            if action == sqlite3.SQLITE_READ:
-                if (arg2 or "").lower() not in allowed.get((arg1 or "").lower(), ()):
-                    return sqlite3.SQLITE_DENY
-                reads.append((arg1, arg2))
-            elif action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() not in _FUNCTIONS:
-                return sqlite3.SQLITE_DENY
-            return sqlite3.SQLITE_OK if action in _SQLITE_ACTIONS else sqlite3.SQLITE_DENY
-
-        limits = {
-            sqlite3.SQLITE_LIMIT_LENGTH: self.max_value_bytes,
-            sqlite3.SQLITE_LIMIT_SQL_LENGTH: max(self.limits.max_chars * 4, 100_000),
-            sqlite3.SQLITE_LIMIT_EXPR_DEPTH: 2 * self.limits.max_depth,
-            sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: 64,
-            sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH: 1000,
-            sqlite3.SQLITE_LIMIT_ATTACHED: 0,
-            sqlite3.SQLITE_LIMIT_FUNCTION_ARG: 32,
-        }
-        previous = {key: raw.setlimit(key, value) for key, value in limits.items()}
-        raw.set_progress_handler(lambda: int(time.monotonic() > deadline), 1000)
-        raw.set_authorizer(authorize)
-        try:
-            cursor = raw.cursor()
-            try:
-                cursor.execute(sql)
-                names = [d[0] for d in cursor.description or ()]
-                return names, [tuple(r) for r in cursor.fetchmany(self.max_rows)]
-            finally:
-                cursor.close()
-        finally:
-            raw.set_authorizer(None)
-            raw.set_progress_handler(None, 1000)
-            for key, value in previous.items():
-                raw.setlimit(key, value)
+        return sqlite_execute(
+            connection.connection.dbapi_connection,
+            sql,
+            self.allowed,
+            reads=reads,
+            deadline=deadline,
+            max_rows=self.max_rows,
+            max_value_bytes=self.max_value_bytes,
+            limits=self.limits,
+        )
 
     def _server_execute(
         self, connection: sa.Connection, checked: CheckedSQL, deadline: float
@@ -478,10 +369,4 @@ class SafeSQLDatabase:
 
     def _row_guard(self, sql: str) -> str:
         """The query limited in rows, failing on the server for any row over the byte limit."""
-        size = f'octet_length(CAST("_limited" AS TEXT)) > {self.max_value_bytes}'
-        mark = f"'{_ROW_TOO_LARGE} {self.max_value_bytes} bytes'"
-        return (
-            f'SELECT "_limited".* FROM ({sql}) AS "_limited" '
-            f"WHERE CAST(CASE WHEN {size} THEN {mark} END AS INT) IS NULL "
-            f"LIMIT {self.max_rows}"
-        )
+        return row_guard(sql, self.max_value_bytes, self.max_rows)

@@ -30,6 +30,7 @@ from typing import Any
 
 from llama_index.core.output_parsers.utils import parse_json_markdown
 
+from llama_index_rag_pack.core.nesting import shallow
 from llama_index_rag_pack.core.route_names import dedupe, names_in_text, resolve_name
 
 __all__ = [
@@ -92,22 +93,6 @@ def _read_span(span: str) -> Any:
     return ast.literal_eval(span)
 
 
-MAX_JSON_DEPTH = 32
-
-
-def _shallow(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
-    """Whether ``value`` nests at most ``limit`` containers deep (checked without recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list, tuple)):
-            if depth > limit:
-                return False
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return True
-
-
 def _top_level_values(text: str) -> list[Any]:
     """Every top-level JSON (or Python-literal) object/array in ``text``, in order."""
     found: list[Any] = []
@@ -143,12 +128,12 @@ def json_values(text: str) -> list[Any]:
     """
     text = text if isinstance(text, str) else ""
     first = _core_json(text)
-    first = first if first is None or _shallow(first) else None
+    first = first if first is None or shallow(first) else None
     found = [] if first is None else [first]
     found += [
         v
         for v in _top_level_values(text)
-        if isinstance(v, (dict, list)) and _shallow(v) and v != first
+        if isinstance(v, (dict, list)) and shallow(v) and v != first
     ]
     if not found and "{{" in text:  # a model echoing an escaped template: {{"answer": ...}}
         return json_values(text.replace("{{", "{").replace("}}", "}"))
