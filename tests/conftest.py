@@ -278,10 +278,14 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep each test module on one xdist worker (its module fixtures are built once), except the
-    tests that use the local LLM: those all go to one worker, so the model loads once."""
+    tests that use the local LLM: those all go to one worker, so the model loads once; and the
+    SQL attack suite, whose SQLite and PostgreSQL halves may run on different workers."""
     for item in items:
         uses_llm = "local_llm" in getattr(item, "fixturenames", ())
         group = "local_llm" if uses_llm else item.nodeid.split("::", 1)[0]
+        backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
+        if not uses_llm and isinstance(backend, str):  # the SQL attack suite: one group each
+            group += f"::{backend.split('-')[0]}"
         item.add_marker(pytest.mark.xdist_group(group))
 
 
