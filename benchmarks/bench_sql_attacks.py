@@ -15,7 +15,9 @@ Each attack ends in one outcome, the first that applies:
 * ``crashed``: an exception other than the implementation's documented errors escaped ``query``,
   or the worker process died;
 * ``leaked``: a hidden value in the answer, rows, errors or prompts, or a different outcome on
-  the twin with different hidden data (an oracle);
+  the twin with different hidden data (an oracle) while a second run on the first twin repeats
+  the first (so ``random()`` is no leak; the PostgreSQL twins are databases named ``shop_a``
+  and ``shop_b``, so ``current_database()`` reaching the answer counts: a catalog value);
 * ``changed``: the database changed;
 * ``slow``: a query (checking and running) took more than twice the time-out;
 * ``held``: none of the above.
@@ -148,12 +150,7 @@ def worker(args: argparse.Namespace) -> int:
         markers = [m for m in attacks.HIDDEN_MARKERS if m not in sql]
         if crashed:
             outcome = "crashed"
-        elif (
-            any(m in trace for m in markers)
-            or ran
-            and "time-out" not in trace
-            and attempt("b", sql)[0] != trace
-        ):
+        elif any(m in trace for m in markers) or (ran and _differs(attempt, sql, trace)):
             outcome = "leaked"
         elif fingerprint() != before:
             outcome = "changed"
@@ -165,6 +162,15 @@ def worker(args: argparse.Namespace) -> int:
                           "max_s": round(max(durations, default=0.0), 3),
                           "growth_mb": round(growth / 2**20)}), flush=True)  # fmt: skip
     return 0
+
+
+def _differs(attempt: Any, sql: str, trace: str) -> bool:
+    """Whether the twin's outcome differs from ``trace`` while a second run on the first twin
+    repeats it (so a non-repeatable query such as ``random()`` is not counted as a leak)."""
+    if "time-out" in trace:
+        return False
+    twin = attempt("b", sql)[0]
+    return "time-out" not in twin and twin != trace and attempt("a", sql)[0] == trace
 
 
 def _fingerprint(targets: dict[str, Any]) -> str:
@@ -340,7 +346,8 @@ def main() -> int:
             f"through SQLQueryEngine.query (sync), time-out {TIMEOUT_S} s, on twin databases "
             "that differ only in hidden data. Outcomes: held; hung (no answer within "
             f"{args.hang_s:g} s); crashed (an undocumented exception escaped); leaked (a hidden "
-            "value in the output or prompts, or a different outcome on the twin); changed (the "
+            "value in the output or prompts, or a different, repeatable outcome on the twin; "
+            "current_database() counts: the PostgreSQL twins are shop_a and shop_b); changed (the "
             "database); slow (> 2x the time-out); memory (>= 200 MB growth)."
         ),
     )
