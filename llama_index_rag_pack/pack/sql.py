@@ -30,10 +30,11 @@ class SQLEngineMixin:
         **options: Any,
     ) -> SQLQueryEngine:
         """A :class:`~llama_index_rag_pack.SQLQueryEngine` over ``tables`` of ``database`` (a
-        SQLite file, opened read-only, or a SQLAlchemy URL), answering with the pack's LLM.
+        SQLite file, opened read-only, or a PostgreSQL URL), answering with the pack's LLM.
 
         ``options`` go to the engine: ``max_rows``, ``timeout_s``, ``sample_rows``, ``columns``,
-        ``repair``, prompts. The answer cites the SQL and the rows in ``citation_style``.
+        ``max_value_bytes``, ``role_check``, ``repair``, prompts. The answer cites the SQL and
+        the rows in ``citation_style``.
         """
         from llama_index_rag_pack.components.sql_query_engine import SQLQueryEngine
 
