@@ -315,6 +315,21 @@ def _postgres_bindir() -> tuple[Path | None, str]:
     return None, ", ".join(tried)
 
 
+_WATCHDOG = """
+import os, shutil, subprocess, sys, time
+parent, pg_ctl, data, root, user = int(sys.argv[1]), *sys.argv[2:]
+while os.path.exists(data):
+    try:
+        os.kill(parent, 0)
+    except OSError:
+        subprocess.run([pg_ctl, "-D", data, "-m", "immediate", "stop"], user=user or None,
+                       capture_output=True, timeout=60)
+        shutil.rmtree(root, ignore_errors=True)
+        break
+    time.sleep(1)
+"""
+
+
 class PostgresCluster:
     """A throw-away PostgreSQL cluster on 127.0.0.1 and a free port, password auth, run as an
     unprivileged user when the tests run as root (postgres refuses to run as root)."""
@@ -350,6 +365,12 @@ class PostgresCluster:
         )
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "log"),
                   "-w", "-t", "60", "start")  # fmt: skip
+        # A test run killed before its fixtures finish must not leave the cluster running.
+        subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(self.bindir / "pg_ctl"),
+             str(self.data), str(self.root), self.user or ""],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
 
     def _run(self, tool: str, *args: str) -> None:
         done = subprocess.run(

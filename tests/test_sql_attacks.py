@@ -74,6 +74,10 @@ OTHER_STATEMENTS = [
     "SET TRANSACTION READ WRITE", "SHOW ALL", "EXPLAIN SELECT * FROM people",
     "EXPLAIN ANALYZE SELECT * FROM vault", "LISTEN x", "NOTIFY x", "LOCK TABLE people",
     "CALL proc()", "DO $$ BEGIN PERFORM 1; END $$", "PREPARE p AS SELECT secret FROM people",
+    # statements smuggled through a date-part word the generator writes out verbatim
+    "SELECT DATE_PART('day FROM CURRENT_DATE)) AS _limited; COMMIT; DROP TABLE vault; "
+    "SELECT * FROM (SELECT EXTRACT(day', CURRENT_DATE)",
+    "SELECT TIMESTAMPDIFF(a, b, 'x; DROP TABLE vault') FROM people",
     "EXECUTE p", "DISCARD ALL", "CHECKPOINT", "ANALYZE people", "LOAD 'evil'",
 ]  # fmt: skip
 HIDDEN_DIRECT = [
@@ -103,6 +107,14 @@ HIDDEN_DIRECT = [
     # a column list after a table alias renames by position: "name" would be the 4th column
     "SELECT p.name FROM people AS p(a, b, c, name)",
     "SELECT p.dept FROM people p(x, y, z, dept) ORDER BY p.dept",
+    # a duplicate column name in a CTE or subquery leaves "*" unexpanded: every column
+    "WITH d AS (SELECT q.id, q.id FROM people q WHERE q.id = 1) "
+    "SELECT * FROM people p CROSS JOIN d",
+    "SELECT * FROM people p, (SELECT q.id, q.id FROM people q) d",
+    "SELECT * FROM people p, (SELECT 1, 1) d",
+    # a date-part word the generator writes out as it is
+    "SELECT DATE_PART('day FROM CURRENT_DATE), secret, salary, EXTRACT(day', CURRENT_DATE) "
+    "FROM people",
 ]  # fmt: skip
 HIDDEN_ORACLE = [
     # natural joins and USING compare the hidden column with a guess
@@ -179,6 +191,11 @@ CATALOG_FUNCTIONS = [
     "SELECT xmlparse(document '<a/>')", "SELECT format('%s', 1)", "SELECT printf('%d', 1)",
     "SELECT :param", "SELECT $1", "SELECT ?", "SELECT @@version",
 ]  # fmt: skip
+# A ~960 KB text built from literals (each step within every limit).
+_BIG = (
+    "WITH a AS (SELECT replace('" + "a" * 1000 + "', 'a', '" + "b" * 64 + "') AS x), "
+    "b AS (SELECT replace(a.x, 'bb', '" + "a" * 30 + "') AS x FROM a), c AS (SELECT b.x FROM b)"
+)
 _CROSS = ", ".join(f"people AS p{i}" for i in range(20))  # 3**20 rows: never within a time-out
 RESOURCE_BOMBS = [
     f"SELECT count(*) FROM {_CROSS}",
@@ -203,6 +220,15 @@ RESOURCE_BOMBS = [
     "SELECT count(*) FROM generate_series(1, 100000000)",
     f"SELECT p0.name FROM {_CROSS} WHERE p0.name LIKE '%a%a%a%a%a%a%a%a%a%a%a%a%b'",
     "SELECT name FROM people WHERE name LIKE '" + "%_" * 600 + "'",
+    # rows of many 1 MB values: each value is within the length limit, the row is not
+    "WITH a AS (SELECT replace('" + "a" * 1000 + "', 'a', '" + "b" * 64 + "') AS x), "
+    "b AS (SELECT replace(a.x, 'bb', '" + "c" * 30 + "') AS x FROM a) SELECT "
+    + ", ".join(["b.x"] * 200) + " FROM b",
+    # searches whose cost is the product of two computed lengths, inside one call
+    _BIG + " SELECT instr(c.x, substr(c.x, 1, 480000) || 'b') FROM c",
+    _BIG + " SELECT strpos(c.x, substr(c.x, 1, 50000) || 'b') FROM c",
+    _BIG + " SELECT replace(c.x, substr(c.x, 1, 50000) || 'b', '') FROM c",
+    _BIG + " SELECT split_part(c.x, substr(c.x, 1, 50000) || 'b', 1) FROM c",
 ]  # fmt: skip
 PARSER_BOMBS = [
     "SELECT " + "(" * 60 + "1" + ")" * 60, "SELECT " + "(" * 3000 + "1" + ")" * 3000,

@@ -133,7 +133,7 @@ def test_an_expensive_query_stops_at_the_time_out(shop: Any) -> None:
 
 
 def test_a_huge_result_row_fails_on_the_server(shop: Any) -> None:
-    db = reader_db(shop, max_value_bytes=1000)
+    db = reader_db(shop, max_result_bytes=1000)
     doubled = "WITH a AS (SELECT s.name || s.name AS x FROM staff AS s)" + "".join(
         f", a{i} AS (SELECT a{i - 1 if i else ''}.x || a{i - 1 if i else ''}.x AS x "
         f"FROM a{i - 1 if i else ''})"
@@ -201,3 +201,42 @@ def test_cli_prints_the_role_and_answers_as_that_role(
     llm = ScriptedLLM(replies=["SELECT count(*) AS n FROM staff", "3 [1](id=2)"])
     argv = ["sql", "--db", owner, *columns, "--allow-broad-role", "How many?"]
     assert _cli(monkeypatch, capsys, llm, argv)[0] == 0
+
+
+def test_a_second_statement_is_refused_by_the_protocol(shop: Any, monkeypatch: Any) -> None:
+    """Even text the checker never saw cannot chain statements: one prepared statement each."""
+    db = reader_db(shop)
+    chained = "SELECT 1; COMMIT; SET statement_timeout = 0"
+    monkeypatch.setattr(db, "check", lambda _, **__: CheckedSQL(chained, chained, ()))
+    monkeypatch.setattr(db, "_row_guard", lambda sql: sql)
+    with pytest.raises(SQLExecutionError, match="multiple commands"):
+        db.run("anything")
+
+
+def test_a_call_that_ignores_the_time_out_is_cancelled_at_the_deadline(
+    shop: Any, monkeypatch: Any
+) -> None:
+    """A server call the statement time-out does not stop (simulated: the time-out switched
+    off, then pg_sleep) is cancelled from the client at the deadline."""
+    from llama_index_rag_pack.components import sql_database
+
+    def ignores_time_out(raw: Any, sql: str, deadline: float, **_: Any) -> Any:
+        cursor = raw.cursor()
+        cursor.execute("SET LOCAL statement_timeout = 0")
+        cursor.execute("SELECT pg_sleep(20)")
+        return [], []
+
+    db = reader_db(shop, timeout_s=0.5)
+    monkeypatch.setattr(sql_database, "postgres_execute", ignores_time_out)
+    start = time.monotonic()
+    with pytest.raises(SQLExecutionError, match=r"ran past the 0\.5s time-out"):
+        db.run("SELECT count(*) FROM staff")
+    assert time.monotonic() - start < 1.0
+    for _ in range(50):  # the cancel reaches the server: no sleeper left
+        sleeping = shop.execute(
+            "shop", "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep%'"
+        )
+        if sleeping == [(0,)]:
+            break
+        time.sleep(0.1)
+    assert sleeping == [(0,)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -293,3 +294,40 @@ def test_a_time_out_is_sent_back_for_repair(db: SafeSQLDatabase) -> None:
 def test_unnamed_table_functions_are_refused_by_name() -> None:
     with pytest.raises(UnsafeSQLError, match=r"GENERATE_SERIES\(1, 10\).* is not allowed"):
         check_sql("SELECT value FROM generate_series(1, 10)", ALLOWED_COLUMNS)
+
+
+def test_one_uninterruptible_call_is_cut_at_the_deadline(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite's progress handler never runs inside one function call (here ``instr`` over
+    ~260 KB, about a second of work): the caller still gets its answer at the time-out."""
+    db = SafeSQLDatabase(db_path, tables=["books"], timeout_s=0.3)
+    big = (
+        "WITH a0 AS (SELECT '"
+        + "a" * 64
+        + "' AS x)"
+        + "".join(
+            f", a{i} AS (SELECT a{i - 1}.x || a{i - 1}.x AS x FROM a{i - 1})" for i in range(1, 13)
+        )
+    )
+    slow = big + " SELECT instr(a12.x, substr(a12.x, 1, 100000) || 'b') FROM a12"
+    monkeypatch.setattr(db, "check", lambda _, **__: CheckedSQL(slow, slow, ()))
+    start = time.monotonic()
+    with pytest.raises(SQLExecutionError, match=r"ran past the 0\.3s time-out"):
+        db.run("anything")
+    assert time.monotonic() - start < 0.6
+    monkeypatch.undo()  # the database still answers afterwards (a fresh connection per query)
+    assert db.run("SELECT count(*) FROM books").rows == [(3,)]
+
+
+def test_the_result_is_bounded_in_bytes_as_well_as_rows(db_path: Path) -> None:
+    db = SafeSQLDatabase(db_path, tables=["books"], max_result_bytes=1000)
+    wide = ", ".join(["b.title || '" + "x" * 100 + "'"] * 20)
+    with pytest.raises(SQLExecutionError, match="larger than 1,000 bytes"):
+        db.run(f"SELECT {wide} FROM books AS b")
+    assert db.run("SELECT title FROM books ORDER BY id").rows[0] == ("Memory",)
+
+
+def test_too_many_output_columns_are_refused(db: SafeSQLDatabase) -> None:
+    with pytest.raises(UnsafeSQLError, match="returns 65 columns"):
+        db.run("SELECT " + ", ".join(["title"] * 65) + " FROM books")

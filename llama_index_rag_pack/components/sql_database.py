@@ -7,12 +7,12 @@ own, per backend:
 * **SQLite** (a file): opened with ``file:...?mode=ro`` so nothing can be written; an authorizer
   allows only reading allowed columns of allowed tables and calling listed functions (no writes,
   ``ATTACH``, ``PRAGMA``, recursive CTE or extension even past the checker); length limits
-  (``sqlite3`` limits: no value over ``max_value_bytes``, bounded SQL length, expression depth
+  (``sqlite3`` limits: no value over ``max_result_bytes``, bounded SQL length, expression depth
   and compound SELECTs) so no single call can grow memory without bound; a progress handler
   stops any query at the deadline.
 * **PostgreSQL**: each query runs in a ``READ ONLY`` transaction with ``SET LOCAL
   statement_timeout`` (the time left after checking), sent without client-side ``%``
-  formatting, with no result row over ``max_value_bytes``. The role must be granted ``SELECT``
+  formatting, with no result row over ``max_result_bytes``. The role must be granted ``SELECT``
   on the allowed columns only (:meth:`SafeSQLDatabase.role_setup_sql` prints the statements);
   by default the database refuses to open when the role can read a hidden column, another
   table, or is a superuser (``role_check="warn"`` only logs it).
@@ -25,22 +25,33 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
 from sqlglot import exp
 
+from llama_index_rag_pack.components.sql_execution import (
+    QueryTimedOut,
+    SQLExecutionError,
+    SQLResult,
+    first_line,
+    run_before,
+)
 from llama_index_rag_pack.components.sql_postgres import (
     ROW_TOO_LARGE,
+    postgres_execute,
     role_problems,
     role_statements,
     row_guard,
     server_url,
 )
-from llama_index_rag_pack.components.sql_sqlite import sqlite_execute, sqlite_path, sqlite_url
-from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
+from llama_index_rag_pack.components.sql_sqlite import (
+    sqlite_execute,
+    sqlite_path,
+    sqlite_url,
+)
+from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.sql_safety import CheckedSQL, SQLLimits, check_sql
 
 __all__ = ["ROLE_CHECKS", "SQLExecutionError", "SQLResult", "SafeSQLDatabase"]
@@ -49,27 +60,6 @@ logger = logging.getLogger(__name__)
 
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql"}
 ROLE_CHECKS = ("refuse", "warn", "off")
-
-
-class SQLExecutionError(RagPackError, RuntimeError):
-    """A checked query failed in the database (time-out, type error ...): one line, with the fix."""
-
-
-@dataclass
-class SQLResult:
-    """Rows a checked query returned: ``columns``, ``rows`` (at most the limit) and the SQL."""
-
-    sql: str
-    columns: list[str]
-    rows: list[tuple[Any, ...]]
-    tables: tuple[str, ...] = ()
-    reads: list[tuple[str, str]] = field(default_factory=list)
-
-
-def _first_line(error: BaseException) -> str:
-    orig = getattr(error, "orig", None) or error
-    text = str(orig).strip()
-    return (text.splitlines()[0] if text else type(orig).__name__)[:300]
 
 
 class SafeSQLDatabase:
@@ -84,7 +74,8 @@ class SafeSQLDatabase:
         max_rows: Row limit added to every query.
         timeout_s: Time-out in seconds for checking and running one query together.
         sample_rows: Example rows per table shown to the LLM.
-        max_value_bytes: Largest value (SQLite) or result row (PostgreSQL) a query may produce.
+        max_result_bytes: Largest result (all rows together) a query may return; no single value
+            (SQLite) or row (PostgreSQL) may be larger either, checked in the database.
         limits: Size and nesting bounds on the SQL (:class:`SQLLimits`).
         role_check: PostgreSQL: ``"refuse"`` (default) to raise when the role can read a hidden
             column, a table not in ``tables``, or is a superuser; ``"warn"`` to log it;
@@ -116,7 +107,7 @@ class SafeSQLDatabase:
         max_rows: int = 50,
         timeout_s: float = 5.0,
         sample_rows: int = 3,
-        max_value_bytes: int = 1_000_000,
+        max_result_bytes: int = 1_000_000,
         limits: SQLLimits | None = None,
         role_check: str = "refuse",
         allow_unguarded: bool = False,
@@ -126,7 +117,7 @@ class SafeSQLDatabase:
         for name, value, low in (
             ("max_rows", max_rows, 1),
             ("sample_rows", sample_rows, 0),
-            ("max_value_bytes", max_value_bytes, 1000),
+            ("max_result_bytes", max_result_bytes, 1000),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
@@ -137,7 +128,7 @@ class SafeSQLDatabase:
         path = sqlite_path(str(database))
         self._sqlite = path is not None
         if path is not None:
-            self.engine = sa.create_engine(sqlite_url(path))
+            self.engine = sa.create_engine(sqlite_url(path), poolclass=NullPool)
         else:
             url = server_url(str(database))
             backend = url.get_backend_name()
@@ -148,13 +139,13 @@ class SafeSQLDatabase:
                 )
             args = {"connect_timeout": max(1, int(timeout_s))} if backend == "postgresql" else {}
             try:
-                self.engine = sa.create_engine(url, connect_args=args)
+                self.engine = sa.create_engine(url, connect_args=args, poolclass=NullPool)
             except (ImportError, sa.exc.ArgumentError) as error:
-                raise ConfigurationError(f"cannot use {backend}: {_first_line(error)}") from None
+                raise ConfigurationError(f"cannot use {backend}: {first_line(error)}") from None
         self.backend = self.engine.dialect.name
         self.dialect = _DIALECTS.get(self.backend, self.backend)
         self.max_rows, self.timeout_s, self.sample_rows = max_rows, float(timeout_s), sample_rows
-        self.max_value_bytes = max_value_bytes
+        self.max_result_bytes = max_result_bytes
         self.limits = limits or SQLLimits()
         try:
             self.allowed, self.hidden = self._resolve_columns(list(tables), dict(columns or {}))
@@ -163,7 +154,7 @@ class SafeSQLDatabase:
         except sa.exc.SQLAlchemyError as error:
             raise ConfigurationError(
                 f"cannot open {self.engine.url.render_as_string(hide_password=True)}: "
-                f"{_first_line(error)}"
+                f"{first_line(error)}"
             ) from None
         logger.info("SQL database %s: tables %s", self.engine.url, sorted(self.allowed))
 
@@ -276,7 +267,7 @@ class SafeSQLDatabase:
                 for t in self.allowed
             }
         except sa.exc.SQLAlchemyError as error:
-            raise SQLExecutionError(f"cannot read the schema: {_first_line(error)}") from None
+            raise SQLExecutionError(f"cannot read the schema: {first_line(error)}") from None
         parts = []
         for table, columns in self.allowed.items():
             body = ",\n  ".join(f"{c} {types[table][c]}" for c in columns)
@@ -303,16 +294,39 @@ class SafeSQLDatabase:
         """
         deadline = time.monotonic() + self.timeout_s
         checked = self.check(sql, deadline=deadline)
+        # The database's own time-out fires first; the deadline here holds when a single
+        # function call or the planner never gives control back.
+        grace = min(0.25 * self.timeout_s, 1.0)
+        try:
+            return run_before(
+                deadline + grace, lambda handle: self._work(checked, deadline, handle)
+            )
+        except QueryTimedOut:
+            raise SQLExecutionError(self._timed_out()) from None
+
+    def _timed_out(self) -> str:
+        return f"the query ran past the {self.timeout_s:g}s time-out; write a cheaper query"
+
+    def _work(self, checked: CheckedSQL, deadline: float, handle: dict) -> SQLResult:
+        """Run ``checked`` on a connection of its own (in a worker thread ``run`` may leave
+        behind at its deadline, after cancelling ``handle["raw"]``)."""
         reads: list[tuple[str, str]] = []
         try:
             with self.engine.connect() as connection:
+                raw = handle["raw"] = connection.connection.dbapi_connection
                 try:
                     if self._sqlite:
                         columns, rows = self._sqlite_execute(
                             connection, checked.limited_sql, reads, deadline
                         )
                     else:
-                        columns, rows = self._server_execute(connection, checked, deadline)
+                        columns, rows = postgres_execute(
+                            raw,
+                            self._row_guard(checked.sql),
+                            deadline,
+                            max_rows=self.max_rows,
+                            max_bytes=self.max_result_bytes,
+                        )
                 finally:
                     connection.rollback()
         except SQLExecutionError:
@@ -322,18 +336,21 @@ class SafeSQLDatabase:
         return SQLResult(checked.sql, columns, rows, checked.tables, reads)
 
     def _explain(self, error: BaseException) -> str:
-        text = _first_line(error)
+        text = first_line(error)
         lowered = text.lower()
         if "interrupted" in lowered or "statement timeout" in lowered or "canceling" in lowered:
-            return f"the query ran past the {self.timeout_s:g}s time-out; write a cheaper query"
+            return self._timed_out()
         if ROW_TOO_LARGE in lowered or "too big" in lowered or "too large" in lowered:
-            return (
-                f"a value or row is larger than {self.max_value_bytes:,} bytes; select fewer or "
-                "shorter values"
-            )
+            return self._too_large()
         if "not authorized" in lowered or "permission denied" in lowered:
             return f"the database refused the query ({text}); read only the listed columns"
         return f"the database refused the query ({text}); fix it and use only the listed columns"
+
+    def _too_large(self) -> str:
+        return (
+            f"the result is larger than {self.max_result_bytes:,} bytes; select fewer rows or "
+            "shorter values"
+        )
 
     def _sqlite_execute(
         self, connection: sa.Connection, sql: str, reads: list, deadline: float
@@ -345,28 +362,10 @@ class SafeSQLDatabase:
             reads=reads,
             deadline=deadline,
             max_rows=self.max_rows,
-            max_value_bytes=self.max_value_bytes,
+            max_result_bytes=self.max_result_bytes,
             limits=self.limits,
         )
 
-    def _server_execute(
-        self, connection: sa.Connection, checked: CheckedSQL, deadline: float
-    ) -> tuple[list[str], list[tuple]]:
-        sql = checked.limited_sql
-        raw = connection.connection.dbapi_connection
-        cursor = raw.cursor()
-        try:
-            if self.backend == "postgresql":
-                ms = max(1, int((deadline - time.monotonic()) * 1000))
-                cursor.execute("SET TRANSACTION READ ONLY")
-                cursor.execute(f"SET LOCAL statement_timeout = {ms}")
-                sql = self._row_guard(checked.sql)
-            cursor.execute(sql)  # no parameters: the driver does no % formatting
-            names = [d[0] for d in cursor.description or ()]
-            return names, [tuple(r) for r in cursor.fetchmany(self.max_rows)]
-        finally:
-            cursor.close()
-
     def _row_guard(self, sql: str) -> str:
         """The query limited in rows, failing on the server for any row over the byte limit."""
-        return row_guard(sql, self.max_value_bytes, self.max_rows)
+        return row_guard(sql, self.max_result_bytes, self.max_rows)

@@ -6,13 +6,23 @@ the visible columns, and the row guard that makes the server refuse oversized re
 from __future__ import annotations
 
 import importlib.util
+import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 
+from llama_index_rag_pack.components.sql_sqlite import fetch_bounded
 from llama_index_rag_pack.core.errors import ConfigurationError
 
-__all__ = ["ROW_TOO_LARGE", "role_problems", "role_statements", "row_guard", "server_url"]
+__all__ = [
+    "ROW_TOO_LARGE",
+    "postgres_execute",
+    "role_problems",
+    "role_statements",
+    "row_guard",
+    "server_url",
+]
 
 #: The text of the server error a too-large result row raises (see :func:`row_guard`).
 ROW_TOO_LARGE = "result row larger than"
@@ -114,3 +124,22 @@ def row_guard(sql: str, max_bytes: int, max_rows: int) -> str:
         f'SELECT "_limited".* FROM ({sql}) AS "_limited" '
         f"WHERE CAST(CASE WHEN {size} THEN {mark} END AS INT) IS NULL LIMIT {int(max_rows)}"
     )
+
+
+def postgres_execute(
+    raw: Any, sql: str, deadline: float, *, max_rows: int, max_bytes: int
+) -> tuple[list[str], list[tuple]]:
+    """Run ``sql`` (already row-guarded) in a read-only transaction with a statement time-out
+    of the time left, as one prepared statement (the protocol refuses a second one) without
+    parameters (so no client-side ``%`` formatting); fetch at most ``max_rows`` rows and
+    ``max_bytes`` bytes."""
+    cursor = raw.cursor()
+    try:
+        ms = max(1, int((deadline - time.monotonic()) * 1000))
+        cursor.execute("SET TRANSACTION READ ONLY")
+        cursor.execute(f"SET LOCAL statement_timeout = {ms}")
+        cursor.execute(sql, prepare=True)
+        names = [d[0] for d in cursor.description or ()]
+        return names, fetch_bounded(cursor, max_rows, max_bytes)
+    finally:
+        cursor.close()

@@ -86,7 +86,7 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
         llm: Any LlamaIndex LLM (default: resolved on first use, see ``settings.resolve_llm``).
         style: Reference style for the cited answer (``markdown``, ``text``, ``html``, ``empty``).
         repair: Ask the LLM once to fix a rejected or failing query (default ``True``).
-        max_rows, timeout_s, sample_rows, columns, max_value_bytes, role_check: passed to
+        max_rows, timeout_s, sample_rows, columns, max_result_bytes, role_check: passed to
             :class:`SafeSQLDatabase` when ``database`` is a path or URL.
 
     The response is a :class:`CitedResponse`; ``metadata`` holds ``sql``, ``columns``, ``rows``,
@@ -121,7 +121,7 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
         timeout_s: float = 5.0,
         sample_rows: int = 3,
         columns: dict[str, Sequence[str]] | None = None,
-        max_value_bytes: int = 1_000_000,
+        max_result_bytes: int = 1_000_000,
         role_check: str = "refuse",
         sql_prompt: BasePromptTemplate | None = None,
         repair_prompt: BasePromptTemplate | None = None,
@@ -136,7 +136,7 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
                 max_rows=max_rows,
                 timeout_s=timeout_s,
                 sample_rows=sample_rows,
-                max_value_bytes=max_value_bytes,
+                max_result_bytes=max_result_bytes,
                 role_check=role_check,
             )
         self.database = database

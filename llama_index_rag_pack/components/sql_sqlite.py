@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.sql_limits import SQLLimits
 
-__all__ = ["sqlite_execute", "sqlite_path", "sqlite_url"]
+__all__ = ["ResultTooLargeError", "fetch_bounded", "sqlite_execute", "sqlite_path", "sqlite_url"]
 
 # Functions SQLite may run for a checked query (the names sqlglot writes for the checker's
 # allowed functions and operators); everything else is denied by the authorizer.
@@ -31,6 +31,33 @@ _FUNCTIONS = frozenset(
     ).split()
 )
 _SQLITE_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+
+
+class ResultTooLargeError(Exception):
+    """The rows fetched so far hold more than the result budget."""
+
+
+def _size(value: Any) -> int:
+    return len(value) if isinstance(value, (str, bytes, bytearray, memoryview)) else 8
+
+
+def fetch_bounded(cursor: Any, max_rows: int, max_bytes: int) -> list[tuple]:
+    """Up to ``max_rows`` rows, one at a time, stopping once they hold over ``max_bytes``.
+
+    Raises:
+        ResultTooLargeError: The rows hold more than ``max_bytes`` (text counted by length).
+    """
+    rows: list[tuple] = []
+    total = 0
+    while len(rows) < max_rows:
+        row = cursor.fetchone()
+        if row is None:
+            break
+        total += sum(_size(v) for v in row)
+        if total > max_bytes:
+            raise ResultTooLargeError(f"result too large: over {max_bytes} bytes")
+        rows.append(tuple(row))
+    return rows
 
 
 def sqlite_path(database: str) -> str | None:
@@ -63,7 +90,7 @@ def sqlite_execute(
     reads: list[tuple[str, str]],
     deadline: float,
     max_rows: int,
-    max_value_bytes: int,
+    max_result_bytes: int,
     limits: SQLLimits,
 ) -> tuple[list[str], list[tuple]]:
     """Run ``sql`` on ``raw`` under the authorizer, the length limits and the deadline.
@@ -83,7 +110,7 @@ def sqlite_execute(
         return sqlite3.SQLITE_OK if action in _SQLITE_ACTIONS else sqlite3.SQLITE_DENY
 
     limits = {
-        sqlite3.SQLITE_LIMIT_LENGTH: max_value_bytes,
+        sqlite3.SQLITE_LIMIT_LENGTH: max_result_bytes,
         sqlite3.SQLITE_LIMIT_SQL_LENGTH: max(limits.max_chars * 4, 100_000),
         sqlite3.SQLITE_LIMIT_EXPR_DEPTH: 2 * limits.max_depth,
         sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: 64,
@@ -99,7 +126,7 @@ def sqlite_execute(
         try:
             cursor.execute(sql)
             names = [d[0] for d in cursor.description or ()]
-            return names, [tuple(r) for r in cursor.fetchmany(max_rows)]
+            return names, fetch_bounded(cursor, max_rows, max_result_bytes)
         finally:
             cursor.close()
     finally:

@@ -210,27 +210,44 @@ def _check_position(node: exp.Expression) -> None:
                 f"type {describe_node(node)} is not allowed; cast only to text, number, boolean, "
                 "date or time types"
             )
-    elif isinstance(node, exp.Replace):
-        _check_replace(node)
-    elif isinstance(node, exp.Var) and not isinstance(parent, tuple(_VAR_PARENTS)):
-        raise UnsafeSQLError(f"{node.name!r} is not allowed here; name a column")
+    elif isinstance(node, exp.Var):
+        if not isinstance(parent, tuple(_VAR_PARENTS)) or node.name.upper() not in _UNITS:
+            raise UnsafeSQLError(
+                f"{node.name[:40]!r} is not allowed here; name a column or a date part "
+                "(year, month, day, hour, ...)"
+            )
+    elif isinstance(node, _SEARCHES):
+        _check_search(node)
 
 
-_MAX_REPLACEMENT = 64
+_MAX_LITERAL = 64
+#: Date and time parts a unit word may name (EXTRACT, INTERVAL, DATE_TRUNC ...): the generator
+#: writes these words as they are, so nothing else may stand there.
+_UNITS = frozenset(
+    "YEAR YEARS QUARTER MONTH MONTHS WEEK WEEKS DAY DAYS HOUR HOURS MINUTE MINUTES SECOND SECONDS "
+    "MILLISECOND MILLISECONDS MICROSECOND MICROSECONDS DOW DOY ISODOW ISOYEAR EPOCH DECADE "
+    "CENTURY MILLENNIUM DAYOFWEEK DAYOFYEAR WEEKDAY ROWS RANGE GROUPS UNBOUNDED PRECEDING "
+    "FOLLOWING CURRENT ROW".split()
+)
+# Functions whose running time grows with the product of two lengths, inside one call that no
+# time-out interrupts: the searched-for or replacing argument must be a short literal.
+_SEARCHES = (exp.Replace, exp.StrPosition, *_classes("SplitPart"))
+_SEARCH_ARGS = {"expression", "replacement", "substr", "delimiter"}
 
 
-def _check_replace(node: exp.Replace) -> None:
-    """REPLACE may grow a value at most ``_MAX_REPLACEMENT`` times, and is never nested: one
-    function call runs to its end however long it takes, on every backend."""
-    replacement = node.args.get("replacement")
-    short = replacement is None or (
-        isinstance(replacement, exp.Literal) and len(replacement.name) <= _MAX_REPLACEMENT
-    )
-    if not short or node.this.find(exp.Replace) or node.expression.find(exp.Replace):
-        raise UnsafeSQLError(
-            f"REPLACE takes a literal replacement of at most {_MAX_REPLACEMENT} characters and "
-            "is not nested; write a simpler expression"
-        )
+def _check_search(node: exp.Expression) -> None:
+    """REPLACE, INSTR/STRPOS/POSITION and SPLIT_PART search for (or put in) a short literal, and
+    REPLACE is never nested (each one may grow a value ``_MAX_LITERAL`` times)."""
+    if isinstance(node, exp.Replace) and node.this.find(exp.Replace):
+        raise UnsafeSQLError("REPLACE inside REPLACE is not allowed; write a simpler expression")
+    for key in _SEARCH_ARGS & set(node.args):
+        value = node.args.get(key)
+        literal = isinstance(value, exp.Literal) and value.is_string
+        if value is not None and not (literal and len(value.name) <= _MAX_LITERAL):
+            raise UnsafeSQLError(
+                f"{describe_node(node).split('(')[0]}() searches for or inserts only a text "
+                f"literal of at most {_MAX_LITERAL} characters; write a simpler expression"
+            )
 
 
 def _refusal(node: exp.Expression) -> str:

@@ -55,6 +55,8 @@ class SQLLimits:
         max_expanded: Largest tree once every CTE and derived table is inlined where it is
             read (databases inline them when planning: a chain of CTEs each reading the last
             twice doubles at every step, and planning can't be interrupted).
+        max_columns: Most columns the query may return (a row is built whole before anything
+            can check its size).
     """
 
     max_chars: int = 20_000
@@ -63,9 +65,13 @@ class SQLLimits:
     max_depth: int = 200
     max_nodes: int = 4_000
     max_expanded: int = 50_000
+    max_columns: int = 64
 
     def __post_init__(self) -> None:
-        names = ("max_chars", "max_tokens", "max_nesting", "max_depth", "max_nodes", "max_expanded")
+        names = (
+            "max_chars", "max_tokens", "max_nesting", "max_depth", "max_nodes", "max_expanded",
+            "max_columns",
+        )  # fmt: skip
         for name in names:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -175,13 +175,44 @@ def check_sql(
     check_nodes(statement)
     used, kinds = resolve_tables(statement, allowed)
     try:
+        _stars_expanded(statement)
+        if len(statement.selects) > limits.max_columns:
+            raise UnsafeSQLError(
+                f"the query returns {len(statement.selects)} columns (limit "
+                f"{limits.max_columns}); select fewer columns"
+            )
         check_columns(statement, allowed, kinds, limits)
-        checked = statement.sql(dialect=dialect, comments=False)
         limited = exp.select("*").from_(statement.subquery("_limited")).limit(max_rows)
         limited_sql = limited.sql(dialect=dialect, comments=False)
+        _same_when_read_back(limited, limited_sql, dialect)
+        checked = statement.sql(dialect=dialect, comments=False)
     except UnsafeSQLError:
         raise
     except Exception as error:  # scope building or SQL generation failed on an odd tree
         raise UnsafeSQLError(f"the SQL could not be checked ({first_line(error)})") from None
     clock.check("checking")
     return CheckedSQL(checked, limited_sql, tuple(used))
+
+
+def _stars_expanded(statement: exp.Expression) -> None:
+    """After qualification every ``*`` but ``COUNT(*)``'s must be gone: sqlglot leaves a whole
+    scope unexpanded when it can't name a source's columns (duplicate names, say)."""
+    for star in statement.find_all(exp.Star):
+        if not isinstance(star.parent, exp.Count):
+            raise UnsafeSQLError(
+                "* could not be expanded to the allowed columns (a CTE or subquery has "
+                "duplicate or unnamed columns); name the columns"
+            )
+
+
+def _same_when_read_back(tree: exp.Expression, sql: str, dialect: str | None) -> None:
+    """The text that will run must parse back to exactly the checked tree: the generator writes
+    some node text verbatim, and what the database reads is what counts."""
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except Exception:  # noqa: BLE001 - any failure to read it back is a refusal
+        statements = []
+    if len(statements) != 1 or statements[0] != tree:
+        raise UnsafeSQLError(
+            "the SQL does not read back as the query that was checked; write a plainer query"
+        )

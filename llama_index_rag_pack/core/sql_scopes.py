@@ -101,6 +101,21 @@ def _check_aliases_unique(scope: Scope) -> None:
         )
 
 
+def _check_outputs_unique(scope: Scope) -> None:
+    """A CTE or derived table names each of its columns once (a duplicate name makes ``*`` and
+    qualified references ambiguous)."""
+    if not (scope.is_derived_table or scope.is_cte):
+        return
+    names = [n.lower() for n in scope.expression.named_selects]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated or len(names) != len(scope.expression.selects):
+        what = repr(duplicated[0]) if duplicated else "an unnamed column"
+        raise UnsafeSQLError(
+            f"a CTE or subquery has the column {what} more than once or unnamed; alias each "
+            "column once"
+        )
+
+
 def _order_by_output(column: exp.Column, scope: Scope) -> int | None:
     """The 1-based output position a bare ORDER BY / DISTINCT ON name refers to, else None."""
     selects = scope.expression.named_selects
@@ -147,6 +162,7 @@ def check_columns(
     _bounded_expansion(scopes, limits)
     for scope in scopes:
         _check_aliases_unique(scope)
+        _check_outputs_unique(scope)
         order = scope.expression.args.get("order")
         distinct = scope.expression.args.get("distinct")
         by_output = [o.this for o in order.expressions] if order else []

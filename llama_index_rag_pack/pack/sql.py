@@ -33,7 +33,7 @@ class SQLEngineMixin:
         SQLite file, opened read-only, or a PostgreSQL URL), answering with the pack's LLM.
 
         ``options`` go to the engine: ``max_rows``, ``timeout_s``, ``sample_rows``, ``columns``,
-        ``max_value_bytes``, ``role_check``, ``repair``, prompts. The answer cites the SQL and
+        ``max_result_bytes``, ``role_check``, ``repair``, prompts. The answer cites the SQL and
         the rows in ``citation_style``.
         """
         from llama_index_rag_pack.components.sql_query_engine import SQLQueryEngine
