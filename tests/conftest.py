@@ -4,7 +4,7 @@
 * ``milvus_uri``: a fresh Milvus Lite database path in a temp dir.
 * ``vector_store``: a ``MilvusVectorStore`` (dim 384, COSINE, BM25 field) on ``milvus_uri``.
 * ``scripted_llm``: factory ``scripted_llm(replies, **kwargs) -> ScriptedLLM``.
-* ``local_llm`` (session, use with ``@pytest.mark.slow``): the real SmolLM2-135M GGUF.
+* ``local_llm`` (session, use with ``@pytest.mark.slow``): the real SmolLM2-135M GGUF (llama.cpp).
 * ``milvus_server`` (module): a ``milvus-lite server`` on 127.0.0.1, yields its uri.
 * ``concurrency_gate``: factory ``concurrency_gate(target) -> ConcurrencyGate``.
 * ``gated_llm``: factory ``gated_llm(replies, target, **kwargs) -> GatedLLM``.
@@ -38,7 +38,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Under pytest-xdist every worker gets one core: threads beyond that (torch's OpenMP pool, BLAS)
 # only spin against the other worker.
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for _var in (
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "RAG_PACK_LLM_THREADS",
+    ):
         os.environ.setdefault(_var, "1")
 # Never pick up a developer's real OpenAI configuration in tests.
 for _var in (
