@@ -282,9 +282,8 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep each test module on one xdist worker (its module fixtures are built once), except the
-    tests that use the local LLM: those all go to one worker, so the model loads once."""
+    """Keep each test module on one xdist worker, so its module fixtures are built once. (The
+    local LLM loads in about a second, once per worker, so its tests need no worker of their
+    own.)"""
     for item in items:
-        uses_llm = "local_llm" in getattr(item, "fixturenames", ())
-        group = "local_llm" if uses_llm else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import queue
 import threading
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
@@ -40,11 +39,17 @@ from llama_index.core.llms.custom import CustomLLM
 
 from llama_index_rag_pack.components.gguf_file import GGUFInfo, read_gguf_info
 from llama_index_rag_pack.components.json_output import requested_json_schema
-from llama_index_rag_pack.core.errors import (
-    ConfigurationError,
-    LLMNotConfiguredError,
-    RagPackError,
+from llama_index_rag_pack.components.local_llm_engine import (
+    LocalLLMError,
+    default_threads,
+    engine,
+    engine_loaded,
+    error_text,
+    loaded_models,
+    one_line,
+    raise_for_error,
 )
+from llama_index_rag_pack.core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
@@ -53,80 +58,6 @@ __all__ = ["LocalGGUFLLM", "LocalLLMError", "loaded_models"]
 #: Context window used when the GGUF file states none.
 FALLBACK_CONTEXT_WINDOW = 4096
 _CHAT_ROLES = {"system", "user", "assistant"}
-
-
-class LocalLLMError(RagPackError, RuntimeError):
-    """llama.cpp refused or failed a request (a prompt longer than the context window, an invalid
-    JSON schema, ...)."""
-
-
-# --------------------------------------------------------------------------- one engine per model
-
-_ENGINES: dict[tuple[Any, ...], Any] = {}
-_ENGINES_LOCK = threading.Lock()
-
-
-def loaded_models() -> list[str]:
-    """Paths of the GGUF models loaded in this process (each loads once, shared by every
-    :class:`LocalGGUFLLM` with the same settings)."""
-    with _ENGINES_LOCK:
-        return [key[0] for key in _ENGINES]
-
-
-def _engine(key: tuple[str, int, int, int, bool]) -> Any:
-    with _ENGINES_LOCK:
-        engine = _ENGINES.get(key)
-        if engine is None:
-            engine = _ENGINES[key] = _start_engine(*key)
-        return engine
-
-
-def _start_engine(path: str, n_ctx: int, parallel: int, threads: int, verbose: bool) -> Any:
-    try:
-        import xllamacpp
-    except ImportError as e:
-        raise LLMNotConfiguredError(
-            "The local LLM needs xllamacpp (llama.cpp): "
-            "`pip install 'llama-index-rag-pack[local]'`."
-        ) from e
-    params = xllamacpp.CommonParams()
-    params.model.path = path
-    params.n_ctx = n_ctx
-    params.n_parallel = parallel
-    params.kv_unified = True  # the slots share one context-sized cache instead of one each
-    params.cpuparams.n_threads = threads
-    params.cpuparams_batch.n_threads = threads
-    params.verbosity = 3 if verbose else 0
-    # The engine also answers HTTP on a random 127.0.0.1 port: a random key keeps other local
-    # processes off it (the pack calls it in-process, without HTTP).
-    params.api_keys = [os.urandom(16).hex()]
-    logger.info("Loading local LLM %s (llama.cpp, %d slots, %d threads)", path, parallel, threads)
-    try:
-        return xllamacpp.Server(params)
-    except RuntimeError as e:
-        raise ConfigurationError(
-            f"llama.cpp could not load {path!r}: the file is corrupt, truncated, or of a model "
-            "architecture this llama.cpp build does not know."
-        ) from e
-
-
-def _default_threads() -> int:
-    env = os.environ.get("RAG_PACK_LLM_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ConfigurationError(
-                f"RAG_PACK_LLM_THREADS must be a positive integer, got {env!r}."
-            ) from None
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        cores = os.cpu_count() or 1
-    # Half the logical cores (llama.cpp's own default is the physical ones): its threads wait for
-    # each other at every step, and a thread that shares its core with other work stalls them
-    # all (on a busy 2-core machine, 4 short replies took 68 s with 2 threads, 4.5 s with 1).
-    return max(1, cores // 2)
 
 
 class LocalGGUFLLM(CustomLLM):
@@ -221,18 +152,17 @@ class LocalGGUFLLM(CustomLLM):
 
     # ------------------------------------------------------------------ engine
     def _key(self) -> tuple[str, int, int, int, bool]:
-        threads = self.n_threads or _default_threads()
+        threads = self.n_threads or default_threads()
         path = str(Path(self.model_path).resolve())
         return (path, int(self.context_window or 0), self.parallel, threads, self.verbose)
 
     def _server(self) -> Any:
-        return _engine(self._key())
+        return engine(self._key())
 
     @property
     def is_loaded(self) -> bool:
         """Whether this model is loaded in the process already."""
-        with _ENGINES_LOCK:
-            return self._key() in _ENGINES
+        return engine_loaded(self._key())
 
     def load(self) -> LocalGGUFLLM:
         """Load the model now instead of on the first call; returns ``self``."""
@@ -288,8 +218,8 @@ class LocalGGUFLLM(CustomLLM):
             else:
                 result = server.handle_completions(body)
         except ValueError as e:  # invalid schema/grammar, bad template input
-            raise LocalLLMError(f"The local LLM rejected the request: {_one_line(e)}") from e
-        _raise_for_error(result)
+            raise LocalLLMError(f"The local LLM rejected the request: {one_line(e)}") from e
+        raise_for_error(result)
         choice = result["choices"][0]
         if "message" in choice:
             return choice["message"].get("content") or ""
@@ -306,7 +236,7 @@ class LocalGGUFLLM(CustomLLM):
         def on_chunk(chunk: Any) -> bool:
             try:
                 if not isinstance(chunk, dict) or "choices" not in chunk:
-                    failure.append(LocalLLMError(_error_text(chunk)))
+                    failure.append(LocalLLMError(error_text(chunk)))
                     return True
                 choices = chunk["choices"] or [{}]
                 piece = (
@@ -323,7 +253,7 @@ class LocalGGUFLLM(CustomLLM):
             handle = server.handle_chat_completions if chat else server.handle_completions
             handle({**body, "stream": True}, on_chunk)
         except ValueError as e:
-            failure.append(LocalLLMError(f"The local LLM rejected the request: {_one_line(e)}"))
+            failure.append(LocalLLMError(f"The local LLM rejected the request: {one_line(e)}"))
         emit(failure[0] if failure else None)
 
     def _stream_sync(self, body: dict[str, Any]) -> Iterator[str]:
@@ -449,24 +379,3 @@ class LocalGGUFLLM(CustomLLM):
                 yield ChatResponse(message=message, delta=delta)
 
         return gen()
-
-
-def _one_line(error: Any) -> str:
-    return " ".join(str(error).split())[:300]
-
-
-def _error_text(result: Any) -> str:
-    error = result.get("error") if isinstance(result, dict) else None
-    if isinstance(error, dict):
-        message = error.get("message") or error.get("type") or "unknown error"
-    elif isinstance(result, dict) and "message" in result:
-        message = result["message"]
-    else:
-        message = error or result
-    return f"The local LLM failed: {_one_line(message)}"
-
-
-def _raise_for_error(result: Any) -> None:
-    if isinstance(result, dict) and result.get("choices"):
-        return
-    raise LocalLLMError(_error_text(result))
