@@ -3,7 +3,7 @@ de-quantised into a float torch model) and by llama.cpp (``xllamacpp``, this pac
 ``LocalGGUFLLM``), side by side in one run.
 
 Each side runs in its own fresh process, one after the other (``--rounds`` times, alternating),
-and measures: the model load; prompt processing (a ~700-token prompt, one new token, prompt cache
+and measures: the model load; prompt processing (an 886-token prompt, one new token, prompt cache
 off); generation (128 new tokens, end-of-sequence ignored); and 4 requests of 64 new tokens each,
 sent at once from 4 threads (the old backend serialised generation with a lock; llama.cpp decodes
 them together in parallel slots) and one after the other. Token counts come from each side's own

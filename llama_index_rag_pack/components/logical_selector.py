@@ -66,7 +66,7 @@ def route_reply_schema(names: Sequence[str], max_outputs: int) -> dict[str, Any]
         "type": "object",
         "properties": {
             "routes": {"type": "array", "items": {"enum": list(names)}, "maxItems": max_outputs},
-            "reason": {"type": "string", "maxLength": 200},
+            "reason": {"type": "string", "maxLength": 120},
         },
         "required": ["routes", "reason"],
         "additionalProperties": False,
