@@ -17,7 +17,8 @@ question over that index (``--no-stream``), each in a fresh process, model loads
 
 Run:  python benchmarks/bench_cli_startup.py --before /tmp/before [--runs 10] [--answers 3] [--demo]
 
-Writes ``cli_startup.json`` and ``cli_startup.md`` to ``--out``.
+Writes ``cli_startup.json`` and ``cli_startup.md`` to ``--out`` (``cli_startup_demo.*`` with
+``--skip-cases``: the demo and ask timings alone).
 """
 
 from __future__ import annotations
@@ -249,16 +250,26 @@ def main() -> None:
             )
         )
     write_results(
-        "cli_startup",
+        "cli_startup" if rows else "cli_startup_demo",
         results,
         tables,
         out=args.out,
         description=(
-            f"Each case is a fresh `python -c 'from llama_index_rag_pack.cli import main; ...'` "
-            f"process started in an empty directory, {args.runs} runs (one when a run took over "
-            f"{SLOW_S:.0f} s: such a case loads the models); before = "
-            f"{args.before or '(not measured)'}, after = this checkout."
-        ),
+            (
+                "Each case is a fresh "
+                "`python -c 'from llama_index_rag_pack.cli import main; ...'` "
+                f"process started in an empty directory, {args.runs} runs (one when a run took "
+                f"over {SLOW_S:.0f} s: such a case loads the models); "
+            )
+            if rows
+            else (
+                "`rag-pack demo` twice in one empty directory per side (the first run indexes the "
+                "8 shipped articles and answers the 3 demo questions, the second reuses the "
+                "index), then one `rag-pack ask` of the first demo question over that index "
+                "(`--no-stream`); each a fresh process, model loads included; "
+            )
+        )
+        + f"before = {args.before or '(not measured)'}, after = this checkout.",
         notes=[
             "The 2-CPU machine was shared with other jobs during the run: absolute times are "
             "noisy, compare the two sides of one case."

@@ -41,6 +41,7 @@ from llama_index_rag_pack.components.gguf_file import GGUFInfo, read_gguf_info
 from llama_index_rag_pack.components.json_output import requested_json_schema
 from llama_index_rag_pack.components.local_llm_engine import (
     LocalLLMError,
+    check_schema,
     default_threads,
     engine,
     engine_loaded,
@@ -48,6 +49,7 @@ from llama_index_rag_pack.components.local_llm_engine import (
     loaded_models,
     one_line,
     raise_for_error,
+    schema_request,
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
 
@@ -184,7 +186,7 @@ class LocalGGUFLLM(CustomLLM):
                 raise ConfigurationError(
                     f"json_schema must be a JSON schema dict, got {type(schema).__name__}."
                 )
-            body["json_schema"] = schema
+            body.update(schema_request(schema), _schema=schema)
         elif grammar:
             body["grammar"] = str(grammar)
         stop = kwargs.get("stop")
@@ -210,8 +212,16 @@ class LocalGGUFLLM(CustomLLM):
             return {"prompt": prompt, **self._body(kwargs)}
         return self._chat_body([ChatMessage(role=MessageRole.USER, content=prompt)], kwargs)
 
-    def _run(self, body: dict[str, Any]) -> str:
+    def _send(self, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The engine and the request to send it (a requested schema checked first)."""
         server = self._server()
+        schema = body.pop("_schema", None)
+        if schema is not None:
+            check_schema(server, schema)
+        return server, body
+
+    def _run(self, body: dict[str, Any]) -> str:
+        server, body = self._send(dict(body))
         try:
             if "messages" in body:
                 result = server.handle_chat_completions(body)
@@ -229,9 +239,13 @@ class LocalGGUFLLM(CustomLLM):
         """Run one streaming request, calling ``emit(delta)`` per text piece, then
         ``emit(None)`` at the end or ``emit(exception)`` on failure. ``emit`` returning True
         stops generation."""
-        server = self._server()
-        chat = "messages" in body
         failure: list[BaseException] = []
+        try:
+            server, body = self._send(dict(body))
+        except LocalLLMError as e:
+            emit(e)
+            return
+        chat = "messages" in body
 
         def on_chunk(chunk: Any) -> bool:
             try:

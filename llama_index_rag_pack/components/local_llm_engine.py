@@ -5,6 +5,8 @@ whole process, and the one-line errors of its requests.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
 import threading
@@ -25,8 +27,10 @@ __all__ = [
     "engine_loaded",
     "error_text",
     "loaded_models",
+    "check_schema",
     "one_line",
     "raise_for_error",
+    "schema_request",
 ]
 
 
@@ -88,6 +92,43 @@ def _start_engine(path: str, n_ctx: int, parallel: int, threads: int, verbose: b
             f"llama.cpp could not load {path!r}: the file is corrupt, truncated, or of a model "
             "architecture this llama.cpp build does not know."
         ) from e
+
+
+@functools.cache
+def _llguidance() -> bool:
+    """Whether this llama.cpp build turns JSON schemas into LLGuidance grammars."""
+    import xllamacpp
+
+    return str(xllamacpp.json_schema_to_grammar({"type": "object"})).startswith("%llguidance")
+
+
+def schema_request(schema: dict[str, Any]) -> dict[str, Any]:
+    """The request fields that hold a reply to ``schema``: compact JSON (no free whitespace,
+    which a small model otherwise spends its token budget on) where LLGuidance is built in, else
+    llama.cpp's own ``json_schema``."""
+    if not _llguidance():
+        return {"json_schema": schema}
+    options = {"whitespace_flexible": False, **schema.get("x-guidance", {})}
+    compact = {**schema, "x-guidance": options}
+    return {"grammar": "%llguidance {}\nstart: %json " + json.dumps(compact)}
+
+
+_CHECKED_SCHEMAS: set[str] = set()
+
+
+def check_schema(server: Any, schema: dict[str, Any]) -> None:
+    """Raise :class:`LocalLLMError` when llama.cpp cannot use ``schema`` (checked once per
+    schema, with a one-token request: an LLGuidance grammar alone would let a bad schema through
+    unconstrained)."""
+    key = json.dumps(schema, sort_keys=True, default=str)
+    if key in _CHECKED_SCHEMAS:
+        return
+    probe = {"messages": [{"role": "user", "content": "{}"}], "max_tokens": 1}
+    try:
+        server.handle_chat_completions({**probe, "json_schema": schema})
+    except ValueError as e:
+        raise LocalLLMError(f"The local LLM rejected the request: {one_line(e)}") from e
+    _CHECKED_SCHEMAS.add(key)
 
 
 def default_threads() -> int:
