@@ -486,12 +486,12 @@ async def test_logical_asks_for_json_naming_only_valid_routes_sync_and_async() -
 
 @pytest.mark.slow
 async def test_logical_with_real_local_llm_never_returns_an_invalid_route(local_llm: Any) -> None:
-    """The local model is held to the routing JSON schema: every reply parses and names a
-    declared route (no fallback needed), in the sync and the async path."""
+    """The local model is held to the routing JSON schema: every reply parses and names only
+    declared routes (an empty list, "no route fits", goes to the fallback), sync and async."""
     selector = LogicalSelector(local_llm, fallback="cooking")
     for q in ["What is a black hole?", "How do I solve x^2 = 9?"]:
         for result in (selector.select(CHOICES, q), await selector.aselect(CHOICES, q)):
             assert len(result.names) == 1 and result.names[0] in {"physics", "math", "cooking"}
             assert result.ind == [c.name for c in CHOICES].index(result.names[0])
-            assert json.loads(result.reply)["routes"] == result.names
-            assert not result.fallback
+            chosen = json.loads(result.reply)["routes"]
+            assert chosen == result.names if chosen else result.fallback
