@@ -11,9 +11,14 @@ the exit status and whether a traceback was printed.
 over the shipped Wikipedia articles: before, one ``rag-pack ask`` per question (each loads every
 model); after, one ``rag-pack ask Q1 ... QN`` (models load once).
 
-Run:  python benchmarks/bench_cli_startup.py --before /tmp/before [--runs 10] [--answers 3]
+``--demo`` times ``rag-pack demo`` twice in one empty directory per side (the first run indexes
+the shipped articles, the second reuses the index), then one ``rag-pack ask`` of the first demo
+question over that index (``--no-stream``), each in a fresh process, model loads included.
 
-Writes ``cli_startup.json`` and ``cli_startup.md`` to ``--out``.
+Run:  python benchmarks/bench_cli_startup.py --before /tmp/before [--runs 10] [--answers 3] [--demo]
+
+Writes ``cli_startup.json`` and ``cli_startup.md`` to ``--out`` (``cli_startup_demo.*`` with
+``--skip-cases``: the demo and ask timings alone).
 """
 
 from __future__ import annotations
@@ -138,17 +143,59 @@ def measure_answers(sides: dict[str, Path], n: int, workdir: Path) -> dict[str, 
     return result
 
 
+def measure_demo(sides: dict[str, Path], workdir: Path) -> list[dict[str, Any]]:
+    from llama_index_rag_pack.cli.app import DEMO_QUESTIONS
+
+    rows = []
+    for side, root in sides.items():
+        home = workdir / side
+        home.mkdir()
+        runs = [
+            ("demo, first run (indexes)", ["demo"]),
+            ("demo, second run (reuses the index)", ["demo"]),
+            (
+                "one `ask` over the demo index",
+                [
+                    "--uri",
+                    "rag_pack_data/demo.db",
+                    "--collection",
+                    "demo_wikipedia",
+                    "ask",
+                    DEMO_QUESTIONS[0],
+                    "--no-stream",
+                ],
+            ),
+        ]
+        for label, argv in runs:
+            load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+            one = run_cli(root, argv, home)
+            if one["code"] != 0:
+                raise SystemExit(f"{side} {label} failed: {one['stderr'][-2000:]}")
+            report = one["stdout"] if "Timings:" in one["stdout"] else one["stderr"]
+            timings = [
+                line.strip() for line in report.split("Timings:")[-1].splitlines() if " s  " in line
+            ]
+            rows.append(
+                {"side": side, "case": label, "wall_s": one["wall_s"], "load_average": load,
+                 "timings": timings}
+            )  # fmt: skip
+            print(f"{side:6s} {label}: {one['wall_s']:.1f} s (load {load})", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default=None, help="directory with an older package")
     parser.add_argument("--runs", type=int, default=10, help="runs per case (default 10)")
     parser.add_argument("--answers", type=int, default=0, help="questions answered (default 0)")
+    parser.add_argument("--demo", action="store_true", help="time demo (twice) and one ask")
+    parser.add_argument("--skip-cases", action="store_true", help="skip the start-up cases")
     add_out_argument(parser)
     args = parser.parse_args()
     sides = {"after": REPO_ROOT}
     if args.before:
         sides = {"before": Path(args.before).resolve(), **sides}
-    rows = measure_cases(sides, args.runs)
+    rows = [] if args.skip_cases else measure_cases(sides, args.runs)
     results: dict[str, Any] = {"runs": args.runs, "cases": rows}
     table = md_table(
         ["case", "side", "runs", "median s", "min s", "max s", "exit", "traceback", "stderr lines"],
@@ -160,7 +207,35 @@ def main() -> None:
         ],
         "llrrrrrlr",
     )  # fmt: skip
-    tables = [("rag-pack start-up and input errors (wall seconds per process)", table)]
+    tables = []
+    if args.demo:
+        with tempfile.TemporaryDirectory() as workdir:
+            results["demo"] = demo = measure_demo(sides, Path(workdir))
+        by_case: dict[str, dict[str, Any]] = {}
+        for r in demo:
+            by_case.setdefault(r["case"], {})[r["side"]] = r
+        demo_rows = []
+        for case, per_side in by_case.items():
+            cells = [f"{per_side[s]['wall_s']:.1f}" if s in per_side else "-" for s in sides]
+            loads = [per_side[s]["load_average"] for s in sides if s in per_side]
+            ratio = (
+                f"{per_side['before']['wall_s'] / per_side['after']['wall_s']:.1f}x"
+                if "before" in per_side
+                else "-"
+            )
+            demo_rows.append((case, *cells, ratio, " / ".join(loads)))
+        tables.append(
+            (
+                "rag-pack demo and ask, fresh processes, model loads included (wall seconds)",
+                md_table(
+                    ["case", *sides, "before / after", "load average (1 5 15 min) at start"],
+                    demo_rows,
+                    "l" + "r" * (len(sides) + 1) + "l",
+                ),
+            )
+        )
+    if rows:
+        tables.append(("rag-pack start-up and input errors (wall seconds per process)", table))
     if args.answers:
         with tempfile.TemporaryDirectory() as workdir:
             results["answers"] = answers = measure_answers(sides, args.answers, Path(workdir))
@@ -175,16 +250,26 @@ def main() -> None:
             )
         )
     write_results(
-        "cli_startup",
+        "cli_startup" if rows else "cli_startup_demo",
         results,
         tables,
         out=args.out,
         description=(
-            f"Each case is a fresh `python -c 'from llama_index_rag_pack.cli import main; ...'` "
-            f"process started in an empty directory, {args.runs} runs (one when a run took over "
-            f"{SLOW_S:.0f} s: such a case loads the models); before = "
-            f"{args.before or '(not measured)'}, after = this checkout."
-        ),
+            (
+                "Each case is a fresh "
+                "`python -c 'from llama_index_rag_pack.cli import main; ...'` "
+                f"process started in an empty directory, {args.runs} runs (one when a run took "
+                f"over {SLOW_S:.0f} s: such a case loads the models); "
+            )
+            if rows
+            else (
+                "`rag-pack demo` twice in one empty directory per side (the first run indexes the "
+                "8 shipped articles and answers the 3 demo questions, the second reuses the "
+                "index), then one `rag-pack ask` of the first demo question over that index "
+                "(`--no-stream`); each a fresh process, model loads included; "
+            )
+        )
+        + f"before = {args.before or '(not measured)'}, after = this checkout.",
         notes=[
             "The 2-CPU machine was shared with other jobs during the run: absolute times are "
             "noisy, compare the two sides of one case."

@@ -4,7 +4,7 @@
 * ``milvus_uri``: a fresh Milvus Lite database path in a temp dir.
 * ``vector_store``: a ``MilvusVectorStore`` (dim 384, COSINE, BM25 field) on ``milvus_uri``.
 * ``scripted_llm``: factory ``scripted_llm(replies, **kwargs) -> ScriptedLLM``.
-* ``local_llm`` (session, use with ``@pytest.mark.slow``): the real SmolLM2-135M GGUF.
+* ``local_llm`` (session, use with ``@pytest.mark.slow``): the real SmolLM2-135M GGUF (llama.cpp).
 * ``milvus_server`` (module): a ``milvus-lite server`` on 127.0.0.1, yields its uri.
 * ``concurrency_gate``: factory ``concurrency_gate(target) -> ConcurrencyGate``.
 * ``gated_llm``: factory ``gated_llm(replies, target, **kwargs) -> GatedLLM``.
@@ -38,7 +38,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Under pytest-xdist every worker gets one core: threads beyond that (torch's OpenMP pool, BLAS)
 # only spin against the other worker.
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    for _var in (
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "RAG_PACK_LLM_THREADS",
+    ):
         os.environ.setdefault(_var, "1")
 # Never pick up a developer's real OpenAI configuration in tests.
 for _var in (
@@ -277,14 +282,13 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep each test module on one xdist worker (its module fixtures are built once), except the
-    tests that use the local LLM: those all go to one worker, so the model loads once; and the
-    SQL attack suite, whose SQLite and PostgreSQL halves may run on different workers."""
+    """Keep each test module on one xdist worker, so its module fixtures are built once (the
+    local LLM loads in about a second, once per worker, so its tests need no worker of their
+    own); the SQL attack suite's SQLite and PostgreSQL halves may run on different workers."""
     for item in items:
-        uses_llm = "local_llm" in getattr(item, "fixturenames", ())
-        group = "local_llm" if uses_llm else item.nodeid.split("::", 1)[0]
+        group = item.nodeid.split("::", 1)[0]
         backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
-        if not uses_llm and isinstance(backend, str):  # the SQL attack suite: one group each
+        if isinstance(backend, str) and group.endswith("test_sql_attacks.py"):  # per backend
             group += f"::{backend.split('-')[0]}"
         item.add_marker(pytest.mark.xdist_group(group))
 

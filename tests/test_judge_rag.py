@@ -13,6 +13,8 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack import JudgeQueryEngine, SearchTree
+from llama_index_rag_pack.components.json_output import requested_json_schema
+from llama_index_rag_pack.components.judge_prompts import JUDGE_REPLY_SCHEMA
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.judge_verdicts import CallBudget, parse_judge_reply
 from llama_index_rag_pack.testing import ScriptedLLM
@@ -240,6 +242,40 @@ def test_judging_is_concurrent_in_both_paths() -> None:
     llm = ScriptedLLM(replies=judge_script, delay=0.05)
     asyncio.run(_engine(llm, max_concurrency=2).aquery("Where was George Orwell born?"))
     assert llm.max_concurrency == 2
+
+
+class SchemaRecordingLLM(ScriptedLLM):
+    """Records the JSON schema requested (``json_output``) around each call."""
+
+    schemas: list[Any] = []
+
+    def _next_reply(self, prompt: str) -> Any:
+        self.schemas.append(("Passage:" in prompt, requested_json_schema()))
+        return super()._next_reply(prompt)
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_judge_calls_ask_for_the_verdict_schema_and_answers_do_not(path: str) -> None:
+    llm = SchemaRecordingLLM(replies=judge_script)
+    llm.schemas = []
+    engine = _engine(llm, max_depth=1)
+    if path == "sync":
+        engine.query(QUESTION)
+    else:
+        asyncio.run(engine.aquery(QUESTION))
+    judged = [schema for is_judge, schema in llm.schemas if is_judge]
+    answers = [schema for is_judge, schema in llm.schemas if not is_judge]
+    assert judged and all(s == JUDGE_REPLY_SCHEMA for s in judged)
+    assert answers and all(s is None for s in answers)
+
+
+@pytest.mark.slow
+def test_the_local_model_gives_parseable_verdicts_sync_and_async(local_llm: Any) -> None:
+    engine = _engine(local_llm, max_depth=0)
+    for response in (engine.query(QUESTION), asyncio.run(engine.aquery(QUESTION))):
+        chunks = [c for n in response.search_tree.root.walk() for c in n.chunks]
+        assert chunks and all(c.score in (0, 1, 2) for c in chunks)
+        assert not [c.problem for c in chunks if "no score" in c.problem or "outside" in c.problem]
 
 
 def test_sync_query_inside_a_running_loop() -> None:

@@ -130,8 +130,13 @@ def test_empty_corpus_is_a_clear_error(docs, milvus_uri, embed_model) -> None:
 def test_huge_document_is_chunked_and_fully_stored(milvus_uri, embed_model) -> None:
     sentences = [f"Fact number {i} says that item {i} weighs {i * 3} grams." for i in range(3000)]
     huge = Document(id_="huge", text=" ".join(sentences))  # ~170k characters
-    pack = RagPack(
-        [huge], uri=milvus_uri, collection_name="huge", embed_model=embed_model, llm="none"
+    pack = RagPack(  # chunking and storage are under test: no sentence index of 3,000 sentences
+        [huge],
+        uri=milvus_uri,
+        collection_name="huge",
+        embed_model=embed_model,
+        llm="none",
+        sentence_index=False,
     )
     assert pack.count() > 100
     hit = pack.retriever(similarity_top_k=5).retrieve("Fact number 2718 says that item 2718 weighs")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -10,6 +11,7 @@ from llama_index.core.base.base_selector import BaseSelector, SelectorResult
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.tools.types import ToolMetadata
 
+from llama_index_rag_pack.components.json_output import requested_json_schema
 from llama_index_rag_pack.components.logical_selector import LogicalSelector
 from llama_index_rag_pack.components.routes import Route, RouteSelection, RoutingError
 from llama_index_rag_pack.components.semantic_selector import SemanticSelector
@@ -458,10 +460,38 @@ def test_logical_bad_configuration() -> None:
     assert llm.call_count == 0  # validation happens before any LLM call
 
 
+class SchemaRecordingLLM(ScriptedLLM):
+    """Records the JSON schema requested (``json_output``) around each call."""
+
+    schemas: list[Any] = []
+
+    def _next_reply(self, prompt: str) -> Any:
+        self.schemas.append(requested_json_schema())
+        return super()._next_reply(prompt)
+
+
+async def test_logical_asks_for_json_naming_only_valid_routes_sync_and_async() -> None:
+    reply = '{"routes": ["math"], "reason": "equations"}'
+    llm = SchemaRecordingLLM(replies=[reply, reply])
+    llm.schemas = []
+    selector = LogicalSelector(llm, max_outputs=2)
+    selector.select(CHOICES, "Solve x + 1 = 2")
+    await selector.aselect(CHOICES, "Solve x + 1 = 2")
+    names = [c.name for c in CHOICES]
+    assert len(llm.schemas) == 2 and llm.schemas[0] == llm.schemas[1]
+    routes = llm.schemas[0]["properties"]["routes"]
+    assert routes["items"] == {"enum": names} and routes["maxItems"] == 2
+    assert requested_json_schema() is None  # only around the selector's own call
+
+
 @pytest.mark.slow
-def test_logical_with_real_local_llm_never_returns_an_invalid_route(local_llm: Any) -> None:
+async def test_logical_with_real_local_llm_never_returns_an_invalid_route(local_llm: Any) -> None:
+    """The local model is held to the routing JSON schema: every reply parses and names only
+    declared routes (an empty list, "no route fits", goes to the fallback), sync and async."""
     selector = LogicalSelector(local_llm, fallback="cooking")
     for q in ["What is a black hole?", "How do I solve x^2 = 9?"]:
-        result = selector.select(CHOICES, q)
-        assert len(result.names) == 1 and result.names[0] in {"physics", "math", "cooking"}
-        assert result.ind == [c.name for c in CHOICES].index(result.names[0])
+        for result in (selector.select(CHOICES, q), await selector.aselect(CHOICES, q)):
+            assert len(result.names) == 1 and result.names[0] in {"physics", "math", "cooking"}
+            assert result.ind == [c.name for c in CHOICES].index(result.names[0])
+            chosen = json.loads(result.reply)["routes"]
+            assert chosen == result.names if chosen else result.fallback

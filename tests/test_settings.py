@@ -74,18 +74,31 @@ def test_without_environment_the_bundled_gguf_is_used() -> None:
     assert "local GGUF" in settings.describe_llm(llm)
 
 
+def _user_gguf(tmp_path: Path, name: str) -> Path:
+    """A user's own GGUF file (the bundled one, linked under another name)."""
+    model = tmp_path / name
+    model.symlink_to(settings.bundled_gguf_path())
+    return model
+
+
 def test_user_gguf_path_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    model = tmp_path / "my-model.gguf"
-    model.write_bytes(b"GGUF")
+    model = _user_gguf(tmp_path, "my-model.gguf")
     monkeypatch.setenv("RAG_PACK_LLM_PATH", str(model))
     llm = settings.resolve_llm()
     assert isinstance(llm, LocalGGUFLLM) and llm.model_path == str(model)
 
 
 def test_gguf_path_as_choice(tmp_path: Path) -> None:
-    model = tmp_path / "x.gguf"
-    model.write_bytes(b"GGUF")
+    model = _user_gguf(tmp_path, "x.gguf")
     assert settings.resolve_llm(str(model)).model_path == str(model)
+
+
+def test_a_file_that_is_not_gguf_is_a_one_line_error(tmp_path: Path) -> None:
+    model = tmp_path / "x.gguf"
+    model.write_bytes(b"GGUF")  # the magic number, then nothing
+    with pytest.raises(ConfigurationError, match="Not a valid GGUF model file") as info:
+        settings.resolve_llm(str(model))
+    assert "\n" not in str(info.value)
 
 
 def test_missing_gguf_path_is_a_clear_error(tmp_path: Path) -> None:

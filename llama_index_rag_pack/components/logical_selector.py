@@ -20,6 +20,7 @@ from llama_index.core.schema import QueryBundle
 from llama_index.core.tools import FunctionTool
 from llama_index.core.tools.types import ToolMetadata
 
+from llama_index_rag_pack.components.json_output import json_output
 from llama_index_rag_pack.components.routes import (
     RouteSelection,
     RoutingError,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_ROUTE_SELECT_PROMPT", "LogicalSelector"]
+__all__ = ["DEFAULT_ROUTE_SELECT_PROMPT", "LogicalSelector", "route_reply_schema"]
 
 DEFAULT_ROUTE_SELECT_PROMPT_TMPL = (
     "You route questions to the data source that can answer them. The sources, numbered:\n"
@@ -50,6 +51,27 @@ DEFAULT_ROUTE_SELECT_PROMPT_TMPL = (
 )
 DEFAULT_ROUTE_SELECT_PROMPT = PromptTemplate(DEFAULT_ROUTE_SELECT_PROMPT_TMPL)
 """Text prompt of :class:`LogicalSelector` for models without function calling."""
+
+
+def route_reply_schema(names: Sequence[str], max_outputs: int) -> dict[str, Any]:
+    """The JSON schema of a routing reply: ``routes`` (at most ``max_outputs`` of ``names``) and a
+    short ``reason``. LLMs that constrain decoding (the local llama.cpp model) are held to it, so
+    their reply always names valid routes; other LLMs' replies are parsed tolerantly.
+
+    Example:
+        >>> route_reply_schema(["math", "physics"], 1)["properties"]["routes"]["items"]
+        {'enum': ['math', 'physics']}
+    """
+    return {
+        "type": "object",
+        "properties": {
+            "routes": {"type": "array", "items": {"enum": list(names)}, "maxItems": max_outputs},
+            "reason": {"type": "string", "maxLength": 120},
+        },
+        "required": ["routes", "reason"],
+        "additionalProperties": False,
+    }
+
 
 SELECT_TOOL_NAME = "select_routes"
 SELECT_TOOL_DESCRIPTION = (
@@ -243,7 +265,8 @@ class LogicalSelector(BaseSelector):
             )
             parsed, reply = self._parse_tool_response(response, names)
             return self._finish(parsed, names, reply)
-        reply = self.llm.complete(prompt).text
+        with json_output(route_reply_schema(names, self.max_outputs)):
+            reply = self.llm.complete(prompt).text
         return self._finish(
             parse_route_reply(reply, names, max_outputs=self.max_outputs), names, reply
         )
@@ -258,7 +281,8 @@ class LogicalSelector(BaseSelector):
             )
             parsed, reply = self._parse_tool_response(response, names)
             return self._finish(parsed, names, reply)
-        reply = (await self.llm.acomplete(prompt)).text
+        with json_output(route_reply_schema(names, self.max_outputs)):
+            reply = (await self.llm.acomplete(prompt)).text
         return self._finish(
             parse_route_reply(reply, names, max_outputs=self.max_outputs), names, reply
         )

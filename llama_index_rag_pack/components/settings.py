@@ -18,6 +18,7 @@ Environment variables (all optional):
                                  ``OPENAI_API_BASE``, ``OPENAI_BASE_URL``)
 ``OPENAI_API_KEY``               OpenAI key (or the key of the compatible server)
 ``RAG_PACK_LLM_PATH``            path to a local GGUF model (default: bundled SmolLM2-135M)
+``RAG_PACK_LLM_THREADS``         CPU threads of the local model (default: half the cores)
 ===============================  ==========================================================
 """
 
@@ -252,18 +253,15 @@ def _local_from_env(path: str | None, required: bool) -> LLM | None:
             f"Local LLM file not found: {path!r}. Set RAG_PACK_LLM_PATH (or --llm) to an existing "
             ".gguf file."
         )
-    missing = [
-        m for m in ("transformers", "gguf", "accelerate") if importlib.util.find_spec(m) is None
-    ]
-    if missing:
+    if importlib.util.find_spec("xllamacpp") is None:
         raise LLMNotConfiguredError(
-            f"The local LLM needs {', '.join(missing)}: "
+            "The local LLM needs xllamacpp (llama.cpp): "
             "`pip install 'llama-index-rag-pack[local]'`."
         )
     from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
 
     llm = LocalGGUFLLM(model_path=path)
-    logger.info("LLM: local GGUF %s (CPU, transformers)", path)
+    logger.info("LLM: local GGUF %s (CPU, llama.cpp)", path)
     return llm
 
 
@@ -276,7 +274,7 @@ def resolve_llm(llm: LLM | str | None = None) -> LLM:
        path → that.
     3. ``auto``: an OpenAI-compatible server (``RAG_PACK_LLM_API_BASE``/``OPENAI_API_BASE``), else
        OpenAI (``OPENAI_API_KEY``), else a local GGUF model (``RAG_PACK_LLM_PATH`` or the bundled
-       SmolLM2-135M-Instruct), run on CPU by transformers.
+       SmolLM2-135M-Instruct), run on CPU by llama.cpp.
     4. Otherwise :class:`LLMNotConfiguredError` naming these options.
     """
     if llm is not None and not isinstance(llm, str):
@@ -357,7 +355,7 @@ def describe_llm(llm: Any) -> str:
     from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
 
     if isinstance(llm, LocalGGUFLLM):
-        return f"local GGUF {Path(llm.model_path).name} (CPU)"
+        return f"local GGUF {Path(llm.model_path).name} (llama.cpp, CPU, {llm.parallel} slots)"
     model = getattr(llm, "model", None) or getattr(
         getattr(llm, "metadata", None), "model_name", None
     )
