@@ -8,6 +8,7 @@ import hashlib
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +21,8 @@ from llama_index_rag_pack import (
     UnsafeSQLError,
     check_sql,
 )
+from llama_index_rag_pack.components.json_output import requested_json_schema
+from llama_index_rag_pack.components.sql_query_engine import SQL_REPLY_FORMATS, SQL_REPLY_SCHEMA
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.sql_safety import CheckedSQL, extract_sql
 from llama_index_rag_pack.testing import ScriptedLLM
@@ -331,3 +334,32 @@ def test_the_result_is_bounded_in_bytes_as_well_as_rows(db_path: Path) -> None:
 def test_too_many_output_columns_are_refused(db: SafeSQLDatabase) -> None:
     with pytest.raises(UnsafeSQLError, match="returns 65 columns"):
         db.run("SELECT " + ", ".join(["title"] * 65) + " FROM books")
+
+
+class JsonHeldLLM(ScriptedLLM):
+    """Stands in for an LLM that constrains its decoding to a JSON schema (the local llama.cpp
+    model); records the schema requested around each call."""
+
+    supports_json_schema: bool = True
+    schemas: list = []
+
+    def _next_reply(self, prompt: str) -> Any:
+        self.schemas.append(requested_json_schema())
+        return super()._next_reply(prompt)
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_an_llm_held_to_json_is_asked_for_the_sql_reply_schema(
+    db: SafeSQLDatabase, path: str
+) -> None:
+    replies = ['{"sql": "SELECT nope FROM books"}', '{"sql": "SELECT count(*) FROM books"}',
+               "3 books [1](id=2)."]  # fmt: skip
+    llm = JsonHeldLLM(replies=replies)
+    llm.schemas = []
+    engine = SQLQueryEngine(db, llm=llm)
+    response = (
+        engine.query("How many?") if path == "sync" else asyncio.run(engine.aquery("How many?"))
+    )
+    assert response.metadata["rows"] == [[3]]
+    assert llm.schemas == [SQL_REPLY_SCHEMA, SQL_REPLY_SCHEMA, None]  # the answer is free text
+    assert SQL_REPLY_FORMATS["json"] in llm.prompts[0] and "```sql" not in llm.prompts[0]

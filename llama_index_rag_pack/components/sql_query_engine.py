@@ -22,6 +22,7 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack.components.cited_responses import CitedResponse, CitedResponseBuilder
+from llama_index_rag_pack.components.json_output import json_output, supports_json_schema
 from llama_index_rag_pack.components.settings import LazyLLMMixin
 from llama_index_rag_pack.components.sql_database import (
     SafeSQLDatabase,
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from llama_index.core.llms import LLM
 
 __all__ = [
+    "SQL_REPLY_FORMATS",
+    "SQL_REPLY_SCHEMA",
     "DEFAULT_SQL_ANSWER_PROMPT",
     "DEFAULT_SQL_PROMPT",
     "DEFAULT_SQL_REPAIR_PROMPT",
@@ -51,13 +54,24 @@ _MAX_SHOWN_SQL = 2_000
 
 DEFAULT_SQL_PROMPT = PromptTemplate(
     "You write one {dialect} SELECT statement that answers the question. Use only these tables "
-    "and columns:\n\n{schema}\n\nQuestion: {query_str}\nAnswer with the SQL only, in a ```sql "
-    "block.\n"
+    "and columns:\n\n{schema}\n\nQuestion: {query_str}\n{reply_format}\n"
 )
 DEFAULT_SQL_REPAIR_PROMPT = PromptTemplate(
     "This {dialect} query was rejected or failed.\n\nTables:\n{schema}\n\nQuestion: {query_str}"
-    "\nQuery:\n{sql}\nError: {error}\n\nWrite one corrected SELECT statement, in a ```sql block.\n"
+    "\nQuery:\n{sql}\nError: {error}\n\nWrite one corrected SELECT statement. {reply_format}\n"
 )
+#: How the SQL reply is asked for: in a fenced block, or as JSON from an LLM held to
+#: :data:`SQL_REPLY_SCHEMA` (the local llama.cpp model), whose reply then always parses.
+SQL_REPLY_FORMATS = {
+    "text": "Answer with the SQL only, in a ```sql block.",
+    "json": 'Answer with JSON only: {"sql": "<the SELECT statement>"}.',
+}
+SQL_REPLY_SCHEMA = {
+    "type": "object",
+    "properties": {"sql": {"type": "string", "maxLength": 4000}},
+    "required": ["sql"],
+    "additionalProperties": False,
+}
 DEFAULT_SQL_ANSWER_PROMPT = PromptTemplate(
     "Answer the question from the query result. Cite the sources you use as [n](id=k): id=1 is "
     "the SQL query, id=2.. are the rows.\n\n{context_str}\n\nQuestion: {query_str}\nAnswer: "
@@ -172,8 +186,21 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
             self._schema = self.database.describe()
         return self._schema
 
+    @property
+    def _json_replies(self) -> bool:
+        return supports_json_schema(self.llm)
+
     def _prompt_args(self, query: str) -> dict[str, Any]:
-        return {"dialect": self.database.dialect, "schema": self.schema, "query_str": query}
+        reply_format = SQL_REPLY_FORMATS["json" if self._json_replies else "text"]
+        return {
+            "dialect": self.database.dialect,
+            "schema": self.schema,
+            "query_str": query,
+            "reply_format": reply_format,
+        }
+
+    def _sql_schema(self) -> dict[str, Any] | None:
+        return SQL_REPLY_SCHEMA if self._json_replies else None
 
     # ------------------------------------------------------------------ steps
     def _try(self, reply: str, attempts: list[dict[str, Any]]) -> SQLResult | None:
@@ -221,9 +248,12 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
         query = check_query(query_bundle)
         attempts: list[dict[str, Any]] = []
         args = self._prompt_args(query)
-        result = self._try(self.llm.predict(self._sql_prompt, **args), attempts)
+        with json_output(self._sql_schema()):
+            reply = self.llm.predict(self._sql_prompt, **args)
+        result = self._try(reply, attempts)
         if result is None and self.repair:
-            reply = self.llm.predict(self._repair_prompt, **self._repair_args(query, attempts))
+            with json_output(self._sql_schema()):
+                reply = self.llm.predict(self._repair_prompt, **self._repair_args(query, attempts))
             result = self._try(reply, attempts)
         if result is None:
             return self._failed(query, attempts)
@@ -240,10 +270,13 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
         if self._schema is None:
             self._schema = await asyncio.to_thread(self.database.describe)
         args = self._prompt_args(query)
-        result = await self._atry(await self.llm.apredict(self._sql_prompt, **args), attempts)
+        with json_output(self._sql_schema()):
+            reply = await self.llm.apredict(self._sql_prompt, **args)
+        result = await self._atry(reply, attempts)
         if result is None and self.repair:
             repair_args = self._repair_args(query, attempts)
-            reply = await self.llm.apredict(self._repair_prompt, **repair_args)
+            with json_output(self._sql_schema()):
+                reply = await self.llm.apredict(self._repair_prompt, **repair_args)
             result = await self._atry(reply, attempts)
         if result is None:
             return self._failed(query, attempts)

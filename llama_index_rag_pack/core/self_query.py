@@ -22,10 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index_rag_pack.core.llm_output import json_values
-from llama_index_rag_pack.core.metadata_fields import Condition, FieldSpec, validate_condition
+from llama_index_rag_pack.core.metadata_fields import (
+    OPERATORS,
+    Condition,
+    FieldSpec,
+    validate_condition,
+)
 from llama_index_rag_pack.core.milvus_filter import compile_conditions
 
-__all__ = ["MAX_CONDITIONS", "SelfQuery", "parse_self_query"]
+__all__ = ["MAX_CONDITIONS", "SelfQuery", "parse_self_query", "self_query_schema"]
 
 MAX_CONDITIONS = 16
 _QUERY_KEYS = ("query", "search_query", "search", "question", "text")
@@ -151,3 +156,38 @@ def parse_self_query(reply: str, fields: Sequence[FieldSpec], question: str = ""
         result.dropped.append(f"{len(raw) - MAX_CONDITIONS} conditions over {MAX_CONDITIONS}")
     result.expression = compile_conditions(result.conditions)
     return result
+
+
+def self_query_schema(fields: Sequence[FieldSpec]) -> dict[str, Any]:
+    """The JSON schema of a self-query reply over ``fields`` (for LLMs that constrain their
+    decoding to one): a search query and a list of conditions on the declared fields only.
+
+    Example:
+        >>> schema = self_query_schema([FieldSpec("year", "int")])
+        >>> schema["properties"]["filter"]["items"]["properties"]["field"]
+        {'enum': ['year']}
+    """
+    value = {"anyOf": [
+        {"type": "string"}, {"type": "number"}, {"type": "boolean"},
+        {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "number"}]},
+         "maxItems": 16},
+    ]}  # fmt: skip
+    condition = {
+        "type": "object",
+        "properties": {
+            "field": {"enum": [f.name for f in fields]},
+            "op": {"enum": list(OPERATORS)},
+            "value": value,
+        },
+        "required": ["field", "op", "value"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string"},
+            "filter": {"type": "array", "items": condition, "maxItems": MAX_CONDITIONS},
+        },
+        "required": ["query", "filter"],
+        "additionalProperties": False,
+    }

@@ -35,7 +35,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
 
-from llama_index_rag_pack.core.llm_output import strip_code_fences
+from llama_index_rag_pack.core.llm_output import json_values, strip_code_fences
 from llama_index_rag_pack.core.sql_allowlist import (
     ALLOWED_FUNCTIONS,
     ALLOWED_NAMED_FUNCTIONS,
@@ -82,15 +82,22 @@ class CheckedSQL:
 
 # ---------------------------------------------------------------- helpers
 def extract_sql(text: str) -> str:
-    """The SQL in an LLM reply: a fenced ```sql block, else the text from the first SELECT/WITH.
+    """The SQL in an LLM reply: a JSON ``{"sql": ...}`` reply, a fenced ```sql block, else the
+    text from the first SELECT/WITH.
 
     Example:
         >>> extract_sql("Here you go:\\n```sql\\nSELECT 1;\\n```\\nHope it helps.")
         'SELECT 1;'
         >>> extract_sql("SQLQuery: SELECT title FROM books")
         'SELECT title FROM books'
+        >>> extract_sql('{"sql": "SELECT title FROM books"}')
+        'SELECT title FROM books'
     """
     text = text if isinstance(text, str) else ""
+    if text.lstrip().startswith(("{", "```json")):
+        for value in json_values(text):
+            if isinstance(value, dict) and isinstance(value.get("sql"), str):
+                return value["sql"].strip()
     fenced = _FENCED.search(text)
     body = fenced.group(1) if fenced else strip_code_fences(text)
     match = _SQL_START.search(body)

@@ -22,9 +22,10 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from llama_index_rag_pack.components.json_output import json_output
 from llama_index_rag_pack.core.errors import ConfigurationError, check_query
 from llama_index_rag_pack.core.metadata_fields import FieldSpec, field_specs
-from llama_index_rag_pack.core.self_query import SelfQuery, parse_self_query
+from llama_index_rag_pack.core.self_query import SelfQuery, parse_self_query, self_query_schema
 from llama_index_rag_pack.storage.metadata_filter import (
     check_filterable,
     infer_field_specs,
@@ -144,13 +145,16 @@ class SelfQueryRetriever(BaseRetriever):
         return sq
 
     def parse(self, question: str) -> SelfQuery:
-        """The query and filter the LLM reads from ``question`` (no search)."""
-        reply = self.llm.complete(self._format(question)).text
+        """The query and filter the LLM reads from ``question`` (no search). An LLM that can
+        constrain its decoding (the local llama.cpp model) is held to the reply's JSON schema."""
+        with json_output(self_query_schema(self.fields)):
+            reply = self.llm.complete(self._format(question)).text
         return self._read(reply, question)
 
     async def aparse(self, question: str) -> SelfQuery:
         """Async :meth:`parse`."""
-        reply = (await self.llm.acomplete(self._format(question))).text
+        with json_output(self_query_schema(self.fields)):
+            reply = (await self.llm.acomplete(self._format(question))).text
         return self._read(reply, question)
 
     # ------------------------------------------------------------------ retrieval
