@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -78,6 +78,12 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         chunk_overlap: Overlap between chunks, in tokens.
         similarity_top_k: Chunks retrieved per query.
         enable_bm25: Keep a BM25 sparse field beside the dense vectors (hybrid search).
+        bm25_analyzer: How the BM25 side analyses a new collection's chunks and every query:
+            ``english`` (default: lower case, stop words out, Snowball stems, the title and
+            headings in; the same on Milvus Lite and a server), ``standard`` (Milvus' own
+            analyzer over the original text) or a callable ``text -> terms`` for another
+            language. An existing collection keeps its own analysis (``rag-pack index
+            --reindex`` upgrades it); see docs/fusion.md.
         sentence_index: Also embed every sentence (headed by its document's title) into
             ``<collection>__sentences``, so hybrid search scores a chunk by its best sentence.
         fusion_config: Defaults of the hybrid modes: a ``FusionConfig`` or the path of one saved
@@ -113,6 +119,7 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
         similarity_top_k: int = 4,
         enable_bm25: bool = True,
+        bm25_analyzer: str | Callable[[str], Sequence[str]] | None = "english",
         sentence_index: bool = True,
         fusion_config: FusionConfig | str | Path | None = None,
         show_progress: bool = False,
@@ -150,6 +157,7 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
                     token=token,
                     overwrite=overwrite,
                     enable_bm25=enable_bm25,
+                    bm25_analyzer=bm25_analyzer,
                     must_exist=to_index is None,
                 )
             self.vector_store = vector_store

@@ -27,10 +27,21 @@ from llama_index_rag_pack.components.settings import (
     default_collection,
     default_milvus_uri,
 )
+from llama_index_rag_pack.core.bm25_analysis import (
+    Bm25Analysis,
+    BM25Analyzer,
+    document_headings,
+    resolve_analyzer,
+)
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
     MilvusUnavailableError,
+)
+from llama_index_rag_pack.storage.bm25_fields import (
+    BM25_TEXT_FIELD,
+    bm25_store_kwargs,
+    collection_bm25_analysis,
 )
 from llama_index_rag_pack.storage.lite import LITE_OPEN_LOCK, is_lite_path, lite_lock_problem
 from llama_index_rag_pack.storage.recovery import recovering_client_class
@@ -182,6 +193,7 @@ def open_vector_store(
     enable_bm25: bool = True,
     must_exist: bool = False,
     similarity_metric: str = "COSINE",
+    bm25_analyzer: str | BM25Analyzer | Bm25Analysis | None = "english",
     **store_kwargs: Any,
 ) -> Any:
     """Open (or create) a ``MilvusVectorStore`` ready to search.
@@ -196,6 +208,13 @@ def open_vector_store(
             ``sparse_embedding`` field), so dense, BM25 and hybrid search share one collection.
         must_exist: Raise :class:`CollectionNotFoundError` instead of creating a new collection.
         similarity_metric: ``COSINE`` (default, right for MiniLM), ``IP`` or ``L2``.
+        bm25_analyzer: How a new collection's BM25 side analyses text
+            (:mod:`~llama_index_rag_pack.core.bm25_analysis`): ``english`` (default: stop
+            words, Snowball stems, title and headings, analysed here so Lite and a server
+            agree), ``standard`` (Milvus' own analyzer over the original text) or a callable
+            ``text -> terms`` (another language). An existing collection keeps the analysis it
+            was indexed with (a callable one needs its callable again); ``rag-pack index
+            --reindex`` upgrades it. The store's ``bm25_analysis`` says which is in use.
         **store_kwargs: Passed on to ``MilvusVectorStore`` (index_config, search_config, ...).
             Async methods run the sync client in a worker thread (usable from any event loop);
             ``use_async_client=True`` restores pymilvus' own async client instead.
@@ -230,6 +249,12 @@ def open_vector_store(
                 "or overwrite=True to rebuild it."
             )
         enable_bm25 = enable_bm25 and has_bm25(client, collection_name)
+    analysis = None
+    if enable_bm25:
+        if exists and not overwrite:
+            analysis = collection_bm25_analysis(client, collection_name, bm25_analyzer)
+        else:
+            analysis = resolve_analyzer(bm25_analyzer)
     kwargs: dict[str, Any] = dict(
         uri=uri,
         token=token or "",
@@ -238,18 +263,17 @@ def open_vector_store(
         overwrite=overwrite,
         similarity_metric=similarity_metric.upper(),
     )
-    if enable_bm25:
-        from llama_index.vector_stores.milvus.utils import BM25BuiltInFunction
-
-        kwargs.update(
-            enable_sparse=True,
-            sparse_embedding_function=BM25BuiltInFunction(),
-            hybrid_ranker="RRFRanker",
-            hybrid_ranker_params={"k": 60},
-        )
+    if analysis is not None:
+        kwargs.update(bm25_store_kwargs(analysis, new=not exists or overwrite))
     kwargs.update(client_kwargs(uri))
     kwargs.update(store_kwargs)
     kwargs.setdefault("use_async_client", False)
+    if kwargs["use_async_client"] and analysis is not None and analysis.client_side:
+        raise ConfigurationError(
+            f"use_async_client=True cannot fill the {analysis.name!r} BM25 field; leave "
+            "use_async_client off (async methods then run in a worker thread) or pass "
+            "bm25_analyzer='standard'."
+        )
     store_class = loop_safe_store_class() if not kwargs["use_async_client"] else MilvusVectorStore
     try:
         with LITE_OPEN_LOCK:
@@ -257,13 +281,16 @@ def open_vector_store(
     except Exception as e:
         raise _open_error(uri, e) from e
     store._milvusclient = client  # the same connection, with recovery from server restarts
+    if isinstance(store, loop_safe_store_class()):
+        store.bm25_analysis = analysis
     ensure_loaded(store.client, collection_name)
     logger.info(
-        "Vector store: Milvus %s at %s, collection %r (%s)",
+        "Vector store: Milvus %s at %s, collection %r (%s, BM25 analysis: %s)",
         "server" if is_remote_uri(uri) else "Lite",
         uri,
         collection_name,
         "existing" if exists and not overwrite else "new",
+        analysis.name if analysis is not None else "none",
     )
     return store
 
@@ -283,12 +310,30 @@ def loop_safe_store_class() -> type:
     ``asyncio.run`` call on the same store fails with "Event loop is closed". Running the
     (thread-safe) sync client in a worker thread keeps async callers non-blocking on any loop.
     """
+    from llama_index.core.bridge.pydantic import PrivateAttr
     from llama_index.vector_stores.milvus import MilvusVectorStore
 
     class LoopSafeMilvusVectorStore(MilvusVectorStore):
+        _bm25_analysis: Any = PrivateAttr(default=None)
+
         @classmethod
         def class_name(cls) -> str:
             return "LoopSafeMilvusVectorStore"
+
+        @property
+        def bm25_analysis(self) -> Bm25Analysis | None:
+            """How the BM25 side analyses text (``None`` without BM25)."""
+            return self._bm25_analysis
+
+        @bm25_analysis.setter
+        def bm25_analysis(self, value: Bm25Analysis | None) -> None:
+            self._bm25_analysis = value
+
+        def add(self, nodes: Any, **add_kwargs: Any) -> Any:
+            analysis = self._bm25_analysis
+            if analysis is None or not analysis.client_side:
+                return super().add(nodes, **add_kwargs)
+            return add_analysed_nodes(self, nodes, analysis, **add_kwargs)
 
         async def async_add(self, nodes: Any, **kwargs: Any) -> Any:
             return await asyncio.to_thread(self.add, nodes, **kwargs)
@@ -311,6 +356,34 @@ def loop_safe_store_class() -> type:
             return await asyncio.to_thread(self.query, query, **kwargs)
 
     return LoopSafeMilvusVectorStore
+
+
+def add_analysed_nodes(store: Any, nodes: Any, analysis: Bm25Analysis, **add_kwargs: Any) -> Any:
+    """``MilvusVectorStore.add`` with each row's analysed copy in :data:`BM25_TEXT_FIELD`
+    (the rows are otherwise what ``MilvusVectorStore.add`` writes)."""
+    from llama_index.core.vector_stores.utils import node_to_metadata_dict
+
+    rows = []
+    for node in nodes:
+        row = node_to_metadata_dict(node, remove_text=True, text_field=store.text_key)
+        text = getattr(node, store.text_key, None)
+        if not isinstance(text, str):  # as MilvusVectorStore.add reads it
+            text = node.dict()[store.text_key]
+        row[store.text_key] = text
+        row["id"] = node.node_id
+        row[store.embedding_field] = node.embedding
+        row[BM25_TEXT_FIELD] = analysis.document_text(text, document_headings(node.metadata))
+        rows.append(row)
+    write = store.client.upsert if store.upsert_mode else store.client.insert
+    for start in range(0, len(rows), store.batch_size):
+        write(
+            store.collection_name,
+            rows[start : start + store.batch_size],
+            partition_name=add_kwargs.get("milvus_partition_name"),
+        )
+    if add_kwargs.get("force_flush", False):
+        store.client.flush(store.collection_name)
+    return [node.node_id for node in nodes]
 
 
 def ensure_loaded(client: Any, collection_name: str) -> None:
