@@ -163,10 +163,9 @@ def _stored_nodes(client: Any, collection_name: str) -> list[Any]:
             for row in rows:
                 text = row.get("text") or ""
                 if row.get("_node_content"):
-                    node = metadata_dict_to_node(
-                        {"_node_content": row["_node_content"], "_node_type": row.get("_node_type")},
-                        text=text,
-                    )
+                    stored = {"_node_content": row["_node_content"]}
+                    stored["_node_type"] = row.get("_node_type")
+                    node = metadata_dict_to_node(stored, text=text)
                 else:
                     node = TextNode(id_=str(row["id"]), text=text)
                 node.embedding = [float(x) for x in row["embedding"]]
