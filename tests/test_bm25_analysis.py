@@ -283,3 +283,18 @@ def test_lite_and_a_milvus_lite_server_rank_dev_questions_alike(
         rankings[where] = [[n.node.node_id for n in retriever.retrieve(q)] for q in questions]
     assert all(len(r) == 10 for r in rankings["lite"])
     assert rankings["lite"] == rankings["server"]
+
+
+def test_rag_pack_index_reindex_upgrades_an_old_collection(tmp_path, embed_model, capsys):
+    from llama_index_rag_pack.cli import main
+
+    uri = str(tmp_path / "cli_old.db")
+    old_format_collection(uri, "docs", embed_model)
+    assert main(["--uri", uri, "--collection", "docs", "index", "--reindex"]) == 0
+    assert f"{len(DOCS)} chunks re-indexed with the English BM25 analysis" in (
+        capsys.readouterr().out
+    )
+    assert main(["--uri", uri, "--collection", "docs", "index", "--reindex"]) == 0
+    assert "already uses the English BM25 analysis" in capsys.readouterr().out
+    assert main(["--uri", uri, "--collection", "docs", "index"]) == 2
+    assert "--reindex" in capsys.readouterr().err

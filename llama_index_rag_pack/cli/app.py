@@ -24,7 +24,7 @@ from llama_index_rag_pack.cli.output import (
     print_models,
     step,
 )
-from llama_index_rag_pack.core.errors import RagPackError
+from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
 
 DEMO_TITLES = (
     "Apollo 11",
@@ -48,6 +48,13 @@ def cmd_index(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.components.ingest import read_documents
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
+    if args.reindex:
+        return _reindex(args)
+    if not args.paths:
+        raise ConfigurationError(
+            "rag-pack index needs files or directories to index (or --reindex to upgrade the "
+            "stored collection's BM25 analysis)."
+        )
     timings: dict[str, float] = {}
     with step("reading documents", timings):
         loaded = read_documents(args.paths, recursive=not args.no_recursive, show_progress=True)
@@ -69,6 +76,26 @@ def cmd_index(args: argparse.Namespace) -> int:
         + (f" and {sentences} sentences." if sentences else ".")
         + (f" Skipped {len(loaded.skipped)} unreadable files." if loaded.skipped else "")
     )
+    return 0
+
+
+def _reindex(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.components.settings import default_collection, default_milvus_uri
+    from llama_index_rag_pack.storage.bm25_fields import upgrade_bm25_analysis
+
+    if args.paths:
+        raise ConfigurationError(
+            "--reindex rebuilds the stored chunks of the collection: give no paths with it."
+        )
+    uri = args.uri or default_milvus_uri()
+    collection = args.collection or default_collection()
+    timings: dict[str, float] = {}
+    with step("re-analysing the stored chunks for BM25 (English)", timings):
+        copied = upgrade_bm25_analysis(uri, collection, token=args.token)
+    if copied:
+        out(f"Collection {collection!r}: {copied} chunks re-indexed with the English BM25 analysis")
+    else:
+        out(f"Collection {collection!r} already uses the English BM25 analysis: nothing to do.")
     return 0
 
 
@@ -211,8 +238,15 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_index_command(sub: Any) -> None:
     p = sub.add_parser("index", help="index files or directories (txt, md, pdf, html)")
-    p.add_argument("paths", nargs="+", help="files or directories")
+    p.add_argument("paths", nargs="*", help="files or directories")
     p.add_argument("--overwrite", action="store_true", help="drop the collection first")
+    p.add_argument(
+        "--reindex",
+        action="store_true",
+        help="rebuild the stored collection's BM25 side with the English analysis (stop words, "
+        "stems, titles), keeping its chunks and vectors: upgrades a collection indexed before "
+        "it (no paths)",
+    )
     p.add_argument(
         "--no-sentence-index",
         action="store_true",
