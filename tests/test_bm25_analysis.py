@@ -22,11 +22,8 @@ from llama_index_rag_pack.core.bm25_analysis import (
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.pack.rag_pack import RagPack
-from llama_index_rag_pack.storage.bm25_fields import (
-    BM25_TEXT_FIELD,
-    stored_bm25_analysis,
-    upgrade_bm25_analysis,
-)
+from llama_index_rag_pack.storage.bm25_fields import BM25_TEXT_FIELD, stored_bm25_analysis
+from llama_index_rag_pack.storage.bm25_upgrade import upgrade_bm25_analysis
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.milvus import count_entities, flush, open_vector_store
 

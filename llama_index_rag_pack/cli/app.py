@@ -49,7 +49,9 @@ def cmd_index(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
     if args.reindex:
-        return _reindex(args)
+        from llama_index_rag_pack.cli.reindex import cmd_reindex
+
+        return cmd_reindex(args)
     if not args.paths:
         raise ConfigurationError(
             "rag-pack index needs files or directories to index (or --reindex to upgrade the "
@@ -76,26 +78,6 @@ def cmd_index(args: argparse.Namespace) -> int:
         + (f" and {sentences} sentences." if sentences else ".")
         + (f" Skipped {len(loaded.skipped)} unreadable files." if loaded.skipped else "")
     )
-    return 0
-
-
-def _reindex(args: argparse.Namespace) -> int:
-    from llama_index_rag_pack.components.settings import default_collection, default_milvus_uri
-    from llama_index_rag_pack.storage.bm25_fields import upgrade_bm25_analysis
-
-    if args.paths:
-        raise ConfigurationError(
-            "--reindex rebuilds the stored chunks of the collection: give no paths with it."
-        )
-    uri = args.uri or default_milvus_uri()
-    collection = args.collection or default_collection()
-    timings: dict[str, float] = {}
-    with step("re-analysing the stored chunks for BM25 (English)", timings):
-        copied = upgrade_bm25_analysis(uri, collection, token=args.token)
-    if copied:
-        out(f"Collection {collection!r}: {copied} chunks re-indexed with the English BM25 analysis")
-    else:
-        out(f"Collection {collection!r} already uses the English BM25 analysis: nothing to do.")
     return 0
 
 

@@ -7,8 +7,9 @@ original (shown, cited, sent to the LLM), and ``bm25_text``, its analysed copy w
 chunk's title and headings, which the BM25 function reads. The collection property
 ``rag_pack.bm25_analyzer`` records the analyzer's name. A collection whose BM25 function reads
 ``text`` (every collection indexed before this layout) is searched with Milvus' ``standard``
-analysis, as it was indexed; :func:`upgrade_bm25_analysis` (``rag-pack index --reindex``)
-rebuilds it with the new one, keeping its vectors and ids.
+analysis, as it was indexed;
+:func:`~llama_index_rag_pack.storage.bm25_upgrade.upgrade_bm25_analysis` (``rag-pack index
+--reindex``) rebuilds it with the new one, keeping its vectors and ids.
 """
 
 from __future__ import annotations
@@ -20,34 +21,42 @@ from llama_index_rag_pack.core.bm25_analysis import (
     ANALYSIS_PROPERTY,
     Bm25Analysis,
     BM25Analyzer,
+    document_headings,
     resolve_analyzer,
 )
-from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "BM25_TEXT_FIELD",
+    "add_analysed_nodes",
+    "check_async_client",
+    "store_analysis",
     "bm25_input_field",
     "bm25_store_kwargs",
     "collection_bm25_analysis",
+    "function_type_name",
     "stored_bm25_analysis",
-    "upgrade_bm25_analysis",
 ]
 
 #: The field holding a chunk's analysed copy (read by the BM25 function, never shown).
 BM25_TEXT_FIELD = "bm25_text"
-_UPGRADE_SUFFIX = "__bm25_upgrade"
-_READ_BATCH = 1000
+
+
+def function_type_name(value: Any) -> str:
+    """The name of a Milvus function type as ``describe_collection`` reports it (``BM25``)."""
+    name = getattr(value, "name", None)  # pymilvus FunctionType enum
+    if name:
+        return str(name).upper()
+    return "BM25" if value in (1, "1") else str(value).upper()
 
 
 def bm25_input_field(client: Any, collection_name: str) -> str | None:
     """The field the collection's BM25 function reads (``None`` without a BM25 function)."""
-    from llama_index_rag_pack.storage.milvus import _function_type_name
-
     info = client.describe_collection(collection_name)
     for fn in info.get("functions", []):
-        if _function_type_name(fn.get("type")) == "BM25":
+        if function_type_name(fn.get("type")) == "BM25":
             inputs = list(fn.get("input_field_names") or [])
             return str(inputs[0]) if inputs else None
     return None
@@ -142,100 +151,60 @@ def bm25_store_kwargs(analysis: Bm25Analysis, *, new: bool) -> dict[str, Any]:
     return kwargs
 
 
-def _stored_nodes(client: Any, collection_name: str) -> list[Any]:
-    """Every chunk of the collection as a node with its stored text, metadata and vector."""
-    from llama_index.core.schema import TextNode
-    from llama_index.core.vector_stores.utils import metadata_dict_to_node
-
-    client.load_collection(collection_name)
-    iterator = client.query_iterator(
-        collection_name,
-        batch_size=_READ_BATCH,
-        filter="",
-        output_fields=["id", "text", "embedding", "_node_content", "_node_type"],
-    )
-    nodes = []
-    try:
-        while True:
-            rows = iterator.next()
-            if not rows:
-                break
-            for row in rows:
-                text = row.get("text") or ""
-                if row.get("_node_content"):
-                    stored = {"_node_content": row["_node_content"]}
-                    stored["_node_type"] = row.get("_node_type")
-                    node = metadata_dict_to_node(stored, text=text)
-                else:
-                    node = TextNode(id_=str(row["id"]), text=text)
-                node.embedding = [float(x) for x in row["embedding"]]
-                nodes.append(node)
-    finally:
-        iterator.close()
-    return nodes
-
-
-def upgrade_bm25_analysis(
-    uri: str,
+def store_analysis(
+    client: Any,
     collection_name: str,
+    requested: str | BM25Analyzer | Bm25Analysis | None,
     *,
-    token: str | None = None,
-    bm25_analyzer: str | BM25Analyzer | None = "english",
-    similarity_metric: str = "COSINE",
-) -> int:
-    """Rebuild a collection's BM25 side with ``bm25_analyzer``, keeping its chunks, vectors,
-    metadata and ids (no re-embedding; its sentence index stays valid).
+    new: bool,
+    bm25: bool = True,
+) -> Bm25Analysis | None:
+    """The analysis of a store opened on the collection: ``requested`` for a ``new`` one, the
+    collection's own otherwise (:func:`collection_bm25_analysis`); ``None`` without BM25."""
+    if not bm25:
+        return None
+    if new:
+        return resolve_analyzer(requested)
+    return collection_bm25_analysis(client, collection_name, requested)
 
-    The chunks are copied into a new collection, which then replaces the old one, so an
-    interruption leaves the old collection whole.
 
-    Returns:
-        The number of chunks copied (0 when the collection already had that analysis).
+def check_async_client(analysis: Bm25Analysis | None, use_async_client: bool) -> None:
+    """pymilvus' async client path of ``MilvusVectorStore`` cannot fill the analysed field.
 
     Raises:
-        CollectionNotFoundError: no such collection.
-        ConfigurationError: the collection has no BM25 field.
+        ConfigurationError: ``use_async_client`` with a client-side analysis.
     """
-    from llama_index_rag_pack.storage.milvus import collection_dim, flush, open_client
-    from llama_index_rag_pack.storage.milvus import open_vector_store as open_store
-    from llama_index_rag_pack.storage.vector_memory import forget_vectors
-
-    analysis = resolve_analyzer(bm25_analyzer)
-    client = open_client(uri, token=token)
-    if not client.has_collection(collection_name):
-        raise CollectionNotFoundError(f"No collection {collection_name!r} in Milvus at {uri}.")
-    stored = stored_bm25_analysis(client, collection_name)
-    if stored is None:
+    if use_async_client and analysis is not None and analysis.client_side:
         raise ConfigurationError(
-            f"Collection {collection_name!r} has no BM25 field: re-index its documents with "
-            "`rag-pack index PATH --overwrite` to add one."
+            f"use_async_client=True cannot fill the {analysis.name!r} BM25 field; leave "
+            "use_async_client off (async methods then run in a worker thread) or pass "
+            "bm25_analyzer='standard'."
         )
-    if stored == analysis.name:
-        logger.info("Collection %r already uses the %r BM25 analysis", collection_name, stored)
-        return 0
-    dim = collection_dim(client, collection_name) or 0
-    nodes = _stored_nodes(client, collection_name)
-    staging = f"{collection_name}{_UPGRADE_SUFFIX}"
-    store = open_store(
-        uri,
-        staging,
-        dim=dim,
-        token=token,
-        overwrite=True,
-        bm25_analyzer=analysis,
-        similarity_metric=similarity_metric,
-    )
-    store.add(nodes)
-    flush(store)
-    client.drop_collection(collection_name)
-    client.rename_collection(staging, collection_name)
-    forget_vectors(client, collection_name)
-    client.load_collection(collection_name)
-    logger.info(
-        "Collection %r: BM25 analysis %s -> %s (%d chunks)",
-        collection_name,
-        stored,
-        analysis.name,
-        len(nodes),
-    )
-    return len(nodes)
+
+
+def add_analysed_nodes(store: Any, nodes: Any, analysis: Bm25Analysis, **add_kwargs: Any) -> Any:
+    """``MilvusVectorStore.add`` with each row's analysed copy in :data:`BM25_TEXT_FIELD`
+    (the rows are otherwise what ``MilvusVectorStore.add`` writes)."""
+    from llama_index.core.vector_stores.utils import node_to_metadata_dict
+
+    rows = []
+    for node in nodes:
+        row = node_to_metadata_dict(node, remove_text=True, text_field=store.text_key)
+        text = getattr(node, store.text_key, None)
+        if not isinstance(text, str):  # as MilvusVectorStore.add reads it
+            text = node.dict()[store.text_key]
+        row[store.text_key] = text
+        row["id"] = node.node_id
+        row[store.embedding_field] = node.embedding
+        row[BM25_TEXT_FIELD] = analysis.document_text(text, document_headings(node.metadata))
+        rows.append(row)
+    write = store.client.upsert if store.upsert_mode else store.client.insert
+    for start in range(0, len(rows), store.batch_size):
+        write(
+            store.collection_name,
+            rows[start : start + store.batch_size],
+            partition_name=add_kwargs.get("milvus_partition_name"),
+        )
+    if add_kwargs.get("force_flush", False):
+        store.client.flush(store.collection_name)
+    return [node.node_id for node in nodes]

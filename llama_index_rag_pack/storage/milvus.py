@@ -27,21 +27,18 @@ from llama_index_rag_pack.components.settings import (
     default_collection,
     default_milvus_uri,
 )
-from llama_index_rag_pack.core.bm25_analysis import (
-    Bm25Analysis,
-    BM25Analyzer,
-    document_headings,
-    resolve_analyzer,
-)
+from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis, BM25Analyzer
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
     MilvusUnavailableError,
 )
 from llama_index_rag_pack.storage.bm25_fields import (
-    BM25_TEXT_FIELD,
+    add_analysed_nodes,
     bm25_store_kwargs,
-    collection_bm25_analysis,
+    check_async_client,
+    function_type_name,
+    store_analysis,
 )
 from llama_index_rag_pack.storage.lite import LITE_OPEN_LOCK, is_lite_path, lite_lock_problem
 from llama_index_rag_pack.storage.recovery import recovering_client_class
@@ -208,13 +205,9 @@ def open_vector_store(
             ``sparse_embedding`` field), so dense, BM25 and hybrid search share one collection.
         must_exist: Raise :class:`CollectionNotFoundError` instead of creating a new collection.
         similarity_metric: ``COSINE`` (default, right for MiniLM), ``IP`` or ``L2``.
-        bm25_analyzer: How a new collection's BM25 side analyses text
-            (:mod:`~llama_index_rag_pack.core.bm25_analysis`): ``english`` (default: stop
-            words, Snowball stems, title and headings, analysed here so Lite and a server
-            agree), ``standard`` (Milvus' own analyzer over the original text) or a callable
-            ``text -> terms`` (another language). An existing collection keeps the analysis it
-            was indexed with (a callable one needs its callable again); ``rag-pack index
-            --reindex`` upgrades it. The store's ``bm25_analysis`` says which is in use.
+        bm25_analyzer: A new collection's BM25 analysis: ``english`` (default), ``standard``
+            or a callable (:mod:`~llama_index_rag_pack.storage.bm25_fields`); an existing one
+            keeps its own. The store's ``bm25_analysis`` says which is in use.
         **store_kwargs: Passed on to ``MilvusVectorStore`` (index_config, search_config, ...).
             Async methods run the sync client in a worker thread (usable from any event loop);
             ``use_async_client=True`` restores pymilvus' own async client instead.
@@ -249,12 +242,8 @@ def open_vector_store(
                 "or overwrite=True to rebuild it."
             )
         enable_bm25 = enable_bm25 and has_bm25(client, collection_name)
-    analysis = None
-    if enable_bm25:
-        if exists and not overwrite:
-            analysis = collection_bm25_analysis(client, collection_name, bm25_analyzer)
-        else:
-            analysis = resolve_analyzer(bm25_analyzer)
+    new = not exists or overwrite
+    analysis = store_analysis(client, collection_name, bm25_analyzer, new=new, bm25=enable_bm25)
     kwargs: dict[str, Any] = dict(
         uri=uri,
         token=token or "",
@@ -264,16 +253,11 @@ def open_vector_store(
         similarity_metric=similarity_metric.upper(),
     )
     if analysis is not None:
-        kwargs.update(bm25_store_kwargs(analysis, new=not exists or overwrite))
+        kwargs.update(bm25_store_kwargs(analysis, new=new))
     kwargs.update(client_kwargs(uri))
     kwargs.update(store_kwargs)
     kwargs.setdefault("use_async_client", False)
-    if kwargs["use_async_client"] and analysis is not None and analysis.client_side:
-        raise ConfigurationError(
-            f"use_async_client=True cannot fill the {analysis.name!r} BM25 field; leave "
-            "use_async_client off (async methods then run in a worker thread) or pass "
-            "bm25_analyzer='standard'."
-        )
+    check_async_client(analysis, kwargs["use_async_client"])
     store_class = loop_safe_store_class() if not kwargs["use_async_client"] else MilvusVectorStore
     try:
         with LITE_OPEN_LOCK:
@@ -282,7 +266,7 @@ def open_vector_store(
         raise _open_error(uri, e) from e
     store._milvusclient = client  # the same connection, with recovery from server restarts
     if isinstance(store, loop_safe_store_class()):
-        store.bm25_analysis = analysis
+        store._bm25_analysis = analysis
     ensure_loaded(store.client, collection_name)
     logger.info(
         "Vector store: Milvus %s at %s, collection %r (%s, BM25 analysis: %s)",
@@ -325,10 +309,6 @@ def loop_safe_store_class() -> type:
             """How the BM25 side analyses text (``None`` without BM25)."""
             return self._bm25_analysis
 
-        @bm25_analysis.setter
-        def bm25_analysis(self, value: Bm25Analysis | None) -> None:
-            self._bm25_analysis = value
-
         def add(self, nodes: Any, **add_kwargs: Any) -> Any:
             analysis = self._bm25_analysis
             if analysis is None or not analysis.client_side:
@@ -356,34 +336,6 @@ def loop_safe_store_class() -> type:
             return await asyncio.to_thread(self.query, query, **kwargs)
 
     return LoopSafeMilvusVectorStore
-
-
-def add_analysed_nodes(store: Any, nodes: Any, analysis: Bm25Analysis, **add_kwargs: Any) -> Any:
-    """``MilvusVectorStore.add`` with each row's analysed copy in :data:`BM25_TEXT_FIELD`
-    (the rows are otherwise what ``MilvusVectorStore.add`` writes)."""
-    from llama_index.core.vector_stores.utils import node_to_metadata_dict
-
-    rows = []
-    for node in nodes:
-        row = node_to_metadata_dict(node, remove_text=True, text_field=store.text_key)
-        text = getattr(node, store.text_key, None)
-        if not isinstance(text, str):  # as MilvusVectorStore.add reads it
-            text = node.dict()[store.text_key]
-        row[store.text_key] = text
-        row["id"] = node.node_id
-        row[store.embedding_field] = node.embedding
-        row[BM25_TEXT_FIELD] = analysis.document_text(text, document_headings(node.metadata))
-        rows.append(row)
-    write = store.client.upsert if store.upsert_mode else store.client.insert
-    for start in range(0, len(rows), store.batch_size):
-        write(
-            store.collection_name,
-            rows[start : start + store.batch_size],
-            partition_name=add_kwargs.get("milvus_partition_name"),
-        )
-    if add_kwargs.get("force_flush", False):
-        store.client.flush(store.collection_name)
-    return [node.node_id for node in nodes]
 
 
 def ensure_loaded(client: Any, collection_name: str) -> None:
@@ -415,14 +367,7 @@ def collection_dim(client: Any, collection_name: str, field: str = "embedding") 
 def has_bm25(client: Any, collection_name: str) -> bool:
     """True when the collection has a BM25 function (built by ``enable_bm25=True``)."""
     info = client.describe_collection(collection_name)
-    return any(_function_type_name(fn.get("type")) == "BM25" for fn in info.get("functions", []))
-
-
-def _function_type_name(value: Any) -> str:
-    name = getattr(value, "name", None)  # pymilvus FunctionType enum
-    if name:
-        return str(name).upper()
-    return "BM25" if value in (1, "1") else str(value).upper()
+    return any(function_type_name(fn.get("type")) == "BM25" for fn in info.get("functions", []))
 
 
 def count_entities(store_or_client: Any, collection_name: str | None = None) -> int:
