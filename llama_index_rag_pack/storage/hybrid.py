@@ -237,6 +237,24 @@ class MilvusHybridRetriever(BaseRetriever):
             return query
         return self.bm25_analysis.query_text(query)
 
+    def bm25_ids(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """The ``limit`` best chunk ids by BM25 with their scores (>= 0), best first (ties by
+        id), without reading the chunks: for callers that read only the chunks they return."""
+        terms = self.bm25_query(query)
+        if not terms:
+            return []
+        res = self.client.search(
+            self.collection_name,
+            data=[terms],
+            anns_field=self.sparse_field,
+            limit=limit,
+            filter=self.filter,
+            output_fields=["id"],
+            search_params=self._sparse_params(),
+        )
+        hits = [(str(h.get("id")), abs(float(h.get("distance", 0.0)))) for h in (res or [[]])[0]]
+        return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
+
     def _field_search(
         self, field: str, data: Any, params: dict[str, Any], limit: int
     ) -> list[dict[str, Any]]:
