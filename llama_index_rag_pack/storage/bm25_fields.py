@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "BM25_TEXT_FIELD",
     "add_analysed_nodes",
+    "bm25_row_fields",
     "check_async_client",
     "store_analysis",
     "bm25_input_field",
@@ -182,6 +183,15 @@ def check_async_client(analysis: Bm25Analysis | None, use_async_client: bool) ->
         )
 
 
+def bm25_row_fields(
+    analysis: Bm25Analysis | None, text: str, metadata: Any = None
+) -> dict[str, str]:
+    """The analysed field of one row (``{}`` unless the analysis runs on the client)."""
+    if analysis is None or not analysis.client_side:
+        return {}
+    return {BM25_TEXT_FIELD: analysis.document_text(text, document_headings(metadata))}
+
+
 def add_analysed_nodes(store: Any, nodes: Any, analysis: Bm25Analysis, **add_kwargs: Any) -> Any:
     """``MilvusVectorStore.add`` with each row's analysed copy in :data:`BM25_TEXT_FIELD`
     (the rows are otherwise what ``MilvusVectorStore.add`` writes)."""
@@ -196,7 +206,7 @@ def add_analysed_nodes(store: Any, nodes: Any, analysis: Bm25Analysis, **add_kwa
         row[store.text_key] = text
         row["id"] = node.node_id
         row[store.embedding_field] = node.embedding
-        row[BM25_TEXT_FIELD] = analysis.document_text(text, document_headings(node.metadata))
+        row.update(bm25_row_fields(analysis, text, node.metadata))
         rows.append(row)
     write = store.client.upsert if store.upsert_mode else store.client.insert
     for start in range(0, len(rows), store.batch_size):
