@@ -46,6 +46,7 @@ HEADLINE_PACKAGES = ("llama-index-core", "llama-index-rag-pack")
 PEER_ENV = {
     "raptor": "RAG_PACK_PEER_RAPTOR_PYTHON",
     "lcref": "RAG_PACK_PEER_LCREF_PYTHON",
+    "ensemble": "RAG_PACK_PEER_ENSEMBLE_PYTHON",
 }
 
 

@@ -14,9 +14,14 @@ English stop words and a Snowball stemmer (``analyzer_params``). This script che
    English stemmer (nltk's, the algorithm Milvus's ``stemmer`` filter names). The default
    analyzer's row is checked against Lite's own ranking.
 
-Only the dev split is used (a tuning question). No embeddings: BM25 alone.
+3. **The pack's analysis.** The same chunks in BM25-only Lite collections filled the way the pack
+   fills them (``core.bm25_analysis``: an English-analysed copy in the field BM25 reads, queries
+   analysed alike), without and with each chunk's title and headings: what stems and titles buy
+   on Lite itself.
 
-    python benchmarks/bench_bm25_analyzer.py [--split dev] [--out benchmarks/results]
+Dev is the tuning split; test is reported. No embeddings: BM25 alone.
+
+    python benchmarks/bench_bm25_analyzer.py [--splits dev,test] [--out benchmarks/results]
 """
 
 from __future__ import annotations
@@ -150,6 +155,60 @@ def lite_rankings(texts: list[str], questions: list[str]) -> dict[str, Any]:
     return out
 
 
+def pack_lite_rankings(nodes: list[Any], questions: list[str]) -> dict[str, list[list[int]]]:
+    """Top-k chunk positions from BM25-only Lite collections filled the pack's way: the analysed
+    copy (``core.bm25_analysis``, English) in the field BM25 reads, queries analysed alike;
+    without and with the chunk's title and headings in front."""
+    from llama_index_rag_pack.core.bm25_analysis import document_headings, resolve_analyzer
+
+    analysis = resolve_analyzer("english")
+    queries = [analysis.query_text(q) for q in questions]
+    variants = {
+        "pack English analysis, chunk text only": [
+            analysis.document_text(n.get_content()) for n in nodes
+        ],
+        "pack English analysis + title and headings (default)": [
+            analysis.document_text(n.get_content(), document_headings(n.metadata)) for n in nodes
+        ],
+    }
+    from pymilvus import DataType, Function, FunctionType, MilvusClient
+
+    out: dict[str, list[list[int]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        client = MilvusClient(str(Path(tmp) / "pack_bm25.db"))
+        for i, (name, texts) in enumerate(variants.items()):
+            schema = client.create_schema()
+            schema.add_field("pos", DataType.INT64, is_primary=True)
+            schema.add_field("text", DataType.VARCHAR, max_length=65535, enable_analyzer=True)
+            schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+            schema.add_function(
+                Function(
+                    name="bm25",
+                    function_type=FunctionType.BM25,
+                    input_field_names=["text"],
+                    output_field_names=["sparse"],
+                )
+            )
+            index = client.prepare_index_params()
+            index.add_index(
+                field_name="sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25"
+            )
+            collection = f"pack_{i}"
+            client.create_collection(collection, schema=schema, index_params=index)
+            client.insert(collection, [{"pos": j, "text": t} for j, t in enumerate(texts)])
+            hits = client.search(
+                collection,
+                queries,
+                anns_field="sparse",
+                limit=TOP_K,
+                search_params={"params": {"drop_ratio_search": 0}},
+                output_fields=["pos"],
+            )
+            out[name] = [[h["entity"]["pos"] for h in row] for row in hits]
+        client.close()
+    return out
+
+
 def metrics(examples: list[Any], nodes: list[Any], rankings: list[list[int]]) -> dict[str, float]:
     from llama_index_rag_pack.core.metrics import answer_in_text
     from llama_index_rag_pack.evaluation.scoring import evidence_in_text
@@ -191,6 +250,8 @@ def run(split: str) -> dict[str, Any]:
     for name in ("default", "filtered"):
         if "rankings" in lite.get(name, {}):
             rows[f"Milvus Lite, {name} analyzer"] = metrics(examples, nodes, lite[name]["rankings"])
+    for name, rankings in pack_lite_rankings(nodes, questions).items():
+        rows[f"Milvus Lite, {name}"] = metrics(examples, nodes, rankings)
     checks: dict[str, Any] = {"english analyzer type": lite["english"].get("error", "accepted")}
     if "rankings" in lite["default"] and "rankings" in lite["filtered"]:
         same = sum(
@@ -217,27 +278,32 @@ def run(split: str) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", default="dev")
+    ap.add_argument("--splits", default="dev,test")
     add_out_argument(ap)
     args = ap.parse_args()
-    result = run(args.split)
+    results = {split: run(split) for split in args.splits.split(",") if split}
     cols = ["evidence@1", "evidence@5", "answer@1", "MRR@10"]
-    table = md_table(
-        ["BM25 analyzer", *cols],
-        [[name, *(f"{m[c]:.3f}" for c in cols)] for name, m in result["rows"].items()],
-        "l" + "r" * len(cols),
-    )
+    tables = [
+        (
+            f"BM25 alone, {split} split (top {TOP_K})",
+            md_table(
+                ["BM25 analyzer", *cols],
+                [[name, *(f"{m[c]:.3f}" for c in cols)] for name, m in result["rows"].items()],
+                "l" + "r" * len(cols),
+            ),
+        )
+        for split, result in results.items()
+    ]
+    result = next(iter(results.values()))
     checks = md_table(["check", "result"], list(result["checks"].items()))
     write_results(
         "bm25_analyzer",
-        result,
-        [
-            (f"BM25 alone, {result['split']} split (top {TOP_K})", table),
-            ("Milvus Lite and the filters", checks),
-        ],
+        results,
+        [*tables, (f"Milvus Lite and the filters ({result['split']} split)", checks)],
         out=args.out,
         description=(
-            f"`wiki_qa_para` {result['split']} split ({result['n_questions']} questions) over the "
+            f"`wiki_qa_para` {', '.join(results)} splits ({result['n_questions']} questions "
+            "each) over the "
             f"Wikipedia and Lee corpora ({result['chunks']} chunks of 256 tokens, overlap 32). "
             "Python rows: BM25 with Milvus's formula under each analyzer; Lite rows: BM25-only "
             "collections searched by Milvus Lite."

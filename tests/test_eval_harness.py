@@ -318,14 +318,22 @@ async def test_two_fresh_builds_give_identical_results(tmp_path: Path, embed_mod
 
     Hybrid (RRF) search gives equal scores to a chunk ranked r-th by one retriever only and one
     ranked r-th by the other only; Milvus orders such ties by primary key. The tiny corpus has
-    such ties, so the ranking is only reproducible when a rebuild gives chunks the same ids.
+    such ties under the exact-word (``standard``) BM25 analysis, so the ranking is only
+    reproducible when a rebuild gives chunks the same ids.
     """
+
+    def standard_bm25_pack(docs: Any, **kwargs: Any) -> Any:
+        if docs is None:
+            return RagPack.open(**kwargs)
+        return RagPack(docs, bm25_analyzer="standard", **kwargs)
+
     outcomes = []
     for build in ("first", "second"):
         harness = EvalHarness(
             make_set(),
             documents=documents(),
             embed_model=embed_model,
+            pack_factory=standard_bm25_pack,
             cache_dir=tmp_path / build,
             top_k=5,
             ks=(1, 3, 5),

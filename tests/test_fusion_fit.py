@@ -16,6 +16,7 @@ from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_rag_pack import RagPack
 from llama_index_rag_pack.core.convex_fusion import (
+    TUNED_ALPHA,
     ScoredId,
     ScoreNormalization,
     convex_fusion,
@@ -343,7 +344,7 @@ def test_resolve_reads_the_data_dir_file_only_when_unset(
     assert resolve_fusion_config() == FusionConfig()
     save_fusion_config(FusionConfig(alpha=0.2))
     assert resolve_fusion_config().alpha == 0.2
-    assert resolve_fusion_config(FusionConfig()).alpha == 0.75
+    assert resolve_fusion_config(FusionConfig()).alpha == TUNED_ALPHA
 
 
 def test_comparison_rows_carry_every_value_explicitly() -> None:
@@ -406,7 +407,8 @@ def test_rag_pack_loads_the_saved_fit_and_arguments_override_it(
     builtin = RagPack.open(
         uri=uri, collection_name="fit", embed_model=embed_model, fusion_config=FusionConfig()
     )
-    assert builtin.retriever("hybrid_convex").alpha == 0.75, "an explicit config beats the file"
+    explicit = builtin.retriever("hybrid_convex").alpha
+    assert explicit == TUNED_ALPHA, "an explicit config beats the file"
 
 
 def write_tiny_set(tmp_path: Path) -> tuple[Path, Path]:

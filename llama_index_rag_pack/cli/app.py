@@ -24,7 +24,7 @@ from llama_index_rag_pack.cli.output import (
     print_models,
     step,
 )
-from llama_index_rag_pack.core.errors import RagPackError
+from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
 
 DEMO_TITLES = (
     "Apollo 11",
@@ -48,6 +48,15 @@ def cmd_index(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.components.ingest import read_documents
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
+    if args.reindex:
+        from llama_index_rag_pack.cli.reindex import cmd_reindex
+
+        return cmd_reindex(args)
+    if not args.paths:
+        raise ConfigurationError(
+            "rag-pack index needs files or directories to index (or --reindex to upgrade the "
+            "stored collection's BM25 analysis)."
+        )
     timings: dict[str, float] = {}
     with step("reading documents", timings):
         loaded = read_documents(args.paths, recursive=not args.no_recursive, show_progress=True)
@@ -211,8 +220,15 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
 
 def _add_index_command(sub: Any) -> None:
     p = sub.add_parser("index", help="index files or directories (txt, md, pdf, html)")
-    p.add_argument("paths", nargs="+", help="files or directories")
+    p.add_argument("paths", nargs="*", help="files or directories")
     p.add_argument("--overwrite", action="store_true", help="drop the collection first")
+    p.add_argument(
+        "--reindex",
+        action="store_true",
+        help="rebuild the stored collection's BM25 side with the English analysis (stop words, "
+        "stems, titles), keeping its chunks and vectors: upgrades a collection indexed before "
+        "it (no paths)",
+    )
     p.add_argument(
         "--no-sentence-index",
         action="store_true",

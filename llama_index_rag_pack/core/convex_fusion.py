@@ -58,7 +58,7 @@ DEFAULT_SENTENCE_WEIGHT = 0.0
 #: The dense weight and sentence weight ``hybrid_convex`` ships with: fitted by
 #: ``rag-pack eval --fit`` on the dev split of ``wiki_qa_para`` (evidence MRR@10, min-max), and
 #: checked on its test split (benchmarks/results/retrieval_quality.md).
-TUNED_ALPHA = 0.75
+TUNED_ALPHA = 0.65
 TUNED_SENTENCE_WEIGHT = 0.4
 
 T = TypeVar("T")  # a NodeWithScore-like item

@@ -49,6 +49,8 @@ def questions_about(dataset: LabelledSet, documents: Sequence[Any]) -> list[Labe
 
 #: Version of the sentence index's layout (splitting, headers); part of the index key.
 SENTENCE_INDEX_VERSION = "sentences-v1"
+#: Version of the BM25 field's analysis (core.bm25_analysis, English); part of the index key.
+BM25_INDEX_VERSION = "bm25-english-v1"
 
 
 def index_key(
@@ -60,11 +62,12 @@ def index_key(
     sentence_index: bool = True,
 ) -> str:
     """Hash of what the index holds: the documents' ids and texts, the chunking, the embeddings,
-    and whether (and how) sentences are indexed."""
+    the BM25 analysis, and whether (and how) sentences are indexed."""
     corpus_hash = stable_hash(
         [(d.doc_id, hashlib.sha256(d.text.encode()).hexdigest()) for d in documents]
     )
     parts: list[Any] = [corpus_hash, chunk_size, chunk_overlap, embed_model_name]
+    parts.append(BM25_INDEX_VERSION)
     if sentence_index:
         parts.append(SENTENCE_INDEX_VERSION)
     return stable_hash(*parts)

@@ -16,7 +16,29 @@ from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["default_mode_for", "index_sentences"]
+__all__ = ["default_mode_for", "index_sentences", "open_pack_store", "open_sentence_index"]
+
+
+def open_pack_store(
+    uri: str | None, collection_name: str | None, embed_model: Any, **kwargs: Any
+) -> Any:
+    """The pack's ``MilvusVectorStore``, for vectors of ``embed_model``'s dimension
+    (``kwargs``: :func:`~llama_index_rag_pack.storage.milvus.open_vector_store`'s options)."""
+    dim = len(embed_model.get_text_embedding("dimension probe"))
+    return milvus_utils.open_vector_store(uri, collection_name, dim=dim, **kwargs)
+
+
+def open_sentence_index(
+    vector_store: Any, *, enabled: bool, overwrite: bool = False
+) -> MilvusSentenceIndex | None:
+    """The sentence index beside the store's collection (dropped first with ``overwrite``), or
+    ``None`` when ``enabled`` is off or the store has no Milvus client."""
+    if not enabled or getattr(vector_store, "client", None) is None:
+        return None
+    index = MilvusSentenceIndex(vector_store.client, vector_store.collection_name)
+    if overwrite:
+        index.drop()
+    return index
 
 
 def index_sentences(

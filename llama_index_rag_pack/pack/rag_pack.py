@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,10 +34,10 @@ from llama_index_rag_pack.core.errors import (
     ConfigurationError,
     check_query,
 )
+from llama_index_rag_pack.pack import indexing
 from llama_index_rag_pack.pack._compat import BaseLlamaPack
 from llama_index_rag_pack.pack.engines import build_query_engine, query_engine_key, retriever_key
 from llama_index_rag_pack.pack.fusion_config import FusionConfig, resolve_fusion_config
-from llama_index_rag_pack.pack.indexing import default_mode_for, index_sentences
 from llama_index_rag_pack.pack.judge import JudgeEngineMixin
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, pack_tree_inputs
@@ -78,6 +78,8 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         chunk_overlap: Overlap between chunks, in tokens.
         similarity_top_k: Chunks retrieved per query.
         enable_bm25: Keep a BM25 sparse field beside the dense vectors (hybrid search).
+        bm25_analyzer: A new collection's BM25 analysis: ``english`` (stop words, stems, titles),
+            ``standard`` or a callable ``text -> terms``; others keep theirs (docs/fusion.md).
         sentence_index: Also embed every sentence (headed by its document's title) into
             ``<collection>__sentences``, so hybrid search scores a chunk by its best sentence.
         fusion_config: Defaults of the hybrid modes: a ``FusionConfig`` or the path of one saved
@@ -113,6 +115,7 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
         similarity_top_k: int = 4,
         enable_bm25: bool = True,
+        bm25_analyzer: str | Callable[[str], Sequence[str]] | None = "english",
         sentence_index: bool = True,
         fusion_config: FusionConfig | str | Path | None = None,
         show_progress: bool = False,
@@ -142,24 +145,20 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         # a failed first ingest removes the database it created
         with discard_new_lite_db_on_failure(self.uri if to_index else None):
             if vector_store is None:
-                dim = len(self.embed_model.get_text_embedding("dimension probe"))
-                vector_store = milvus_utils.open_vector_store(
+                vector_store = indexing.open_pack_store(
                     self.uri,
                     collection_name,
-                    dim=dim,
+                    self.embed_model,
                     token=token,
                     overwrite=overwrite,
                     enable_bm25=enable_bm25,
+                    bm25_analyzer=bm25_analyzer,
                     must_exist=to_index is None,
                 )
             self.vector_store = vector_store
-            self.sentence_index: MilvusSentenceIndex | None = None
-            if sentence_index and getattr(vector_store, "client", None) is not None:
-                self.sentence_index = MilvusSentenceIndex(
-                    vector_store.client, vector_store.collection_name
-                )
-                if overwrite:
-                    self.sentence_index.drop()
+            self.sentence_index: MilvusSentenceIndex | None = indexing.open_sentence_index(
+                vector_store, enabled=sentence_index, overwrite=overwrite
+            )
             self.index = VectorStoreIndex.from_vector_store(
                 vector_store, embed_model=self.embed_model, callback_manager=self.callback_manager
             )
@@ -229,7 +228,8 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         )
         self.index.insert_nodes(nodes, show_progress=self.show_progress)
         milvus_utils.flush(self.vector_store)
-        index_sentences(self.sentence_index, documents, nodes, self.embed_model, self.show_progress)
+        sentences, embed = self.sentence_index, self.embed_model
+        indexing.index_sentences(sentences, documents, nodes, embed, self.show_progress)
         self._retrievers.clear()
         self._query_engines.clear()
         logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
@@ -297,7 +297,7 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         """The mode used when none is named: ``hybrid_convex`` (dense, BM25 and best sentence,
         fused by fitted weights), or ``vector`` on a collection indexed without BM25."""
         if self._default_mode is None:
-            self._default_mode = default_mode_for(self.vector_store)
+            self._default_mode = indexing.default_mode_for(self.vector_store)
         return self._default_mode
 
     def retriever(self, mode: str | RetrievalMode | None = None, **kwargs: Any) -> BaseRetriever:

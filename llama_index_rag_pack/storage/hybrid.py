@@ -23,6 +23,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
+from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis, BM25Analyzer
 from llama_index_rag_pack.core.convex_fusion import DEFAULT_CANDIDATE_POOL, check_candidate_pool
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
@@ -79,6 +80,10 @@ class MilvusHybridRetriever(BaseRetriever):
         client: A ``pymilvus.MilvusClient`` (with ``collection_name``) instead of ``vector_store``.
         collection_name: The collection, with ``client``.
         callback_manager: LlamaIndex callback manager.
+        bm25_analyzer: How BM25 queries are analysed; by default what the collection was
+            indexed with (the store's ``bm25_analysis``, else the collection's record; see
+            :mod:`~llama_index_rag_pack.storage.bm25_fields`). Needed only for a collection
+            indexed with a custom callable, when the retriever is built from ``client=``.
 
     Raises:
         ConfigurationError: unknown search type/ranker, weights of the wrong length, a sparse or
@@ -117,7 +122,10 @@ class MilvusHybridRetriever(BaseRetriever):
         collection_name: str | None = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
+        bm25_analyzer: str | BM25Analyzer | Bm25Analysis | None = None,
     ) -> None:
+        if bm25_analyzer is None and vector_store is not None:
+            bm25_analyzer = getattr(vector_store, "bm25_analysis", None)
         if vector_store is not None:
             client = client or vector_store.client
             collection_name = collection_name or vector_store.collection_name
@@ -147,7 +155,8 @@ class MilvusHybridRetriever(BaseRetriever):
         self.sparse_field = sparse_field
         self.text_field = text_field
         self.dense_search_params = dict(dense_search_params or {})
-        self._check_collection()
+        self.bm25_analysis: Bm25Analysis | None = None
+        self._check_collection(bm25_analyzer)
         if self.search_type is not MilvusSearchType.SPARSE:
             from llama_index_rag_pack.components.settings import resolve_embed_model
 
@@ -156,7 +165,8 @@ class MilvusHybridRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager or CallbackManager([]), verbose=verbose)
 
     # ------------------------------------------------------------------ setup
-    def _check_collection(self) -> None:
+    def _check_collection(self, bm25_analyzer: Any = None) -> None:
+        from llama_index_rag_pack.storage.bm25_fields import collection_bm25_analysis
         from llama_index_rag_pack.storage.milvus import ensure_loaded, has_bm25
 
         if not self.client.has_collection(self.collection_name):
@@ -179,6 +189,10 @@ class MilvusHybridRetriever(BaseRetriever):
                 f"{self.sparse_field!r}, so search_type={self.search_type.value!r} cannot work. "
                 "Re-index with open_vector_store(..., enable_bm25=True) "
                 "(RagPack(enable_bm25=True)), or use search_type='dense'."
+            )
+        if self.search_type is not MilvusSearchType.DENSE:
+            self.bm25_analysis = collection_bm25_analysis(
+                self.client, self.collection_name, bm25_analyzer
             )
         output = [self.text_field]
         if info.get("enable_dynamic_field") or "_node_content" in fields:
@@ -203,13 +217,43 @@ class MilvusHybridRetriever(BaseRetriever):
         if self.search_type is MilvusSearchType.DENSE:
             hits = self._field_search(self.dense_field, embedding, self._dense_params(), limit)
         elif self.search_type is MilvusSearchType.SPARSE:
-            hits = self._field_search(self.sparse_field, query, self._sparse_params(), limit)
+            terms = self.bm25_query(query)
+            hits = (
+                self._field_search(self.sparse_field, terms, self._sparse_params(), limit)
+                if terms
+                else []  # only stop words: no chunk holds a term of the query
+            )
         else:
             # RRF gives nodes at the same rank on opposite sides the same score, often right at
             # the cut: the whole fused pool is fetched and ranked with ties by id, then cut, so
             # which of two tied nodes is returned never depends on the order Milvus sends them.
             hits = self._hybrid_search(query, embedding, max(self.candidate_pool, limit))
         return sorted(hits, key=lambda hit: (-self._hit_score(hit), str(hit.get("id"))))[:limit]
+
+    def bm25_query(self, query: str) -> str:
+        """What the BM25 side searches for ``query``: its terms under the collection's
+        analysis (e.g. ``"runners running"`` -> ``"runner run"`` under ``english``)."""
+        if self.bm25_analysis is None:
+            return query
+        return self.bm25_analysis.query_text(query)
+
+    def bm25_ids(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """The ``limit`` best chunk ids by BM25 with their scores (>= 0), best first (ties by
+        id), without reading the chunks: for callers that read only the chunks they return."""
+        terms = self.bm25_query(query)
+        if not terms:
+            return []
+        res = self.client.search(
+            self.collection_name,
+            data=[terms],
+            anns_field=self.sparse_field,
+            limit=limit,
+            filter=self.filter,
+            output_fields=["id"],
+            search_params=self._sparse_params(),
+        )
+        hits = [(str(h.get("id")), abs(float(h.get("distance", 0.0)))) for h in (res or [[]])[0]]
+        return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
 
     def _field_search(
         self, field: str, data: Any, params: dict[str, Any], limit: int
@@ -231,6 +275,9 @@ class MilvusHybridRetriever(BaseRetriever):
         """One dense and one BM25 request of ``pool`` candidates each, fused by the ranker."""
         from pymilvus import AnnSearchRequest, RRFRanker, WeightedRanker
 
+        terms = self.bm25_query(query)
+        if not terms:  # only stop words: the BM25 side finds nothing, the dense side decides
+            return self._field_search(self.dense_field, embedding, self._dense_params(), pool)
         reqs = [
             AnnSearchRequest(
                 data=[data],
@@ -241,7 +288,7 @@ class MilvusHybridRetriever(BaseRetriever):
             )
             for field, data, params in (
                 (self.dense_field, embedding, self._dense_params()),
-                (self.sparse_field, query, self._sparse_params()),
+                (self.sparse_field, terms, self._sparse_params()),
             )
         ]
         ranker = (

@@ -27,7 +27,8 @@ logger = logging.getLogger(__name__)
 
 #: Keys MilvusVectorStore and LlamaIndex write for their own use: never offered to the LLM.
 INTERNAL_KEYS = frozenset(
-    {"id", "text", "embedding", "sparse_embedding", "_node_content", "_node_type", "doc_id",
+    {"id", "text", "bm25_text", "embedding", "sparse_embedding", "_node_content", "_node_type",
+     "doc_id",
      "document_id", "ref_doc_id", "node_id", "file_path", "creation_date", "last_modified_date",
      "last_accessed_date", "file_size", "file_type"}
 )  # fmt: skip

@@ -27,10 +27,18 @@ from llama_index_rag_pack.components.settings import (
     default_collection,
     default_milvus_uri,
 )
+from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis, BM25Analyzer
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
     MilvusUnavailableError,
+)
+from llama_index_rag_pack.storage.bm25_fields import (
+    add_analysed_nodes,
+    bm25_store_kwargs,
+    check_async_client,
+    function_type_name,
+    store_analysis,
 )
 from llama_index_rag_pack.storage.lite import LITE_OPEN_LOCK, is_lite_path, lite_lock_problem
 from llama_index_rag_pack.storage.recovery import recovering_client_class
@@ -182,6 +190,7 @@ def open_vector_store(
     enable_bm25: bool = True,
     must_exist: bool = False,
     similarity_metric: str = "COSINE",
+    bm25_analyzer: str | BM25Analyzer | Bm25Analysis | None = "english",
     **store_kwargs: Any,
 ) -> Any:
     """Open (or create) a ``MilvusVectorStore`` ready to search.
@@ -196,6 +205,9 @@ def open_vector_store(
             ``sparse_embedding`` field), so dense, BM25 and hybrid search share one collection.
         must_exist: Raise :class:`CollectionNotFoundError` instead of creating a new collection.
         similarity_metric: ``COSINE`` (default, right for MiniLM), ``IP`` or ``L2``.
+        bm25_analyzer: A new collection's BM25 analysis: ``english`` (default), ``standard``
+            or a callable (:mod:`~llama_index_rag_pack.storage.bm25_fields`); an existing one
+            keeps its own. The store's ``bm25_analysis`` says which is in use.
         **store_kwargs: Passed on to ``MilvusVectorStore`` (index_config, search_config, ...).
             Async methods run the sync client in a worker thread (usable from any event loop);
             ``use_async_client=True`` restores pymilvus' own async client instead.
@@ -230,6 +242,8 @@ def open_vector_store(
                 "or overwrite=True to rebuild it."
             )
         enable_bm25 = enable_bm25 and has_bm25(client, collection_name)
+    new = not exists or overwrite
+    analysis = store_analysis(client, collection_name, bm25_analyzer, new=new, bm25=enable_bm25)
     kwargs: dict[str, Any] = dict(
         uri=uri,
         token=token or "",
@@ -238,18 +252,12 @@ def open_vector_store(
         overwrite=overwrite,
         similarity_metric=similarity_metric.upper(),
     )
-    if enable_bm25:
-        from llama_index.vector_stores.milvus.utils import BM25BuiltInFunction
-
-        kwargs.update(
-            enable_sparse=True,
-            sparse_embedding_function=BM25BuiltInFunction(),
-            hybrid_ranker="RRFRanker",
-            hybrid_ranker_params={"k": 60},
-        )
+    if analysis is not None:
+        kwargs.update(bm25_store_kwargs(analysis, new=new))
     kwargs.update(client_kwargs(uri))
     kwargs.update(store_kwargs)
     kwargs.setdefault("use_async_client", False)
+    check_async_client(analysis, kwargs["use_async_client"])
     store_class = loop_safe_store_class() if not kwargs["use_async_client"] else MilvusVectorStore
     try:
         with LITE_OPEN_LOCK:
@@ -257,13 +265,16 @@ def open_vector_store(
     except Exception as e:
         raise _open_error(uri, e) from e
     store._milvusclient = client  # the same connection, with recovery from server restarts
+    if isinstance(store, loop_safe_store_class()):
+        store._bm25_analysis = analysis
     ensure_loaded(store.client, collection_name)
     logger.info(
-        "Vector store: Milvus %s at %s, collection %r (%s)",
+        "Vector store: Milvus %s at %s, collection %r (%s, BM25 analysis: %s)",
         "server" if is_remote_uri(uri) else "Lite",
         uri,
         collection_name,
         "existing" if exists and not overwrite else "new",
+        analysis.name if analysis is not None else "none",
     )
     return store
 
@@ -283,12 +294,26 @@ def loop_safe_store_class() -> type:
     ``asyncio.run`` call on the same store fails with "Event loop is closed". Running the
     (thread-safe) sync client in a worker thread keeps async callers non-blocking on any loop.
     """
+    from llama_index.core.bridge.pydantic import PrivateAttr
     from llama_index.vector_stores.milvus import MilvusVectorStore
 
     class LoopSafeMilvusVectorStore(MilvusVectorStore):
+        _bm25_analysis: Any = PrivateAttr(default=None)
+
         @classmethod
         def class_name(cls) -> str:
             return "LoopSafeMilvusVectorStore"
+
+        @property
+        def bm25_analysis(self) -> Bm25Analysis | None:
+            """How the BM25 side analyses text (``None`` without BM25)."""
+            return self._bm25_analysis
+
+        def add(self, nodes: Any, **add_kwargs: Any) -> Any:
+            analysis = self._bm25_analysis
+            if analysis is None or not analysis.client_side:
+                return super().add(nodes, **add_kwargs)
+            return add_analysed_nodes(self, nodes, analysis, **add_kwargs)
 
         async def async_add(self, nodes: Any, **kwargs: Any) -> Any:
             return await asyncio.to_thread(self.add, nodes, **kwargs)
@@ -342,14 +367,7 @@ def collection_dim(client: Any, collection_name: str, field: str = "embedding") 
 def has_bm25(client: Any, collection_name: str) -> bool:
     """True when the collection has a BM25 function (built by ``enable_bm25=True``)."""
     info = client.describe_collection(collection_name)
-    return any(_function_type_name(fn.get("type")) == "BM25" for fn in info.get("functions", []))
-
-
-def _function_type_name(value: Any) -> str:
-    name = getattr(value, "name", None)  # pymilvus FunctionType enum
-    if name:
-        return str(name).upper()
-    return "BM25" if value in (1, "1") else str(value).upper()
+    return any(function_type_name(fn.get("type")) == "BM25" for fn in info.get("functions", []))
 
 
 def count_entities(store_or_client: Any, collection_name: str | None = None) -> int:

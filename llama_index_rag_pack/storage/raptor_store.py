@@ -24,6 +24,7 @@ from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_
 from llama_index_rag_pack.components.raptor_nodes import LEVEL_KEY
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.storage import milvus as milvus_utils
+from llama_index_rag_pack.storage.bm25_fields import bm25_row_fields
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +107,8 @@ class RaptorStore:
         entry[self.text_key] = node.get_content(metadata_mode="none")
         entry["id"] = node.node_id
         entry[self.embedding_field] = [float(v) for v in node.get_embedding()]
+        analysis = getattr(self.vector_store, "bm25_analysis", None)
+        entry.update(bm25_row_fields(analysis, entry[self.text_key], node.metadata))
         return entry
 
     def add(self, nodes: Sequence[BaseNode]) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -266,11 +267,17 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         return self.in_memory and not self.dense.filter
 
     def _fused_in_memory(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
-        """BM25 in Milvus (with payloads); dense and sentence scores from in-memory copies, as
-        bare ids; fused on ids; then one read of the chunks returned that BM25 did not bring."""
-        sparse = self.sparse.retrieve(query_bundle)
-        embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
+        """BM25 in Milvus and dense and sentence scores from in-memory copies, all as bare ids
+        (the query is embedded in a worker thread while BM25 runs); fused on ids; then one read
+        of the chunks returned."""
+        pending = None
+        if query_bundle.embedding is None:
+            pending = _embedding_pool().submit(
+                contextvars.copy_context().run, self.embed_model.get_query_embedding, query
+            )
         limit = self.dense.similarity_top_k
+        sparse = [_bare(key, score) for key, score in self.sparse.bm25_ids(query, limit)]
+        embedding = query_bundle.embedding if pending is None else pending.result()
         keys, matrix = memory_vectors(
             self.dense.client,
             self.dense.collection_name,
@@ -294,13 +301,11 @@ class MilvusScoreFusionRetriever(BaseRetriever):
             sentences=sentences or (),
             sentence_weight=self.sentence_weight if sentences is not None else 0.0,
         )
-        return self._with_payloads(fused, sparse)[: self.pre_top_k]
+        return self._with_payloads(fused)[: self.pre_top_k]
 
-    def _with_payloads(
-        self, fused: list[NodeWithScore], sparse: list[NodeWithScore]
-    ) -> list[NodeWithScore]:
+    def _with_payloads(self, fused: list[NodeWithScore]) -> list[NodeWithScore]:
         """``fused`` with each bare id replaced by its chunk (dropped when the chunk is gone)."""
-        read = {n.node.node_id: n.node for n in sparse}
+        read: dict[str, Any] = {}
         wanted = [n.node.node_id for n in fused[: self.pre_top_k] if n.node.node_id not in read]
         self._read_chunks(wanted, read)
         if any(i not in read for i in wanted):  # a chunk is gone: read the spares as well
@@ -329,6 +334,12 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         if self.reranker is not None and nodes:
             nodes = await self.reranker.apostprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes[: self.similarity_top_k]
+
+
+@functools.lru_cache(maxsize=1)
+def _embedding_pool() -> ThreadPoolExecutor:
+    """One worker thread that embeds queries while the calling thread runs the BM25 search."""
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding")
 
 
 def _bare(node_id: str, score: float) -> NodeWithScore:

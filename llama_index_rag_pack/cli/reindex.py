@@ -1,0 +1,28 @@
+"""``rag-pack index --reindex``: upgrade a stored collection's BM25 analysis in place."""
+
+from __future__ import annotations
+
+import argparse
+
+from llama_index_rag_pack.cli.output import out, step
+from llama_index_rag_pack.components.settings import default_collection, default_milvus_uri
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.storage.bm25_upgrade import upgrade_bm25_analysis
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    """Rebuild the BM25 side of the stored collection with the English analysis."""
+    if args.paths:
+        raise ConfigurationError(
+            "--reindex rebuilds the stored chunks of the collection: give no paths with it."
+        )
+    uri = args.uri or default_milvus_uri()
+    collection = args.collection or default_collection()
+    timings: dict[str, float] = {}
+    with step("re-analysing the stored chunks for BM25 (English)", timings):
+        copied = upgrade_bm25_analysis(uri, collection, token=args.token)
+    if copied:
+        out(f"Collection {collection!r}: {copied} chunks re-indexed with the English BM25 analysis")
+    else:
+        out(f"Collection {collection!r} already uses the English BM25 analysis: nothing to do.")
+    return 0
