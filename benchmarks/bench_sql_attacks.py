@@ -291,20 +291,27 @@ def main() -> int:
     old = tmp / "before"
     subprocess.run(["git", "worktree", "add", "--detach", str(old), args.before],
                    cwd=REPO_ROOT, check=True, capture_output=True)  # fmt: skip
-    cluster = None
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {"before": {}, "after": {}}
+    backends: dict[str, Any] = {}
     try:
-        backends = {"sqlite": _setup_sqlite(attacks, tmp)}
-        cluster, pg = _setup_postgres(attacks, conftest)
-        backends.update(pg)
-        runs: dict[str, dict[str, list[dict[str, Any]]]] = {"before": {}, "after": {}}
+        # Fresh databases for each implementation: an attack that got through (a dropped table)
+        # must not change what the other implementation is measured on.
         for label, path in (("before", str(old)), ("after", None)):
-            for backend, targets in backends.items():
-                runs[label][backend] = _run_implementation(
-                    label, path, backend, targets, total, args.hang_s
-                )
+            cluster = None
+            try:
+                root = tmp / label
+                root.mkdir()
+                backends = {"sqlite": _setup_sqlite(attacks, root)}
+                cluster, pg = _setup_postgres(attacks, conftest)
+                backends.update(pg)
+                for backend, targets in backends.items():
+                    runs[label][backend] = _run_implementation(
+                        label, path, backend, targets, total, args.hang_s
+                    )
+            finally:
+                if cluster is not None:
+                    cluster.stop()
     finally:
-        if cluster is not None:
-            cluster.stop()
         subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=REPO_ROOT,
                        capture_output=True)  # fmt: skip
 
