@@ -50,7 +50,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.core.reference_styles import ReferenceStyle
     from llama_index_rag_pack.core.references import ReferenceManager, render_references
     from llama_index_rag_pack.core.self_query import SelfQuery, parse_self_query
-    from llama_index_rag_pack.core.sql_safety import CheckedSQL, UnsafeSQLError, check_sql
+    from llama_index_rag_pack.core.sql_safety import (
+        CheckedSQL,
+        SQLLimits,
+        UnsafeSQLError,
+        check_sql,
+    )
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import (
         LabelledExample,
@@ -105,6 +110,7 @@ _EXPORTS: dict[str, str] = {
     "SQLResult": ".components.sql_database",
     "SQLQueryEngine": ".components.sql_query_engine",
     "CheckedSQL": ".core.sql_safety",
+    "SQLLimits": ".core.sql_safety",
     "UnsafeSQLError": ".core.sql_safety",
     "check_sql": ".core.sql_safety",
     "cluster_embeddings": ".core.clustering",
@@ -237,6 +243,7 @@ __all__ = [
     "judge_query_engine",
     # text-to-SQL
     "CheckedSQL",
+    "SQLLimits",
     "SafeSQLDatabase",
     "SQLExecutionError",
     "SQLQueryEngine",
