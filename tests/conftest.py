@@ -214,6 +214,32 @@ def assert_same_ranking() -> Callable[..., None]:
     return same_ranking
 
 
+class JsonHeldLLM(ScriptedLLM):
+    """Stands in for an LLM that constrains its decoding to a JSON schema (the local llama.cpp
+    model); records, per call, the schema requested around it (``json_output``)."""
+
+    supports_json_schema: bool = True
+    schemas: list = []
+
+    def _next_reply(self, prompt: str) -> Any:
+        from llama_index_rag_pack.components.json_output import requested_json_schema
+
+        self.schemas.append(requested_json_schema())
+        return super()._next_reply(prompt)
+
+
+@pytest.fixture(scope="session")
+def json_held_llm() -> Callable[..., JsonHeldLLM]:
+    """Factory ``json_held_llm(replies) -> JsonHeldLLM`` with an empty schema record."""
+
+    def make(replies: Any) -> JsonHeldLLM:
+        llm = JsonHeldLLM(replies=replies)
+        llm.schemas = []
+        return llm
+
+    return make
+
+
 @pytest.fixture(scope="session")
 def concurrency_gate() -> Callable[..., ConcurrencyGate]:
     return ConcurrencyGate

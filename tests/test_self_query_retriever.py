@@ -25,7 +25,6 @@ from llama_index_rag_pack import (
     infer_field_specs,
 )
 from llama_index_rag_pack.cli.app import main
-from llama_index_rag_pack.components.json_output import requested_json_schema
 from llama_index_rag_pack.testing import ScriptedLLM
 
 RAVEN = 'It\'s "Raven" \\ Night'
@@ -222,23 +221,11 @@ def test_rag_pack_ask_self_query_reads_fields_from_a_file(
     assert code == 2 and "unknown type 'date'" in err and len(err.strip().splitlines()) == 1
 
 
-class JsonHeldLLM(ScriptedLLM):
-    """An LLM that constrains its decoding to a JSON schema; records the schema per call."""
-
-    supports_json_schema: bool = True
-    schemas: list = []
-
-    def _next_reply(self, prompt: str) -> Any:
-        self.schemas.append(requested_json_schema())
-        return super()._next_reply(prompt)
-
-
 @pytest.mark.parametrize("path", ["sync", "async"])
 def test_an_llm_held_to_json_gets_the_schema_of_the_declared_fields(
-    pack: RagPack, path: str
+    pack: RagPack, path: str, json_held_llm: Any
 ) -> None:
-    llm = JsonHeldLLM(replies=reply)
-    llm.schemas = []
+    llm = json_held_llm(reply)
     retriever = SelfQueryRetriever(
         pack.retriever("hybrid"), llm=llm, fields=tuple(map(_frozen, FIELDS))
     )

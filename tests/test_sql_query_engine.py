@@ -21,7 +21,6 @@ from llama_index_rag_pack import (
     UnsafeSQLError,
     check_sql,
 )
-from llama_index_rag_pack.components.json_output import requested_json_schema
 from llama_index_rag_pack.components.sql_query_engine import SQL_REPLY_FORMATS, SQL_REPLY_SCHEMA
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.sql_safety import CheckedSQL, extract_sql
@@ -336,26 +335,13 @@ def test_too_many_output_columns_are_refused(db: SafeSQLDatabase) -> None:
         db.run("SELECT " + ", ".join(["title"] * 65) + " FROM books")
 
 
-class JsonHeldLLM(ScriptedLLM):
-    """Stands in for an LLM that constrains its decoding to a JSON schema (the local llama.cpp
-    model); records the schema requested around each call."""
-
-    supports_json_schema: bool = True
-    schemas: list = []
-
-    def _next_reply(self, prompt: str) -> Any:
-        self.schemas.append(requested_json_schema())
-        return super()._next_reply(prompt)
-
-
 @pytest.mark.parametrize("path", ["sync", "async"])
 def test_an_llm_held_to_json_is_asked_for_the_sql_reply_schema(
-    db: SafeSQLDatabase, path: str
+    db: SafeSQLDatabase, path: str, json_held_llm: Any
 ) -> None:
     replies = ['{"sql": "SELECT nope FROM books"}', '{"sql": "SELECT count(*) FROM books"}',
                "3 books [1](id=2)."]  # fmt: skip
-    llm = JsonHeldLLM(replies=replies)
-    llm.schemas = []
+    llm = json_held_llm(replies)
     engine = SQLQueryEngine(db, llm=llm)
     response = (
         engine.query("How many?") if path == "sync" else asyncio.run(engine.aquery("How many?"))
