@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import math
 import threading
 import time
@@ -423,6 +424,51 @@ def test_a_mode_added_through_the_registry_gets_the_contract(
         unregister_mode("vector_top2")
     with pytest.raises(ConfigurationError, match="Unknown retrieval mode 'vector_top2'"):
         single.retriever("vector_top2")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_checks_its_query_in_the_pack_retriever_base(
+    mode: str, request: pytest.FixtureRequest
+) -> None:
+    from llama_index_rag_pack.components.query_bases import PackRetriever
+
+    retriever = _pack_for(mode, request).retriever(mode)
+    assert isinstance(retriever, PackRetriever), type(retriever).__mro__
+    # the template is the base's own: a subclass that overrode it would skip the check
+    for name in ("_retrieve", "_aretrieve"):
+        own = inspect.unwrap(getattr(type(retriever), name))
+        assert own is inspect.unwrap(getattr(PackRetriever, name)), (mode, name)
+
+
+@pytest.mark.parametrize("query_mode", ["hyde", "rewrite", "self_query"])
+def test_a_registered_base_mode_serves_the_query_side_modes(
+    single: RagPack, query_mode: str
+) -> None:
+    from llama_index_rag_pack.pack.modes import base_modes, register_mode, unregister_mode
+    from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+
+    def build_dense_top3(pack: RagPack, similarity_top_k: int | None = None) -> Any:
+        return MilvusHybridRetriever(
+            pack.vector_store,
+            embed_model=pack.embed_model,
+            search_type="dense",
+            similarity_top_k=similarity_top_k or 3,
+        )
+
+    register_mode("dense_top3", build_dense_top3, base=True)
+    register_mode("not_a_base", build_dense_top3)
+    try:
+        assert "dense_top3" in base_modes(embeds_query=True)
+        retriever = single.retriever(query_mode, base="dense_top3")
+        inner = retriever.retriever
+        assert isinstance(inner, MilvusHybridRetriever) and inner.similarity_top_k == 3
+        nodes = retriever.retrieve(QUESTIONS[0])
+        assert 0 < len(nodes) <= 3
+        with pytest.raises(ConfigurationError, match="not_a_base"):
+            single.retriever(query_mode, base="not_a_base")
+    finally:
+        unregister_mode("dense_top3")
+        unregister_mode("not_a_base")
 
 
 def test_tree_modes_offer_their_build_step_from_the_pack(

@@ -110,7 +110,7 @@ def _frozen(d: dict[str, Any]) -> Any:
     return FieldSpec(**{**d, "allowed": tuple(d.get("allowed", ()))})
 
 
-@pytest.mark.parametrize("base", ["dense", "bm25", "hybrid", "hybrid_convex"])
+@pytest.mark.parametrize("base", ["vector", "bm25", "hybrid", "hybrid_convex"])
 def test_the_filter_restricts_every_search_type(pack: RagPack, base: str) -> None:
     unfiltered = pack.retriever("vector").retrieve("memory")
     assert {"memory-1995", "mars-2015"} & set(doc_ids(unfiltered)), "the filter must matter"
@@ -128,7 +128,7 @@ def test_the_filter_restricts_every_search_type(pack: RagPack, base: str) -> Non
 
 @pytest.mark.parametrize("path", ["sync", "async"])
 def test_a_filter_that_matches_nothing_is_retried_without_it(pack: RagPack, path: str) -> None:
-    retriever = self_query(pack, "dense")
+    retriever = self_query(pack, "vector")
     question = "romance before 2000 about memory"
     run = retriever.retrieve if path == "sync" else lambda q: asyncio.run(retriever.aretrieve(q))
     nodes = run(question)
@@ -136,7 +136,7 @@ def test_a_filter_that_matches_nothing_is_retried_without_it(pack: RagPack, path
     for n in nodes:
         assert n.node.metadata["self_query_filter"] == '(genre == "romance") and (year < 2000)'
         assert n.node.metadata["self_query_filter_dropped"] is True
-    strict = self_query(pack, "dense", fallback_without_filter=False)
+    strict = self_query(pack, "vector", fallback_without_filter=False)
     assert strict.retrieve(question) == []
 
 
@@ -147,7 +147,7 @@ def test_quotes_and_backslashes_in_a_value_match_the_stored_value(pack: RagPack)
 
 
 def test_an_injection_attempt_stays_a_literal(pack: RagPack, caplog) -> None:
-    nodes = self_query(pack, "dense").retrieve("injection")
+    nodes = self_query(pack, "vector").retrieve("injection")
     meta = nodes[0].node.metadata
     # only the title condition was valid; as an escaped literal it matches no title
     assert meta["self_query_filter"] == '(title == "\\" or year > 0 or title == \\"")'
@@ -181,8 +181,12 @@ def test_fields_are_inferred_from_the_collection(pack: RagPack) -> None:
 
 
 def test_a_retriever_without_milvus_filters_is_refused(pack: RagPack) -> None:
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.schema import TextNode
+
+    in_memory = VectorStoreIndex([TextNode(text="a note")], embed_model=pack.embed_model)
     with pytest.raises(ConfigurationError, match="takes no Milvus filter"):
-        SelfQueryRetriever(pack.retriever("vector"), llm=ScriptedLLM(), fields=FIELDS)
+        SelfQueryRetriever(in_memory.as_retriever(), llm=ScriptedLLM(), fields=FIELDS)
     with pytest.raises(ConfigurationError, match="cannot filter mode 'fusion'"):
         pack.retriever("self_query", base="fusion")
 

@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
-from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
-from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
+from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.components.fusion_queries import (
@@ -22,8 +21,8 @@ from llama_index_rag_pack.components.fusion_queries import (
     agenerate_queries,
     generate_queries,
 )
-from llama_index_rag_pack.components.settings import LazyLLMMixin
-from llama_index_rag_pack.core.errors import ConfigurationError, check_query
+from llama_index_rag_pack.components.query_bases import LLMQueryRetriever
+from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K, FusionMode, fuse
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -56,7 +55,7 @@ def annotate_node(item: NodeWithScore, extra: Mapping[str, Any]) -> NodeWithScor
     return item.model_copy(update={"node": new_node})
 
 
-class FusionRetriever(LazyLLMMixin, BaseRetriever):
+class FusionRetriever(LLMQueryRetriever):
     """RAG-Fusion: the LLM writes query variants, every variant × retriever is searched
     concurrently, and the result lists are merged by rank fusion.
 
@@ -100,6 +99,8 @@ class FusionRetriever(LazyLLMMixin, BaseRetriever):
         >>> nodes[0].node.metadata["fusion_queries"]  # doctest: +SKIP
         ['How does Milvus do keyword search?', 'BM25 in Milvus']
     """
+
+    prompt_key = "query_gen_prompt"
 
     def __init__(
         self,
@@ -170,23 +171,9 @@ class FusionRetriever(LazyLLMMixin, BaseRetriever):
         self.include_original = include_original
         self.max_concurrency = max_concurrency
         self.raise_on_failure = raise_on_failure
-        if isinstance(query_gen_prompt, str):
-            query_gen_prompt = PromptTemplate(query_gen_prompt)
-        self.query_gen_prompt = query_gen_prompt or DEFAULT_QUERY_GEN_PROMPT
-        self._llm = llm
-        super().__init__(callback_manager=callback_manager or CallbackManager([]), verbose=verbose)
+        super().__init__(llm, query_gen_prompt, DEFAULT_QUERY_GEN_PROMPT, callback_manager, verbose)
 
     # ------------------------------------------------------------------ parts
-    def _get_prompts(self) -> PromptDictType:
-        return {"query_gen_prompt": self.query_gen_prompt}
-
-    def _update_prompts(self, prompts: PromptDictType) -> None:
-        if "query_gen_prompt" in prompts:
-            self.query_gen_prompt = prompts["query_gen_prompt"]
-
-    def _get_prompt_modules(self) -> PromptMixinType:
-        return {}
-
     @property
     def _num_generated(self) -> int:
         return self.num_queries - 1 if self.include_original else self.num_queries
@@ -269,10 +256,9 @@ class FusionRetriever(LazyLLMMixin, BaseRetriever):
             )
         return out
 
-    # ------------------------------------------------------------------ BaseRetriever
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        check_query(query_bundle)
-        queries = self._query_list(query_bundle, self.generate_queries(query_bundle.query_str))
+    # ------------------------------------------------------------------ search
+    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        queries = self._query_list(query_bundle, self.generate_queries(query))
         jobs = self._jobs(queries)
 
         def run(job: tuple[int, int]) -> list[NodeWithScore]:
@@ -291,9 +277,8 @@ class FusionRetriever(LazyLLMMixin, BaseRetriever):
                 results = list(pool.map(lambda ctx, job: ctx.run(run, job), contexts, jobs))
         return self._fuse(queries, jobs, results)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        check_query(query_bundle)
-        generated = await self.agenerate_queries(query_bundle.query_str)
+    async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        generated = await self.agenerate_queries(query)
         queries = self._query_list(query_bundle, generated)
         jobs = self._jobs(queries)
         semaphore = asyncio.Semaphore(self.max_concurrency)

@@ -17,13 +17,12 @@ import numpy as np
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
-from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.components.fusion import annotate_node
-from llama_index_rag_pack.components.settings import LazyLLMMixin
+from llama_index_rag_pack.components.query_bases import LLMQueryRetriever, wrapped_retriever
 from llama_index_rag_pack.core import similarity
-from llama_index_rag_pack.core.errors import ConfigurationError, check_query
+from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.llm_output import strip_code_fences
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,7 +81,7 @@ def mean_embedding(vectors: list[list[float]], *, normalize: bool = True) -> lis
     return (similarity.normalize_vector(mean) if normalize else mean).tolist()
 
 
-class HyDERetriever(LazyLLMMixin, BaseRetriever):
+class HyDERetriever(LLMQueryRetriever):
     """Search with the embedding of LLM-written hypothetical answers instead of the question's.
 
     Args:
@@ -108,6 +107,8 @@ class HyDERetriever(LazyLLMMixin, BaseRetriever):
         >>> hyde.retrieve("How do search engines rank keyword matches?")  # doctest: +SKIP
     """
 
+    prompt_key = "hyde_prompt"
+
     def __init__(
         self,
         retriever: BaseRetriever,
@@ -122,10 +123,6 @@ class HyDERetriever(LazyLLMMixin, BaseRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if not isinstance(retriever, BaseRetriever):
-            raise ConfigurationError(
-                f"HyDERetriever wraps a LlamaIndex BaseRetriever, got {type(retriever).__name__!r}."
-            )
         if (
             isinstance(num_hypotheses, bool)
             or not isinstance(num_hypotheses, int)
@@ -144,27 +141,13 @@ class HyDERetriever(LazyLLMMixin, BaseRetriever):
             )
         from llama_index_rag_pack.components.settings import resolve_embed_model
 
-        self.retriever = retriever
+        self.retriever = wrapped_retriever(retriever, "HyDERetriever")
         self.embed_model = resolve_embed_model(embed_model)
         self.num_hypotheses = num_hypotheses
         self.include_query = include_query
         self.max_concurrency = max_concurrency
         self.raise_on_failure = raise_on_failure
-        if isinstance(hyde_prompt, str):
-            hyde_prompt = PromptTemplate(hyde_prompt)
-        self.hyde_prompt = hyde_prompt or DEFAULT_HYDE_PROMPT
-        self._llm = llm
-        super().__init__(callback_manager=callback_manager or CallbackManager([]), verbose=verbose)
-
-    def _get_prompts(self) -> PromptDictType:
-        return {"hyde_prompt": self.hyde_prompt}
-
-    def _update_prompts(self, prompts: PromptDictType) -> None:
-        if "hyde_prompt" in prompts:
-            self.hyde_prompt = prompts["hyde_prompt"]
-
-    def _get_prompt_modules(self) -> PromptMixinType:
-        return {"retriever": self.retriever}
+        super().__init__(llm, hyde_prompt, DEFAULT_HYDE_PROMPT, callback_manager, verbose)
 
     # ------------------------------------------------------------------ steps
     def _collect(self, replies: list[Any], query: str) -> list[str]:
@@ -203,8 +186,7 @@ class HyDERetriever(LazyLLMMixin, BaseRetriever):
     def _finish(self, nodes: list[NodeWithScore], passages: list[str]) -> list[NodeWithScore]:
         return [annotate_node(n, {"hyde_passages": list(passages)}) for n in nodes]
 
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = check_query(query_bundle)
+    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         replies: list[Any] = []
         for _ in range(self.num_hypotheses):
             try:
@@ -220,8 +202,7 @@ class HyDERetriever(LazyLLMMixin, BaseRetriever):
         nodes = self.retriever.retrieve(QueryBundle(query_str=query, embedding=embedding))
         return self._finish(nodes, passages)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = check_query(query_bundle)
+    async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         semaphore = asyncio.Semaphore(self.max_concurrency)
 
         async def write() -> str:

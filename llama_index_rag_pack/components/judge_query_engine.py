@@ -29,7 +29,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.llms import LLM
@@ -47,8 +46,9 @@ from llama_index_rag_pack.components.judge_prompts import (
     JUDGE_REPLY_SCHEMA,
     augmented_nodes,
 )
+from llama_index_rag_pack.components.query_bases import PackQueryEngine
 from llama_index_rag_pack.components.settings import resolve_llm
-from llama_index_rag_pack.core.errors import ConfigurationError, check_query
+from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.judge_tree import JudgedChunk, SearchNode, SearchTree
 from llama_index_rag_pack.core.judge_verdicts import CallBudget, parse_judge_reply
 from llama_index_rag_pack.core.reference_styles import ReferenceStyle
@@ -102,7 +102,7 @@ def _judged_chunk(nws: NodeWithScore) -> JudgedChunk:
     )
 
 
-class JudgeQueryEngine(BaseQueryEngine):
+class JudgeQueryEngine(PackQueryEngine):
     """Judge every retrieved chunk, follow up on partial ones recursively, answer with citations.
 
     Args:
@@ -302,10 +302,9 @@ class JudgeQueryEngine(BaseQueryEngine):
                 )
         return node, self._finish(node, context, raw, run)
 
-    def _query(self, query_bundle: QueryBundle) -> JudgeResponse:
-        check_query(query_bundle)
+    def _answer(self, query_bundle: QueryBundle, query: str) -> JudgeResponse:
         run = self._new_run()
-        node, response = self._search(query_bundle.query_str, 0, run)
+        node, response = self._search(query, 0, run)
         return self._response(node, response, run)
 
     # ------------------------------------------------------------------ async
@@ -341,9 +340,8 @@ class JudgeQueryEngine(BaseQueryEngine):
                 )
         return node, self._finish(node, context, raw, run)
 
-    async def _aquery(self, query_bundle: QueryBundle) -> JudgeResponse:
-        check_query(query_bundle)
+    async def _aanswer(self, query_bundle: QueryBundle, query: str) -> JudgeResponse:
         run = self._new_run()
         run.alock = asyncio.Semaphore(self.max_concurrency)
-        node, response = await self._asearch(query_bundle.query_str, 0, run)
+        node, response = await self._asearch(query, 0, run)
         return self._response(node, response, run)

@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
-from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.components.fusion import annotate_node
-from llama_index_rag_pack.components.settings import LazyLLMMixin
-from llama_index_rag_pack.core.errors import ConfigurationError, check_query
+from llama_index_rag_pack.components.query_bases import LLMQueryRetriever, wrapped_retriever
+from llama_index_rag_pack.core.errors import check_query
 from llama_index_rag_pack.core.llm_output import parse_list
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,7 +67,7 @@ def parse_rewrite(text: str, *, max_chars: int = 500) -> str | None:
     return None
 
 
-class RewriteRetriever(LazyLLMMixin, BaseRetriever):
+class RewriteRetriever(LLMQueryRetriever):
     """Rewrite-retrieve-read: the LLM rewrites the query, then ``retriever`` searches with it.
 
     Each node's metadata gets ``original_query`` and ``rewritten_query`` (hidden from the LLM).
@@ -93,6 +92,8 @@ class RewriteRetriever(LazyLLMMixin, BaseRetriever):
         'ancient greek philosophers'
     """
 
+    prompt_key = "rewrite_prompt"
+
     def __init__(
         self,
         retriever: BaseRetriever,
@@ -103,28 +104,9 @@ class RewriteRetriever(LazyLLMMixin, BaseRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if not isinstance(retriever, BaseRetriever):
-            raise ConfigurationError(
-                "RewriteRetriever wraps a LlamaIndex BaseRetriever, "
-                f"got {type(retriever).__name__!r}."
-            )
-        self.retriever = retriever
-        if isinstance(rewrite_prompt, str):
-            rewrite_prompt = PromptTemplate(rewrite_prompt)
-        self.rewrite_prompt = rewrite_prompt or DEFAULT_REWRITE_PROMPT
+        self.retriever = wrapped_retriever(retriever, "RewriteRetriever")
         self.raise_on_failure = raise_on_failure
-        self._llm = llm
-        super().__init__(callback_manager=callback_manager or CallbackManager([]), verbose=verbose)
-
-    def _get_prompts(self) -> PromptDictType:
-        return {"rewrite_prompt": self.rewrite_prompt}
-
-    def _update_prompts(self, prompts: PromptDictType) -> None:
-        if "rewrite_prompt" in prompts:
-            self.rewrite_prompt = prompts["rewrite_prompt"]
-
-    def _get_prompt_modules(self) -> PromptMixinType:
-        return {"retriever": self.retriever}
+        super().__init__(llm, rewrite_prompt, DEFAULT_REWRITE_PROMPT, callback_manager, verbose)
 
     def _parse(self, text: str | None, error: Exception | None, query: str) -> str:
         if error is not None:
@@ -172,12 +154,12 @@ class RewriteRetriever(LazyLLMMixin, BaseRetriever):
         extra = {"original_query": original, "rewritten_query": rewritten}
         return [annotate_node(n, extra) for n in nodes]
 
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        rewritten = self.rewrite(query_bundle.query_str)
+    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        rewritten = self.rewrite(query)
         nodes = self.retriever.retrieve(QueryBundle(rewritten))
-        return self._finish(nodes, query_bundle.query_str, rewritten)
+        return self._finish(nodes, query, rewritten)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        rewritten = await self.arewrite(query_bundle.query_str)
+    async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        rewritten = await self.arewrite(query)
         nodes = await self.retriever.aretrieve(QueryBundle(rewritten))
-        return self._finish(nodes, query_bundle.query_str, rewritten)
+        return self._finish(nodes, query, rewritten)

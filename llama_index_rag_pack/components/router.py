@@ -23,8 +23,9 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.tools import RetrieverTool
 from llama_index.core.tools.types import ToolMetadata
 
+from llama_index_rag_pack.components.query_bases import PackRetriever
 from llama_index_rag_pack.components.routes import RouteSelection, route_names
-from llama_index_rag_pack.core.errors import ConfigurationError, check_query
+from llama_index_rag_pack.core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ ROUTE_METADATA_KEYS = ("route", "routes", "route_reason")
 """Node metadata keys this retriever sets (excluded from LLM and embedding text)."""
 
 
-class FusionRouterRetriever(BaseRetriever):
+class FusionRouterRetriever(PackRetriever):
     """Select route(s) with any ``BaseSelector`` and retrieve from them; several are rank-fused.
 
     Args:
@@ -175,14 +176,12 @@ class FusionRouterRetriever(BaseRetriever):
         lists = await asyncio.gather(*(one(i) for i in selection.inds))
         return self._combine(selection, list(lists))
 
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        check_query(query_bundle)
+    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         selection = self.select(query_bundle)
         self._log(selection)
         return self.retrieve_selected(query_bundle, selection)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        check_query(query_bundle)
+    async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         selection = await self.aselect(query_bundle)
         self._log(selection)
         return await self.aretrieve_selected(query_bundle, selection)

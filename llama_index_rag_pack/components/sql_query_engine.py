@@ -15,7 +15,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
@@ -23,13 +22,13 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack.components.cited_responses import CitedResponse, CitedResponseBuilder
 from llama_index_rag_pack.components.json_output import json_output, supports_json_schema
+from llama_index_rag_pack.components.query_bases import PackQueryEngine
 from llama_index_rag_pack.components.settings import LazyLLMMixin
 from llama_index_rag_pack.components.sql_database import (
     SafeSQLDatabase,
     SQLExecutionError,
     SQLResult,
 )
-from llama_index_rag_pack.core.errors import check_query
 from llama_index_rag_pack.core.reference_styles import ReferenceStyle
 from llama_index_rag_pack.core.sql_safety import UnsafeSQLError, extract_sql
 
@@ -91,7 +90,7 @@ def _context(nodes: Sequence[NodeWithScore]) -> str:
     return "\n".join(f"id={i}: {n.node.get_content()}" for i, n in enumerate(nodes, start=1))
 
 
-class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
+class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
     """Answer questions from SQL tables, with the safety enforced in code, not in the prompt.
 
     Args:
@@ -244,8 +243,7 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
         return response
 
     # ------------------------------------------------------------------ query
-    def _query(self, query_bundle: QueryBundle) -> CitedResponse:
-        query = check_query(query_bundle)
+    def _answer(self, query_bundle: QueryBundle, query: str) -> CitedResponse:
         attempts: list[dict[str, Any]] = []
         args = self._prompt_args(query)
         with json_output(self._sql_schema()):
@@ -264,8 +262,7 @@ class SQLQueryEngine(LazyLLMMixin, BaseQueryEngine):
     async def _atry(self, reply: str, attempts: list[dict[str, Any]]) -> SQLResult | None:
         return await asyncio.to_thread(self._try, reply, attempts)
 
-    async def _aquery(self, query_bundle: QueryBundle) -> CitedResponse:
-        query = check_query(query_bundle)
+    async def _aanswer(self, query_bundle: QueryBundle, query: str) -> CitedResponse:
         attempts: list[dict[str, Any]] = []
         if self._schema is None:
             self._schema = await asyncio.to_thread(self.database.describe)

@@ -5,20 +5,18 @@ from __future__ import annotations
 from llama_index.core.indices.vector_store.retrievers import VectorIndexRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_rag_pack.core.errors import check_query
+from llama_index_rag_pack.components.query_bases import PackRetriever
 
 
-class CheckedVectorIndexRetriever(VectorIndexRetriever):
+class CheckedVectorIndexRetriever(PackRetriever, VectorIndexRetriever):
     """Core's ``VectorIndexRetriever`` (what ``index.as_retriever()`` returns) that rejects an
     empty query with the pack's error before embedding it, like every other mode."""
 
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        check_query(query_bundle)
-        return super()._retrieve(query_bundle)
+    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        return VectorIndexRetriever._retrieve(self, query_bundle)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        check_query(query_bundle)
-        return await super()._aretrieve(query_bundle)
+    async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        return await VectorIndexRetriever._aretrieve(self, query_bundle)
 
 
 __all__ = ["CheckedVectorIndexRetriever"]

@@ -44,6 +44,11 @@ class ModeSpec:
         needs_tree: The retriever reads a RAPTOR tree built beside the collection
             (``pack.build_raptor_tree()`` builds it).
         needs_sources: Only a pack over several sources (``RoutedRagPack``) has it.
+        base: The mode can serve the query-side modes (``hyde``, ``rewrite``, ``self_query``)
+            as their search: one search per query, no LLM of its own, and (for self-query) a
+            retriever that takes a Milvus filter.
+        embeds_query: The mode searches with the query's embedding (``QueryBundle.embedding``),
+            so HyDE's hypothetical-answer embedding reaches it (BM25 alone does not).
     """
 
     name: str
@@ -52,6 +57,8 @@ class ModeSpec:
     needs_llm: bool = False
     needs_tree: bool = False
     needs_sources: bool = False
+    base: bool = False
+    embeds_query: bool = True
 
 
 _MODES: dict[str, ModeSpec] = {}
@@ -65,6 +72,8 @@ def register_mode(
     needs_llm: bool = False,
     needs_tree: bool = False,
     needs_sources: bool = False,
+    base: bool = False,
+    embeds_query: bool = True,
     replace: bool = False,
 ) -> ModeSpec:
     """Add a retrieval mode that every entry point then offers.
@@ -79,14 +88,16 @@ def register_mode(
         raise ConfigurationError(
             f"Retrieval mode {name!r} is already registered; pass replace=True to swap it."
         )
-    spec = ModeSpec(name, build, description, needs_llm, needs_tree, needs_sources)
+    spec = ModeSpec(
+        name, build, description, needs_llm, needs_tree, needs_sources, base, embeds_query
+    )
     _MODES[name] = spec
     return spec
 
 
 def unregister_mode(name: str) -> None:
     """Remove a mode added with :func:`register_mode` (built-in modes stay)."""
-    if name in {m.value for m in RetrievalMode}:
+    if name in _BUILT_IN:
         raise ConfigurationError(f"{name!r} is a built-in mode and cannot be removed.")
     _MODES.pop(name, None)
 
@@ -94,6 +105,16 @@ def unregister_mode(name: str) -> None:
 def mode_names() -> list[str]:
     """Every registered mode, built-in ones first."""
     return list(_MODES)
+
+
+def base_modes(*, embeds_query: bool = False) -> list[str]:
+    """The modes that can serve ``hyde``/``rewrite``/``self_query`` as their search (with
+    ``embeds_query=True``, only those that search with the query's embedding, for HyDE)."""
+    return [
+        name
+        for name, spec in _MODES.items()
+        if spec.base and (spec.embeds_query or not embeds_query)
+    ]
 
 
 def get_mode(mode: str | Enum) -> ModeSpec:
@@ -109,39 +130,6 @@ def get_mode(mode: str | Enum) -> ModeSpec:
         raise ConfigurationError(
             f"Unknown retrieval mode {mode!r}; valid modes: {', '.join(_MODES)}."
         ) from None
-
-
-class RetrievalMode(str, Enum):
-    """The built-in retrieval modes (:func:`register_mode` adds more by name)."""
-
-    VECTOR = "vector"
-    ROUTE = "route"
-    BM25 = "bm25"
-    HYBRID = "hybrid"
-    HYBRID_WEIGHTED = "hybrid_weighted"
-    HYBRID_CONVEX = "hybrid_convex"
-    FUSION = "fusion"
-    HYDE = "hyde"
-    REWRITE = "rewrite"
-    RAPTOR = "raptor"
-    RAPTOR_TRAVERSAL = "raptor_traversal"
-    SELF_QUERY = "self_query"
-
-    @classmethod
-    def parse(cls, value: str | RetrievalMode) -> str:
-        """The registered mode name for ``value`` (built-in or added by :func:`register_mode`).
-
-        Raises:
-            ConfigurationError: unknown mode.
-        """
-        return get_mode(value).name
-
-
-#: The mode a pack uses when none is named: the best measured on the held-out questions
-#: (benchmarks/results/retrieval_quality.md). Collections without BM25 use ``vector``.
-DEFAULT_MODE = RetrievalMode.HYBRID_CONVEX.value
-#: The default on a collection indexed without BM25 (``enable_bm25=False``).
-DENSE_ONLY_DEFAULT_MODE = RetrievalMode.VECTOR.value
 
 
 # ------------------------------------------------------------------ built-in builders
@@ -355,15 +343,18 @@ def build_self_query(pack: Any, similarity_top_k: int | None = None, **kwargs: A
 
 
 for _spec in (
-    ModeSpec("vector", build_vector, "dense vector search (core's VectorIndexRetriever)"),
+    ModeSpec(
+        "vector", build_vector, "dense vector search (core's VectorIndexRetriever)", base=True
+    ),
     ModeSpec("route", build_route, "route between sources, then fuse", needs_sources=True),
-    ModeSpec("bm25", build_bm25, "Milvus BM25 full-text search"),
-    ModeSpec("hybrid", build_hybrid, "dense + BM25, reciprocal rank fusion in Milvus"),
-    ModeSpec("hybrid_weighted", build_hybrid_weighted, "dense + BM25, weighted scores"),
+    ModeSpec("bm25", build_bm25, "Milvus BM25 full-text search", base=True, embeds_query=False),
+    ModeSpec("hybrid", build_hybrid, "dense + BM25, reciprocal rank fusion in Milvus", base=True),
+    ModeSpec("hybrid_weighted", build_hybrid_weighted, "dense + BM25, weighted scores", base=True),
     ModeSpec(
         "hybrid_convex",
         build_hybrid_convex,
         "dense + BM25, convex combination of normalized scores (fit: rag-pack eval --fit)",
+        base=True,
     ),
     ModeSpec("fusion", build_fusion, "RAG-Fusion: LLM query variants, fused", needs_llm=True),
     ModeSpec("hyde", build_hyde, "HyDE: search with hypothetical answers", needs_llm=True),
@@ -374,9 +365,36 @@ for _spec in (
 ):
     _MODES[_spec.name] = _spec
 
+
+class _ModeEnum(str, Enum):
+    @classmethod
+    def parse(cls, value: str | Enum) -> str:
+        """The registered mode name for ``value`` (built-in or added by :func:`register_mode`).
+
+        Raises:
+            ConfigurationError: unknown mode.
+        """
+        return get_mode(value).name
+
+
+#: The built-in retrieval modes as an enum (``RetrievalMode.HYBRID_CONVEX.value ==
+#: "hybrid_convex"``), derived from the registrations above; :func:`register_mode` adds more
+#: by name.
+RetrievalMode = _ModeEnum(  # type: ignore[call-overload]
+    "RetrievalMode", [(name.upper(), name) for name in _MODES], module=__name__
+)
+_BUILT_IN = frozenset(_MODES)
+
+#: The mode a pack uses when none is named: the best measured on the held-out questions
+#: (benchmarks/results/retrieval_quality.md). Collections without BM25 use ``vector``.
+DEFAULT_MODE = RetrievalMode.HYBRID_CONVEX.value
+#: The default on a collection indexed without BM25 (``enable_bm25=False``).
+DENSE_ONLY_DEFAULT_MODE = RetrievalMode.VECTOR.value
+
 __all__ = [
     "ModeSpec",
     "RetrievalMode",
+    "base_modes",
     "get_mode",
     "mode_names",
     "register_mode",

@@ -3,7 +3,9 @@
 HyDE and query rewriting change what is searched for, not how: each hands its new query to a
 base retriever. By default that is the pack's default mode (``hybrid_convex`` on a collection
 with BM25, the best measured on held-out questions), so the LLM's work adds to the best search
-rather than replacing it with dense search alone. ``base=`` picks another base mode.
+rather than replacing it with dense search alone. ``base=`` picks another base mode: any mode
+registered with ``base=True`` (:func:`~llama_index_rag_pack.pack.modes.base_modes`); HyDE takes
+only those that search with the query's embedding.
 """
 
 from __future__ import annotations
@@ -11,21 +13,20 @@ from __future__ import annotations
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.pack.modes import base_modes
 
-__all__ = ["QUERY_BASES", "hyde_retriever", "query_base", "rewrite_retriever"]
-
-#: Modes a query-side mode can hand its query to: one search per query, no LLM of their own.
-QUERY_BASES = ("vector", "bm25", "hybrid", "hybrid_weighted", "hybrid_convex")
+__all__ = ["hyde_retriever", "query_base", "rewrite_retriever"]
 
 
 def query_base(pack: Any, base: str | None, similarity_top_k: int | None, *, mode: str) -> Any:
     """The base retriever of query-side ``mode``: ``base``, else the pack's default mode.
 
     Raises:
-        ConfigurationError: ``base`` is not one of :data:`QUERY_BASES`, or ``bm25`` for HyDE
-            (BM25 never reads the hypothetical answer's embedding).
+        ConfigurationError: ``base`` is not a base mode, or one that does not search with the
+            query's embedding (``bm25``) for HyDE (it would never read the hypothetical
+            answer's embedding).
     """
-    choices = [b for b in QUERY_BASES if not (mode == "hyde" and b == "bm25")]
+    choices = base_modes(embeds_query=mode == "hyde")
     name = base
     if name is None:
         default = pack.default_mode

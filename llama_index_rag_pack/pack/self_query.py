@@ -1,13 +1,13 @@
 """The ``self_query`` mode of a pack: the LLM writes the search query and a validated Milvus
-metadata filter, searched with the pack's dense, BM25 or hybrid retriever.
+metadata filter, searched with one of the pack's base modes (vector, BM25 or hybrid).
 
 Fields come from :func:`configure_self_query` (what ``rag-pack ask --self-query-fields FILE``
 calls), from the builder's ``fields=`` argument, or else are inferred from the collection.
 
 Example:
-    >>> from llama_index_rag_pack.pack.self_query import SELF_QUERY_BASES
-    >>> SELF_QUERY_BASES
-    ('dense', 'bm25', 'hybrid', 'hybrid_weighted', 'hybrid_convex')
+    >>> from llama_index_rag_pack.pack.modes import base_modes
+    >>> base_modes()  # what base= accepts
+    ['vector', 'bm25', 'hybrid', 'hybrid_weighted', 'hybrid_convex']
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.metadata_fields import FieldSpec, field_specs
+from llama_index_rag_pack.pack.modes import base_modes
 
-__all__ = ["SELF_QUERY_BASES", "configure_self_query", "self_query_retriever"]
+__all__ = ["configure_self_query", "self_query_retriever"]
 
-#: The retrievers self-query can filter (``dense`` is Milvus dense search).
-SELF_QUERY_BASES = ("dense", "bm25", "hybrid", "hybrid_weighted", "hybrid_convex")
 _CONFIG_ATTR = "_self_query_config"
 
 
@@ -34,9 +33,9 @@ class _Config:
 
 
 def _check_base(base: str | None) -> None:
-    if base is not None and base not in SELF_QUERY_BASES:
+    if base is not None and base not in base_modes():
         raise ConfigurationError(
-            f"Self-query cannot filter mode {base!r}; use one of {', '.join(SELF_QUERY_BASES)}."
+            f"Self-query cannot filter mode {base!r}; use one of {', '.join(base_modes())}."
         )
 
 
@@ -64,7 +63,7 @@ def configure_self_query(
 
 def _default_base(pack: Any) -> str:
     mode = getattr(pack, "default_mode", "vector")
-    return mode if mode in SELF_QUERY_BASES else "dense"
+    return mode if mode in base_modes() else "vector"
 
 
 def self_query_retriever(
@@ -76,23 +75,13 @@ def self_query_retriever(
     fallback_without_filter: bool = True,
 ) -> Any:
     """A :class:`~llama_index_rag_pack.SelfQueryRetriever` over the pack's ``base`` retriever
-    (default: the pack's default mode when it can be filtered, else ``dense``)."""
-    from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+    (default: the pack's default mode when it can be filtered, else ``vector``)."""
     from llama_index_rag_pack.storage.self_query_retriever import SelfQueryRetriever
 
     config: _Config = getattr(pack, _CONFIG_ATTR, _Config())
     base = base or config.base or _default_base(pack)
     _check_base(base)
-    if base == "dense":
-        inner = MilvusHybridRetriever(
-            vector_store=pack.vector_store,
-            embed_model=pack.embed_model,
-            search_type="dense",
-            similarity_top_k=similarity_top_k or pack.similarity_top_k,
-            callback_manager=pack.callback_manager,
-        )
-    else:
-        inner = pack.retriever(base, similarity_top_k=similarity_top_k)
+    inner = pack.retriever(base, similarity_top_k=similarity_top_k)
     return SelfQueryRetriever(
         inner,
         llm=pack.llm,

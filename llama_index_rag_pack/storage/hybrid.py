@@ -18,17 +18,16 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
+from llama_index_rag_pack.components.query_bases import PackRetriever
 from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis, BM25Analyzer
 from llama_index_rag_pack.core.convex_fusion import DEFAULT_CANDIDATE_POOL, check_candidate_pool
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
-    check_query,
 )
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
 from llama_index_rag_pack.storage.hybrid_options import (
@@ -48,7 +47,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["MilvusHybridRetriever", "MilvusRanker", "MilvusSearchType"]
 
 
-class MilvusHybridRetriever(BaseRetriever):
+class MilvusHybridRetriever(PackRetriever):
     """Dense, BM25 (sparse) or hybrid search on one Milvus collection, with an optional rerank
     stage.
 
@@ -210,9 +209,7 @@ class MilvusHybridRetriever(BaseRetriever):
         # Lite rejects the 0.2 drop ratio MilvusVectorStore sends; 0 keeps every query term.
         return {"metric_type": "BM25", "params": {"drop_ratio_search": 0}}
 
-    def _search(
-        self, query: str, embedding: list[float] | None, limit: int
-    ) -> list[dict[str, Any]]:
+    def _hits(self, query: str, embedding: list[float] | None, limit: int) -> list[dict[str, Any]]:
         """At most ``limit`` hits, best first: higher score, then lower id."""
         if self.search_type is MilvusSearchType.DENSE:
             hits = self._field_search(self.dense_field, embedding, self._dense_params(), limit)
@@ -348,24 +345,22 @@ class MilvusHybridRetriever(BaseRetriever):
     def _limit(self) -> int:
         return self.pre_top_k if self.reranker is not None else self.similarity_top_k
 
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = check_query(query_bundle)
+    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         embedding = None
         if self.search_type is not MilvusSearchType.SPARSE:
             embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
-        nodes = self._to_nodes(self._search(query, embedding, self._limit()))
+        nodes = self._to_nodes(self._hits(query, embedding, self._limit()))
         if self.reranker is not None and nodes:
             nodes = self.reranker.postprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes[: self.similarity_top_k]
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = check_query(query_bundle)
+    async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         embedding = None
         if self.search_type is not MilvusSearchType.SPARSE:
             embedding = query_bundle.embedding or await self.embed_model.aget_query_embedding(query)
         # MilvusClient is blocking (AsyncMilvusClient does not cover Milvus Lite): run it in a
         # thread
-        hits = await asyncio.to_thread(self._search, query, embedding, self._limit())
+        hits = await asyncio.to_thread(self._hits, query, embedding, self._limit())
         nodes = self._to_nodes(hits)
         if self.reranker is not None and nodes:
             nodes = await self.reranker.apostprocess_nodes(nodes, query_bundle=query_bundle)

@@ -4,8 +4,9 @@ declarations inferred from a collection's schema and a sample of its rows.
 :func:`with_filter` gives a copy of a :class:`~llama_index_rag_pack.MilvusHybridRetriever`
 (dense, BM25 or hybrid; the sentence retriever too) or a
 :class:`~llama_index_rag_pack.MilvusScoreFusionRetriever` whose ``filter`` is the retriever's
-own filter ``and`` the new expression; the original is left as it was, so concurrent queries
-never see each other's filters.
+own filter ``and`` the new expression, or of the ``vector`` mode's retriever (core's
+``VectorIndexRetriever`` over a ``MilvusVectorStore``) whose ``string_expr`` search argument is;
+the original is left as it was, so concurrent queries never see each other's filters.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import logging
 from collections import Counter
 from typing import Any
 
+from llama_index_rag_pack.components.vector import CheckedVectorIndexRetriever
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.metadata_fields import RESERVED, FieldSpec, coerce_value
 from llama_index_rag_pack.core.milvus_filter import and_expressions
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
 
-__all__ = ["check_filterable", "infer_field_specs", "with_filter"]
+__all__ = ["check_filterable", "infer_field_specs", "milvus_target", "with_filter"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +46,28 @@ _STRING = FieldSpec("value", "string")
 
 def check_filterable(retriever: Any) -> None:
     """Raise :class:`ConfigurationError` unless :func:`with_filter` can restrict ``retriever``."""
+    if isinstance(retriever, CheckedVectorIndexRetriever) and _is_milvus(retriever):
+        return
     if not isinstance(retriever, (MilvusHybridRetriever, MilvusScoreFusionRetriever)):
         raise ConfigurationError(
             f"{type(retriever).__name__} takes no Milvus filter; self-query wraps "
-            "MilvusHybridRetriever (dense, sparse, hybrid) or MilvusScoreFusionRetriever."
+            "MilvusHybridRetriever (dense, sparse, hybrid), MilvusScoreFusionRetriever or the "
+            "vector mode's retriever over a MilvusVectorStore."
         )
+
+
+def _is_milvus(retriever: CheckedVectorIndexRetriever) -> bool:
+    store = retriever._vector_store
+    return hasattr(store, "client") and hasattr(store, "collection_name")
+
+
+def milvus_target(retriever: Any) -> tuple[Any, str]:
+    """The pymilvus client and the collection a filterable retriever searches."""
+    if isinstance(retriever, CheckedVectorIndexRetriever):
+        store = retriever._vector_store
+        return store.client, store.collection_name
+    inner = getattr(retriever, "dense", retriever)
+    return inner.client, inner.collection_name
 
 
 def _filtered(retriever: MilvusHybridRetriever, expression: str) -> MilvusHybridRetriever:
@@ -69,6 +88,12 @@ def with_filter(retriever: Any, expression: str) -> Any:
     if isinstance(retriever, MilvusHybridRetriever):
         return _filtered(retriever, expression)
     check_filterable(retriever)
+    if isinstance(retriever, CheckedVectorIndexRetriever):
+        out = copy.copy(retriever)
+        kwargs = dict(retriever._kwargs)
+        kwargs["string_expr"] = and_expressions([kwargs.get("string_expr", ""), expression])
+        out._kwargs = kwargs
+        return out
     out = copy.copy(retriever)
     out.dense = _filtered(retriever.dense, expression)
     out.sparse = _filtered(retriever.sparse, expression)

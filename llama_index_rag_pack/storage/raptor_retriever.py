@@ -10,18 +10,17 @@ from collections.abc import Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
+from llama_index_rag_pack.components.query_bases import PackRetriever
 from llama_index_rag_pack.components.raptor_levels import BuildStats
 from llama_index_rag_pack.components.raptor_nodes import CHILD_KEY, TOKENS_KEY
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
-    check_query,
 )
 from llama_index_rag_pack.storage.raptor_tree import RaptorTree
 
@@ -58,7 +57,7 @@ class RaptorRetrieveMode(str, Enum):
             ) from None
 
 
-class RaptorRetriever(BaseRetriever):
+class RaptorRetriever(PackRetriever):
     """Retrieve from a RAPTOR tree stored in Milvus.
 
     ``RaptorRetriever(vector_store=...)`` reopens a tree that is already built (no LLM call, no
@@ -277,11 +276,8 @@ class RaptorRetriever(BaseRetriever):
                 ids.setdefault(child, None)
         return list(ids)
 
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        check_query(query_bundle)
-        embedding = query_bundle.embedding or self.tree.embed_model.get_query_embedding(
-            query_bundle.query_str
-        )
+    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        embedding = query_bundle.embedding or self.tree.embed_model.get_query_embedding(query)
         store, k = self.tree.store, self.similarity_top_k
         if self.mode is RaptorRetrieveMode.COLLAPSED:
             return self._cut(store.search_all_levels(embedding, k))
@@ -297,10 +293,9 @@ class RaptorRetriever(BaseRetriever):
             selected.extend(picked)
         return self._cut(selected)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        check_query(query_bundle)
+    async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         embedding = query_bundle.embedding or await self.tree.embed_model.aget_query_embedding(
-            query_bundle.query_str
+            query
         )
         store, k = self.tree.store, self.similarity_top_k
         if self.mode is RaptorRetrieveMode.COLLAPSED:

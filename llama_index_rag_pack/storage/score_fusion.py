@@ -17,11 +17,11 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
+from llama_index_rag_pack.components.query_bases import PackRetriever
 from llama_index_rag_pack.core.convex_fusion import (
     DEFAULT_CANDIDATE_POOL,
     TUNED_ALPHA,
@@ -32,7 +32,6 @@ from llama_index_rag_pack.core.convex_fusion import (
     check_sentence_weight,
     convex_fusion,
 )
-from llama_index_rag_pack.core.errors import check_query
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.hybrid_options import check_pre_top_k, check_top_k
 from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
@@ -50,7 +49,7 @@ __all__ = ["MilvusScoreFusionRetriever"]
 logger = logging.getLogger(__name__)
 
 
-class MilvusScoreFusionRetriever(BaseRetriever):
+class MilvusScoreFusionRetriever(PackRetriever):
     """Dense and BM25 search on one Milvus collection, fused by normalized scores.
 
     ``score = alpha * norm(dense) + (1 - alpha) * norm(bm25)``, each side normalized over its
@@ -203,8 +202,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
             embedding=embedding,
         )
 
-    def _fused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = check_query(query_bundle)
+    def _fused(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         if self._searches_memory():
             return self._fused_in_memory(query_bundle, query)
         if not self.concurrent_searches:
@@ -221,8 +219,7 @@ class MilvusScoreFusionRetriever(BaseRetriever):
             dense = self.dense.retrieve(bundle)
             return self._fuse(dense, sparse.result(), sentences.result())
 
-    async def _afused(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query = check_query(query_bundle)
+    async def _afused(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         if self._searches_memory():
             # every step is blocking Python or numpy work in this process
             return await asyncio.to_thread(self._fused_in_memory, query_bundle, query)
@@ -323,14 +320,14 @@ class MilvusScoreFusionRetriever(BaseRetriever):
         hits = [{"id": key, "distance": 0.0, "entity": row} for key, row in rows.items()]
         read.update((n.node.node_id, n.node) for n in self.dense._to_nodes(hits))
 
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        nodes = self._fused(query_bundle)
+    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        nodes = self._fused(query_bundle, query)
         if self.reranker is not None and nodes:
             nodes = self.reranker.postprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes[: self.similarity_top_k]
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        nodes = await self._afused(query_bundle)
+    async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        nodes = await self._afused(query_bundle, query)
         if self.reranker is not None and nodes:
             nodes = await self.reranker.apostprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes[: self.similarity_top_k]

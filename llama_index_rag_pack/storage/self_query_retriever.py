@@ -19,16 +19,17 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
-from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.components.json_output import json_output
-from llama_index_rag_pack.core.errors import ConfigurationError, check_query
+from llama_index_rag_pack.components.query_bases import LLMQueryRetriever
+from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.metadata_fields import FieldSpec, field_specs
 from llama_index_rag_pack.core.self_query import SelfQuery, parse_self_query, self_query_schema
 from llama_index_rag_pack.storage.metadata_filter import (
     check_filterable,
     infer_field_specs,
+    milvus_target,
     with_filter,
 )
 
@@ -55,7 +56,7 @@ META_QUERY = "self_query_query"
 META_FALLBACK = "self_query_filter_dropped"
 
 
-class SelfQueryRetriever(BaseRetriever):
+class SelfQueryRetriever(LLMQueryRetriever):
     """Search a Milvus retriever with the query and filter an LLM reads from the question.
 
     When the filtered search finds nothing (or the filter names values no chunk has) it searches
@@ -89,6 +90,8 @@ class SelfQueryRetriever(BaseRetriever):
         >>> retriever.retrieve("novels after 2010 about memory")  # doctest: +SKIP
     """
 
+    prompt_key = "self_query_prompt"
+
     def __init__(
         self,
         retriever: BaseRetriever,
@@ -106,29 +109,16 @@ class SelfQueryRetriever(BaseRetriever):
         if llm is None:
             raise ConfigurationError("SelfQueryRetriever needs llm= (it writes the filter).")
         self.retriever = retriever
-        self.llm = llm
         if fields is None:
-            fields = infer_field_specs(
-                retriever_client(retriever),
-                retriever_collection(retriever),
-                sample_size=sample_size,
-            )
+            fields = infer_field_specs(*milvus_target(retriever), sample_size=sample_size)
         self.fields: tuple[FieldSpec, ...] = field_specs(fields)
         if not self.fields:
             raise ConfigurationError("SelfQueryRetriever needs at least one field to filter on.")
         self.description = description
         self.fallback_without_filter = fallback_without_filter
-        self.prompt = prompt or DEFAULT_SELF_QUERY_PROMPT
-        super().__init__(callback_manager=callback_manager or CallbackManager([]), verbose=verbose)
+        super().__init__(llm, prompt, DEFAULT_SELF_QUERY_PROMPT, callback_manager, verbose)
 
     # ------------------------------------------------------------------ prompts
-    def _get_prompts(self) -> PromptDictType:
-        return {"self_query_prompt": self.prompt}
-
-    def _update_prompts(self, prompts: PromptDictType) -> None:
-        if "self_query_prompt" in prompts:
-            self.prompt = prompts["self_query_prompt"]
-
     def _format(self, question: str) -> str:
         return self.prompt.format(
             description=self.description,
@@ -172,8 +162,7 @@ class SelfQueryRetriever(BaseRetriever):
             return query_bundle
         return QueryBundle(query_str=sq.query)
 
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        question = check_query(query_bundle)
+    def _search(self, query_bundle: QueryBundle, question: str) -> list[NodeWithScore]:
         sq = self.parse(question)
         bundle = self._search_bundle(query_bundle, sq)
         if sq.expression:
@@ -185,8 +174,7 @@ class SelfQueryRetriever(BaseRetriever):
             )
         return self._mark(self.retriever.retrieve(bundle), sq, bool(sq.expression))
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        question = check_query(query_bundle)
+    async def _asearch(self, query_bundle: QueryBundle, question: str) -> list[NodeWithScore]:
         sq = await self.aparse(question)
         bundle = self._search_bundle(query_bundle, sq)
         if sq.expression:
@@ -197,15 +185,3 @@ class SelfQueryRetriever(BaseRetriever):
                 "self-query: filter %r matched nothing; searching without it", sq.expression
             )
         return self._mark(await self.retriever.aretrieve(bundle), sq, bool(sq.expression))
-
-
-def retriever_client(retriever: Any) -> Any:
-    """The pymilvus client behind a Milvus retriever."""
-    inner = getattr(retriever, "dense", retriever)
-    return inner.client
-
-
-def retriever_collection(retriever: Any) -> str:
-    """The collection a Milvus retriever searches."""
-    inner = getattr(retriever, "dense", retriever)
-    return inner.collection_name

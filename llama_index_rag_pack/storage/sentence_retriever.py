@@ -61,9 +61,7 @@ class MilvusSentenceRetriever(MilvusHybridRetriever):
                 "RagPack(..., sentence_index=True), or search without sentences."
             )
 
-    def _search(
-        self, query: str, embedding: list[float] | None, limit: int
-    ) -> list[dict[str, Any]]:
+    def _hits(self, query: str, embedding: list[float] | None, limit: int) -> list[dict[str, Any]]:
         if embedding is None:  # pragma: no cover - the base class always embeds for dense
             raise ValueError("sentence search needs the query embedding")
         best = self.sentences.search(embedding, max(self.sentence_pool, limit))[:limit]
