@@ -65,7 +65,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.evaluation.report import EvalReport
     from llama_index_rag_pack.pack.fusion_config import FusionConfig
     from llama_index_rag_pack.pack.judge import judge_query_engine
-    from llama_index_rag_pack.pack.modes import ModeSpec, RetrievalMode, register_mode
+    from llama_index_rag_pack.pack.modes import (
+        ModeSpec,
+        RetrievalMode,
+        base_modes,
+        register_mode,
+    )
     from llama_index_rag_pack.pack.rag_pack import RagPack
     from llama_index_rag_pack.pack.routed import RoutedRagPack
     from llama_index_rag_pack.pack.self_query import configure_self_query
@@ -136,6 +141,7 @@ _EXPORTS: dict[str, str] = {
     "ModeSpec": ".pack.modes",
     "RetrievalMode": ".pack.modes",
     "register_mode": ".pack.modes",
+    "base_modes": ".pack.modes",
     "RagPack": ".pack.rag_pack",
     "RoutedRagPack": ".pack.routed",
     "RouteSource": ".pack.sources",
@@ -212,6 +218,7 @@ __all__ = [
     "RetrievalMode",
     "ModeSpec",
     "register_mode",
+    "base_modes",
     "RewriteRetriever",
     "Route",
     "RouteSelection",

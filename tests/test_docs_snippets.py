@@ -70,9 +70,9 @@ def scripted_reply(prompt: str) -> str:
 def registries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Modes and strategies a block registers stay in that block."""
     from llama_index_rag_pack.evaluation import strategies
-    from llama_index_rag_pack.pack import modes
+    from llama_index_rag_pack.pack import mode_registry
 
-    monkeypatch.setattr(modes, "_MODES", dict(modes._MODES))
+    monkeypatch.setattr(mode_registry, "_MODES", dict(mode_registry._MODES))
     monkeypatch.setattr(strategies, "_REGISTRY", dict(strategies._REGISTRY))
 
 

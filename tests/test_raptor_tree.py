@@ -7,6 +7,7 @@ One tree is built per module and shared by the read-only tests; the tests that c
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -499,8 +500,9 @@ def test_clean_summary(reply: str, expected: str) -> None:
 
 
 # ----------------------------------------------------------------------------- failures and resume
+@pytest.mark.parametrize("path", ["sync", "async"])
 def test_failed_summaries_are_never_stored_and_the_build_resumes(
-    tmp_path: Any, embed_model: Any
+    tmp_path: Any, embed_model: Any, path: str
 ) -> None:
     store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
     docs = corpus(TITLES[:3], chars=1500)
@@ -532,9 +534,9 @@ def test_failed_summaries_are_never_stored_and_the_build_resumes(
     assert len(stored) == 1, "the one good summary is stored, the failed ones are not"
     assert all(n.text.strip() for n in tree.store.tree_nodes(min_level=1))
 
-    second = summary_llm()
+    second = summary_llm(forbid_sync=path == "async")
     tree2 = RaptorTree(store, embed_model=embed_model, llm=second, **options)
-    stats = tree2.resume()
+    stats = tree2.resume() if path == "sync" else asyncio.run(tree2.aresume())
     assert stats.summaries_reused >= len(stored) > 0
     summaries = {n.node_id for n in tree2.store.tree_nodes(min_level=1)}
     assert stored <= summaries, "finished summaries were kept"

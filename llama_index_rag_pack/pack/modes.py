@@ -1,6 +1,8 @@
-"""The one registry from retrieval mode to retriever builder.
+"""The built-in retrieval modes: their builders, registered in the one registry
+(:mod:`~llama_index_rag_pack.pack.mode_registry`), and the :class:`RetrievalMode` enum derived
+from them.
 
-:class:`~llama_index_rag_pack.RagPack`, ``rag-pack eval`` and the CLI all read this table:
+:class:`~llama_index_rag_pack.RagPack`, ``rag-pack eval`` and the CLI all read the registry:
 ``pack.retriever(mode)`` calls the mode's builder, evaluation lists the modes and what each
 needs, and ``--mode`` accepts exactly the registered names. A new mode is one
 :func:`register_mode` call; nothing else has to change.
@@ -19,117 +21,20 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from llama_index.core.base.base_retriever import BaseRetriever
-
-Builder = Callable[..., "BaseRetriever"]
-
-
-@dataclass(frozen=True)
-class ModeSpec:
-    """One retrieval mode.
-
-    Args:
-        name: What ``pack.retriever(name)`` and ``--mode name`` accept.
-        build: ``build(pack, **kwargs) -> BaseRetriever``.
-        description: One line for ``--help`` and evaluation tables.
-        needs_llm: The retriever calls the LLM per query.
-        needs_tree: The retriever reads a RAPTOR tree built beside the collection
-            (``pack.build_raptor_tree()`` builds it).
-        needs_sources: Only a pack over several sources (``RoutedRagPack``) has it.
-        base: The mode can serve the query-side modes (``hyde``, ``rewrite``, ``self_query``)
-            as their search: one search per query, no LLM of its own, and (for self-query) a
-            retriever that takes a Milvus filter.
-        embeds_query: The mode searches with the query's embedding (``QueryBundle.embedding``),
-            so HyDE's hypothetical-answer embedding reaches it (BM25 alone does not).
-    """
-
-    name: str
-    build: Builder
-    description: str = ""
-    needs_llm: bool = False
-    needs_tree: bool = False
-    needs_sources: bool = False
-    base: bool = False
-    embeds_query: bool = True
-
-
-_MODES: dict[str, ModeSpec] = {}
-
-
-def register_mode(
-    name: str,
-    build: Builder,
-    *,
-    description: str = "",
-    needs_llm: bool = False,
-    needs_tree: bool = False,
-    needs_sources: bool = False,
-    base: bool = False,
-    embeds_query: bool = True,
-    replace: bool = False,
-) -> ModeSpec:
-    """Add a retrieval mode that every entry point then offers.
-
-    Raises:
-        ConfigurationError: ``name`` is taken (pass ``replace=True`` to swap the builder) or not
-            an identifier.
-    """
-    if not name.isidentifier():
-        raise ConfigurationError(f"Mode name {name!r} must be an identifier, like 'my_mode'.")
-    if name in _MODES and not replace:
-        raise ConfigurationError(
-            f"Retrieval mode {name!r} is already registered; pass replace=True to swap it."
-        )
-    spec = ModeSpec(
-        name, build, description, needs_llm, needs_tree, needs_sources, base, embeds_query
-    )
-    _MODES[name] = spec
-    return spec
-
-
-def unregister_mode(name: str) -> None:
-    """Remove a mode added with :func:`register_mode` (built-in modes stay)."""
-    if name in _BUILT_IN:
-        raise ConfigurationError(f"{name!r} is a built-in mode and cannot be removed.")
-    _MODES.pop(name, None)
-
-
-def mode_names() -> list[str]:
-    """Every registered mode, built-in ones first."""
-    return list(_MODES)
-
-
-def base_modes(*, embeds_query: bool = False) -> list[str]:
-    """The modes that can serve ``hyde``/``rewrite``/``self_query`` as their search (with
-    ``embeds_query=True``, only those that search with the query's embedding, for HyDE)."""
-    return [
-        name
-        for name, spec in _MODES.items()
-        if spec.base and (spec.embeds_query or not embeds_query)
-    ]
-
-
-def get_mode(mode: str | Enum) -> ModeSpec:
-    """The spec of ``mode`` (a name or a :class:`RetrievalMode`).
-
-    Raises:
-        ConfigurationError: unknown mode; the message lists the valid ones.
-    """
-    name = mode.value if isinstance(mode, Enum) else mode
-    try:
-        return _MODES[name]
-    except (KeyError, TypeError):
-        raise ConfigurationError(
-            f"Unknown retrieval mode {mode!r}; valid modes: {', '.join(_MODES)}."
-        ) from None
+from llama_index_rag_pack.pack.mode_registry import (
+    ModeSpec,
+    add_built_in,
+    base_modes,
+    get_mode,
+    mode_names,
+    register_mode,
+    unregister_mode,
+)
 
 
 # ------------------------------------------------------------------ built-in builders
@@ -363,7 +268,7 @@ for _spec in (
     ModeSpec("raptor_traversal", build_raptor_traversal, "RAPTOR tree traversal", needs_tree=True),
     ModeSpec("self_query", build_self_query, "LLM-written Milvus metadata filter", needs_llm=True),
 ):
-    _MODES[_spec.name] = _spec
+    add_built_in(_spec)
 
 
 class _ModeEnum(str, Enum):
@@ -381,9 +286,8 @@ class _ModeEnum(str, Enum):
 #: "hybrid_convex"``), derived from the registrations above; :func:`register_mode` adds more
 #: by name.
 RetrievalMode = _ModeEnum(  # type: ignore[call-overload]
-    "RetrievalMode", [(name.upper(), name) for name in _MODES], module=__name__
+    "RetrievalMode", [(name.upper(), name) for name in mode_names()], module=__name__
 )
-_BUILT_IN = frozenset(_MODES)
 
 #: The mode a pack uses when none is named: the best measured on the held-out questions
 #: (benchmarks/results/retrieval_quality.md). Collections without BM25 use ``vector``.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.pack.modes import base_modes
+from llama_index_rag_pack.pack.mode_registry import base_modes
 
 __all__ = ["hyde_retriever", "query_base", "rewrite_retriever"]
 

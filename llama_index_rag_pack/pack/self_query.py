@@ -18,7 +18,7 @@ from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.metadata_fields import FieldSpec, field_specs
-from llama_index_rag_pack.pack.modes import base_modes
+from llama_index_rag_pack.pack.mode_registry import base_modes
 
 __all__ = ["configure_self_query", "self_query_retriever"]
 
