@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 from llama_index_rag_pack.core.metadata_fields import Condition
 
-__all__ = ["and_expressions", "compile_conditions", "milvus_literal"]
+__all__ = ["and_expressions", "compile_conditions", "milvus_literal", "signed_zeros"]
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
@@ -52,7 +52,7 @@ def milvus_literal(value: object) -> str:
     raise ValueError(f"cannot write {type(value).__name__} as a Milvus literal")
 
 
-def _with_signed_zeros(values: Iterable[object]) -> list[object]:
+def signed_zeros(values: Iterable[object]) -> list[object]:
     """``values`` with both ``0.0`` and ``-0.0`` when either is there: ``==`` matches both zeros
     but a list compares bits, so ``x in [0.0]`` alone would miss a row stored as ``-0.0``."""
     out = list(values)
@@ -64,7 +64,7 @@ def _with_signed_zeros(values: Iterable[object]) -> list[object]:
 def _compile_one(cond: Condition) -> str:
     name = cond.field
     if cond.op in ("in", "not in"):
-        items = ", ".join(milvus_literal(v) for v in _with_signed_zeros(cond.value))
+        items = ", ".join(milvus_literal(v) for v in signed_zeros(cond.value))
         return f"{name} {cond.op} [{items}]"
     if cond.op == "between":
         lo, hi = (milvus_literal(v) for v in cond.value)
