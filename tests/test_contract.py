@@ -34,6 +34,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
+from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
 
 from llama_index_rag_pack import RagPack
 from llama_index_rag_pack.core.errors import EMPTY_QUERY_MESSAGE, ConfigurationError
@@ -67,7 +68,7 @@ TOPICS = {
     ],
 }
 DOCS = [
-    Document(id_=f"{topic}-{i}", text=text, metadata={"title": f"{topic} {i}"})
+    Document(id_=f"{topic}-{i}", text=text, metadata={"title": f"{topic} {i}", "topic": topic})
     for topic, texts in TOPICS.items()
     for i, text in enumerate(texts)
 ]
@@ -469,6 +470,61 @@ def test_a_registered_base_mode_serves_the_query_side_modes(
     finally:
         unregister_mode("dense_top3")
         unregister_mode("not_a_base")
+
+
+def _passes(node: Any, topics: set[str], store: Any) -> bool:
+    """A leaf passes when its topic is one of ``topics``; a summary when every leaf below does."""
+    children = node.metadata.get("raptor_child_ids") or []
+    if node.metadata.get("raptor_level", 0) == 0 or not children:
+        return node.metadata.get("topic") in topics
+    return all(_passes(child, topics, store) for child in store.get(children))
+
+
+SPACE = MetadataFilters(filters=[MetadataFilter(key="topic", value="space")])
+# about food and space: unfiltered, food chunks rank high too, and BM25 finds both
+MIXED = "Why does bread dough rise, and which planet is the largest?"
+NOTHING = MetadataFilters(filters=[MetadataFilter(key="topic", value="none of them")])
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_returns_only_what_the_filters_let_through(
+    mode: str, path: str, request: pytest.FixtureRequest
+) -> None:
+    pack = _pack_for(mode, request)
+    retriever = pack.retriever(mode, filters=SPACE)
+    run = retriever.retrieve if path == "sync" else lambda q: asyncio.run(retriever.aretrieve(q))
+    nodes = run(MIXED)
+    store = getattr(getattr(retriever, "tree", None), "store", None)
+    assert nodes or mode == "route", "the space chunks match: some must come back"
+    assert all(_passes(n.node, {"space"}, store) for n in nodes), [
+        (n.node.node_id, n.node.metadata.get("topic")) for n in nodes
+    ]
+    assert run_nothing(pack, mode, path) == [], "a filter that matches nothing returns nothing"
+
+
+def run_nothing(pack: RagPack, mode: str, path: str) -> list[Any]:
+    retriever = pack.retriever(mode, filters=NOTHING)
+    if path == "sync":
+        return retriever.retrieve(QUESTIONS[0])
+    return asyncio.run(retriever.aretrieve(QUESTIONS[0]))
+
+
+@pytest.mark.parametrize("mode", ["vector", "bm25"])
+def test_a_filtered_search_is_the_unfiltered_ranking_restricted(single: RagPack, mode: str) -> None:
+    everything = single.retriever(mode, similarity_top_k=len(DOCS)).retrieve(MIXED)
+    assert {n.node.metadata["topic"] for n in everything[:TOP_K]} != {"space"}
+    restricted = [n for n in everything if n.node.metadata["topic"] == "space"][:TOP_K]
+    filtered = single.retriever(mode, filters=SPACE).retrieve(MIXED)
+    assert filtered
+    assert _ids(filtered) == _ids(restricted)
+    assert [n.score for n in filtered] == pytest.approx([n.score for n in restricted])
+
+
+def test_a_string_expression_filters_like_metadata_filters(single: RagPack) -> None:
+    by_object = single.retriever("hybrid_convex", filters=SPACE).retrieve(MIXED)
+    by_string = single.retriever("hybrid_convex", filters='topic == "space"').retrieve(MIXED)
+    assert _ids(by_object) == _ids(by_string) and by_object
 
 
 def test_tree_modes_offer_their_build_step_from_the_pack(

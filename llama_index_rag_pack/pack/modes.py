@@ -26,6 +26,7 @@ from enum import Enum
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.pack.filters import pack_filter_expression
 from llama_index_rag_pack.pack.mode_registry import (
     ModeSpec,
     add_built_in,
@@ -51,22 +52,24 @@ def _milvus(pack: Any, search_type: str, similarity_top_k: int | None, **kwargs:
     )
 
 
-def build_vector(pack: Any, similarity_top_k: int | None = None) -> Any:
+def build_vector(pack: Any, similarity_top_k: int | None = None, filters: Any = None) -> Any:
     """Core's ``VectorIndexRetriever`` over the pack's index (what ``index.as_retriever()``
-    gives), with the pack's empty-query check."""
+    gives), with the pack's empty-query check; ``filters`` reach Milvus as ``string_expr``."""
     from llama_index_rag_pack.components.vector import CheckedVectorIndexRetriever
 
+    expr = pack_filter_expression(pack, filters)
     return CheckedVectorIndexRetriever(
         pack.index,
         node_ids=list(pack.index.index_struct.nodes_dict.values()),
         callback_manager=pack.callback_manager,
         similarity_top_k=similarity_top_k or pack.similarity_top_k,
+        vector_store_kwargs={"string_expr": expr} if expr else {},
     )
 
 
-def build_bm25(pack: Any, similarity_top_k: int | None = None) -> Any:
+def build_bm25(pack: Any, similarity_top_k: int | None = None, filters: Any = None) -> Any:
     """Milvus' built-in BM25 full-text search."""
-    return _milvus(pack, "sparse", similarity_top_k)
+    return _milvus(pack, "sparse", similarity_top_k, filters=filters)
 
 
 def _given(value: Any, default: Any) -> Any:
@@ -79,6 +82,7 @@ def build_hybrid(
     similarity_top_k: int | None = None,
     rrf_k: float | None = None,
     candidate_pool: int | None = None,
+    filters: Any = None,
 ) -> Any:
     """Dense + BM25 in one Milvus hybrid search, fused by reciprocal rank (``rrf_k`` and the
     candidate pool default to the pack's ``fusion_config``)."""
@@ -90,6 +94,7 @@ def build_hybrid(
         ranker="rrf",
         rrf_k=_given(rrf_k, config.rrf_k),
         candidate_pool=_given(candidate_pool, config.candidate_pool),
+        filters=filters,
     )
 
 
@@ -98,6 +103,7 @@ def build_hybrid_weighted(
     similarity_top_k: int | None = None,
     weights: Sequence[float] = (0.7, 0.3),
     candidate_pool: int | None = None,
+    filters: Any = None,
 ) -> Any:
     """Dense + BM25 in one Milvus hybrid search, fused by Milvus' weighted (arctan) scores."""
     return _milvus(
@@ -107,6 +113,7 @@ def build_hybrid_weighted(
         ranker="weighted",
         weights=tuple(weights),
         candidate_pool=_given(candidate_pool, pack.fusion_config.candidate_pool),
+        filters=filters,
     )
 
 
@@ -119,6 +126,7 @@ def build_hybrid_convex(
     sentence_weight: float | None = None,
     reranker: Any | None = None,
     pre_top_k: int | None = None,
+    filters: Any = None,
 ) -> Any:
     """Dense + BM25 (+ best sentence, with a sentence index), fused here by
     normalized scores (defaults from the pack's ``fusion_config``, fitted by
@@ -139,6 +147,7 @@ def build_hybrid_convex(
         concurrent_searches=not lite,
         reranker=reranker,
         pre_top_k=pre_top_k,
+        filters=filters,
         similarity_top_k=similarity_top_k or pack.similarity_top_k,
         callback_manager=pack.callback_manager,
     )
@@ -150,6 +159,7 @@ def build_fusion(
     num_queries: int = 4,
     fusion_mode: str = "reciprocal_rank",
     weights: Sequence[float] | None = None,
+    filters: Any = None,
 ) -> Any:
     """RAG-Fusion: LLM query variants, each searched dense (and BM25), fused."""
     from llama_index_rag_pack.components.fusion import FusionRetriever
@@ -159,9 +169,9 @@ def build_fusion(
     per_list = max(2 * top_k, 10)
     # MilvusHybridRetriever's dense search is not tied to one event loop (MilvusVectorStore's
     # async client is), so the async fusion path also works across asyncio.run calls.
-    retrievers = {"dense": _milvus(pack, "dense", per_list)}
+    retrievers = {"dense": _milvus(pack, "dense", per_list, filters=filters)}
     if has_bm25(pack.vector_store.client, pack.vector_store.collection_name):
-        retrievers["bm25"] = _milvus(pack, "sparse", per_list)
+        retrievers["bm25"] = _milvus(pack, "sparse", per_list, filters=filters)
     return FusionRetriever(
         retrievers,
         llm=pack.llm,
@@ -179,37 +189,44 @@ def build_hyde(
     num_hypotheses: int = 1,
     include_query: bool = False,
     base: str | None = None,
+    filters: Any = None,
 ) -> Any:
     """HyDE: search with the embedding of LLM-written hypothetical answers, through ``base``
     (default: the pack's default mode)."""
     from llama_index_rag_pack.pack.query_modes import hyde_retriever
 
-    return hyde_retriever(pack, similarity_top_k, num_hypotheses, include_query, base)
+    return hyde_retriever(pack, similarity_top_k, num_hypotheses, include_query, base, filters)
 
 
-def build_rewrite(pack: Any, similarity_top_k: int | None = None, base: str | None = None) -> Any:
+def build_rewrite(
+    pack: Any, similarity_top_k: int | None = None, base: str | None = None, filters: Any = None
+) -> Any:
     """The LLM rewrites the question into a search query, searched through ``base`` (default:
     the pack's default mode)."""
     from llama_index_rag_pack.pack.query_modes import rewrite_retriever
 
-    return rewrite_retriever(pack, similarity_top_k, base)
+    return rewrite_retriever(pack, similarity_top_k, base, filters)
 
 
-def build_raptor(pack: Any, similarity_top_k: int | None = None) -> Any:
+def build_raptor(pack: Any, similarity_top_k: int | None = None, filters: Any = None) -> Any:
     """RAPTOR, collapsed tree: leaves and summaries of every level in one ranking."""
     from llama_index_rag_pack.pack.raptor import pack_raptor_retriever
 
-    return pack_raptor_retriever(pack, "collapsed", similarity_top_k)
+    return pack_raptor_retriever(pack, "collapsed", similarity_top_k, filters)
 
 
-def build_raptor_traversal(pack: Any, similarity_top_k: int | None = None) -> Any:
+def build_raptor_traversal(
+    pack: Any, similarity_top_k: int | None = None, filters: Any = None
+) -> Any:
     """RAPTOR, tree traversal: from the top level down through the chosen nodes' children."""
     from llama_index_rag_pack.pack.raptor import pack_raptor_retriever
 
-    return pack_raptor_retriever(pack, "tree_traversal", similarity_top_k)
+    return pack_raptor_retriever(pack, "tree_traversal", similarity_top_k, filters)
 
 
-def build_route(pack: Any, similarity_top_k: int | None = None, **kwargs: Any) -> Any:
+def build_route(
+    pack: Any, similarity_top_k: int | None = None, filters: Any = None, **kwargs: Any
+) -> Any:
     """Pick the source(s) for the question, retrieve from each, fuse (``RoutedRagPack``)."""
     from llama_index.core.tools import RetrieverTool, ToolMetadata
 
@@ -223,7 +240,9 @@ def build_route(pack: Any, similarity_top_k: int | None = None, **kwargs: Any) -
         )
     tools = []
     for name, src in pack.sources.items():
-        extra = {"similarity_top_k": similarity_top_k} if similarity_top_k else {}
+        extra: dict[str, Any] = {"similarity_top_k": similarity_top_k} if similarity_top_k else {}
+        if filters is not None:
+            extra["filters"] = filters
         retriever = pack.source_packs[name].retriever(src.mode, **extra)
         description = src.description or src.utterances[0]
         tools.append(

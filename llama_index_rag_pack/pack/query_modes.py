@@ -18,7 +18,9 @@ from llama_index_rag_pack.pack.mode_registry import base_modes
 __all__ = ["hyde_retriever", "query_base", "rewrite_retriever"]
 
 
-def query_base(pack: Any, base: str | None, similarity_top_k: int | None, *, mode: str) -> Any:
+def query_base(
+    pack: Any, base: str | None, similarity_top_k: int | None, *, mode: str, filters: Any = None
+) -> Any:
     """The base retriever of query-side ``mode``: ``base``, else the pack's default mode.
 
     Raises:
@@ -36,7 +38,9 @@ def query_base(pack: Any, base: str | None, similarity_top_k: int | None, *, mod
             f"base={base!r} cannot serve mode {mode!r}: use one of {', '.join(choices)}."
         )
     # no top-k given: the pack's own retriever of that mode (cached), not a copy
-    extra = {"similarity_top_k": similarity_top_k} if similarity_top_k else {}
+    extra: dict[str, Any] = {"similarity_top_k": similarity_top_k} if similarity_top_k else {}
+    if filters is not None:
+        extra["filters"] = filters
     return pack.retriever(name, **extra)
 
 
@@ -46,13 +50,14 @@ def hyde_retriever(
     num_hypotheses: int,
     include_query: bool,
     base: str | None,
+    filters: Any = None,
 ) -> Any:
     """HyDE over ``base``: the hypothetical answers' embedding goes to the dense side (and the
     sentence side of ``hybrid_convex``); BM25 sides still read the question's words."""
     from llama_index_rag_pack.components.hyde import HyDERetriever
 
     return HyDERetriever(
-        query_base(pack, base, similarity_top_k, mode="hyde"),
+        query_base(pack, base, similarity_top_k, mode="hyde", filters=filters),
         llm=pack.llm,
         embed_model=pack.embed_model,
         num_hypotheses=num_hypotheses,
@@ -61,12 +66,14 @@ def hyde_retriever(
     )
 
 
-def rewrite_retriever(pack: Any, similarity_top_k: int | None, base: str | None) -> Any:
+def rewrite_retriever(
+    pack: Any, similarity_top_k: int | None, base: str | None, filters: Any = None
+) -> Any:
     """Rewrite-retrieve-read over ``base``: the rewritten query is what ``base`` searches."""
     from llama_index_rag_pack.components.rewrite import RewriteRetriever
 
     return RewriteRetriever(
-        query_base(pack, base, similarity_top_k, mode="rewrite"),
+        query_base(pack, base, similarity_top_k, mode="rewrite", filters=filters),
         llm=pack.llm,
         callback_manager=pack.callback_manager,
     )

@@ -119,7 +119,9 @@ def drop_pack_tree(pack: Any) -> None:
         client.drop_collection(name)
 
 
-def pack_raptor_retriever(pack: Any, mode: str, similarity_top_k: int | None = None) -> Any:
+def pack_raptor_retriever(
+    pack: Any, mode: str, similarity_top_k: int | None = None, filters: Any = None
+) -> Any:
     """The :class:`RaptorRetriever` over the tree next to ``pack``'s collection.
 
     Raises:
@@ -134,6 +136,7 @@ def pack_raptor_retriever(pack: Any, mode: str, similarity_top_k: int | None = N
             tree=tree,
             mode=mode,
             similarity_top_k=similarity_top_k or pack.similarity_top_k,
+            filters=filters,
             callback_manager=pack.callback_manager,
         )
     except CollectionNotFoundError:

@@ -73,6 +73,7 @@ def self_query_retriever(
     base: str | None = None,
     description: str | None = None,
     fallback_without_filter: bool = True,
+    filters: Any = None,
 ) -> Any:
     """A :class:`~llama_index_rag_pack.SelfQueryRetriever` over the pack's ``base`` retriever
     (default: the pack's default mode when it can be filtered, else ``vector``)."""
@@ -81,7 +82,10 @@ def self_query_retriever(
     config: _Config = getattr(pack, _CONFIG_ATTR, _Config())
     base = base or config.base or _default_base(pack)
     _check_base(base)
-    inner = pack.retriever(base, similarity_top_k=similarity_top_k)
+    # the caller's filters sit in the base retriever: the LLM's condition is and-ed with them,
+    # and the "matched nothing" retry drops only the LLM's condition
+    extra = {} if filters is None else {"filters": filters}
+    inner = pack.retriever(base, similarity_top_k=similarity_top_k, **extra)
     return SelfQueryRetriever(
         inner,
         llm=pack.llm,

@@ -22,6 +22,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
+from llama_index_rag_pack.components.metadata_filters import Filters, filter_expression
 from llama_index_rag_pack.components.query_bases import PackRetriever
 from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis, BM25Analyzer
 from llama_index_rag_pack.core.convex_fusion import DEFAULT_CANDIDATE_POOL, check_candidate_pool
@@ -29,6 +30,7 @@ from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
 )
+from llama_index_rag_pack.core.milvus_filter import and_expressions
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
 from llama_index_rag_pack.storage.hybrid_options import (
     MilvusRanker,
@@ -72,6 +74,9 @@ class MilvusHybridRetriever(PackRetriever):
         similarity_top_k: Nodes returned.
         candidate_pool: Candidates each side of a hybrid search fetches before fusion.
         filter: A Milvus boolean expression on scalar/metadata fields, e.g. ``'title == "Milvus"'``.
+        filters: Core's ``MetadataFilters`` (or an expression string), compiled by
+            :func:`~llama_index_rag_pack.components.metadata_filters.filter_expression` and
+            ``and``-ed with ``filter``: only matching chunks are searched.
         reranker: Optional second stage (a ``BaseNodePostprocessor``).
         pre_top_k: Candidates fetched for the reranker (default ``4 * similarity_top_k``).
         dense_field / sparse_field / text_field: Field names (defaults match MilvusVectorStore).
@@ -111,6 +116,7 @@ class MilvusHybridRetriever(PackRetriever):
         similarity_top_k: int = 10,
         candidate_pool: int = DEFAULT_CANDIDATE_POOL,
         filter: str | None = None,
+        filters: Filters = None,
         reranker: BaseNodePostprocessor | None = None,
         pre_top_k: int | None = None,
         dense_field: str = "embedding",
@@ -146,6 +152,7 @@ class MilvusHybridRetriever(PackRetriever):
         self.similarity_top_k = similarity_top_k
         self.candidate_pool = check_candidate_pool(candidate_pool)
         self.filter = filter or ""
+        self._filters = filters
         self.reranker = reranker
         self.pre_top_k = pre_top_k or (
             4 * similarity_top_k if reranker is not None else similarity_top_k
@@ -197,6 +204,9 @@ class MilvusHybridRetriever(PackRetriever):
         if info.get("enable_dynamic_field") or "_node_content" in fields:
             output += ["_node_content", "_node_type"]
         self._output_fields = output
+        if self._filters is not None:
+            compiled = filter_expression(self._filters, schema_fields=fields)
+            self.filter = and_expressions([self.filter, compiled])
         ensure_loaded(self.client, self.collection_name)
 
     # ------------------------------------------------------------------ search

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +15,7 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import BaseNode, NodeWithScore, QueryBundle
 
+from llama_index_rag_pack.components.metadata_filters import Filters, filter_expression
 from llama_index_rag_pack.components.query_bases import PackRetriever
 from llama_index_rag_pack.components.raptor_levels import BuildStats
 from llama_index_rag_pack.components.raptor_nodes import CHILD_KEY, TOKENS_KEY
@@ -75,6 +76,9 @@ class RaptorRetriever(PackRetriever):
             (``None``: no cut). The first node is always kept.
         summary_prompt: Overrides the summary prompt of the tree.
         must_exist: Raise when the collection holds no tree (set False to build later).
+        filters: Core's ``MetadataFilters`` or a Milvus expression on the chunks' metadata.
+            Leaves are filtered exactly; a summary is returned only when every leaf below it
+            passes (so no summary carries text of an excluded chunk).
         callback_manager: LlamaIndex callbacks.
         verbose: Log each level visited.
 
@@ -108,6 +112,7 @@ class RaptorRetriever(PackRetriever):
         token_budget: int | None = DEFAULT_TOKEN_BUDGET,
         summary_prompt: BasePromptTemplate | str | None = None,
         must_exist: bool = True,
+        filters: Filters = None,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -134,6 +139,7 @@ class RaptorRetriever(PackRetriever):
         self.similarity_top_k = similarity_top_k
         self.token_budget = token_budget
         self._top_level: int | None = None
+        self.filter = filter_expression(filters, schema_fields=self.tree.store.schema_fields())
         if must_exist and not self.tree.store.levels():
             raise CollectionNotFoundError(
                 f"No RAPTOR tree in collection {self.tree.store.collection_name!r}. Build one with "
@@ -269,26 +275,28 @@ class RaptorRetriever(PackRetriever):
         return kept
 
     @staticmethod
-    def _children(hits: list[NodeWithScore]) -> list[str]:
+    def _children(hits: list[NodeWithScore], only: Mapping[str, int] | None = None) -> list[str]:
         ids: dict[str, None] = {}
         for hit in hits:
             for child in hit.node.metadata.get(CHILD_KEY) or []:
-                ids.setdefault(child, None)
+                if only is None or child in only:
+                    ids.setdefault(child, None)
         return list(ids)
 
     def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         embedding = query_bundle.embedding or self.tree.embed_model.get_query_embedding(query)
         store, k = self.tree.store, self.similarity_top_k
+        only = store.passing_ids(self.filter) if self.filter else None
         if self.mode is RaptorRetrieveMode.COLLAPSED:
-            return self._cut(store.search_all_levels(embedding, k))
+            return self._cut(store.search_all_levels(embedding, k, only))
         if self.mode is RaptorRetrieveMode.LEAVES:
-            return self._cut(store.search_level(embedding, k, 0))
-        level = self.top_level
-        picked = store.search_level(embedding, k, level)
+            return self._cut(store.search_level(embedding, k, 0, only))
+        level = self.top_level if only is None else max(only.values(), default=0)
+        picked = store.search_level(embedding, k, level, only)
         selected = list(picked)
         while level > 0 and picked:
             level -= 1
-            picked = store.search_within(embedding, k, level, self._children(picked))
+            picked = store.search_within(embedding, k, level, self._children(picked, only))
             self._log_level(level, picked)
             selected.extend(picked)
         return self._cut(selected)
@@ -298,19 +306,22 @@ class RaptorRetriever(PackRetriever):
             query
         )
         store, k = self.tree.store, self.similarity_top_k
+        only = None
+        if self.filter:
+            only = await asyncio.to_thread(store.passing_ids, self.filter)
         if self.mode is RaptorRetrieveMode.COLLAPSED:
-            return self._cut(await store.asearch_all_levels(embedding, k))
+            return self._cut(await store.asearch_all_levels(embedding, k, only))
         if self.mode is RaptorRetrieveMode.LEAVES:
-            return self._cut(await store.asearch_level(embedding, k, 0))
+            return self._cut(await store.asearch_level(embedding, k, 0, only))
         # the first traversal scans the levels in Milvus: do it off the event loop
-        level = self._top_level
+        level = self._top_level if only is None else max(only.values(), default=0)
         if level is None:
             level = await asyncio.to_thread(lambda: self.top_level)
-        picked = await store.asearch_level(embedding, k, level)
+        picked = await store.asearch_level(embedding, k, level, only)
         selected = list(picked)
         while level > 0 and picked:
             level -= 1
-            picked = await store.asearch_within(embedding, k, level, self._children(picked))
+            picked = await store.asearch_within(embedding, k, level, self._children(picked, only))
             self._log_level(level, picked)
             selected.extend(picked)
         return self._cut(selected)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from llama_index.core.schema import BaseNode, NodeWithScore, TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
-from llama_index_rag_pack.components.raptor_nodes import LEVEL_KEY
+from llama_index_rag_pack.components.raptor_nodes import CHILD_KEY, LEVEL_KEY
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.storage import milvus as milvus_utils
 from llama_index_rag_pack.storage.bm25_fields import bm25_row_fields
@@ -50,6 +50,12 @@ def _min_level_expr(level: int) -> str:
 
 def _ids_expr(ids: Sequence[str]) -> str:
     return f"id in {_quote_ids(ids)}"
+
+
+def _restricted(expr: str, only: Collection[str] | None) -> str:
+    if only is None:
+        return expr
+    return f"{expr} and {_ids_expr(sorted(only))}" if only else "false"
 
 
 class RaptorStore:
@@ -247,15 +253,23 @@ class RaptorStore:
         self.delete_ids(str(row["id"]) for row in above)
 
     # ------------------------------------------------------------------ search
-    def search_all_levels(self, embedding: Sequence[float], top_k: int) -> list[NodeWithScore]:
+    # Every search takes ``only``: ``None`` for the whole tree, else the ids it may return
+    # (:meth:`passing_ids` under a filter; an empty set returns nothing).
+    def search_all_levels(
+        self, embedding: Sequence[float], top_k: int, only: Collection[str] | None = None
+    ) -> list[NodeWithScore]:
         """The ``top_k`` nodes nearest to ``embedding``, leaves and summaries of every level."""
-        return self._search(embedding, top_k, _min_level_expr(0))
+        return self._search(embedding, top_k, _restricted(_min_level_expr(0), only))
 
     def search_level(
-        self, embedding: Sequence[float], top_k: int, level: int
+        self,
+        embedding: Sequence[float],
+        top_k: int,
+        level: int,
+        only: Collection[str] | None = None,
     ) -> list[NodeWithScore]:
         """The ``top_k`` nodes of ``level`` nearest to ``embedding``."""
-        return self._search(embedding, top_k, _level_expr(level))
+        return self._search(embedding, top_k, _restricted(_level_expr(level), only))
 
     def search_within(
         self, embedding: Sequence[float], top_k: int, level: int, ids: Sequence[str]
@@ -266,16 +280,20 @@ class RaptorStore:
         return self._search(embedding, top_k, f"{_level_expr(level)} and {_ids_expr(ids)}")
 
     async def asearch_all_levels(
-        self, embedding: Sequence[float], top_k: int
+        self, embedding: Sequence[float], top_k: int, only: Collection[str] | None = None
     ) -> list[NodeWithScore]:
         """Async :meth:`search_all_levels`."""
-        return await self._asearch(embedding, top_k, _min_level_expr(0))
+        return await self._asearch(embedding, top_k, _restricted(_min_level_expr(0), only))
 
     async def asearch_level(
-        self, embedding: Sequence[float], top_k: int, level: int
+        self,
+        embedding: Sequence[float],
+        top_k: int,
+        level: int,
+        only: Collection[str] | None = None,
     ) -> list[NodeWithScore]:
         """Async :meth:`search_level`."""
-        return await self._asearch(embedding, top_k, _level_expr(level))
+        return await self._asearch(embedding, top_k, _restricted(_level_expr(level), only))
 
     async def asearch_within(
         self, embedding: Sequence[float], top_k: int, level: int, ids: Sequence[str]
@@ -284,6 +302,27 @@ class RaptorStore:
         if not ids:
             return []
         return await self._asearch(embedding, top_k, f"{_level_expr(level)} and {_ids_expr(ids)}")
+
+    def schema_fields(self) -> set[str]:
+        """The names of the collection's schema fields (empty when it does not exist yet)."""
+        if not self.exists():
+            return set()
+        info = self.client.describe_collection(self.collection_name)
+        return {str(f.get("name")) for f in info.get("fields", [])}
+
+    def passing_ids(self, expr: str) -> dict[str, int]:
+        """The nodes a filter lets through, with their levels: the leaves matching ``expr``, and
+        every summary whose leaves below all match it (so no summary carries text of an excluded
+        chunk)."""
+        milvus_utils.ensure_loaded(self.client, self.collection_name)
+        leaves = self._rows(f"({_level_expr(0)}) and ({expr})", ["id"])
+        passing = {str(r["id"]): 0 for r in leaves}
+        summaries = self._rows(_min_level_expr(1), ["id", LEVEL_KEY, CHILD_KEY])
+        for row in sorted(summaries, key=lambda r: int(r[LEVEL_KEY])):
+            children = row.get(CHILD_KEY) or []
+            if children and all(str(c) in passing for c in children):
+                passing[str(row["id"])] = int(row[LEVEL_KEY])
+        return passing
 
     @staticmethod
     def _with_scores(result: Any) -> list[NodeWithScore]:

@@ -21,6 +21,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
+from llama_index_rag_pack.components.metadata_filters import Filters
 from llama_index_rag_pack.components.query_bases import PackRetriever
 from llama_index_rag_pack.core.convex_fusion import (
     DEFAULT_CANDIDATE_POOL,
@@ -86,6 +87,8 @@ class MilvusScoreFusionRetriever(PackRetriever):
             ``SentenceTransformerRerank`` with a cross-encoder you have, or ``LLMRerank``.
         pre_top_k: Fused nodes the reranker sees (default ``4 * similarity_top_k``).
         filter: A Milvus boolean expression on metadata fields, applied to both sides.
+        filters: Core's ``MetadataFilters`` (or an expression string), ``and``-ed with
+            ``filter`` on every side.
         dense_search_params: Extra dense search params (e.g. ``{"ef": 64}`` for HNSW).
         client: A ``pymilvus.MilvusClient`` (with ``collection_name``) instead of ``vector_store``.
         collection_name: The collection, with ``client``.
@@ -120,6 +123,7 @@ class MilvusScoreFusionRetriever(PackRetriever):
         reranker: BaseNodePostprocessor | None = None,
         pre_top_k: int | None = None,
         filter: str | None = None,
+        filters: Filters = None,
         dense_search_params: dict[str, Any] | None = None,
         client: Any | None = None,
         collection_name: str | None = None,
@@ -144,6 +148,7 @@ class MilvusScoreFusionRetriever(PackRetriever):
         common: dict[str, Any] = dict(
             similarity_top_k=max(candidate_pool, self.pre_top_k),
             filter=filter,
+            filters=filters,
             client=client,
             collection_name=collection_name,
             callback_manager=callback_manager,
