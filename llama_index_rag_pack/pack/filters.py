@@ -1,10 +1,12 @@
-"""``filters=`` for a pack: core's ``MetadataFilters`` or a Milvus expression, compiled once
-against the pack's collection.
+"""``filters=`` and ``tenant=`` for a pack: compiled once, against the pack's collection, into
+the one Milvus expression every mode's builder receives.
 
-``pack.retriever(mode, filters=...)`` compiles the filters here before the mode's builder runs,
-so every builder receives the same Milvus expression string (and retrievers are cached by it).
-A mode whose builder takes no ``filters`` argument is refused with a one-line error rather than
-searched unfiltered.
+``pack.retriever(mode, filters=..., tenant=...)`` resolves both here before the mode's builder
+runs: core's ``MetadataFilters`` or an expression string, ``and`` the tenant's scope on a
+collection with tenants (:mod:`~llama_index_rag_pack.storage.tenants`). Builders get one
+expression string (so retrievers are cached by it); the RAPTOR builders also get the tenant, whose
+tree they open. A mode whose builder takes no ``filters`` argument is refused with a one-line
+error rather than searched unscoped.
 """
 
 from __future__ import annotations
@@ -14,8 +16,36 @@ from typing import Any
 
 from llama_index_rag_pack.components.metadata_filters import Filters, filter_expression
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.milvus_filter import and_expressions
+from llama_index_rag_pack.storage.tenants import tenant_expression
 
-__all__ = ["check_builder_filters", "pack_filter_expression"]
+__all__ = ["check_builder_filters", "pack_filter_expression", "scoped_kwargs"]
+
+
+def scoped_kwargs(pack: Any, spec: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` of ``pack.retriever(spec.name, **kwargs)`` with ``filters`` and ``tenant``
+    resolved: one compiled ``filters`` expression (left out when there is none), and ``tenant``
+    kept only for the modes that read a per-tenant tree.
+
+    Raises:
+        ConfigurationError: bad filters, a missing or unexpected tenant, or a mode whose
+            builder takes no ``filters``.
+    """
+    kwargs = dict(kwargs)
+    tenant = kwargs.pop("tenant", None)
+    if spec.needs_sources:  # each routed source scopes the search with its own collection
+        if tenant is not None:
+            kwargs["tenant"] = tenant
+        return kwargs
+    tenant_field = getattr(pack, "tenant_field", None)
+    scope = tenant_expression(tenant_field, tenant)
+    expr = and_expressions([pack_filter_expression(pack, kwargs.pop("filters", None)), scope])
+    if expr:
+        check_builder_filters(spec.name, spec.build)
+        kwargs["filters"] = expr
+    if spec.needs_tree and tenant_field is not None:
+        kwargs["tenant"] = tenant
+    return kwargs
 
 
 def pack_filter_expression(pack: Any, filters: Filters) -> str:

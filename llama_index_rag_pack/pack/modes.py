@@ -208,24 +208,30 @@ def build_rewrite(
     return rewrite_retriever(pack, similarity_top_k, base, filters)
 
 
-def build_raptor(pack: Any, similarity_top_k: int | None = None, filters: Any = None) -> Any:
+def build_raptor(
+    pack: Any, similarity_top_k: int | None = None, filters: Any = None, tenant: Any = None
+) -> Any:
     """RAPTOR, collapsed tree: leaves and summaries of every level in one ranking."""
     from llama_index_rag_pack.pack.raptor import pack_raptor_retriever
 
-    return pack_raptor_retriever(pack, "collapsed", similarity_top_k, filters)
+    return pack_raptor_retriever(pack, "collapsed", similarity_top_k, filters, tenant)
 
 
 def build_raptor_traversal(
-    pack: Any, similarity_top_k: int | None = None, filters: Any = None
+    pack: Any, similarity_top_k: int | None = None, filters: Any = None, tenant: Any = None
 ) -> Any:
     """RAPTOR, tree traversal: from the top level down through the chosen nodes' children."""
     from llama_index_rag_pack.pack.raptor import pack_raptor_retriever
 
-    return pack_raptor_retriever(pack, "tree_traversal", similarity_top_k, filters)
+    return pack_raptor_retriever(pack, "tree_traversal", similarity_top_k, filters, tenant)
 
 
 def build_route(
-    pack: Any, similarity_top_k: int | None = None, filters: Any = None, **kwargs: Any
+    pack: Any,
+    similarity_top_k: int | None = None,
+    filters: Any = None,
+    tenant: str | None = None,
+    **kwargs: Any,
 ) -> Any:
     """Pick the source(s) for the question, retrieve from each, fuse (``RoutedRagPack``)."""
     from llama_index.core.tools import RetrieverTool, ToolMetadata
@@ -241,8 +247,7 @@ def build_route(
     tools = []
     for name, src in pack.sources.items():
         extra: dict[str, Any] = {"similarity_top_k": similarity_top_k} if similarity_top_k else {}
-        if filters is not None:
-            extra["filters"] = filters
+        extra.update({k: v for k, v in (("filters", filters), ("tenant", tenant)) if v is not None})
         retriever = pack.source_packs[name].retriever(src.mode, **extra)
         description = src.description or src.utterances[0]
         tools.append(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -37,25 +36,26 @@ from llama_index_rag_pack.core.errors import (
 from llama_index_rag_pack.pack import indexing
 from llama_index_rag_pack.pack._compat import BaseLlamaPack
 from llama_index_rag_pack.pack.engines import build_query_engine, query_engine_key, retriever_key
+from llama_index_rag_pack.pack.filters import scoped_kwargs
 from llama_index_rag_pack.pack.fusion_config import FusionConfig, resolve_fusion_config
 from llama_index_rag_pack.pack.judge import JudgeEngineMixin
-from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode, mode_names
-from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, pack_tree_inputs
+from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode
+from llama_index_rag_pack.pack.raptor import RaptorBuildMixin
 from llama_index_rag_pack.pack.sql import SQLEngineMixin
 from llama_index_rag_pack.storage import milvus as milvus_utils
 from llama_index_rag_pack.storage.lite import discard_new_lite_db_on_failure
 from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
+from llama_index_rag_pack.storage.tenants import check_tenants
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
     from llama_index.core.llms import LLM
 
-    from llama_index_rag_pack.components.raptor_levels import BuildStats
 
 logger = logging.getLogger(__name__)
 
 
-class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
+class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
     """Advanced RAG over Milvus in one object: index documents, retrieve, answer.
 
     Built from documents (indexes them) or from an existing collection (reopens it without
@@ -118,6 +118,7 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         bm25_analyzer: str | Callable[[str], Sequence[str]] | None = "english",
         sentence_index: bool = True,
         fusion_config: FusionConfig | str | Path | None = None,
+        tenant_field: str | None = None,
         show_progress: bool = False,
         callback_manager: CallbackManager | None = None,
     ) -> None:
@@ -139,6 +140,8 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
             to_index = load_documents(input_dir, show_progress=show_progress)
         elif documents is not None:
             to_index = drop_blank_documents(documents)
+        if tenant_field is not None and to_index:  # before any model loads
+            check_tenants(to_index, tenant_field)
 
         self.embed_model = resolve_embed_model(embed_model)
         self.uri = None if vector_store is not None else (uri or default_milvus_uri())
@@ -154,6 +157,7 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
                     enable_bm25=enable_bm25,
                     bm25_analyzer=bm25_analyzer,
                     must_exist=to_index is None,
+                    tenant_field=tenant_field,
                 )
             self.vector_store = vector_store
             self.sentence_index: MilvusSentenceIndex | None = indexing.open_sentence_index(
@@ -218,6 +222,8 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
             The number of chunks written.
         """
         documents = drop_blank_documents(documents)
+        if self.tenant_field is not None:
+            check_tenants(documents, self.tenant_field)
         for doc in documents:
             self.vector_store.delete(doc.doc_id)
         nodes = split_documents(
@@ -235,61 +241,14 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
         return len(nodes)
 
+    @property
+    def tenant_field(self) -> str | None:
+        """The metadata key that keeps tenants apart (a Milvus partition key), or ``None``."""
+        return getattr(self.vector_store, "tenant_field", None)
+
     def count(self) -> int:
         """Number of chunks stored in the collection."""
         return milvus_utils.count_entities(self.vector_store)
-
-    # ------------------------------------------------------------------ build steps
-    def build_raptor_tree(
-        self,
-        documents: Sequence[Document] | None = None,
-        *,
-        overwrite: bool = False,
-        **tree_options: Any,
-    ) -> BuildStats:
-        """Build the RAPTOR tree that the ``raptor`` and ``raptor_traversal`` modes read.
-
-        The tree lives in ``<collection>_raptor`` next to the pack's collection. Without
-        ``documents`` its leaves are the chunks already indexed (their embeddings are reused).
-        A partial build resumes; ``overwrite=True`` starts over.
-
-        Args:
-            documents: Documents to build from instead of the indexed chunks.
-            overwrite: Drop an existing tree first.
-            tree_options: :class:`~llama_index_rag_pack.RaptorTree` options (``max_levels``,
-                ``max_concurrency``, ``summary_prompt``, ...).
-
-        Raises:
-            EmptyCorpusError: nothing indexed and no documents given.
-        """
-        inputs = pack_tree_inputs(self, documents)
-        if overwrite:
-            drop_pack_tree(self)
-        stats = open_pack_tree(self, must_exist=False, **tree_options).build(inputs)
-        self._forget_tree_retrievers()
-        return stats
-
-    async def abuild_raptor_tree(
-        self,
-        documents: Sequence[Document] | None = None,
-        *,
-        overwrite: bool = False,
-        **tree_options: Any,
-    ) -> BuildStats:
-        """Async :meth:`build_raptor_tree` (summaries are written concurrently)."""
-        inputs = await asyncio.to_thread(pack_tree_inputs, self, documents)
-        if overwrite:
-            await asyncio.to_thread(drop_pack_tree, self)
-        tree = await asyncio.to_thread(open_pack_tree, self, must_exist=False, **tree_options)
-        stats = await tree.abuild(inputs)
-        self._forget_tree_retrievers()
-        return stats
-
-    def _forget_tree_retrievers(self) -> None:
-        tree_modes = {name for name in mode_names() if get_mode(name).needs_tree}
-        for key in [k for k in self._retrievers if k[0] in tree_modes]:
-            del self._retrievers[key]
-        self._query_engines.clear()
 
     # ------------------------------------------------------------------ retrieval and answers
     @property
@@ -304,6 +263,7 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         """The retriever for ``mode`` (default :attr:`default_mode`; cached per mode and
         arguments)."""
         spec = get_mode(self.default_mode if mode is None else mode)
+        kwargs = scoped_kwargs(self, spec, kwargs)
         key = retriever_key(spec.name, kwargs)
         if key is None:  # an unhashable argument object: build a new retriever, uncached
             return spec.build(self, **kwargs)
@@ -319,25 +279,29 @@ class RagPack(SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
         citations: bool = True,
         citation_style: Any = "markdown",
         citation_mode: str = "markers",
+        filters: Any = None,
+        tenant: str | None = None,
     ) -> BaseQueryEngine:
         """A query engine answering from ``mode``'s retriever with the pack's LLM.
 
         By default a :class:`~llama_index_rag_pack.CitedQueryEngine`: the answer carries
         renumbered citations in ``citation_style`` (``markdown``, ``text``, ``html``, ``empty`` or a
         ``ReferenceStyle``) and ``source_nodes`` are the cited chunks. ``citations=False`` gives
-        core's plain ``RetrieverQueryEngine``. ``mode`` defaults to :attr:`default_mode`.
+        core's plain ``RetrieverQueryEngine``. ``mode`` defaults to :attr:`default_mode`;
+        ``filters`` and ``tenant`` scope its retriever (``docs/filters.md``).
         """
         mode = RetrievalMode.parse(self.default_mode if mode is None else mode)
+        retriever = self.retriever(mode, filters=filters, tenant=tenant)
         key = query_engine_key(
             mode,
             streaming=streaming,
             citations=citations,
             citation_style=citation_style,
             citation_mode=citation_mode,
-        )
+        ) + (id(retriever),)
         if key not in self._query_engines:
             self._query_engines[key] = build_query_engine(
-                self.retriever(mode),
+                retriever,
                 llm=self.llm,
                 streaming=streaming,
                 citations=citations,

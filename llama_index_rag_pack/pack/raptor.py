@@ -1,31 +1,63 @@
-"""How ``RagPack`` and the CLI find a RAPTOR tree: a collection next to the pack's,
-``<name>_raptor``.
+"""How ``RagPack`` and the CLI find and build a RAPTOR tree: a collection next to the pack's,
+``<name>_raptor``; on a collection with tenants, one tree per tenant
+(``<name>_raptor_t<hash of the tenant>``), so no summary ever mixes two tenants' text.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
     EmptyCorpusError,
 )
+from llama_index_rag_pack.pack.mode_registry import get_mode, mode_names
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index.core.schema import Document
+
+    from llama_index_rag_pack.components.raptor_levels import BuildStats
 
 logger = logging.getLogger(__name__)
 
 RAPTOR_SUFFIX = "_raptor"
 
 
-def raptor_collection_name(collection_name: str) -> str:
-    """The collection holding the RAPTOR tree of ``collection_name``."""
+def raptor_collection_name(collection_name: str, tenant: str | None = None) -> str:
+    """The collection holding the RAPTOR tree of ``collection_name`` (of one ``tenant``)."""
+    if tenant is not None:
+        digest = hashlib.sha256(tenant.encode("utf-8")).hexdigest()[:16]
+        return f"{collection_name}{RAPTOR_SUFFIX}_t{digest}"
     return (
         collection_name
         if collection_name.endswith(RAPTOR_SUFFIX)
         else f"{collection_name}{RAPTOR_SUFFIX}"
     )
+
+
+def tree_tenant(pack: Any, tenant: str | None) -> str | None:
+    """The tenant whose tree a RAPTOR step of ``pack`` uses (``None`` on a pack without
+    tenants).
+
+    Raises:
+        ConfigurationError: a pack with tenants and no single tenant named, or a tenant on a
+            pack without tenants.
+    """
+    from llama_index_rag_pack.storage.tenants import ANY_TENANT, tenant_expression
+
+    field = getattr(pack, "tenant_field", None)
+    tenant_expression(field, tenant)  # the same checks as a search
+    if field is not None and tenant == ANY_TENANT:
+        raise ConfigurationError(
+            "RAPTOR trees are built per tenant (no summary mixes two tenants): "
+            "pass one tenant='<name>', not '*'."
+        )
+    return tenant if field is not None else None
 
 
 def build_hint(collection_name: str) -> str:
@@ -44,8 +76,9 @@ def open_raptor_store(
     dim: int,
     token: str | None = None,
     must_exist: bool = True,
+    tenant: str | None = None,
 ) -> Any:
-    """Open the ``MilvusVectorStore`` of the tree next to ``collection_name``.
+    """Open the ``MilvusVectorStore`` of the tree next to ``collection_name`` (of ``tenant``).
 
     Raises:
         CollectionNotFoundError: ``must_exist`` and no tree was built (the message says how to
@@ -56,7 +89,7 @@ def open_raptor_store(
     try:
         return open_vector_store(
             uri,
-            raptor_collection_name(collection_name),
+            raptor_collection_name(collection_name, tenant),
             dim=dim,
             token=token,
             must_exist=must_exist,
@@ -74,7 +107,9 @@ def _require_uri(pack: Any) -> None:
         )
 
 
-def open_pack_tree(pack: Any, *, must_exist: bool = True, **tree_options: Any) -> Any:
+def open_pack_tree(
+    pack: Any, *, must_exist: bool = True, tenant: str | None = None, **tree_options: Any
+) -> Any:
     """The :class:`RaptorTree` stored next to ``pack``'s collection, with the pack's models.
 
     Raises:
@@ -86,22 +121,39 @@ def open_pack_tree(pack: Any, *, must_exist: bool = True, **tree_options: Any) -
     _require_uri(pack)
     dim = len(pack.embed_model.get_text_embedding("dimension probe"))
     store = open_raptor_store(
-        pack.uri, pack.vector_store.collection_name, dim=dim, must_exist=must_exist
+        pack.uri,
+        pack.vector_store.collection_name,
+        dim=dim,
+        must_exist=must_exist,
+        tenant=tree_tenant(pack, tenant),
     )
     llm = pack._llm_spec if pack._llm is None else pack._llm
     return RaptorTree(store, embed_model=pack.embed_model, llm=llm, **tree_options)
 
 
-def pack_tree_inputs(pack: Any, documents: Sequence[Any] | None) -> list[Any]:
-    """What a pack's tree is built from: ``documents``, or else every chunk already indexed
-    (their embeddings are reused).
+def pack_tree_inputs(
+    pack: Any, documents: Sequence[Any] | None, tenant: str | None = None
+) -> list[Any]:
+    """What a pack's tree (of ``tenant``) is built from: ``documents``, or else every chunk
+    already indexed (of that tenant; their embeddings are reused).
 
     Raises:
         EmptyCorpusError: the collection holds no chunk and no documents were given.
+        ConfigurationError: a document of another tenant.
     """
+    from llama_index_rag_pack.storage.tenants import check_tenants, tenant_expression
+
+    tenant = tree_tenant(pack, tenant)
+    field = getattr(pack, "tenant_field", None)
     if documents is not None:
+        if field is not None:
+            check_tenants(documents, field)
+            if any(d.metadata[field] != tenant for d in documents):
+                raise ConfigurationError(
+                    f"The tree of tenant {tenant!r} is built from that tenant's documents only."
+                )
         return list(documents)
-    leaves = leaves_from_collection(pack.vector_store)
+    leaves = leaves_from_collection(pack.vector_store, tenant_expression(field, tenant))
     if not leaves:
         raise EmptyCorpusError(
             f"Collection {pack.vector_store.collection_name!r} holds no chunks to build a RAPTOR "
@@ -110,17 +162,21 @@ def pack_tree_inputs(pack: Any, documents: Sequence[Any] | None) -> list[Any]:
     return leaves
 
 
-def drop_pack_tree(pack: Any) -> None:
-    """Delete the tree collection next to ``pack``'s collection, if there is one."""
+def drop_pack_tree(pack: Any, tenant: str | None = None) -> None:
+    """Delete the tree collection next to ``pack``'s collection (of ``tenant``), if any."""
     _require_uri(pack)
     client = pack.vector_store.client
-    name = raptor_collection_name(pack.vector_store.collection_name)
+    name = raptor_collection_name(pack.vector_store.collection_name, tree_tenant(pack, tenant))
     if client.has_collection(name):
         client.drop_collection(name)
 
 
 def pack_raptor_retriever(
-    pack: Any, mode: str, similarity_top_k: int | None = None, filters: Any = None
+    pack: Any,
+    mode: str,
+    similarity_top_k: int | None = None,
+    filters: Any = None,
+    tenant: str | None = None,
 ) -> Any:
     """The :class:`RaptorRetriever` over the tree next to ``pack``'s collection.
 
@@ -130,7 +186,7 @@ def pack_raptor_retriever(
     """
     from llama_index_rag_pack.storage.raptor_retriever import RaptorRetriever
 
-    tree = open_pack_tree(pack)
+    tree = open_pack_tree(pack, tenant=tenant)
     try:
         return RaptorRetriever(
             tree=tree,
@@ -143,15 +199,84 @@ def pack_raptor_retriever(
         raise CollectionNotFoundError(build_hint(pack.vector_store.collection_name)) from None
 
 
-def leaves_from_collection(vector_store: Any) -> list[Any]:
-    """Every chunk stored in a pack's collection, as nodes with their embeddings (for reuse as
-    leaves)."""
+def leaves_from_collection(vector_store: Any, expr: str = "") -> list[Any]:
+    """Every chunk stored in a pack's collection (matching ``expr``), as nodes with their
+    embeddings (for reuse as leaves)."""
     from llama_index_rag_pack.storage.raptor_store import RaptorStore
 
-    return RaptorStore(vector_store).all_nodes(with_embeddings=True)
+    store = RaptorStore(vector_store)
+    if expr:
+        return store.matching(expr, with_embeddings=True)
+    return store.all_nodes(with_embeddings=True)
+
+
+class RaptorBuildMixin:
+    """``RagPack``'s RAPTOR build steps (the tree beside the pack's collection)."""
+
+    _retrievers: dict[tuple[Any, ...], Any]
+    _query_engines: dict[tuple[Any, ...], Any]
+
+    def build_raptor_tree(
+        self,
+        documents: Sequence[Document] | None = None,
+        *,
+        overwrite: bool = False,
+        tenant: str | None = None,
+        **tree_options: Any,
+    ) -> BuildStats:
+        """Build the RAPTOR tree that the ``raptor`` and ``raptor_traversal`` modes read.
+
+        The tree lives in ``<collection>_raptor`` next to the pack's collection. Without
+        ``documents`` its leaves are the chunks already indexed (their embeddings are reused).
+        A partial build resumes; ``overwrite=True`` starts over.
+
+        Args:
+            documents: Documents to build from instead of the indexed chunks.
+            overwrite: Drop an existing tree first.
+            tenant: On a collection with tenants, the tenant whose tree is built (from that
+                tenant's chunks only); required there.
+            tree_options: :class:`~llama_index_rag_pack.RaptorTree` options (``max_levels``,
+                ``max_concurrency``, ``summary_prompt``, ...).
+
+        Raises:
+            EmptyCorpusError: nothing indexed and no documents given.
+        """
+        inputs = pack_tree_inputs(self, documents, tenant)
+        if overwrite:
+            drop_pack_tree(self, tenant)
+        tree = open_pack_tree(self, must_exist=False, tenant=tenant, **tree_options)
+        stats = tree.build(inputs)
+        self._forget_tree_retrievers()
+        return stats
+
+    async def abuild_raptor_tree(
+        self,
+        documents: Sequence[Document] | None = None,
+        *,
+        overwrite: bool = False,
+        tenant: str | None = None,
+        **tree_options: Any,
+    ) -> BuildStats:
+        """Async :meth:`build_raptor_tree` (summaries are written concurrently)."""
+        inputs = await asyncio.to_thread(pack_tree_inputs, self, documents, tenant)
+        if overwrite:
+            await asyncio.to_thread(drop_pack_tree, self, tenant)
+        tree = await asyncio.to_thread(
+            open_pack_tree, self, must_exist=False, tenant=tenant, **tree_options
+        )
+        stats = await tree.abuild(inputs)
+        self._forget_tree_retrievers()
+        return stats
+
+    def _forget_tree_retrievers(self) -> None:
+        tree_modes = {name for name in mode_names() if get_mode(name).needs_tree}
+        for key in [k for k in self._retrievers if k[0] in tree_modes]:
+            del self._retrievers[key]
+        self._query_engines.clear()
 
 
 __all__ = [
+    "RaptorBuildMixin",
     "RAPTOR_SUFFIX",
     "build_hint",
     "drop_pack_tree",

@@ -12,7 +12,6 @@ Milvus Lite pitfalls handled here:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import logging
@@ -34,7 +33,6 @@ from llama_index_rag_pack.core.errors import (
     MilvusUnavailableError,
 )
 from llama_index_rag_pack.storage.bm25_fields import (
-    add_analysed_nodes,
     bm25_store_kwargs,
     check_async_client,
     function_type_name,
@@ -42,6 +40,8 @@ from llama_index_rag_pack.storage.bm25_fields import (
 )
 from llama_index_rag_pack.storage.lite import LITE_OPEN_LOCK, is_lite_path, lite_lock_problem
 from llama_index_rag_pack.storage.recovery import recovering_client_class
+from llama_index_rag_pack.storage.store_classes import loop_safe_store_class
+from llama_index_rag_pack.storage.tenants import resolve_tenant_field, tenant_store_class
 from llama_index_rag_pack.storage.vector_memory import forget_vectors
 
 logger = logging.getLogger(__name__)
@@ -191,6 +191,7 @@ def open_vector_store(
     must_exist: bool = False,
     similarity_metric: str = "COSINE",
     bm25_analyzer: str | BM25Analyzer | Bm25Analysis | None = "english",
+    tenant_field: str | None = None,
     **store_kwargs: Any,
 ) -> Any:
     """Open (or create) a ``MilvusVectorStore`` ready to search.
@@ -208,6 +209,9 @@ def open_vector_store(
         bm25_analyzer: A new collection's BM25 analysis: ``english`` (default), ``standard``
             or a callable (:mod:`~llama_index_rag_pack.storage.bm25_fields`); an existing one
             keeps its own. The store's ``bm25_analysis`` says which is in use.
+        tenant_field: A new collection's tenant field, a VARCHAR partition key
+            (:mod:`~llama_index_rag_pack.storage.tenants`); an existing one keeps its own, and
+            the store's ``tenant_field`` says which (``None``: no tenants).
         **store_kwargs: Passed on to ``MilvusVectorStore`` (index_config, search_config, ...).
             Async methods run the sync client in a worker thread (usable from any event loop);
             ``use_async_client=True`` restores pymilvus' own async client instead.
@@ -215,7 +219,8 @@ def open_vector_store(
     Raises:
         MilvusUnavailableError: Milvus cannot be reached or opened.
         CollectionNotFoundError: ``must_exist`` and the collection is missing.
-        ConfigurationError: an existing collection has another dimension than ``dim``.
+        ConfigurationError: an existing collection has another dimension than ``dim``, or
+            another tenant field than ``tenant_field``.
     """
     from llama_index.vector_stores.milvus import MilvusVectorStore
 
@@ -243,6 +248,7 @@ def open_vector_store(
             )
         enable_bm25 = enable_bm25 and has_bm25(client, collection_name)
     new = not exists or overwrite
+    tenant_field = resolve_tenant_field(client, collection_name, tenant_field, new=new)
     analysis = store_analysis(client, collection_name, bm25_analyzer, new=new, bm25=enable_bm25)
     kwargs: dict[str, Any] = dict(
         uri=uri,
@@ -259,6 +265,8 @@ def open_vector_store(
     kwargs.setdefault("use_async_client", False)
     check_async_client(analysis, kwargs["use_async_client"])
     store_class = loop_safe_store_class() if not kwargs["use_async_client"] else MilvusVectorStore
+    if tenant_field and new:
+        store_class = tenant_store_class(tenant_field, store_class)
     try:
         with LITE_OPEN_LOCK:
             store = store_class(**kwargs)
@@ -266,7 +274,7 @@ def open_vector_store(
         raise _open_error(uri, e) from e
     store._milvusclient = client  # the same connection, with recovery from server restarts
     if isinstance(store, loop_safe_store_class()):
-        store._bm25_analysis = analysis
+        store._bm25_analysis, store._tenant_field = analysis, tenant_field
     ensure_loaded(store.client, collection_name)
     logger.info(
         "Vector store: Milvus %s at %s, collection %r (%s, BM25 analysis: %s)",
@@ -284,58 +292,6 @@ def _no_collection(collection_name: str, uri: str) -> str:
         f"No collection {collection_name!r} in Milvus at {uri}. Index documents first "
         "(`rag-pack index PATH` or RagPack(documents=...)), or check --uri/--collection."
     )
-
-
-@functools.lru_cache(maxsize=1)
-def loop_safe_store_class() -> type:
-    """``MilvusVectorStore`` whose async methods run the sync client in a worker thread.
-
-    pymilvus' ``AsyncMilvusClient`` binds to the event loop of its first call, so a second
-    ``asyncio.run`` call on the same store fails with "Event loop is closed". Running the
-    (thread-safe) sync client in a worker thread keeps async callers non-blocking on any loop.
-    """
-    from llama_index.core.bridge.pydantic import PrivateAttr
-    from llama_index.vector_stores.milvus import MilvusVectorStore
-
-    class LoopSafeMilvusVectorStore(MilvusVectorStore):
-        _bm25_analysis: Any = PrivateAttr(default=None)
-
-        @classmethod
-        def class_name(cls) -> str:
-            return "LoopSafeMilvusVectorStore"
-
-        @property
-        def bm25_analysis(self) -> Bm25Analysis | None:
-            """How the BM25 side analyses text (``None`` without BM25)."""
-            return self._bm25_analysis
-
-        def add(self, nodes: Any, **add_kwargs: Any) -> Any:
-            analysis = self._bm25_analysis
-            if analysis is None or not analysis.client_side:
-                return super().add(nodes, **add_kwargs)
-            return add_analysed_nodes(self, nodes, analysis, **add_kwargs)
-
-        async def async_add(self, nodes: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(self.add, nodes, **kwargs)
-
-        async def adelete(self, ref_doc_id: str, **kwargs: Any) -> None:
-            await asyncio.to_thread(self.delete, ref_doc_id, **kwargs)
-
-        async def adelete_nodes(
-            self, node_ids: Any = None, filters: Any = None, **kwargs: Any
-        ) -> None:
-            await asyncio.to_thread(self.delete_nodes, node_ids, filters, **kwargs)
-
-        async def aclear(self) -> None:
-            await asyncio.to_thread(self.clear)
-
-        async def aget_nodes(self, node_ids: Any = None, filters: Any = None, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(self.get_nodes, node_ids, filters, **kwargs)
-
-        async def aquery(self, query: Any, **kwargs: Any) -> Any:
-            return await asyncio.to_thread(self.query, query, **kwargs)
-
-    return LoopSafeMilvusVectorStore
 
 
 def ensure_loaded(client: Any, collection_name: str) -> None:

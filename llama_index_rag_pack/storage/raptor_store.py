@@ -199,6 +199,10 @@ class RaptorStore:
         """Every tree node at ``min_level`` or above, sorted by id."""
         return self._scan(_min_level_expr(min_level), with_embeddings=with_embeddings)
 
+    def matching(self, expr: str, *, with_embeddings: bool = False) -> list[TextNode]:
+        """Every node matching the Milvus expression ``expr``, sorted by id."""
+        return self._scan(expr, with_embeddings=with_embeddings)
+
     def all_nodes(self, *, with_embeddings: bool = False) -> list[TextNode]:
         """Every node in the collection, RAPTOR or not (e.g. a pack's chunks), sorted by id."""
         return self._scan(_EVERY_ROW, with_embeddings=with_embeddings)
