@@ -239,13 +239,7 @@ def open_vector_store(
     if must_exist and not exists:
         raise CollectionNotFoundError(_no_collection(collection_name, uri))
     if exists and not overwrite:
-        existing_dim = collection_dim(client, collection_name)
-        if existing_dim is not None and existing_dim != dim:
-            raise ConfigurationError(
-                f"Collection {collection_name!r} holds {existing_dim}-d vectors but the embedding "
-                f"model makes {dim}-d ones. Use the same embedding model, another collection name, "
-                "or overwrite=True to rebuild it."
-            )
+        _check_dim(client, collection_name, dim)
         enable_bm25 = enable_bm25 and has_bm25(client, collection_name)
     new = not exists or overwrite
     tenant_field = resolve_tenant_field(client, collection_name, tenant_field, new=new)
@@ -285,6 +279,16 @@ def open_vector_store(
         analysis.name if analysis is not None else "none",
     )
     return store
+
+
+def _check_dim(client: Any, collection_name: str, dim: int) -> None:
+    existing_dim = collection_dim(client, collection_name)
+    if existing_dim is not None and existing_dim != dim:
+        raise ConfigurationError(
+            f"Collection {collection_name!r} holds {existing_dim}-d vectors but the embedding "
+            f"model makes {dim}-d ones. Use the same embedding model, another collection name, "
+            "or overwrite=True to rebuild it."
+        )
 
 
 def _no_collection(collection_name: str, uri: str) -> str:
