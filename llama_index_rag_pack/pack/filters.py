@@ -17,9 +17,21 @@ from typing import Any
 from llama_index_rag_pack.components.metadata_filters import Filters, filter_expression
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.milvus_filter import and_expressions
-from llama_index_rag_pack.storage.tenants import tenant_expression
+from llama_index_rag_pack.storage.tenants import ANY_TENANT, tenant_expression
 
-__all__ = ["check_builder_filters", "pack_filter_expression", "scoped_kwargs"]
+__all__ = ["base_scope", "check_builder_filters", "pack_filter_expression", "scoped_kwargs"]
+
+
+def base_scope(pack: Any, filters: str | None) -> dict[str, Any]:
+    """The arguments a mode passes when it asks ``pack`` for its base retriever: its own
+    ``filters`` (already the compiled expression, tenant scope included), and on a pack with
+    tenants ``tenant="*"`` so the scope is not asked for twice."""
+    scope: dict[str, Any] = {}
+    if filters:
+        scope["filters"] = filters
+    if getattr(pack, "tenant_field", None) is not None:
+        scope["tenant"] = ANY_TENANT
+    return scope
 
 
 def scoped_kwargs(pack: Any, spec: Any, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.pack.filters import base_scope
 from llama_index_rag_pack.pack.mode_registry import base_modes
 
 __all__ = ["hyde_retriever", "query_base", "rewrite_retriever"]
@@ -39,9 +40,7 @@ def query_base(
         )
     # no top-k given: the pack's own retriever of that mode (cached), not a copy
     extra: dict[str, Any] = {"similarity_top_k": similarity_top_k} if similarity_top_k else {}
-    if filters is not None:
-        extra["filters"] = filters
-    return pack.retriever(name, **extra)
+    return pack.retriever(name, **extra, **base_scope(pack, filters))
 
 
 def hyde_retriever(

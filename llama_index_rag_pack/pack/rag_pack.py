@@ -35,6 +35,7 @@ from llama_index_rag_pack.core.errors import (
 )
 from llama_index_rag_pack.pack import indexing
 from llama_index_rag_pack.pack._compat import BaseLlamaPack
+from llama_index_rag_pack.pack.deletion import delete_documents
 from llama_index_rag_pack.pack.engines import build_query_engine, query_engine_key, retriever_key
 from llama_index_rag_pack.pack.filters import scoped_kwargs
 from llama_index_rag_pack.pack.fusion_config import FusionConfig, resolve_fusion_config
@@ -240,6 +241,12 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
         self._query_engines.clear()
         logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
         return len(nodes)
+
+    def delete(self, *, filters: Any = None, tenant: str | None = None) -> int:
+        """Delete the documents with a chunk matching ``filters`` (of ``tenant``): their chunks,
+        sentences and RAPTOR leaves (summaries above are refreshed); ``tenant`` alone deletes
+        that tenant's documents and tree. Returns the number of documents deleted."""
+        return delete_documents(self, filters=filters, tenant=tenant)
 
     @property
     def tenant_field(self) -> str | None:

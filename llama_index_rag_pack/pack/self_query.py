@@ -18,6 +18,7 @@ from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.metadata_fields import FieldSpec, field_specs
+from llama_index_rag_pack.pack.filters import base_scope
 from llama_index_rag_pack.pack.mode_registry import base_modes
 
 __all__ = ["configure_self_query", "self_query_retriever"]
@@ -84,8 +85,7 @@ def self_query_retriever(
     _check_base(base)
     # the caller's filters sit in the base retriever: the LLM's condition is and-ed with them,
     # and the "matched nothing" retry drops only the LLM's condition
-    extra = {} if filters is None else {"filters": filters}
-    inner = pack.retriever(base, similarity_top_k=similarity_top_k, **extra)
+    inner = pack.retriever(base, similarity_top_k=similarity_top_k, **base_scope(pack, filters))
     return SelfQueryRetriever(
         inner,
         llm=pack.llm,

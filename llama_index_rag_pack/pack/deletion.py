@@ -1,0 +1,97 @@
+"""``pack.delete(filters=..., tenant=...)``: remove whole documents, everywhere the pack keeps
+them.
+
+A document matches when any of its chunks matches the filters (and belongs to the tenant); then
+all of it goes: its chunks, its sentences (the sentence index), and its RAPTOR leaves, whose
+clusters are summarised again (RAPTOR's own delete path). ``delete(tenant="acme")`` alone removes
+every document of that tenant and drops the tenant's tree.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Any
+
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.milvus_filter import and_expressions
+from llama_index_rag_pack.pack.filters import pack_filter_expression
+from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, raptor_collection_name
+from llama_index_rag_pack.storage.tenants import ANY_TENANT, tenant_expression
+from llama_index_rag_pack.storage.vector_memory import forget_vectors
+
+__all__ = ["delete_documents"]
+
+logger = logging.getLogger(__name__)
+
+_READ_BATCH = 1000
+
+
+def _scope(pack: Any, filters: Any, tenant: str | None) -> str:
+    if filters is None and tenant in (None, ANY_TENANT):
+        raise ConfigurationError(
+            "delete needs filters=... or tenant='<name>' (deleting everything is "
+            "RagPack(..., overwrite=True))."
+        )
+    scope = tenant_expression(pack.tenant_field, tenant)  # the checks of a search
+    return and_expressions([pack_filter_expression(pack, filters), scope])
+
+
+def _matching_documents(pack: Any, expr: str) -> dict[str | None, set[str]]:
+    """The ids of the documents with a chunk matching ``expr``, by tenant (``None`` without
+    tenants)."""
+    store = pack.vector_store
+    field = pack.tenant_field
+    doc_field = getattr(store, "doc_id_field", "doc_id") or "doc_id"
+    fields = [doc_field, *([field] if field else [])]
+    found: dict[str | None, set[str]] = defaultdict(set)
+    iterator = store.client.query_iterator(
+        store.collection_name, batch_size=_READ_BATCH, filter=expr, output_fields=fields
+    )
+    try:
+        while batch := iterator.next():
+            for row in batch:
+                found[row.get(field) if field else None].add(str(row[doc_field]))
+    finally:
+        iterator.close()
+    return dict(found)
+
+
+def delete_documents(pack: Any, *, filters: Any = None, tenant: str | None = None) -> int:
+    """Delete the documents matching ``filters`` (of ``tenant``); the number deleted.
+
+    Raises:
+        ConfigurationError: neither filters nor a tenant, a missing tenant on a pack with
+            tenants, or bad filters.
+    """
+    expr = _scope(pack, filters, tenant)
+    by_tenant = _matching_documents(pack, expr)
+    store = pack.vector_store
+    whole_tenant = filters is None and tenant not in (None, ANY_TENANT)
+    for owner, doc_ids in by_tenant.items():
+        for doc_id in sorted(doc_ids):
+            store.delete(doc_id)
+        if pack.sentence_index is not None and pack.sentence_index.exists():
+            pack.sentence_index.delete_documents(sorted(doc_ids))
+        _delete_from_tree(pack, owner, sorted(doc_ids), drop=whole_tenant)
+    forget_vectors(store.client, store.collection_name)
+    store.client.flush(store.collection_name)
+    pack._retrievers.clear()
+    pack._query_engines.clear()
+    deleted = sum(len(ids) for ids in by_tenant.values())
+    logger.info("Deleted %d documents (%s)", deleted, expr)
+    return deleted
+
+
+def _delete_from_tree(pack: Any, tenant: str | None, doc_ids: list[str], *, drop: bool) -> None:
+    """Remove ``doc_ids`` from the RAPTOR tree they belong to (re-summarising what lost
+    leaves); a tenant deleted whole has its tree dropped."""
+    if not getattr(pack, "uri", None):
+        return
+    name = raptor_collection_name(pack.vector_store.collection_name, tenant)
+    if not pack.vector_store.client.has_collection(name):
+        return
+    if drop:
+        drop_pack_tree(pack, tenant)
+        return
+    open_pack_tree(pack, tenant=tenant).delete(doc_ids)
