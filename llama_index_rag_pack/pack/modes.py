@@ -39,6 +39,13 @@ from llama_index_rag_pack.pack.mode_registry import (
 
 
 # ------------------------------------------------------------------ built-in builders
+def _on_lite(pack: Any) -> bool:
+    """The pack's collection is a Milvus Lite file (one process owns it)."""
+    from llama_index_rag_pack.storage.milvus import is_remote_uri
+
+    return pack.uri is not None and not is_remote_uri(pack.uri)
+
+
 def _milvus(pack: Any, search_type: str, similarity_top_k: int | None, **kwargs: Any) -> Any:
     from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 
@@ -48,6 +55,7 @@ def _milvus(pack: Any, search_type: str, similarity_top_k: int | None, **kwargs:
         search_type=search_type,
         similarity_top_k=similarity_top_k or pack.similarity_top_k,
         callback_manager=pack.callback_manager,
+        resolve_filter=_on_lite(pack),
         **kwargs,
     )
 
@@ -58,13 +66,18 @@ def build_vector(pack: Any, similarity_top_k: int | None = None, filters: Any = 
     from llama_index_rag_pack.components.vector import CheckedVectorIndexRetriever
 
     expr = pack_filter_expression(pack, filters)
-    return CheckedVectorIndexRetriever(
+    retriever = CheckedVectorIndexRetriever(
         pack.index,
         node_ids=list(pack.index.index_struct.nodes_dict.values()),
         callback_manager=pack.callback_manager,
         similarity_top_k=similarity_top_k or pack.similarity_top_k,
         vector_store_kwargs={"string_expr": expr} if expr else {},
     )
+    if _on_lite(pack):
+        from llama_index_rag_pack.storage.vector_memory import id_filter
+
+        retriever.id_filter = id_filter
+    return retriever
 
 
 def build_bm25(pack: Any, similarity_top_k: int | None = None, filters: Any = None) -> Any:
@@ -131,11 +144,10 @@ def build_hybrid_convex(
     """Dense + BM25 (+ best sentence, with a sentence index), fused here by
     normalized scores (defaults from the pack's ``fusion_config``, fitted by
     ``rag-pack eval --fit``)."""
-    from llama_index_rag_pack.storage.milvus import is_remote_uri
     from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
 
     config = pack.fusion_config
-    lite = pack.uri is not None and not is_remote_uri(pack.uri)  # one process serves Lite
+    lite = _on_lite(pack)  # one process serves Lite
     return MilvusScoreFusionRetriever(
         vector_store=pack.vector_store,
         embed_model=pack.embed_model,

@@ -32,6 +32,7 @@ from llama_index_rag_pack.core.errors import (
 )
 from llama_index_rag_pack.core.milvus_filter import and_expressions
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
+from llama_index_rag_pack.storage.filtered_bm25 import Bm25SearchMixin
 from llama_index_rag_pack.storage.hybrid_options import (
     MilvusRanker,
     MilvusSearchType,
@@ -49,7 +50,7 @@ logger = logging.getLogger(__name__)
 __all__ = ["MilvusHybridRetriever", "MilvusRanker", "MilvusSearchType"]
 
 
-class MilvusHybridRetriever(PackRetriever):
+class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
     """Dense, BM25 (sparse) or hybrid search on one Milvus collection, with an optional rerank
     stage.
 
@@ -77,6 +78,9 @@ class MilvusHybridRetriever(PackRetriever):
         filters: Core's ``MetadataFilters`` (or an expression string), compiled by
             :func:`~llama_index_rag_pack.components.metadata_filters.filter_expression` and
             ``and``-ed with ``filter``: only matching chunks are searched.
+        resolve_filter: Resolve the filter once to the ids it keeps and search by primary key
+            (:func:`~llama_index_rag_pack.storage.vector_memory.id_filter`): right for a Milvus
+            Lite file, which one process owns (``RagPack`` sets it there).
         reranker: Optional second stage (a ``BaseNodePostprocessor``).
         pre_top_k: Candidates fetched for the reranker (default ``4 * similarity_top_k``).
         dense_field / sparse_field / text_field: Field names (defaults match MilvusVectorStore).
@@ -117,6 +121,7 @@ class MilvusHybridRetriever(PackRetriever):
         candidate_pool: int = DEFAULT_CANDIDATE_POOL,
         filter: str | None = None,
         filters: Filters = None,
+        resolve_filter: bool = False,
         reranker: BaseNodePostprocessor | None = None,
         pre_top_k: int | None = None,
         dense_field: str = "embedding",
@@ -153,6 +158,7 @@ class MilvusHybridRetriever(PackRetriever):
         self.candidate_pool = check_candidate_pool(candidate_pool)
         self.filter = filter or ""
         self._filters = filters
+        self.resolve_filter = bool(resolve_filter)
         self.reranker = reranker
         self.pre_top_k = pre_top_k or (
             4 * similarity_top_k if reranker is not None else similarity_top_k
@@ -214,53 +220,21 @@ class MilvusHybridRetriever(PackRetriever):
         params = dict(self.dense_search_params)
         return {"params": params} if params and "params" not in params else params
 
-    @staticmethod
-    def _sparse_params() -> dict[str, Any]:
-        # Lite rejects the 0.2 drop ratio MilvusVectorStore sends; 0 keeps every query term.
-        return {"metric_type": "BM25", "params": {"drop_ratio_search": 0}}
-
     def _hits(self, query: str, embedding: list[float] | None, limit: int) -> list[dict[str, Any]]:
         """At most ``limit`` hits, best first: higher score, then lower id."""
         if self.search_type is MilvusSearchType.DENSE:
             hits = self._field_search(self.dense_field, embedding, self._dense_params(), limit)
         elif self.search_type is MilvusSearchType.SPARSE:
-            terms = self.bm25_query(query)
-            hits = (
-                self._field_search(self.sparse_field, terms, self._sparse_params(), limit)
-                if terms
-                else []  # only stop words: no chunk holds a term of the query
-            )
+            terms = self.bm25_query(query)  # only stop words: no chunk holds a query term
+            hits = self._resolved_bm25(query, limit) if terms else []
+            if hits is None:
+                hits = self._field_search(self.sparse_field, terms, self._sparse_params(), limit)
         else:
             # RRF gives nodes at the same rank on opposite sides the same score, often right at
             # the cut: the whole fused pool is fetched and ranked with ties by id, then cut, so
             # which of two tied nodes is returned never depends on the order Milvus sends them.
             hits = self._hybrid_search(query, embedding, max(self.candidate_pool, limit))
         return sorted(hits, key=lambda hit: (-self._hit_score(hit), str(hit.get("id"))))[:limit]
-
-    def bm25_query(self, query: str) -> str:
-        """What the BM25 side searches for ``query``: its terms under the collection's
-        analysis (e.g. ``"runners running"`` -> ``"runner run"`` under ``english``)."""
-        if self.bm25_analysis is None:
-            return query
-        return self.bm25_analysis.query_text(query)
-
-    def bm25_ids(self, query: str, limit: int) -> list[tuple[str, float]]:
-        """The ``limit`` best chunk ids by BM25 with their scores (>= 0), best first (ties by
-        id), without reading the chunks: for callers that read only the chunks they return."""
-        terms = self.bm25_query(query)
-        if not terms:
-            return []
-        res = self.client.search(
-            self.collection_name,
-            data=[terms],
-            anns_field=self.sparse_field,
-            limit=limit,
-            filter=self.filter,
-            output_fields=["id"],
-            search_params=self._sparse_params(),
-        )
-        hits = [(str(h.get("id")), abs(float(h.get("distance", 0.0)))) for h in (res or [[]])[0]]
-        return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
 
     def _field_search(
         self, field: str, data: Any, params: dict[str, Any], limit: int
@@ -270,7 +244,7 @@ class MilvusHybridRetriever(PackRetriever):
             data=[data],
             anns_field=field,
             limit=limit,
-            filter=self.filter,
+            filter=self.active_filter(),
             output_fields=self._output_fields,
             search_params=params,
         )
@@ -291,7 +265,7 @@ class MilvusHybridRetriever(PackRetriever):
                 anns_field=field,
                 param=params,
                 limit=pool,
-                expr=self.filter or None,
+                expr=self.active_filter() or None,
             )
             for field, data, params in (
                 (self.dense_field, embedding, self._dense_params()),

@@ -40,7 +40,7 @@ from llama_index_rag_pack.storage.sentence_retriever import (
     DEFAULT_SENTENCE_POOL,
     MilvusSentenceRetriever,
 )
-from llama_index_rag_pack.storage.vector_memory import memory_vectors, top_scores
+from llama_index_rag_pack.storage.vector_memory import matching_ids, memory_vectors, top_scores
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -76,8 +76,10 @@ class MilvusScoreFusionRetriever(PackRetriever):
         in_memory: Search in-memory copies of the chunk and sentence vectors
             (:mod:`~llama_index_rag_pack.storage.vector_memory`), fuse on ids, and read the
             payload of the returned chunks only. Right for a Milvus Lite file, which one process
-            owns and which answers every search from Python (``RagPack`` sets it there). With a
-            ``filter`` the dense search stays in Milvus.
+            owns and which answers every search from Python (``RagPack`` sets it there). A
+            filter is resolved once to the ids it keeps, which mask the in-memory searches and
+            restrict BM25 by primary key (more than ``vector_memory.MAX_ID_SET`` ids: every
+            search stays in Milvus with the filter expression).
         concurrent_searches: Run the searches at the same time (threads on the sync path,
             ``asyncio.gather`` on the async one). Right for a Milvus server; Milvus Lite answers
             one request at a time from one process, and there one after another is faster
@@ -149,6 +151,7 @@ class MilvusScoreFusionRetriever(PackRetriever):
             similarity_top_k=max(candidate_pool, self.pre_top_k),
             filter=filter,
             filters=filters,
+            resolve_filter=self.in_memory,
             client=client,
             collection_name=collection_name,
             callback_manager=callback_manager,
@@ -266,7 +269,13 @@ class MilvusScoreFusionRetriever(PackRetriever):
 
     # ------------------------------------------------------------------ in-memory search
     def _searches_memory(self) -> bool:
-        return self.in_memory and not self.dense.filter
+        return self.in_memory and (not self.dense.filter or self._only() is not None)
+
+    def _only(self) -> frozenset[str] | None:
+        """The ids the filter keeps (``None``: no filter, or too many to hold)."""
+        if not self.dense.filter:
+            return None
+        return matching_ids(self.dense.client, self.dense.collection_name, self.dense.filter)
 
     def _fused_in_memory(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         """BM25 in Milvus and dense and sentence scores from in-memory copies, all as bare ids
@@ -277,8 +286,8 @@ class MilvusScoreFusionRetriever(PackRetriever):
             pending = _embedding_pool().submit(
                 contextvars.copy_context().run, self.embed_model.get_query_embedding, query
             )
-        limit = self.dense.similarity_top_k
-        sparse = [_bare(key, score) for key, score in self.sparse.bm25_ids(query, limit)]
+        limit, only = self.dense.similarity_top_k, self._only()
+        sparse = [_bare(key, score) for key, score in self.sparse.bm25_ids(query, limit, only)]
         embedding = query_bundle.embedding if pending is None else pending.result()
         keys, matrix = memory_vectors(
             self.dense.client,
@@ -286,11 +295,11 @@ class MilvusScoreFusionRetriever(PackRetriever):
             key_field="id",
             vector_field=self.dense.dense_field,
         )
-        dense = [_bare(key, score) for key, score in top_scores(keys, matrix, embedding, limit)]
+        dense = [_bare(k, s) for k, s in top_scores(keys, matrix, embedding, limit, only)]
         sentences = None
         if self.sentences is not None:
             best = self.sentences.sentences.search(
-                embedding, max(self.sentences.sentence_pool, limit)
+                embedding, max(self.sentences.sentence_pool, limit), only
             )
             sentences = [_bare(key, score) for key, score in best[:limit]]
         fused = convex_fusion(

@@ -158,11 +158,14 @@ class MilvusSentenceIndex:
         res = self.client.query(self.collection_name, filter="", output_fields=["count(*)"])
         return int(res[0]["count(*)"]) if res else 0
 
-    def search(self, embedding: Sequence[float], limit: int) -> list[tuple[str, float]]:
+    def search(
+        self, embedding: Sequence[float], limit: int, only: frozenset[str] | None = None
+    ) -> list[tuple[str, float]]:
         """Chunks of the ``limit`` sentences nearest ``embedding``, each scored by its best
-        sentence (cosine similarity), best first; equal scores by chunk id."""
+        sentence (cosine similarity), best first; equal scores by chunk id. ``only`` (in-memory
+        search): the chunk ids that may be returned."""
         if self.in_memory:
-            return self._search_memory(embedding, limit)
+            return self._search_memory(embedding, limit, only)
         self._ensure_loaded()
         res = self.client.search(
             self.collection_name,
@@ -180,7 +183,9 @@ class MilvusSentenceIndex:
                 best[chunk] = score
         return sorted(best.items(), key=lambda item: (-item[1], item[0]))
 
-    def _search_memory(self, embedding: Sequence[float], limit: int) -> list[tuple[str, float]]:
+    def _search_memory(
+        self, embedding: Sequence[float], limit: int, only: frozenset[str] | None = None
+    ) -> list[tuple[str, float]]:
         self._ensure_loaded()
         chunk_ids, matrix = memory_vectors(self.client, self.collection_name, key_field="chunk_id")
-        return top_scores(chunk_ids, matrix, embedding, limit)
+        return top_scores(chunk_ids, matrix, embedding, limit, only)

@@ -67,7 +67,7 @@ class MilvusSentenceRetriever(MilvusHybridRetriever):
         best = self.sentences.search(embedding, max(self.sentence_pool, limit))[:limit]
         if not best:
             return []
-        by_id = self._rows_by_id([chunk for chunk, _ in best], self.filter)
+        by_id = self._rows_by_id([chunk for chunk, _ in best], self.active_filter())
         # a sentence whose chunk is gone (or filtered out) is skipped
         return [
             {"id": chunk, "distance": score, "entity": by_id[chunk]}

@@ -7,8 +7,11 @@ search it with one matrix product instead: 0.1 ms for 3,600 chunk vectors agains
 2 ms for 25,000 sentence vectors against 80 ms.
 
 A copy is read once per client and collection, and :func:`forget_vectors` drops it; every write
-through the package (``RagPack.insert``, the sentence index) calls it, so a copy never outlives
-the rows it was read from. Writes made around the package (another ``MilvusVectorStore`` on the
+through the package (``RagPack.insert``, ``delete``, the sentence index) calls it, so a copy never
+outlives the rows it was read from. A metadata filter is resolved the same way: once, to the set
+of ids it keeps (:func:`matching_ids`), which masks the in-memory search and becomes an
+``id in [...]`` condition on the BM25 side (a primary-key lookup instead of a JSON scan per row).
+Writes made around the package (another ``MilvusVectorStore`` on the
 same file) are not seen until :func:`forget_vectors` is called or the client is closed.
 
 Example:
@@ -20,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import weakref
@@ -30,13 +34,26 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["forget_vectors", "memory_vectors", "top_scores"]
+__all__ = [
+    "MAX_ID_SET",
+    "forget_vectors",
+    "id_filter",
+    "matching_ids",
+    "memory_vectors",
+    "top_scores",
+]
+
+#: The most ids a resolved filter keeps as a set (larger ones stay Milvus expressions).
+MAX_ID_SET = 20_000
 
 _READ_BATCH = 2000
 
 # client -> {(collection, key field, vector field): (keys, unit-length float32 matrix)}
 _COPIES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, str], tuple[list[str], np.ndarray]]]
 _COPIES = weakref.WeakKeyDictionary()
+# client -> {(collection, expression): the ids it keeps, or None when there are too many}
+_ID_SETS: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], frozenset[str] | None]]
+_ID_SETS = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
@@ -48,9 +65,31 @@ def forget_vectors(client: Any, collection_name: str) -> None:
     """
     del client  # kept for symmetry with memory_vectors; every client's copy goes
     with _LOCK:
-        for copies in list(_COPIES.values()):
+        for copies in [*_COPIES.values(), *_ID_SETS.values()]:
             for key in [k for k in copies if k[0] == collection_name]:
                 del copies[key]
+
+
+def matching_ids(client: Any, collection_name: str, expr: str) -> frozenset[str] | None:
+    """The ids of the rows matching the Milvus expression ``expr``, read once per client and
+    expression (``None`` when more than :data:`MAX_ID_SET` match: keep the expression)."""
+    with _LOCK:
+        cached = _ID_SETS.get(client, {})
+        if (collection_name, expr) in cached:
+            return cached[(collection_name, expr)]
+    ids: list[str] = []
+    it = client.query_iterator(
+        collection_name, batch_size=_READ_BATCH, filter=expr, output_fields=["id"]
+    )
+    try:
+        while (batch := it.next()) and len(ids) <= MAX_ID_SET:
+            ids.extend(str(row["id"]) for row in batch)
+    finally:
+        it.close()
+    found = frozenset(ids) if len(ids) <= MAX_ID_SET else None
+    with _LOCK, contextlib.suppress(TypeError):
+        _ID_SETS.setdefault(client, {})[(collection_name, expr)] = found
+    return found
 
 
 def memory_vectors(
@@ -94,10 +133,26 @@ def memory_vectors(
         return keys, matrix
 
 
+def id_filter(client: Any, collection_name: str, expr: str) -> str:
+    """``expr`` as an ``id in [...]`` condition (a primary-key lookup) when
+    :func:`matching_ids` holds its ids, else ``expr`` itself."""
+    if not expr:
+        return expr
+    ids = matching_ids(client, collection_name, expr)
+    if ids is None:
+        return expr
+    return _ID_EXPRESSIONS.setdefault(ids, "id in " + json.dumps(sorted(ids)))
+
+
 def top_scores(
-    keys: Sequence[str], matrix: np.ndarray, embedding: Sequence[float], limit: int
+    keys: Sequence[str],
+    matrix: np.ndarray,
+    embedding: Sequence[float],
+    limit: int,
+    only: frozenset[str] | None = None,
 ) -> list[tuple[str, float]]:
-    """The ``limit`` rows most similar to ``embedding`` (cosine), as ``(key, score)``.
+    """The ``limit`` rows most similar to ``embedding`` (cosine), as ``(key, score)``; with
+    ``only``, among the rows whose key is in it.
 
     A key that appears on several rows keeps its best score. Best first; equal scores by key.
     """
@@ -106,6 +161,12 @@ def top_scores(
     query = np.asarray(embedding, dtype=np.float32)
     norm = float(np.linalg.norm(query))
     scores = matrix @ (query / norm if norm > 0 else query)
+    if only is not None:
+        keep = _mask(keys, only)
+        scores = np.where(keep, scores, -np.inf)
+        limit = min(limit, int(keep.sum()))
+        if limit <= 0:
+            return []
     k = min(limit, len(keys))
     top = np.argpartition(-scores, k - 1)[:k]
     best: dict[str, float] = {}
@@ -114,3 +175,22 @@ def top_scores(
         if score > best.get(key, float("-inf")):
             best[key] = score
     return sorted(best.items(), key=lambda item: (-item[1], item[0]))
+
+
+# an id set -> its ``id in [...]`` expression (dropped with the set)
+_ID_EXPRESSIONS: weakref.WeakKeyDictionary[frozenset[str], str] = weakref.WeakKeyDictionary()
+# (id of the keys list, the id set) -> boolean mask over the keys
+_MASKS: dict[tuple[int, int], tuple[Sequence[str], frozenset[str], np.ndarray]] = {}
+
+
+def _mask(keys: Sequence[str], only: frozenset[str]) -> np.ndarray:
+    """Which of ``keys`` are in ``only`` (cached while both objects live)."""
+    slot = (id(keys), id(only))
+    cached = _MASKS.get(slot)
+    if cached is not None and cached[0] is keys and cached[1] is only:
+        return cached[2]
+    mask = np.fromiter((k in only for k in keys), dtype=bool, count=len(keys))
+    if len(_MASKS) > 32:
+        _MASKS.clear()
+    _MASKS[slot] = (keys, only, mask)
+    return mask

@@ -1,0 +1,103 @@
+"""The BM25 side of :class:`~llama_index_rag_pack.storage.hybrid.MilvusHybridRetriever`: the
+analysed query, the ids-only search, the filter as sent to Milvus, and a filtered search read off
+the unfiltered ranking.
+
+A filter does not change BM25 scores (term statistics are the collection's), so the filtered
+top-k is the unfiltered ranking restricted to the kept chunks. On a Milvus Lite file, where a
+filter is resolved once to the ids it keeps (:func:`~llama_index_rag_pack.storage.vector_memory.
+matching_ids`), the search asks for a few times more ids than wanted without the filter and keeps
+those in the set: as fast as an unfiltered search, and exact. When too few kept chunks are among
+them, the caller searches with the filter instead.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis
+from llama_index_rag_pack.storage.vector_memory import id_filter, matching_ids
+
+__all__ = ["OVERSAMPLE", "Bm25SearchMixin", "bm25_hits_off_unfiltered"]
+
+#: How many more ids than wanted the unfiltered search fetches.
+OVERSAMPLE = 4
+
+
+def bm25_hits_off_unfiltered(retriever: Any, query: str, limit: int) -> list[dict[str, Any]] | None:
+    """The ``limit`` best hits of ``retriever``'s filtered BM25 search (rows as Milvus returns
+    them), or ``None`` when the unfiltered ranking cannot tell (too few kept chunks in it, or a
+    filter with too many ids to hold)."""
+    only = matching_ids(retriever.client, retriever.collection_name, retriever.filter)
+    if only is None:
+        return None
+    pool = OVERSAMPLE * limit
+    ranked = retriever.bm25_ids(query, pool, filtered=False)
+    kept = [(key, score) for key, score in ranked if key in only][:limit]
+    if len(kept) < limit and len(ranked) == pool:
+        return None  # kept chunks may rank below the pool: search with the filter
+    rows = retriever._rows_by_id([key for key, _ in kept])
+    return [
+        {"id": key, "distance": score, "entity": rows[key]} for key, score in kept if key in rows
+    ]
+
+
+class Bm25SearchMixin:
+    """The BM25 and filter helpers of ``MilvusHybridRetriever`` (which sets the attributes)."""
+
+    client: Any
+    collection_name: str
+    filter: str
+    resolve_filter: bool
+    sparse_field: str
+    bm25_analysis: Bm25Analysis | None
+
+    @staticmethod
+    def _sparse_params() -> dict[str, Any]:
+        # Lite rejects the 0.2 drop ratio MilvusVectorStore sends; 0 keeps every query term.
+        return {"metric_type": "BM25", "params": {"drop_ratio_search": 0}}
+
+    def _resolved_bm25(self, query: str, limit: int) -> list[dict[str, Any]] | None:
+        if not (self.resolve_filter and self.filter):
+            return None
+        return bm25_hits_off_unfiltered(self, query, limit)
+
+    def active_filter(self) -> str:
+        """The filter sent to Milvus: ``filter``, or its ``id in [...]`` form when resolved."""
+        if self.resolve_filter and self.filter:
+            return id_filter(self.client, self.collection_name, self.filter)
+        return self.filter
+
+    def bm25_query(self, query: str) -> str:
+        """What the BM25 side searches for ``query``: its terms under the collection's
+        analysis (e.g. ``"runners running"`` -> ``"runner run"`` under ``english``)."""
+        if self.bm25_analysis is None:
+            return query
+        return self.bm25_analysis.query_text(query)
+
+    def bm25_ids(
+        self, query: str, limit: int, only: frozenset[str] | None = None, filtered: bool = True
+    ) -> list[tuple[str, float]]:
+        """The ``limit`` best chunk ids by BM25 with their scores (>= 0), best first (ties by
+        id), without reading the chunks: for callers that read only the chunks they return.
+        ``only``: the ids this retriever's filter keeps, already resolved (searched as a
+        primary-key list instead of the filter expression); ``filtered=False`` ignores the
+        filter."""
+        terms = self.bm25_query(query)
+        if not terms or (only is not None and not only):
+            return []
+        if only is not None:
+            expr = f"id in {json.dumps(sorted(only))}"
+        else:
+            expr = self.active_filter() if filtered else ""
+        res = self.client.search(
+            self.collection_name,
+            data=[terms],
+            anns_field=self.sparse_field,
+            limit=limit,
+            filter=expr,
+            output_fields=["id"],
+            search_params=self._sparse_params(),
+        )
+        hits = [(str(h.get("id")), abs(float(h.get("distance", 0.0)))) for h in (res or [[]])[0]]
+        return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
