@@ -412,3 +412,42 @@ def test_ask_route_without_a_match_names_the_closest_route(
     assert "route     : space (fallback)" in out
     assert re.search(r"why       : space: no route reached its threshold \(best '\w+'", out)
     assert "The context does not say [1]." in out and "  [1] Jupiter" in out
+
+
+# --------------------------------------------------------------------------- --filter / --tenant
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("doc_id => 'x'", "Bad filter at column 8: unknown operator '=>'"),
+        ('doc_id == "x', "Bad filter at column 11: a string is not closed"),
+        ("colour == 'red'", "--filter names 'colour', which no chunk"),
+        ("lower(doc_id) == 'x'", "Bad filter at column 1: unknown function 'lower'"),
+    ],
+)
+def test_a_bad_filter_is_one_line_before_any_model_loads(
+    index_uri: str, counted_models: dict[str, int], capsys, expression: str, message: str
+) -> None:
+    code, _, err = _run(capsys, "--uri", index_uri, "ask", "What?", "--filter", expression)
+    assert code == 2
+    assert err.startswith(f"error: {message}"), err
+    assert len(err.strip().splitlines()) == 1
+    assert counted_models == {"llm": 0, "embed": 0}
+
+
+def test_a_filter_scopes_every_answer(
+    index_uri: str, counted_models: dict[str, int], capsys
+) -> None:
+    code, out, err = _run(
+        capsys, "--uri", index_uri, "ask", "What is Milvus?", "--no-stream",
+        "--no-citations", "--filter", 'doc_id == "aardvark"',
+    )  # fmt: skip
+    assert code == 0, err
+    assert "aardvark eats ants" in out and "vector database" not in out
+
+
+def test_a_tenant_on_a_collection_without_tenants_is_refused(
+    index_uri: str, counted_models: dict[str, int], capsys
+) -> None:
+    code, _, err = _run(capsys, "--uri", index_uri, "ask", "What?", "--tenant", "acme")
+    assert code == 2 and "has no tenants" in err
+    assert counted_models == {"llm": 0, "embed": 0}

@@ -15,6 +15,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from llama_index_rag_pack.cli.options import (
+    add_answer_options,
+    add_citation_options,
+    positive_int,
+)
 from llama_index_rag_pack.cli.output import (
     answer,
     configure_logging,
@@ -254,7 +259,7 @@ def _add_ask_command(sub: Any, modes: Sequence[str]) -> None:
         metavar="question",
         help="one or more questions; - reads one question per line from stdin",
     )
-    _add_answer_options(p, modes)
+    add_answer_options(p, modes)
     p.set_defaults(func=cmd_ask)
 
 
@@ -265,38 +270,8 @@ def _add_chat_command(sub: Any, modes: Sequence[str]) -> None:
         description="Load the models once, then answer each line of stdin; `exit`, `quit` or "
         "end of input (Ctrl-D) ends the session. Works with piped input.",
     )
-    _add_answer_options(p, modes)
+    add_answer_options(p, modes)
     p.set_defaults(func=cmd_chat)
-
-
-def _add_answer_options(p: argparse.ArgumentParser, modes: Sequence[str]) -> None:
-    """The options of ``ask`` and ``chat``: retrieval, output, routing."""
-    p.add_argument(
-        "--mode",
-        default=None,
-        choices=modes,
-        help="retrieval strategy (default: hybrid_convex; vector on a collection without BM25)",
-    )
-    p.add_argument("--top-k", type=_positive_int, default=4, help="chunks retrieved (default 4)")
-    p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
-    p.add_argument(
-        "--self-query-fields",
-        metavar="FILE",
-        default=None,
-        help="JSON list of metadata fields for --mode self_query (default: inferred)",
-    )
-    _add_citation_options(p)
-    p.add_argument(
-        "--show-sources",
-        action="store_true",
-        help="print each cited passage with the sentence supporting the answer highlighted",
-    )
-    p.add_argument(
-        "--route",
-        action="store_true",
-        help="route the question between collections and show which was chosen and why",
-    )
-    _add_route_options(p)
 
 
 def _add_demo_command(sub: Any, modes: Sequence[str]) -> None:
@@ -317,36 +292,12 @@ def _add_demo_command(sub: Any, modes: Sequence[str]) -> None:
         choices=modes,
         help="retrieval strategy (default: hybrid_convex; vector on a collection without BM25)",
     )
-    p.add_argument("--top-k", type=_positive_int, default=3, help="chunks retrieved (default 3)")
-    _add_citation_options(p)
+    p.add_argument("--top-k", type=positive_int, default=3, help="chunks retrieved (default 3)")
+    add_citation_options(p)
     p.add_argument(
         "--rebuild", action="store_true", help="index again even if the demo index exists"
     )
     p.set_defaults(func=cmd_demo)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
-
-
-def _add_citation_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--format",
-        default="text",
-        choices=["text", "markdown", "html"],
-        help="how citations and the reference list are written (default text)",
-    )
-    p.add_argument(
-        "--no-citations",
-        action="store_true",
-        help="plain answer without citations; list the retrieved chunks instead",
-    )
 
 
 # Modules that add their own subcommands: each has ``register(subparsers)``.
@@ -357,12 +308,6 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "llama_index_rag_pack.cli.judge",
     "llama_index_rag_pack.cli.sql",
 )
-
-
-def _add_route_options(p: argparse.ArgumentParser) -> None:
-    from llama_index_rag_pack.cli.route import add_route_options
-
-    add_route_options(p)
 
 
 def _register_subcommands(sub: Any) -> None:

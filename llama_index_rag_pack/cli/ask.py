@@ -37,6 +37,7 @@ def answer_one(session: Session, question: str) -> bool:
             fmt=args.format,
             citations=not args.no_citations,
             show_sources=getattr(args, "show_sources", False),
+            scope=session.scope,
         ),
     )
     return True

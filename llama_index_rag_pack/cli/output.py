@@ -97,14 +97,17 @@ def answer(
     fmt: str = "text",
     citations: bool = True,
     show_sources: bool = False,
+    scope: dict[str, Any] | None = None,
 ) -> None:
     """Print the answer (streamed as it comes); with citations, the rewritten answer and its
     reference list in the ``fmt`` style (text, markdown, html); with ``show_sources``, each cited
-    passage with the sentence supporting the answer highlighted."""
+    passage with the sentence supporting the answer highlighted; ``scope``: the ``filters`` and
+    ``tenant`` of ``--filter`` / ``--tenant``."""
+    scope = scope or {}
     if citations:
-        engine = pack.make_query_engine(mode, streaming=stream, citation_style=fmt)
+        engine = pack.make_query_engine(mode, streaming=stream, citation_style=fmt, **scope)
     else:
-        engine = pack.make_query_engine(mode, streaming=stream, citations=False)
+        engine = pack.make_query_engine(mode, streaming=stream, citations=False, **scope)
     response = engine.query(question)
     if stream and hasattr(response, "response_gen"):
         for delta in response.response_gen:

@@ -101,6 +101,7 @@ def answer_routed(session: Any, question: str) -> bool:
         fmt=args.format,
         citations=not args.no_citations,
         show_sources=getattr(args, "show_sources", False),
+        scope=session.scope,
     )
     return True
 

@@ -45,6 +45,7 @@ class Session:
     pack: Any
     routed: bool
     timings: dict[str, float] = field(default_factory=dict)
+    scope: dict[str, Any] = field(default_factory=dict)
     answered: int = 0
 
     def time_answer(self, question: str, fn: Callable[[], Any]) -> Any:
@@ -69,6 +70,9 @@ def open_session(args: argparse.Namespace) -> Session:
     routed = checks.wants_routing(args)
     uri = checks.check_input(args, routed)
     fields = _self_query_fields(args)
+    from llama_index_rag_pack.cli.scope import query_scope
+
+    scope = query_scope(args, uri, routed)  # --filter and --tenant, before any model loads
     # one progress line per model: no download/weight bars in between (set before HF imports)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from llama_index_rag_pack.components import settings
@@ -89,7 +93,7 @@ def open_session(args: argparse.Namespace) -> Session:
 
         configure_self_query(pack, fields)
     _cli.print_models(pack)
-    return Session(args=args, pack=pack, routed=routed, timings=timings)
+    return Session(args=args, pack=pack, routed=routed, timings=timings, scope=scope)
 
 
 def _self_query_fields(args: argparse.Namespace) -> Any:

@@ -15,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
-from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.base_selector import BaseSelector
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.components.logical_selector import LogicalSelector
+from llama_index_rag_pack.components.query_bases import PackRetriever
 from llama_index_rag_pack.components.router import FusionRouterRetriever
 from llama_index_rag_pack.components.routes import Route, RouteSelection
 from llama_index_rag_pack.components.semantic_selector import (
@@ -194,6 +194,8 @@ class RoutedRagPack(RagPack):
         citations: bool = True,
         citation_style: Any = "markdown",
         citation_mode: str = "markers",
+        filters: Any = None,
+        tenant: str | None = None,
     ) -> BaseQueryEngine:
         """Like ``make_query_engine("route", ...)``, but answering from the routes of a
         ``selection`` already made (e.g. shown to the user first, as ``rag-pack ask --route``
@@ -205,8 +207,11 @@ class RoutedRagPack(RagPack):
             >>> pack.make_selected_query_engine(selection).query(  # doctest: +SKIP
             ...     "Why does bread dough rise?")
         """
+        scope = {k: v for k, v in (("filters", filters), ("tenant", tenant)) if v is not None}
         retriever = _SelectedRoutesRetriever(
-            self.retriever(RetrievalMode.ROUTE), selection, callback_manager=self.callback_manager
+            self.retriever(RetrievalMode.ROUTE, **scope),
+            selection,
+            callback_manager=self.callback_manager,
         )
         return build_query_engine(
             retriever,
@@ -216,6 +221,7 @@ class RoutedRagPack(RagPack):
             citation_style=citation_style,
             citation_mode=citation_mode,
             callback_manager=self.callback_manager,
+            embed_model=self.embed_model,
         )
 
     def run(
@@ -232,7 +238,7 @@ class RoutedRagPack(RagPack):
 RagPack.multi_source_class = RoutedRagPack
 
 
-class _SelectedRoutesRetriever(BaseRetriever):
+class _SelectedRoutesRetriever(PackRetriever):
     """Retrieves from the routes of a fixed :class:`RouteSelection` of a router (sync and async).
 
     Args:
@@ -251,10 +257,10 @@ class _SelectedRoutesRetriever(BaseRetriever):
         self._router = router
         self._selection = selection
 
-    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         return self._router.retrieve_selected(query_bundle, self._selection)
 
-    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+    async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         return await self._router.aretrieve_selected(query_bundle, self._selection)
 
 

@@ -1,0 +1,81 @@
+"""The options ``rag-pack ask``, ``chat`` and ``demo`` share: retrieval, output, routing and
+scope (``--filter``, ``--tenant``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+__all__ = ["add_answer_options", "add_citation_options", "positive_int"]
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
+
+
+def add_citation_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--format",
+        default="text",
+        choices=["text", "markdown", "html"],
+        help="how citations and the reference list are written (default text)",
+    )
+    p.add_argument(
+        "--no-citations",
+        action="store_true",
+        help="plain answer without citations; list the retrieved chunks instead",
+    )
+
+
+def add_route_options_lazily(p: argparse.ArgumentParser) -> None:
+    from llama_index_rag_pack.cli.route import add_route_options
+
+    add_route_options(p)
+
+
+def add_answer_options(p: argparse.ArgumentParser, modes: Sequence[str]) -> None:
+    """The options of ``ask`` and ``chat``: retrieval, output, routing."""
+    p.add_argument(
+        "--mode",
+        default=None,
+        choices=modes,
+        help="retrieval strategy (default: hybrid_convex; vector on a collection without BM25)",
+    )
+    p.add_argument("--top-k", type=positive_int, default=4, help="chunks retrieved (default 4)")
+    p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
+    p.add_argument(
+        "--self-query-fields",
+        metavar="FILE",
+        default=None,
+        help="JSON list of metadata fields for --mode self_query (default: inferred)",
+    )
+    add_citation_options(p)
+    p.add_argument(
+        "--show-sources",
+        action="store_true",
+        help="print each cited passage with the sentence supporting the answer highlighted",
+    )
+    p.add_argument(
+        "--route",
+        action="store_true",
+        help="route the question between collections and show which was chosen and why",
+    )
+    add_route_options_lazily(p)
+    p.add_argument(
+        "--filter",
+        metavar="EXPR",
+        default=None,
+        help="Milvus expression on the chunks' metadata, e.g. 'year > 2010 and topic == \"news\"' "
+        "(checked before anything loads; see docs/filters.md)",
+    )
+    p.add_argument(
+        "--tenant",
+        default=None,
+        help="the tenant to answer for, on a collection with tenants ('*': every tenant)",
+    )

@@ -1,0 +1,70 @@
+"""``--filter`` and ``--tenant`` of ``rag-pack ask`` / ``chat``: checked before any model loads.
+
+The expression is read first (no database): a bad operator or an unclosed string is one line
+with its column. Then the collection is opened with a bare Milvus client (still no model) and the
+fields the expression names are compared with the collection's: its schema fields and the
+metadata keys of a sample of its chunks. A tenant is checked against the collection's tenant
+field, as every search would.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from llama_index_rag_pack.core.errors import ConfigurationError
+
+__all__ = ["SAMPLE_ROWS", "query_scope"]
+
+#: Chunks whose metadata keys count as the collection's fields.
+SAMPLE_ROWS = 500
+
+
+def query_scope(args: argparse.Namespace, uri: str, routed: bool) -> dict[str, Any]:
+    """``{"filters": EXPR, "tenant": NAME}`` (the given ones) for every answer of the session.
+
+    Raises:
+        ConfigurationError: a malformed expression, a field the collection does not have, or a
+            tenant the collection does not take (or none on one that needs it).
+    """
+    from llama_index_rag_pack.core.milvus_expr import expression_fields
+
+    expr = (getattr(args, "filter", None) or "").strip() or None
+    tenant = getattr(args, "tenant", None)
+    names = expression_fields(expr) if expr is not None else set()
+    scope = {k: v for k, v in (("filters", expr), ("tenant", tenant)) if v is not None}
+    if routed:  # each source checks the scope against its own collection when it searches
+        return scope
+    from llama_index_rag_pack.storage.milvus import open_client
+    from llama_index_rag_pack.storage.tenants import partition_key_field, tenant_expression
+
+    client = open_client(uri)
+    collection = args.collection or _default_collection()
+    if not client.has_collection(collection):
+        return scope  # the session's open says what is missing
+    tenant_expression(partition_key_field(client, collection), tenant)
+    known = _known_fields(client, collection)
+    unknown = sorted(names - known)
+    if unknown:
+        raise ConfigurationError(
+            f"--filter names {', '.join(map(repr, unknown))}, which no chunk of collection "
+            f"{collection!r} has (its fields: {', '.join(sorted(known))})."
+        )
+    return scope
+
+
+def _default_collection() -> str:
+    from llama_index_rag_pack.components.settings import default_collection
+
+    return default_collection()
+
+
+def _known_fields(client: Any, collection: str) -> set[str]:
+    info = client.describe_collection(collection)
+    known = {str(f.get("name")) for f in info.get("fields", [])}
+    from llama_index_rag_pack.storage.milvus import ensure_loaded
+
+    ensure_loaded(client, collection)
+    for row in client.query(collection, filter="", output_fields=["*"], limit=SAMPLE_ROWS):
+        known.update(k for k in row if not k.startswith("$"))
+    return known
