@@ -12,12 +12,14 @@ error rather than searched unscoped.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llama_index_rag_pack.components.metadata_filters import Filters, filter_expression
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.milvus_filter import and_expressions
 from llama_index_rag_pack.storage.tenants import ANY_TENANT, tenant_expression
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index_rag_pack.components.metadata_filters import Filters
 
 __all__ = ["base_scope", "check_builder_filters", "pack_filter_expression", "scoped_kwargs"]
 
@@ -62,6 +64,9 @@ def scoped_kwargs(pack: Any, spec: Any, kwargs: dict[str, Any]) -> dict[str, Any
 
 def pack_filter_expression(pack: Any, filters: Filters) -> str:
     """``filters`` as a Milvus expression on ``pack``'s collection (``""`` for none)."""
+    # LlamaIndex loads only when a filter is compiled (``rag-pack --help`` reads the modes)
+    from llama_index_rag_pack.components.metadata_filters import filter_expression
+
     if filters is None or isinstance(filters, str):
         return filter_expression(filters)
     store = pack.vector_store
