@@ -78,12 +78,22 @@ def replies() -> Replies:
     return Replies()
 
 
-@pytest.fixture(scope="module")
-def pack(tmp_path_factory: pytest.TempPathFactory, embed_model: Any, replies: Replies) -> RagPack:
+@pytest.fixture(scope="module", params=["lite", "server"])
+def pack(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    embed_model: Any,
+    replies: Replies,
+) -> RagPack:
+    if request.param == "server":
+        uri = request.getfixturevalue("milvus_server")
+    else:
+        uri = str(tmp_path_factory.mktemp("tenants") / "t.db")
     pack = RagPack(
         documents(),
-        uri=str(tmp_path_factory.mktemp("tenants") / "t.db"),
+        uri=uri,
         collection_name="notes",
+        overwrite=True,
         tenant_field="tenant",
         embed_model=embed_model,
         llm=ScriptedLLM(replies=replies),
