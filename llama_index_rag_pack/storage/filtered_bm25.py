@@ -5,33 +5,41 @@ the unfiltered ranking.
 A filter does not change BM25 scores (term statistics are the collection's), so the filtered
 top-k is the unfiltered ranking restricted to the kept chunks. On a Milvus Lite file, where a
 filter is resolved once to the ids it keeps (:func:`~llama_index_rag_pack.storage.vector_memory.
-matching_ids`), the search asks for a few times more ids than wanted without the filter and keeps
-those in the set: as fast as an unfiltered search, and exact. When too few kept chunks are among
-them, the caller searches with the filter instead.
+matching_ids`), the search asks without the filter for as many ids as should hold the wanted
+number of kept ones (the wanted number over the share of rows the filter keeps, with a margin)
+and keeps those in the set: about as fast as an unfiltered search, and exact. When too few kept
+chunks are among them, the caller searches with the filter instead.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis
-from llama_index_rag_pack.storage.vector_memory import id_filter, matching_ids
+from llama_index_rag_pack.storage.vector_memory import id_filter, matching_ids, row_count
 
 __all__ = ["OVERSAMPLE", "Bm25SearchMixin", "bm25_hits_off_unfiltered"]
 
-#: How many more ids than wanted the unfiltered search fetches.
-OVERSAMPLE = 4
+#: The margin over the expected number of ids to fetch (wanted / share kept).
+OVERSAMPLE = 1.5
+#: Filters keeping less than this share of the rows are searched with the filter directly.
+MIN_SHARE = 0.1
 
 
 def bm25_hits_off_unfiltered(retriever: Any, query: str, limit: int) -> list[dict[str, Any]] | None:
     """The ``limit`` best hits of ``retriever``'s filtered BM25 search (rows as Milvus returns
     them), or ``None`` when the unfiltered ranking cannot tell (too few kept chunks in it, or a
     filter with too many ids to hold)."""
-    only = matching_ids(retriever.client, retriever.collection_name, retriever.filter)
+    client, name = retriever.client, retriever.collection_name
+    only = matching_ids(client, name, retriever.filter)
     if only is None:
         return None
-    pool = OVERSAMPLE * limit
+    share = len(only) / max(1, row_count(client, name))
+    if share < MIN_SHARE:
+        return None
+    pool = math.ceil(OVERSAMPLE * limit / share)
     ranked = retriever.bm25_ids(query, pool, filtered=False)
     kept = [(key, score) for key, score in ranked if key in only][:limit]
     if len(kept) < limit and len(ranked) == pool:

@@ -40,6 +40,7 @@ __all__ = [
     "id_filter",
     "matching_ids",
     "memory_vectors",
+    "row_count",
     "top_scores",
 ]
 
@@ -54,6 +55,8 @@ _COPIES = weakref.WeakKeyDictionary()
 # client -> {(collection, expression): the ids it keeps, or None when there are too many}
 _ID_SETS: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], frozenset[str] | None]]
 _ID_SETS = weakref.WeakKeyDictionary()
+# client -> {(collection, ""): its number of rows}
+_COUNTS: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], int]] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
@@ -65,7 +68,7 @@ def forget_vectors(client: Any, collection_name: str) -> None:
     """
     del client  # kept for symmetry with memory_vectors; every client's copy goes
     with _LOCK:
-        for copies in [*_COPIES.values(), *_ID_SETS.values()]:
+        for copies in [*_COPIES.values(), *_ID_SETS.values(), *_COUNTS.values()]:
             for key in [k for k in copies if k[0] == collection_name]:
                 del copies[key]
 
@@ -131,6 +134,19 @@ def memory_vectors(
             matrix.nbytes / 1e6,
         )
         return keys, matrix
+
+
+def row_count(client: Any, collection_name: str) -> int:
+    """The collection's number of rows, read once per client (dropped with the copies)."""
+    with _LOCK:
+        cached = _COUNTS.get(client, {}).get((collection_name, ""))
+    if cached is not None:
+        return cached
+    res = client.query(collection_name, filter="", output_fields=["count(*)"])
+    count = int(res[0]["count(*)"]) if res else 0
+    with _LOCK, contextlib.suppress(TypeError):
+        _COUNTS.setdefault(client, {})[(collection_name, "")] = count
+    return count
 
 
 def id_filter(client: Any, collection_name: str, expr: str) -> str:
