@@ -170,10 +170,6 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), name)
-    if module.startswith(".pack."):
-        # RoutedRagPack registers itself as RagPack.from_sources' class when it is defined;
-        # rag_pack.py cannot import its own subclass, so any pack name loads it
-        importlib.import_module(".pack.routed", __name__)
     globals()[name] = value
     return value
 

@@ -225,3 +225,32 @@ def test_the_public_names_stay_importable_from_the_root() -> None:
 
     missing = [name for name in pkg.__all__ if not hasattr(pkg, name)]
     assert missing == []
+
+
+def test_the_root_lists_each_public_name_once_in_each_table() -> None:
+    import llama_index_rag_pack as pkg
+
+    assert sorted(pkg.__all__) == sorted([*pkg._EXPORTS, "__version__"])
+    assert len(pkg.__all__) == len(set(pkg.__all__))
+
+
+def test_from_sources_works_after_importing_only_the_rag_pack_module() -> None:
+    """No pack module sets a class attribute of another: ``RagPack.from_sources`` needs nothing
+    but its own module imported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from llama_index_rag_pack.pack.rag_pack import RagPack\n"
+        "assert 'llama_index_rag_pack.pack.routed' not in sys.modules\n"
+        "try:\n"
+        "    RagPack.from_sources([])\n"
+        "except Exception as e:\n"
+        "    print(type(e).__name__, e)\n"
+        "print('routed loaded:', 'llama_index_rag_pack.pack.routed' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "routed loaded: True" in done.stdout
+    assert "ConfigurationError" in done.stdout, done.stdout  # RoutedRagPack's own check ran

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -97,9 +98,6 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
         >>> print(pack.run("What is Milvus?"))  # doctest: +SKIP
     """
 
-    #: The class :meth:`from_sources` builds (:class:`~llama_index_rag_pack.RoutedRagPack`).
-    multi_source_class: ClassVar[type[RagPack] | None] = None
-
     def __init__(
         self,
         documents: Sequence[Document] | None = None,
@@ -190,11 +188,10 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
 
         See :class:`~llama_index_rag_pack.RoutedRagPack` for ``sources`` and options.
         """
-        # RoutedRagPack subclasses RagPack and names itself here when it is defined (importing
-        # any part of the package imports it), so this module never imports its own subclass.
-        if RagPack.multi_source_class is None:  # pragma: no cover - the package root imports it
-            raise ConfigurationError("RoutedRagPack is not loaded: import llama_index_rag_pack.")
-        return RagPack.multi_source_class(sources, **kwargs)
+        # RoutedRagPack subclasses RagPack: its module is imported by name when this is called,
+        # since importing a subclass from its base's module at load time would be a cycle
+        routed = importlib.import_module("llama_index_rag_pack.pack.routed")
+        return routed.RoutedRagPack(sources, **kwargs)
 
     # ------------------------------------------------------------------ parts
     @property

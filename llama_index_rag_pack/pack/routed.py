@@ -235,9 +235,6 @@ class RoutedRagPack(RagPack):
         return await super().arun(query, mode=mode, **kwargs)
 
 
-RagPack.multi_source_class = RoutedRagPack
-
-
 class _SelectedRoutesRetriever(PackRetriever):
     """Retrieves from the routes of a fixed :class:`RouteSelection` of a router (sync and async).
 
