@@ -563,3 +563,34 @@ def test_without_llm_the_engine_uses_llamaindex_settings(
     response = engine.query("How fast can a cheetah run?")
     assert llm.call_count == 1
     assert "93 to 104 km/h [1]" in str(response) and CHEETAH_URL in str(response)
+
+
+@pytest.mark.parametrize("path", ["sync", "async", "stream"])
+def test_callback_handlers_see_the_query_and_the_retrieval(retriever, path: str) -> None:
+    """Like core's CitationQueryEngine: a LlamaDebugHandler on Settings.callback_manager records
+    one QUERY and one RETRIEVE event per question, the retrieved nodes and the response."""
+    import asyncio
+
+    from llama_index.core import Settings
+    from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+
+    debug = LlamaDebugHandler()
+    previous = Settings.callback_manager
+    Settings.callback_manager = CallbackManager([debug])
+    try:
+        llm = ScriptedLLM(replies=cheetah_marker_reply)
+        engine = CitedQueryEngine.from_args(retriever, llm=llm, streaming=path == "stream")
+        if path == "async":
+            response = asyncio.run(engine.aquery(QUESTION))
+        else:
+            response = engine.query(QUESTION)
+        if path == "stream":
+            "".join(response.response_gen)
+    finally:
+        Settings.callback_manager = previous
+    queries = debug.get_event_pairs(CBEventType.QUERY)
+    retrievals = debug.get_event_pairs(CBEventType.RETRIEVE)
+    assert len(queries) == 1 and len(retrievals) == 1
+    assert queries[0][0].payload["query_str"] == QUESTION
+    assert retrievals[0][1].payload["nodes"], "the retrieved nodes reach the handler"
+    assert queries[0][1].payload["response"] is response

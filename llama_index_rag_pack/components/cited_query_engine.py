@@ -32,7 +32,7 @@ from llama_index.core import Settings
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.embeddings.base import BaseEmbedding
-from llama_index.core.callbacks import CallbackManager
+from llama_index.core.callbacks import CallbackManager, CBEventType, EventPayload
 from llama_index.core.indices.base import BaseIndex
 from llama_index.core.llms import LLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
@@ -40,6 +40,11 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
+from llama_index_rag_pack.components.annotated_answers import (
+    annotate_prompt_args,
+    annotated_marks,
+    with_annotations,
+)
 from llama_index_rag_pack.components.citation_attribution import (
     Attribution,
     SentenceAttributor,
@@ -69,7 +74,6 @@ from llama_index_rag_pack.components.quoted_answers import (
     uses_tools,
 )
 from llama_index_rag_pack.components.settings import resolve_llm
-from llama_index_rag_pack.core.annotations import attach_markers, parse_annotations, split_sentences
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.quotes import DEFAULT_FUZZY_THRESHOLD
 from llama_index_rag_pack.core.reference_styles import ReferenceStyle
@@ -248,17 +252,26 @@ class CitedQueryEngine(BaseQueryEngine):
 
     # ------------------------------------------------------------------ retrieval
     def retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        """The numbered context nodes for ``query_bundle`` (retrieved, then post-processed)."""
-        nodes = self._retriever.retrieve(query_bundle)
-        for post in self._node_postprocessors:
-            nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)
+        """The numbered context nodes for ``query_bundle`` (retrieved, then post-processed),
+        inside core's ``RETRIEVE`` callback event."""
+        with self._event(CBEventType.RETRIEVE, query_bundle) as event:
+            nodes = self._retriever.retrieve(query_bundle)
+            for post in self._node_postprocessors:
+                nodes = post.postprocess_nodes(nodes, query_bundle=query_bundle)
+            event.on_end(payload={EventPayload.NODES: nodes})
         return nodes
 
     async def aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        nodes = await self._retriever.aretrieve(query_bundle)
-        for post in self._node_postprocessors:
-            nodes = await post.apostprocess_nodes(nodes, query_bundle=query_bundle)
+        with self._event(CBEventType.RETRIEVE, query_bundle) as event:
+            nodes = await self._retriever.aretrieve(query_bundle)
+            for post in self._node_postprocessors:
+                nodes = await post.apostprocess_nodes(nodes, query_bundle=query_bundle)
+            event.on_end(payload={EventPayload.NODES: nodes})
         return nodes
+
+    def _event(self, kind: CBEventType, query_bundle: QueryBundle) -> Any:
+        payload = {EventPayload.QUERY_STR: query_bundle.query_str}
+        return self.callback_manager.event(kind, payload=payload)
 
     # ------------------------------------------------------------------ quotes mode
     def _query_quotes(self, nodes: list[NodeWithScore], query: str) -> CitedResponse:
@@ -283,43 +296,23 @@ class CitedQueryEngine(BaseQueryEngine):
         return mark_verified_quotes(data, raw, nodes, fuzzy_threshold=self.fuzzy_threshold)
 
     # ------------------------------------------------------------------ annotate mode
-    def _annotate_kwargs(self, nodes: list[NodeWithScore], answer: str) -> dict[str, str] | None:
-        sentences = [s.strip() for s in split_sentences(answer)]
-        if not nodes or not any(sentences):
-            return None
-        return {
-            "context_str": format_context(nodes),
-            "sentences_str": "\n".join(f"S{i}: {s}" for i, s in enumerate(sentences, 1)),
-        }
-
     def _query_annotate(self, nodes: list[NodeWithScore], query: str) -> CitedResponse:
         answer = self._llm.predict(
             self._annotate_answer_template, context_str=format_context(nodes), query_str=query
         )
-        kwargs = self._annotate_kwargs(nodes, answer)
+        kwargs = annotate_prompt_args(nodes, answer)
         reply = self._llm.predict(self._annotate_template, **kwargs) if kwargs else None
-        marked, mapping = self._annotated_marks(answer, reply)
-        return _with_annotations(self._build(nodes, marked, answer), mapping)
+        marked, mapping = annotated_marks(answer, reply)
+        return with_annotations(self._build(nodes, marked, answer), mapping)
 
     async def _aquery_annotate(self, nodes: list[NodeWithScore], query: str) -> CitedResponse:
         answer = await self._llm.apredict(
             self._annotate_answer_template, context_str=format_context(nodes), query_str=query
         )
-        kwargs = self._annotate_kwargs(nodes, answer)
+        kwargs = annotate_prompt_args(nodes, answer)
         reply = await self._llm.apredict(self._annotate_template, **kwargs) if kwargs else None
-        marked, mapping = self._annotated_marks(answer, reply)
-        return _with_annotations(await self._abuild(nodes, marked, answer), mapping)
-
-    def _annotated_marks(self, answer: str, reply: str | None) -> tuple[str, dict[int, list[int]]]:
-        sentences = split_sentences(answer)
-        mapping = parse_annotations(reply or "", len(sentences)) if reply is not None else {}
-        if reply is not None and not mapping and sentences:
-            logger.warning(
-                "Annotate mode: no 'S<n>: ids' line in the LLM reply (%r...); no citations",
-                reply[:80],
-            )
-        marked = "".join(attach_markers(s, mapping.get(i, [])) for i, s in enumerate(sentences, 1))
-        return marked, mapping
+        marked, mapping = annotated_marks(answer, reply)
+        return with_annotations(await self._abuild(nodes, marked, answer), mapping)
 
     # ------------------------------------------------------------------ responses
     def _build(self, nodes: list[NodeWithScore], marked: str, raw: str, **kw: Any) -> CitedResponse:
@@ -347,8 +340,21 @@ class CitedQueryEngine(BaseQueryEngine):
 
     # ------------------------------------------------------------------ entry points
     def _query(self, query_bundle: QueryBundle) -> Any:
-        nodes = self.retrieve(query_bundle)
-        query = query_bundle.query_str
+        """Retrieve and answer inside core's ``QUERY`` callback event (as ``CitationQueryEngine``
+        does), so callback handlers and tracers see this engine."""
+        with self._event(CBEventType.QUERY, query_bundle) as event:
+            response = self._respond(self.retrieve(query_bundle), query_bundle.query_str)
+            event.on_end(payload={EventPayload.RESPONSE: response})
+        return response
+
+    async def _aquery(self, query_bundle: QueryBundle) -> Any:
+        with self._event(CBEventType.QUERY, query_bundle) as event:
+            nodes = await self.aretrieve(query_bundle)
+            response = await self._arespond(nodes, query_bundle.query_str)
+            event.on_end(payload={EventPayload.RESPONSE: response})
+        return response
+
+    def _respond(self, nodes: list[NodeWithScore], query: str) -> Any:
         if self.mode == CitationMode.MARKERS:
             kwargs = {"context_str": format_context(nodes), "query_str": query}
             if self.streaming:
@@ -362,9 +368,7 @@ class CitedQueryEngine(BaseQueryEngine):
             response = self._query_annotate(nodes, query)
         return as_streaming_response(response, asynchronous=False) if self.streaming else response
 
-    async def _aquery(self, query_bundle: QueryBundle) -> Any:
-        nodes = await self.aretrieve(query_bundle)
-        query = query_bundle.query_str
+    async def _arespond(self, nodes: list[NodeWithScore], query: str) -> Any:
         if self.mode == CitationMode.MARKERS:
             kwargs = {"context_str": format_context(nodes), "query_str": query}
             if self.streaming:
@@ -377,8 +381,3 @@ class CitedQueryEngine(BaseQueryEngine):
         else:
             response = await self._aquery_annotate(nodes, query)
         return as_streaming_response(response, asynchronous=True) if self.streaming else response
-
-
-def _with_annotations(response: CitedResponse, mapping: dict[int, list[int]]) -> CitedResponse:
-    response.metadata["annotations"] = {str(k): v for k, v in mapping.items()}
-    return response
