@@ -22,23 +22,14 @@ logger = logging.getLogger(__name__)
 def answer_one(session: Session, question: str) -> bool:
     """Print the answer to ``question`` (routed when the session routes); False when no route
     fits and there was nothing to answer from."""
-    args = session.args
     if session.routed:
         from llama_index_rag_pack.cli.route import answer_routed
 
         return bool(session.time_answer(question, lambda: answer_routed(session, question)))
+    options = session.answer_options()
     session.time_answer(
         question,
-        lambda: _cli.answer(
-            session.pack,
-            question,
-            mode=args.mode,
-            stream=not args.no_stream,
-            fmt=args.format,
-            citations=not args.no_citations,
-            show_sources=getattr(args, "show_sources", False),
-            scope=session.scope,
-        ),
+        lambda: _cli.answer(session.pack, question, mode=session.args.mode, **options),
     )
     return True
 

@@ -86,7 +86,7 @@ def answer_routed(session: Any, question: str) -> bool:
     """Choose the source(s), say which and why, then answer from them with the cited engine
     (same ``--format`` and reference list as every mode). False when no route fits (and no
     ``--route-fallback`` is set): then a one-line message is printed instead of an answer."""
-    args, pack = session.args, session.pack
+    pack = session.pack
     selection = pack.retriever("route").select(question)
     _print_selection(selection)
     if not selection.names:
@@ -94,14 +94,7 @@ def answer_routed(session: Any, question: str) -> bool:
         return False
     _cli.out()
     _cli.answer(
-        _SelectionShown(pack, selection),
-        question,
-        mode="route",
-        stream=not args.no_stream,
-        fmt=args.format,
-        citations=not args.no_citations,
-        show_sources=getattr(args, "show_sources", False),
-        scope=session.scope,
+        _SelectionShown(pack, selection), question, mode="route", **session.answer_options()
     )
     return True
 

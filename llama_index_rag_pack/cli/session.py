@@ -58,6 +58,18 @@ class Session:
             label = label if len(label) <= 60 else label[:57] + "..."
             self.timings[f"answer {self.answered}: {label}"] = time.perf_counter() - start
 
+    def answer_options(self) -> dict[str, Any]:
+        """How every answer of the session is printed and scoped (``output.answer``'s options,
+        from the command line once)."""
+        args = self.args
+        return {
+            "stream": not args.no_stream,
+            "fmt": args.format,
+            "citations": not args.no_citations,
+            "show_sources": getattr(args, "show_sources", False),
+            "scope": self.scope,
+        }
+
     def print_timings(self) -> None:
         """The session's timings on stderr: each model load once, then each answer."""
         _cli.err("\nTimings:")

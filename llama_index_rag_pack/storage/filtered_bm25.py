@@ -40,14 +40,13 @@ def bm25_hits_off_unfiltered(retriever: Any, query: str, limit: int) -> list[dic
     if share < MIN_SHARE:
         return None
     pool = math.ceil(OVERSAMPLE * limit / share)
-    ranked = retriever.bm25_ids(query, pool, filtered=False)
-    kept = [(key, score) for key, score in ranked if key in only][:limit]
+    terms = retriever.bm25_query(query)
+    params = retriever._sparse_params()
+    ranked = retriever._field_search(retriever.sparse_field, terms, params, pool, filtered=False)
+    kept = [hit for hit in ranked if str(hit.get("id")) in only][:limit]
     if len(kept) < limit and len(ranked) == pool:
         return None  # kept chunks may rank below the pool: search with the filter
-    rows = retriever._rows_by_id([key for key, _ in kept])
-    return [
-        {"id": key, "distance": score, "entity": rows[key]} for key, score in kept if key in rows
-    ]
+    return kept
 
 
 class Bm25SearchMixin:

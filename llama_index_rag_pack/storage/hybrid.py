@@ -237,14 +237,14 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         return sorted(hits, key=lambda hit: (-self._hit_score(hit), str(hit.get("id"))))[:limit]
 
     def _field_search(
-        self, field: str, data: Any, params: dict[str, Any], limit: int
+        self, field: str, data: Any, params: dict[str, Any], limit: int, filtered: bool = True
     ) -> list[dict[str, Any]]:
         res = self.client.search(
             self.collection_name,
             data=[data],
             anns_field=field,
             limit=limit,
-            filter=self.active_filter(),
+            filter=self.active_filter() if filtered else "",
             output_fields=self._output_fields,
             search_params=params,
         )
