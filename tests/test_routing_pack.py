@@ -278,3 +278,23 @@ def test_cli_route_errors_are_one_line(tmp_path: Path, capsys: Any) -> None:
     )
     assert code == 2
     assert "error: Routes file" in capsys.readouterr().err
+
+
+def test_a_selected_route_answer_gets_attributed_citations(
+    milvus_uri: str, embed_model: Any
+) -> None:
+    """``ask --route`` answers through ``make_selected_query_engine``: a sentence the LLM left
+    uncited is attributed to its supporting chunk, as in every other mode."""
+    pack = RoutedRagPack(
+        _sources(),
+        uri=milvus_uri,
+        embed_model=embed_model,
+        llm=ScriptedLLM(default_reply="Caramelising onions takes about forty minutes."),
+        threshold=0.2,
+    )
+    question = "How long do onions take to caramelise?"
+    selection = pack.retriever("route").select(question)
+    assert selection.names == ["food"]
+    response = pack.make_selected_query_engine(selection, citation_style="text").query(question)
+    assert response.source_nodes, "the uncited sentence was attributed to a chunk"
+    assert {n.node.metadata["title"] for n in response.source_nodes} == {"Onions"}
