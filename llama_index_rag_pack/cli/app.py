@@ -18,7 +18,7 @@ from typing import Any
 from llama_index_rag_pack.cli.options import (
     add_answer_options,
     add_citation_options,
-    positive_int,
+    add_retrieval_options,
 )
 from llama_index_rag_pack.cli.output import (
     answer,
@@ -286,13 +286,7 @@ def _add_demo_command(sub: Any, modes: Sequence[str]) -> None:
         default=None,
         help="a question (repeatable)",
     )
-    p.add_argument(
-        "--mode",
-        default=None,
-        choices=modes,
-        help="retrieval strategy (default: hybrid_convex; vector on a collection without BM25)",
-    )
-    p.add_argument("--top-k", type=positive_int, default=3, help="chunks retrieved (default 3)")
+    add_retrieval_options(p, modes, top_k=3)
     add_citation_options(p)
     p.add_argument(
         "--rebuild", action="store_true", help="index again even if the demo index exists"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-__all__ = ["add_answer_options", "add_citation_options", "positive_int"]
+__all__ = ["add_answer_options", "add_citation_options", "add_retrieval_options", "positive_int"]
 
 
 def positive_int(text: str) -> int:
@@ -39,15 +39,22 @@ def add_route_options_lazily(p: argparse.ArgumentParser) -> None:
     add_route_options(p)
 
 
-def add_answer_options(p: argparse.ArgumentParser, modes: Sequence[str]) -> None:
-    """The options of ``ask`` and ``chat``: retrieval, output, routing."""
+def add_retrieval_options(p: argparse.ArgumentParser, modes: Sequence[str], top_k: int) -> None:
+    """``--mode`` and ``--top-k`` (default ``top_k``)."""
     p.add_argument(
         "--mode",
         default=None,
         choices=modes,
         help="retrieval strategy (default: hybrid_convex; vector on a collection without BM25)",
     )
-    p.add_argument("--top-k", type=positive_int, default=4, help="chunks retrieved (default 4)")
+    p.add_argument(
+        "--top-k", type=positive_int, default=top_k, help=f"chunks retrieved (default {top_k})"
+    )
+
+
+def add_answer_options(p: argparse.ArgumentParser, modes: Sequence[str]) -> None:
+    """The options of ``ask`` and ``chat``: retrieval, output, routing."""
+    add_retrieval_options(p, modes, top_k=4)
     p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
     p.add_argument(
         "--self-query-fields",
