@@ -166,7 +166,7 @@ def test_bad_arguments_raise_clear_errors():
             fn(lists, top_n=0)
     with pytest.raises(ConfigurationError, match="k must be"):
         reciprocal_rank_fusion(lists, k=-1)
-    with pytest.raises(ConfigurationError, match="valid modes: reciprocal_rank, relative_score"):
+    with pytest.raises(ConfigurationError, match="valid values: reciprocal_rank, relative_score"):
         fuse(lists, "borda")
     with pytest.raises(ConfigurationError, match="NodeWithScore"):
         reciprocal_rank_fusion([["a", "b"]])

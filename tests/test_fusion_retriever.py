@@ -579,7 +579,7 @@ def test_bad_input(dense, bm25, scripted_llm):
     llm = scripted_llm([])
     with pytest.raises(
         ConfigurationError,
-        match="valid modes: reciprocal_rank, relative_score, dist_based_score, union",
+        match="valid values: reciprocal_rank, relative_score, dist_based_score, union",
     ):
         FusionRetriever([dense], llm=llm, mode="borda")
     with pytest.raises(ConfigurationError, match="weights has 3 values for 2 retrievers"):

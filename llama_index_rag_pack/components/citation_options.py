@@ -3,32 +3,21 @@ its citation modes, and the retriever it answers from."""
 
 from __future__ import annotations
 
-from enum import Enum
-
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.indices.base import BaseIndex
 
+from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 __all__ = ["CitationMode", "as_retriever", "check_retriever"]
 
 
-class CitationMode(str, Enum):
+class CitationMode(Choice):
     """How :class:`CitedQueryEngine` obtains citations."""
 
     MARKERS = "markers"
     QUOTES = "quotes"
     ANNOTATE = "annotate"
-
-    @classmethod
-    def parse(cls, value: str | CitationMode) -> CitationMode:
-        try:
-            return cls(value)
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(
-                f"Unknown citation mode {value!r}; valid modes: {valid}."
-            ) from None
 
 
 def as_retriever(source: BaseRetriever | BaseIndex, similarity_top_k: int | None) -> BaseRetriever:

@@ -10,7 +10,6 @@ numbers the result for the prompt (``citation_id`` metadata, 1-based, the ``M`` 
 from __future__ import annotations
 
 import logging
-from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -27,6 +26,7 @@ from llama_index.core.schema import (
 )
 
 from llama_index_rag_pack.core import similarity
+from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
@@ -35,22 +35,12 @@ CITATION_ID_KEY = "citation_id"
 PARENT_ID_KEY = "citation_parent_id"
 
 
-class CitationGranularity(str, Enum):
+class CitationGranularity(Choice):
     """How retrieved nodes are cut into citable pieces."""
 
     NODE = "node"  # keep each retrieved node whole
     CHUNK = "chunk"  # token chunks of ``chunk_size``
     SENTENCE = "sentence"  # one sentence per piece
-
-    @classmethod
-    def parse(cls, value: str | CitationGranularity) -> CitationGranularity:
-        try:
-            return cls(value)
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(
-                f"Unknown citation granularity {value!r}; valid values: {valid}."
-            ) from None
 
 
 class CitationPostprocessor(BaseNodePostprocessor):

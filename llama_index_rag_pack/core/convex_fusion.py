@@ -20,9 +20,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, TypeVar
 
+from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.rank_fusion import (
     DEFAULT_RRF_K,
@@ -64,24 +64,11 @@ TUNED_SENTENCE_WEIGHT = 0.4
 T = TypeVar("T")  # a NodeWithScore-like item
 
 
-class ScoreNormalization(str, Enum):
+class ScoreNormalization(Choice):
     """How :func:`convex_fusion` scales each list's scores to [0, 1] before mixing them."""
 
     MIN_MAX = "min_max"
     DIST_BASED = "dist_based"
-
-    @classmethod
-    def parse(cls, value: str | ScoreNormalization) -> ScoreNormalization:
-        """Parse a name, raising :class:`ConfigurationError` listing the valid ones."""
-        if isinstance(value, cls):
-            return value
-        try:
-            return cls(str(value).strip().lower())
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(
-                f"Unknown score normalization {value!r}; valid values: {valid}."
-            ) from None
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from enum import Enum
 from typing import Any, TypeVar
 
+from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 __all__ = [
@@ -46,7 +46,7 @@ DEFAULT_RRF_K = 60.0
 T = TypeVar("T")  # a NodeWithScore-like item
 
 
-class FusionMode(str, Enum):
+class FusionMode(Choice):
     """How :func:`fuse` merges result lists.
 
     ``reciprocal_rerank`` and ``simple`` (core ``QueryFusionRetriever`` names) are accepted by
@@ -59,25 +59,9 @@ class FusionMode(str, Enum):
     UNION = "union"
 
     @classmethod
-    def parse(cls, value: str | FusionMode) -> FusionMode:
-        """Parse a mode name, raising :class:`ConfigurationError` listing the valid ones."""
-        if isinstance(value, cls):
-            return value
-        aliases = {
-            "reciprocal_rerank": cls.RECIPROCAL_RANK,
-            "rrf": cls.RECIPROCAL_RANK,
-            "simple": cls.UNION,
-        }
-        key = str(getattr(value, "value", value)).strip().lower()
-        if key in aliases:
-            return aliases[key]
-        try:
-            return cls(key)
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(
-                f"Unknown fusion mode {value!r}; valid modes: {valid}."
-            ) from None
+    def _aliases(cls) -> dict[str, str]:
+        # core's QueryFusionRetriever names
+        return {"reciprocal_rerank": "reciprocal_rank", "rrf": "reciprocal_rank", "simple": "union"}
 
 
 # --------------------------------------------------------------------------- validation helpers

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
+from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 __all__ = [
@@ -42,22 +42,11 @@ __all__ = [
 ]
 
 
-class Aggregation(str, Enum):
+class Aggregation(Choice):
     """How a route's several texts (description, utterances) combine into one score."""
 
     MAX = "max"
     MEAN = "mean"
-
-    @classmethod
-    def parse(cls, value: str | Aggregation) -> Aggregation:
-        """Parse, raising :class:`ConfigurationError` listing the valid values."""
-        try:
-            return cls(getattr(value, "value", value))
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(
-                f"Unknown aggregation {value!r}; valid values: {valid}."
-            ) from None
 
 
 _AGGREGATIONS = tuple(a.value for a in Aggregation)

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import Enum
 
 import numpy as np
 
+from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 __all__ = [
@@ -47,27 +47,14 @@ DEFAULT_SHRINKAGE_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 """Shrinkages cross-validation chooses from: 0 = the full fit, 1 = the default thresholds."""
 
 
-class _ParsedEnum(str, Enum):
-    @classmethod
-    def parse(cls, value: str | _ParsedEnum) -> _ParsedEnum:
-        """Parse, raising :class:`ConfigurationError` listing the valid values."""
-        try:
-            return cls(getattr(value, "value", value))
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(
-                f"Unknown {cls.__name__} {value!r}; valid values: {valid}."
-            ) from None
-
-
-class ThresholdObjective(_ParsedEnum):
+class ThresholdObjective(Choice):
     """What a threshold fit maximises."""
 
     BALANCED = "balanced"
     ACCURACY = "accuracy"
 
 
-class ThresholdFitMethod(_ParsedEnum):
+class ThresholdFitMethod(Choice):
     """``robust``: :func:`fit_thresholds_robust`; ``exact``: maximise calibration accuracy."""
 
     ROBUST = "robust"

@@ -8,9 +8,9 @@ value and the fix.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import Enum
 from typing import Any
 
+from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.convex_fusion import check_rrf_k
 from llama_index_rag_pack.core.errors import ConfigurationError
 
@@ -24,39 +24,19 @@ __all__ = [
 ]
 
 
-def _parse_enum(enum_cls: type[Enum], value: Any, what: str) -> Any:
-    if isinstance(value, enum_cls):
-        return value
-    try:
-        return enum_cls(str(getattr(value, "value", value)).strip().lower())
-    except ValueError:
-        valid = ", ".join(m.value for m in enum_cls)
-        raise ConfigurationError(f"Unknown {what} {value!r}; valid values: {valid}.") from None
-
-
-class MilvusSearchType(str, Enum):
+class MilvusSearchType(Choice):
     """Which field(s) a hybrid retriever searches: dense, sparse (BM25) or both."""
 
     DENSE = "dense"
     SPARSE = "sparse"
     HYBRID = "hybrid"
 
-    @classmethod
-    def parse(cls, value: str | MilvusSearchType) -> MilvusSearchType:
-        """Parse, raising :class:`ConfigurationError` listing the valid values."""
-        return _parse_enum(cls, value, "search_type")
 
-
-class MilvusRanker(str, Enum):
+class MilvusRanker(Choice):
     """Server-side ranker of a hybrid search: reciprocal rank fusion or weighted scores."""
 
     RRF = "rrf"
     WEIGHTED = "weighted"
-
-    @classmethod
-    def parse(cls, value: str | MilvusRanker) -> MilvusRanker:
-        """Parse, raising :class:`ConfigurationError` listing the valid values."""
-        return _parse_enum(cls, value, "ranker")
 
 
 def check_top_k(similarity_top_k: Any) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.callbacks import CallbackManager
@@ -19,6 +18,7 @@ from llama_index_rag_pack.components.metadata_filters import Filters, filter_exp
 from llama_index_rag_pack.components.query_bases import PackRetriever
 from llama_index_rag_pack.components.raptor_levels import BuildStats
 from llama_index_rag_pack.components.raptor_nodes import CHILD_KEY, TOKENS_KEY
+from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_TOKEN_BUDGET = 2000  # the paper's collapsed-tree context budget
 
 
-class RaptorRetrieveMode(str, Enum):
+class RaptorRetrieveMode(Choice):
     """How :class:`RaptorRetriever` searches the tree.
 
     * ``collapsed``: every level in one pool, best first, cut to a token budget (the paper's best);
@@ -48,14 +48,8 @@ class RaptorRetrieveMode(str, Enum):
     LEAVES = "leaves"
 
     @classmethod
-    def parse(cls, value: str | RaptorRetrieveMode) -> RaptorRetrieveMode:
-        try:
-            return cls(value)
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(
-                f"Unknown RAPTOR mode {value!r}; valid modes: {valid}."
-            ) from None
+    def label(cls) -> str:
+        return "RAPTOR mode"
 
 
 class RaptorRetriever(PackRetriever):
