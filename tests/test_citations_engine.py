@@ -594,3 +594,11 @@ def test_callback_handlers_see_the_query_and_the_retrieval(retriever, path: str)
     assert queries[0][0].payload["query_str"] == QUESTION
     assert retrievals[0][1].payload["nodes"], "the retrieved nodes reach the handler"
     assert queries[0][1].payload["response"] is response
+
+
+def test_from_args_passes_every_engine_option_and_refuses_unknown_ones(retriever) -> None:
+    llm = ScriptedLLM(replies=cheetah_marker_reply)
+    engine = CitedQueryEngine.from_args(retriever, llm=llm, mode="quotes", style="text")
+    assert engine.mode.value == "quotes" and engine.attributor is not None
+    with pytest.raises(ConfigurationError, match="unknown options \\['colour'\\]"):
+        CitedQueryEngine.from_args(retriever, llm=llm, colour="red")

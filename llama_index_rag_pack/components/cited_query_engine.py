@@ -24,6 +24,7 @@ The response's ``source_nodes`` are only the cited chunks; ``citations`` holds t
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -179,19 +180,9 @@ class CitedQueryEngine(BaseQueryEngine):
         llm: LLM | None = None,
         *,
         similarity_top_k: int | None = None,
-        node_postprocessors: Sequence[BaseNodePostprocessor] | None = None,
         callback_manager: CallbackManager | None = None,
-        mode: str | CitationMode = CitationMode.MARKERS,
-        style: str | ReferenceStyle | None = "markdown",
-        source_id: str | Callable[[Any], Any] | None = None,
-        streaming: bool = False,
-        fuzzy_threshold: float = DEFAULT_FUZZY_THRESHOLD,
         embed_model: BaseEmbedding | None = None,
-        attribution: bool | SentenceAttributor = True,
-        citation_qa_template: BasePromptTemplate | None = None,
-        quotes_template: BasePromptTemplate | None = None,
-        annotate_answer_template: BasePromptTemplate | None = None,
-        annotate_template: BasePromptTemplate | None = None,
+        **options: Any,
     ) -> CitedQueryEngine:
         """Build the engine like core's ``RetrieverQueryEngine.from_args`` /
         ``CitationQueryEngine.from_args``.
@@ -205,33 +196,28 @@ class CitedQueryEngine(BaseQueryEngine):
             callback_manager: Default ``Settings.callback_manager``, as in core.
             embed_model: For attributed citations; default: the index's embedding model when
                 ``retriever`` is an index.
-            attribution, node_postprocessors, mode, style, source_id, streaming, fuzzy_threshold,
-            citation_qa_template, quotes_template, annotate_answer_template, annotate_template:
-                As for :class:`CitedQueryEngine`.
+            options: Every other keyword of :class:`CitedQueryEngine` (``mode``, ``style``,
+                ``streaming``, ``attribution``, the templates, ...), passed on as they are.
 
         Raises:
             ConfigurationError: ``similarity_top_k`` is not positive, or is given with a
-                retriever (set it on the retriever instead).
+                retriever (set it on the retriever instead); an unknown option.
 
         Example:
             >>> engine = CitedQueryEngine.from_args(index, similarity_top_k=4)  # doctest: +SKIP
         """
+        unknown = sorted(set(options) - _OPTION_NAMES)
+        if unknown:
+            raise ConfigurationError(
+                f"CitedQueryEngine.from_args got unknown options {unknown}; valid: "
+                f"{', '.join(sorted(_OPTION_NAMES))}."
+            )
         return cls(
             as_retriever(retriever, similarity_top_k),
             llm,
-            node_postprocessors=node_postprocessors,
-            mode=mode,
-            style=style,
-            source_id=source_id,
-            streaming=streaming,
-            fuzzy_threshold=fuzzy_threshold,
             embed_model=embed_model or getattr(retriever, "_embed_model", None),
-            attribution=attribution,
-            citation_qa_template=citation_qa_template,
-            quotes_template=quotes_template,
-            annotate_answer_template=annotate_answer_template,
-            annotate_template=annotate_template,
             callback_manager=callback_manager or Settings.callback_manager,
+            **options,
         )
 
     # ------------------------------------------------------------------ prompts
@@ -381,3 +367,11 @@ class CitedQueryEngine(BaseQueryEngine):
         else:
             response = await self._aquery_annotate(nodes, query)
         return as_streaming_response(response, asynchronous=True) if self.streaming else response
+
+
+#: The keywords ``from_args`` passes on to ``CitedQueryEngine`` (its own keyword parameters).
+_OPTION_NAMES = frozenset(
+    name
+    for name, p in inspect.signature(CitedQueryEngine.__init__).parameters.items()
+    if p.kind is p.KEYWORD_ONLY and name not in ("embed_model", "callback_manager")
+)

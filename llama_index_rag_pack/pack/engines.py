@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.base_retriever import BaseRetriever
     from llama_index.core.llms import LLM
 
-__all__ = ["build_query_engine", "query_engine_key", "retriever_key"]
+__all__ = ["ENGINE_DEFAULTS", "build_query_engine", "query_engine_key", "retriever_key"]
 
 
 def retriever_key(mode: str, arguments: Mapping[str, Any]) -> tuple[Any, ...] | None:
@@ -49,6 +49,15 @@ def _by_value(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         return frozenset(_by_value(v) for v in value)
     return value
+
+
+#: ``make_query_engine``'s defaults for the engine options.
+ENGINE_DEFAULTS: dict[str, Any] = {
+    "streaming": False,
+    "citations": True,
+    "citation_style": "markdown",
+    "citation_mode": "markers",
+}
 
 
 def query_engine_key(

@@ -37,7 +37,12 @@ from llama_index_rag_pack.core.errors import (
 from llama_index_rag_pack.pack import indexing
 from llama_index_rag_pack.pack._compat import BaseLlamaPack
 from llama_index_rag_pack.pack.deletion import delete_documents
-from llama_index_rag_pack.pack.engines import build_query_engine, query_engine_key, retriever_key
+from llama_index_rag_pack.pack.engines import (
+    ENGINE_DEFAULTS,
+    build_query_engine,
+    query_engine_key,
+    retriever_key,
+)
 from llama_index_rag_pack.pack.filters import scoped_kwargs
 from llama_index_rag_pack.pack.fusion_config import FusionConfig, resolve_fusion_config
 from llama_index_rag_pack.pack.judge import JudgeEngineMixin
@@ -296,25 +301,29 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
         """
         mode = RetrievalMode.parse(self.default_mode if mode is None else mode)
         retriever = self.retriever(mode, filters=filters, tenant=tenant)
-        key = query_engine_key(
-            mode,
+        options = dict(
             streaming=streaming,
             citations=citations,
             citation_style=citation_style,
             citation_mode=citation_mode,
-        ) + (id(retriever),)
+        )
+        key = query_engine_key(mode, **options) + (id(retriever),)
         if key not in self._query_engines:
-            self._query_engines[key] = build_query_engine(
-                retriever,
-                llm=self.llm,
-                streaming=streaming,
-                citations=citations,
-                citation_style=citation_style,
-                citation_mode=citation_mode,
-                callback_manager=self.callback_manager,
-                embed_model=self.embed_model,
-            )
+            self._query_engines[key] = self.engine_for(retriever, **options)
         return self._query_engines[key]
+
+    def engine_for(self, retriever: BaseRetriever, **options: Any) -> BaseQueryEngine:
+        """The pack's query engine over ``retriever``: its LLM, callbacks and embedding model
+        (which attributes uncited sentences), with ``make_query_engine``'s ``options``
+        (``streaming``, ``citations``, ``citation_style``, ``citation_mode``). Every engine of
+        the pack and of ``rag-pack ask`` is made here."""
+        return build_query_engine(
+            retriever,
+            llm=self.llm,
+            callback_manager=self.callback_manager,
+            embed_model=self.embed_model,
+            **{**ENGINE_DEFAULTS, **options},
+        )
 
     @property
     def query_engine(self) -> BaseQueryEngine:

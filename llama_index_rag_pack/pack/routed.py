@@ -28,7 +28,6 @@ from llama_index_rag_pack.components.semantic_selector import (
     SemanticSelector,
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.pack.engines import build_query_engine
 from llama_index_rag_pack.pack.modes import RetrievalMode
 from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.pack.sources import RouteSource, checked_sources, coerce_source
@@ -213,15 +212,12 @@ class RoutedRagPack(RagPack):
             selection,
             callback_manager=self.callback_manager,
         )
-        return build_query_engine(
+        return self.engine_for(
             retriever,
-            llm=self.llm,
             streaming=streaming,
             citations=citations,
             citation_style=citation_style,
             citation_mode=citation_mode,
-            callback_manager=self.callback_manager,
-            embed_model=self.embed_model,
         )
 
     def run(
