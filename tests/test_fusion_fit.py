@@ -123,7 +123,7 @@ def test_two_list_rrf_matches_a_hand_computation() -> None:
         ({"alpha": 1.5}, r"alpha .* \[0, 1\], got 1.5"),
         ({"alpha": True}, "alpha"),
         ({"normalization": "zscore"}, "valid values: min_max, dist_based"),
-        ({"top_n": 0}, "top_n must be a positive integer"),
+        ({"top_n": 0}, "top_n must be an integer >= 1 or None"),
     ],
 )
 def test_bad_fusion_arguments_say_what_to_do(kwargs: dict[str, Any], message: str) -> None:

@@ -182,7 +182,7 @@ def test_weights_must_be_finite_numbers(bad):
 @pytest.mark.parametrize("bad", [True, 2.5, "3"])
 def test_top_n_must_be_a_positive_integer(bad):
     for fn in ALL:
-        with pytest.raises(ConfigurationError, match="top_n must be a positive integer"):
+        with pytest.raises(ConfigurationError, match="top_n must be an integer >= 1 or None"):
             fn([ranked("a", "b", "c")], top_n=bad)
 
 

@@ -590,7 +590,7 @@ def test_bad_input(dense, bm25, scripted_llm):
         FusionRetriever([], llm=llm)
     with pytest.raises(ConfigurationError, match="num_queries must be an integer >= 1, got 0"):
         FusionRetriever([dense], llm=llm, num_queries=0)
-    with pytest.raises(ConfigurationError, match="similarity_top_k must be > 0"):
+    with pytest.raises(ConfigurationError, match="similarity_top_k must be an integer >= 1"):
         FusionRetriever([dense], llm=llm, similarity_top_k=0)
     with pytest.raises(ConfigurationError, match="BaseRetriever"):
         FusionRetriever(["not a retriever"], llm=llm)

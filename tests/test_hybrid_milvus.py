@@ -227,7 +227,7 @@ def test_bad_configuration_errors(store, embed_model, milvus_uri):
         MilvusHybridRetriever(store, ranker="weighted", weights=[2.0, 0.5])
     with pytest.raises(ConfigurationError, match="ranker='weighted'"):
         MilvusHybridRetriever(store, weights=[0.5, 0.5])
-    with pytest.raises(ConfigurationError, match="similarity_top_k must be > 0, got 0"):
+    with pytest.raises(ConfigurationError, match="similarity_top_k must be an integer >= 1, got 0"):
         MilvusHybridRetriever(store, similarity_top_k=0)
     with pytest.raises(ConfigurationError, match="pre_top_k"):
         MilvusHybridRetriever(store, reranker=_ReverseByLength(), pre_top_k=2, similarity_top_k=5)
@@ -377,7 +377,7 @@ def test_score_fusion_bad_configuration(store, embed_model, milvus_uri):
         fusion_retriever(store, embed_model, normalization="zscore")
     with pytest.raises(ConfigurationError, match="candidate_pool"):
         fusion_retriever(store, embed_model, candidate_pool=0)
-    with pytest.raises(ConfigurationError, match="similarity_top_k must be > 0"):
+    with pytest.raises(ConfigurationError, match="similarity_top_k must be an integer >= 1"):
         fusion_retriever(store, embed_model, similarity_top_k=0)
     with pytest.raises(ConfigurationError, match="empty"):
         fusion_retriever(store, embed_model).retrieve("  ")

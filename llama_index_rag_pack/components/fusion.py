@@ -22,7 +22,7 @@ from llama_index_rag_pack.components.fusion_queries import (
     generate_queries,
 )
 from llama_index_rag_pack.components.query_bases import LLMQueryRetriever
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K, FusionMode, fuse
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -134,26 +134,13 @@ class FusionRetriever(LLMQueryRetriever):
                 )
         if len(set(names)) != len(names):
             raise ConfigurationError(f"Retriever names must be unique, got {names!r}.")
-        if isinstance(num_queries, bool) or not isinstance(num_queries, int) or num_queries < 1:
-            raise ConfigurationError(f"num_queries must be an integer >= 1, got {num_queries!r}.")
+        check_count("num_queries", num_queries)
         if not include_original and num_queries < 2:
             raise ConfigurationError(
                 "include_original=False needs num_queries >= 2 (one generated query)."
             )
-        if (
-            isinstance(similarity_top_k, bool)
-            or not isinstance(similarity_top_k, int)
-            or similarity_top_k <= 0
-        ):
-            raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k!r}.")
-        if (
-            isinstance(max_concurrency, bool)
-            or not isinstance(max_concurrency, int)
-            or max_concurrency < 1
-        ):
-            raise ConfigurationError(
-                f"max_concurrency must be an integer >= 1, got {max_concurrency!r}."
-            )
+        check_count("similarity_top_k", similarity_top_k)
+        check_count("max_concurrency", max_concurrency)
         self.mode = FusionMode.parse(mode)
         if weights is not None and len(list(weights)) != len(items):
             raise ConfigurationError(

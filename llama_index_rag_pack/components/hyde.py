@@ -22,7 +22,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index_rag_pack.components.fusion import annotate_node
 from llama_index_rag_pack.components.query_bases import LLMQueryRetriever, wrapped_retriever
 from llama_index_rag_pack.core import similarity
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 from llama_index_rag_pack.core.llm_output import strip_code_fences
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -123,22 +123,8 @@ class HyDERetriever(LLMQueryRetriever):
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
-        if (
-            isinstance(num_hypotheses, bool)
-            or not isinstance(num_hypotheses, int)
-            or num_hypotheses < 1
-        ):
-            raise ConfigurationError(
-                f"num_hypotheses must be an integer >= 1, got {num_hypotheses!r}."
-            )
-        if (
-            isinstance(max_concurrency, bool)
-            or not isinstance(max_concurrency, int)
-            or max_concurrency < 1
-        ):
-            raise ConfigurationError(
-                f"max_concurrency must be an integer >= 1, got {max_concurrency!r}."
-            )
+        check_count("num_hypotheses", num_hypotheses)
+        check_count("max_concurrency", max_concurrency)
         from llama_index_rag_pack.components.settings import resolve_embed_model
 
         self.retriever = wrapped_retriever(retriever, "HyDERetriever")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from llama_index_rag_pack.core.choices import Choice
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 from llama_index_rag_pack.core.rank_fusion import (
     DEFAULT_RRF_K,
     distribution_based_fusion,
@@ -145,8 +145,7 @@ def check_rrf_k(rrf_k: Any) -> float:
 
 
 def _check_top_n(top_n: Any) -> None:
-    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n <= 0):
-        raise ConfigurationError(f"top_n must be a positive integer or None, got {top_n!r}.")
+    check_count("top_n", top_n, none_ok=True)
 
 
 def _order_key(item: Any) -> tuple[float, str]:

@@ -7,7 +7,10 @@ catch those keep working.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
+    "check_count",
     "check_query",
     "RagPackError",
     "ConfigurationError",
@@ -43,6 +46,26 @@ class CollectionNotFoundError(RagPackError, LookupError):
 
 
 EMPTY_QUERY_MESSAGE = "The query is empty: ask a question with some text in it."
+
+
+def check_count(name: str, value: object, *, minimum: int = 1, none_ok: bool = False) -> Any:
+    """``value`` when it is an integer >= ``minimum`` (not a bool; ``None`` too with
+    ``none_ok``), else :class:`ConfigurationError` naming ``name``.
+
+    Example:
+        >>> check_count("top_k", 3)
+        3
+        >>> check_count("top_k", True)
+        Traceback (most recent call last):
+        ...
+        llama_index_rag_pack.core.errors.ConfigurationError: top_k must be an integer >= 1, got True.
+    """  # noqa: E501  (doctest output: the exception line can't be wrapped)
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        extra = " or None" if none_ok else ""
+        raise ConfigurationError(f"{name} must be an integer >= {minimum}{extra}, got {value!r}.")
+    return value
 
 
 def check_query(query: object) -> str:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from llama_index_rag_pack.core.choices import Choice
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 
 __all__ = [
     "FusionMode",
@@ -85,8 +85,7 @@ def _check_weights(weights: Sequence[float] | None, n_lists: int) -> list[float]
 
 
 def _check_top_n(top_n: int | None) -> None:
-    if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, int) or top_n <= 0):
-        raise ConfigurationError(f"top_n must be a positive integer or None, got {top_n!r}.")
+    check_count("top_n", top_n, none_ok=True)
 
 
 def _node_id(item: Any) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.convex_fusion import check_rrf_k
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 
 __all__ = [
     "MilvusRanker",
@@ -41,12 +41,7 @@ class MilvusRanker(Choice):
 
 def check_top_k(similarity_top_k: Any) -> None:
     """Raise :class:`ConfigurationError` unless ``similarity_top_k`` is a positive integer."""
-    if (
-        isinstance(similarity_top_k, bool)
-        or not isinstance(similarity_top_k, int)
-        or similarity_top_k <= 0
-    ):
-        raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k!r}.")
+    check_count("similarity_top_k", similarity_top_k)
 
 
 def check_limits(similarity_top_k: Any, rrf_k: Any) -> None:
