@@ -15,14 +15,13 @@ Writes ``default_latency.json`` and ``default_latency.md`` to ``--out``.
 
 from __future__ import annotations
 
-import argparse
 import contextvars
 import os
 import statistics
 import time
 from typing import Any
 
-from _results import add_out_argument, md_table, write_results
+from _results import md_table, write_results
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -86,16 +85,9 @@ def steps(retriever: Any, question: str, *, overlap: bool) -> dict[str, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cache-dir", default=None, help="index cache (default: the harness's)")
-    ap.add_argument("--questions", type=int, default=147)
-    add_out_argument(ap)
-    args = ap.parse_args()
+    from bench_peer_quality import dev_questions
 
-    from bench_peer_quality import pack_and_chunks
-
-    harness, pack, _ = pack_and_chunks("dev", args.cache_dir)
-    questions = [ex.question for ex in harness.examples()][: args.questions]
+    args, _, pack, _, questions = dev_questions(__doc__.splitlines()[0])
     retrievers = {m: pack.retriever(m, similarity_top_k=10) for m in ("bm25", "hybrid_convex")}
     for r in retrievers.values():
         r.retrieve(questions[0])

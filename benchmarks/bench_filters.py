@@ -11,13 +11,12 @@ Writes ``filters.json`` and ``filters.md`` to ``--out``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import time
 from typing import Any
 
-from _results import add_out_argument, md_table, write_results
+from _results import md_table, write_results
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -31,17 +30,10 @@ def half_of_the_articles(chunks: dict[str, Any]) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cache-dir", default=None, help="index cache (default: the harness's)")
-    ap.add_argument("--questions", type=int, default=147)
-    add_out_argument(ap)
-    args = ap.parse_args()
-
-    from bench_peer_quality import pack_and_chunks
+    from bench_peer_quality import dev_questions
     from llama_index.core.vector_stores import FilterOperator, MetadataFilter, MetadataFilters
 
-    harness, pack, chunks = pack_and_chunks("dev", args.cache_dir)
-    questions = [ex.question for ex in harness.examples()][: args.questions]
+    args, _, pack, chunks, questions = dev_questions(__doc__.splitlines()[0])
     kept = half_of_the_articles(chunks)
     filters = MetadataFilters(
         filters=[MetadataFilter(key="title", value=kept, operator=FilterOperator.IN)]

@@ -87,6 +87,19 @@ def pack_and_chunks(split: str, cache_dir: str | None) -> tuple[Any, Any, dict[s
     return harness, pack, {n.node_id: n for n in nodes}
 
 
+def dev_questions(description: str) -> tuple[Any, Any, Any, dict[str, Any], list[str]]:
+    """The common command line of the dev-split benchmarks (``--cache-dir``, ``--questions``,
+    ``--out``), parsed, with the harness, its pack, the chunks and the questions."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--cache-dir", default=None, help="index cache (default: the harness's)")
+    ap.add_argument("--questions", type=int, default=147)
+    add_out_argument(ap)
+    args = ap.parse_args()
+    harness, pack, chunks = pack_and_chunks("dev", args.cache_dir)
+    questions = [ex.question for ex in harness.examples()][: args.questions]
+    return args, harness, pack, chunks, questions
+
+
 def build_retrievers(pack: Any, chunks: dict[str, Any]) -> dict[str, Any]:
     """Every in-process retriever, by row name."""
     from llama_index.core import VectorStoreIndex

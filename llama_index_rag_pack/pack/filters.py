@@ -69,10 +69,18 @@ def pack_filter_expression(pack: Any, filters: Filters) -> str:
 
     if filters is None or isinstance(filters, str):
         return filter_expression(filters)
-    store = pack.vector_store
-    info = store.client.describe_collection(store.collection_name)
-    schema = {str(f.get("name")) for f in info.get("fields", [])}
-    return filter_expression(filters, schema_fields=schema)
+    return filter_expression(filters, schema_fields=_schema_fields(pack))
+
+
+def _schema_fields(pack: Any) -> frozenset[str]:
+    """The pack's collection's schema fields, read once per pack (a schema does not change)."""
+    cached = getattr(pack, "_schema_fields", None)
+    if cached is None:
+        store = pack.vector_store
+        info = store.client.describe_collection(store.collection_name)
+        cached = frozenset(str(f.get("name")) for f in info.get("fields", []))
+        pack._schema_fields = cached
+    return cached
 
 
 def check_builder_filters(mode: str, build: Any) -> None:

@@ -133,6 +133,7 @@ class RaptorRetriever(PackRetriever):
         self.similarity_top_k = similarity_top_k
         self.token_budget = token_budget
         self._top_level: int | None = None
+        self._passing: dict[str, int] | None = None  # the nodes the filter lets through
         self.filter = filter_expression(filters, schema_fields=self.tree.store.schema_fields())
         if must_exist and not self.tree.store.levels():
             raise CollectionNotFoundError(
@@ -236,22 +237,22 @@ class RaptorRetriever(PackRetriever):
 
     def insert(self, documents: Sequence[BaseNode]) -> BuildStats:
         """Add documents incrementally (see :meth:`RaptorTree.insert`)."""
-        self._top_level = None
+        self._top_level = self._passing = None
         return self.tree.insert(documents)
 
     async def ainsert(self, documents: Sequence[BaseNode]) -> BuildStats:
         """Async :meth:`insert`."""
-        self._top_level = None
+        self._top_level = self._passing = None
         return await self.tree.ainsert(documents)
 
     def delete(self, ref_doc_ids: str | Sequence[str]) -> BuildStats:
         """Remove documents and refresh the summaries above them."""
-        self._top_level = None
+        self._top_level = self._passing = None
         return self.tree.delete(ref_doc_ids)
 
     async def adelete(self, ref_doc_ids: str | Sequence[str]) -> BuildStats:
         """Async :meth:`delete`."""
-        self._top_level = None
+        self._top_level = self._passing = None
         return await self.tree.adelete(ref_doc_ids)
 
     # ------------------------------------------------------------------ retrieval
@@ -268,6 +269,15 @@ class RaptorRetriever(PackRetriever):
             total += tokens
         return kept
 
+    def _passing_ids(self) -> dict[str, int] | None:
+        """What the filter lets through (``None``: no filter), read once until this retriever
+        changes the tree (a pack drops its retrievers when it writes)."""
+        if not self.filter:
+            return None
+        if self._passing is None:
+            self._passing = self.tree.store.passing_ids(self.filter)
+        return self._passing
+
     @staticmethod
     def _children(hits: list[NodeWithScore], only: Mapping[str, int] | None = None) -> list[str]:
         ids: dict[str, None] = {}
@@ -280,7 +290,7 @@ class RaptorRetriever(PackRetriever):
     def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         embedding = query_bundle.embedding or self.tree.embed_model.get_query_embedding(query)
         store, k = self.tree.store, self.similarity_top_k
-        only = store.passing_ids(self.filter) if self.filter else None
+        only = self._passing_ids()
         if self.mode is RaptorRetrieveMode.COLLAPSED:
             return self._cut(store.search_all_levels(embedding, k, only))
         if self.mode is RaptorRetrieveMode.LEAVES:
@@ -300,9 +310,7 @@ class RaptorRetriever(PackRetriever):
             query
         )
         store, k = self.tree.store, self.similarity_top_k
-        only = None
-        if self.filter:
-            only = await asyncio.to_thread(store.passing_ids, self.filter)
+        only = await asyncio.to_thread(self._passing_ids) if self.filter else None
         if self.mode is RaptorRetrieveMode.COLLAPSED:
             return self._cut(await store.asearch_all_levels(embedding, k, only))
         if self.mode is RaptorRetrieveMode.LEAVES:
