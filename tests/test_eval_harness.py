@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
+from llama_index.core.vector_stores import FilterOperator, MetadataFilter, MetadataFilters
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.evaluation.answers import clean_prediction
@@ -369,12 +370,12 @@ def test_corpus_limit_keeps_questions_about_indexed_documents(
 
 
 def test_validation_messages(harness_factory) -> None:
-    with pytest.raises(ConfigurationError, match="top_k must be a positive integer, got 0"):
+    with pytest.raises(ConfigurationError, match="top_k must be an integer >= 1, got 0"):
         harness_factory(top_k=0)
     with pytest.raises(ConfigurationError, match=r"largest k \(10\) exceeds top_k \(5\)"):
         harness_factory(ks=(1, 10))
     with pytest.raises(
-        ConfigurationError, match="llm_limit must be a positive integer or None, got -1"
+        ConfigurationError, match="llm_limit must be an integer >= 1 or None, got -1"
     ):
         harness_factory(llm_limit=-1)
     with pytest.raises(ConfigurationError, match=r"Unknown strategy 'nope'; valid: all, vector"):
@@ -481,3 +482,58 @@ def test_cli_eval_split_evaluates_one_part_of_the_set(tmp_path: Path, capsys) ->
     assert result["dataset"] == "mine-test" and result["n_questions"] == 3
     assert main([*args, "--split", "train"]) == 2
     assert "its splits are one of: dev, test" in capsys.readouterr().err
+
+
+KEPT = ("doc:apollo", "doc:abacus", "doc:aikido")
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        f"title in {json.dumps(list(KEPT))}",
+        MetadataFilters(
+            filters=[MetadataFilter(key="title", value=list(KEPT), operator=FilterOperator.IN)]
+        ),
+    ],
+    ids=["expression", "MetadataFilters"],
+)
+def test_a_filtered_evaluation_asks_only_answerable_questions_and_searches_under_the_filter(
+    harness_factory, filters: Any
+) -> None:
+    assert harness_factory().run("vector").rows[0].n == 6  # unfiltered: all, and cached
+    harness = harness_factory(filters=filters)
+    assert {ex.id for ex in harness.examples()} == {"q2", "q3", "q6"}
+    report = harness.run("vector,bm25")
+    for row in report.rows:
+        assert row.status == "ok", row.note
+        assert row.n == 3 and row.cached == 0  # the unfiltered results are not reused
+        retrieved = [hit for r in row.results.values() for hit in r["retrieved"]]
+        assert retrieved and all(set(hit["doc_ids"]) <= set(KEPT) for hit in retrieved)
+        assert row.metrics["recall@3"] == 1.0  # 3 documents left: each question finds its own
+    assert 'title in ["doc:apollo", "doc:abacus", "doc:aikido"]' in report.config["filters"]
+
+
+def test_a_filter_that_keeps_no_question_or_names_no_field_is_one_error(harness_factory) -> None:
+    with pytest.raises(ConfigurationError, match="keeps 0 documents and none of the 6"):
+        harness_factory(filters='title == "doc:nowhere"').examples()
+    with pytest.raises(ConfigurationError, match="The filter names 'colour', which no chunk"):
+        harness_factory(filters='colour == "red"').examples()
+
+
+def test_cli_eval_filter(tmp_path: Path, capsys) -> None:
+    from llama_index_rag_pack.cli import main
+
+    corpus, dataset = _write_corpus_and_set(tmp_path)
+    args = ["--llm", "none", "eval", "--dataset", str(dataset), "--corpus", str(corpus)]
+    args += ["--strategies", "bm25,vector", "--top-k", "5", "--no-chart"]
+    args += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out")]
+    assert main([*args, "--filter", 'file_name in ["apollo.txt", "abacus.txt"]']) == 0
+    out = capsys.readouterr().out
+    assert "2 questions to evaluate" in out and "filter: file_name in" in out
+    result = json.loads((tmp_path / "out" / "mine.json").read_text())
+    assert result["n_questions"] == 2 and "file_name in" in result["config"]["filters"]
+    assert main([*args, "--filter", "file_name == 'x"]) == 2  # malformed: before any model
+    malformed = capsys.readouterr()
+    assert "loading the corpus" not in malformed.out and len(malformed.err.splitlines()) == 1
+    assert main([*args, "--filter", "colour == 'red'"]) == 2
+    assert "The filter names 'colour'" in capsys.readouterr().err

@@ -53,6 +53,13 @@ def _add_data_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--list", action="store_true", help="list the strategies and sets, then exit")
     p.add_argument(
+        "--filter",
+        metavar="EXPR",
+        default=None,
+        help="Milvus expression on the chunks' metadata: every strategy searches under it and "
+        "only questions about documents it keeps are asked (see docs/filters.md)",
+    )
+    p.add_argument(
         "--corpus-limit",
         type=int,
         default=None,
@@ -122,10 +129,14 @@ def _list() -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.list:
         return _list()
+    from llama_index_rag_pack.core.milvus_expr import expression_fields
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import load_labelled_set
 
     start = time.perf_counter()
+    expr = (args.filter or "").strip() or None
+    if expr is not None:
+        expression_fields(expr)  # malformed: one line, before any model loads
     harness = EvalHarness(
         load_labelled_set(args.dataset, corpus=args.corpus, split=args.split),
         corpus=args.corpus,
@@ -144,6 +155,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         rebuild_index=args.rebuild_index,
         force=args.force,
         show_progress=True,
+        filters=expr,
     )
     _out(
         f"rag-pack eval: {harness.dataset.name} ({len(harness.dataset)} questions, "
@@ -151,6 +163,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     )
     _out("→ loading the corpus and opening the cached index (built on first use) ...")
     pack = harness.prepare()
+    if expr is not None:
+        _out(f"  filter: {expr}")
     _out(f"  {pack.count()} chunks; {len(harness.examples())} questions to evaluate")
     strategies = _fit_and_compare(args, harness) if args.fit else args.strategies
     if args.concurrency > 1:

@@ -12,12 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llama_index_rag_pack.core.errors import ConfigurationError
-
-__all__ = ["SAMPLE_ROWS", "query_scope"]
-
-#: Chunks whose metadata keys count as the collection's fields.
-SAMPLE_ROWS = 500
+__all__ = ["query_scope"]
 
 
 def query_scope(args: argparse.Namespace, uri: str, routed: bool) -> dict[str, Any]:
@@ -30,11 +25,13 @@ def query_scope(args: argparse.Namespace, uri: str, routed: bool) -> dict[str, A
     from llama_index_rag_pack.core.milvus_expr import expression_fields
 
     expr = (getattr(args, "filter", None) or "").strip() or None
+    if expr is not None:
+        expression_fields(expr)  # malformed: one line, before anything opens
     tenant = getattr(args, "tenant", None)
-    names = expression_fields(expr) if expr is not None else set()
     scope = {k: v for k, v in (("filters", expr), ("tenant", tenant)) if v is not None}
     if routed:  # each source checks the scope against its own collection when it searches
         return scope
+    from llama_index_rag_pack.storage.filter_fields import check_filter_fields
     from llama_index_rag_pack.storage.milvus import open_client
     from llama_index_rag_pack.storage.tenants import partition_key_field, tenant_expression
 
@@ -43,13 +40,7 @@ def query_scope(args: argparse.Namespace, uri: str, routed: bool) -> dict[str, A
     if not client.has_collection(collection):
         return scope  # the session's open says what is missing
     tenant_expression(partition_key_field(client, collection), tenant)
-    known = _known_fields(client, collection)
-    unknown = sorted(names - known)
-    if unknown:
-        raise ConfigurationError(
-            f"--filter names {', '.join(map(repr, unknown))}, which no chunk of collection "
-            f"{collection!r} has (its fields: {', '.join(sorted(known))})."
-        )
+    check_filter_fields(client, collection, expr, what="--filter")
     return scope
 
 
@@ -57,14 +48,3 @@ def _default_collection() -> str:
     from llama_index_rag_pack.components.settings import default_collection
 
     return default_collection()
-
-
-def _known_fields(client: Any, collection: str) -> set[str]:
-    info = client.describe_collection(collection)
-    known = {str(f.get("name")) for f in info.get("fields", [])}
-    from llama_index_rag_pack.storage.milvus import ensure_loaded
-
-    ensure_loaded(client, collection)
-    for row in client.query(collection, filter="", output_fields=["*"], limit=SAMPLE_ROWS):
-        known.update(k for k in row if not k.startswith("$"))
-    return known

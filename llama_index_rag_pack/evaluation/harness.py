@@ -25,7 +25,7 @@ from llama_index_rag_pack.components.settings import (
     describe_llm,
     resolve_embed_model,
 )
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 from llama_index_rag_pack.evaluation.answers import DEFAULT_ANSWER_PROMPT
 from llama_index_rag_pack.evaluation.cache import ResultCache, slug, stable_hash
 from llama_index_rag_pack.evaluation.corpus_index import (
@@ -48,6 +48,7 @@ from llama_index_rag_pack.evaluation.planning import (
 )
 from llama_index_rag_pack.evaluation.report import EvalReport, StrategyResult
 from llama_index_rag_pack.evaluation.runner import StrategyRunner
+from llama_index_rag_pack.evaluation.scope import EvalScope
 from llama_index_rag_pack.evaluation.scoring import DEFAULT_KS
 from llama_index_rag_pack.evaluation.strategies import (
     Strategy,
@@ -91,6 +92,9 @@ class EvalHarness(PromptMixin):
         answer_prompt: Prompt for ``answers`` (``{context_str}``, ``{query_str}``).
         documents: The corpus as ``Document`` objects (instead of the set's ``corpus``).
         results_dir: Per-strategy result cache (default ``<cache_dir>/results``).
+        filters: Search only the chunks these filters select (core ``MetadataFilters`` or a
+            Milvus expression), in every strategy; only the questions whose relevant documents
+            the filters keep are evaluated. Strategies that take no filters are skipped.
 
     Example:
         >>> harness = EvalHarness("wiki_qa", limit=20)  # doctest: +SKIP
@@ -125,9 +129,14 @@ class EvalHarness(PromptMixin):
         answer_prompt: BasePromptTemplate | None = None,
         documents: Sequence[Any] | None = None,
         results_dir: str | Path | None = None,
+        filters: Any = None,
     ) -> None:
-        _check_positive(top_k=top_k, concurrency=concurrency, answer_top_k=answer_top_k)
-        _check_positive_or_none(limit=limit, llm_limit=llm_limit, corpus_limit=corpus_limit)
+        counts = {"top_k": top_k, "concurrency": concurrency, "answer_top_k": answer_top_k}
+        for name, value in counts.items():
+            check_count(name, value)
+        optional = {"limit": limit, "llm_limit": llm_limit, "corpus_limit": corpus_limit}
+        for name, value in optional.items():
+            check_count(name, value, none_ok=True)
         ks = _validated_ks(ks, top_k)
         self.dataset = (
             dataset
@@ -160,6 +169,7 @@ class EvalHarness(PromptMixin):
         self.cache_dir = Path(cache_dir) if cache_dir else data_dir() / "eval"
         self.uri = uri or str(self.cache_dir / "index.db")
         self.results_dir = Path(results_dir) if results_dir else self.cache_dir / "results"
+        self.scope = EvalScope(filters)
         self._pack: Any | None = None
         self._examples: list[LabelledExample] | None = None
         self._index_key: str | None = None
@@ -192,10 +202,6 @@ class EvalHarness(PromptMixin):
         if self.corpus_limit is not None:
             documents = documents[: self.corpus_limit]
         examples = questions_about(self.dataset, documents)
-        subset = LabelledSet(self.dataset.name, examples, self.dataset.corpus).subset(
-            self.limit, seed=self.seed
-        )
-        self._examples = subset.examples
         embed_model = resolve_embed_model(self._embed_spec)
         self._index_key = index_key(
             documents, self.chunk_size, self.chunk_overlap, describe_embed_model(embed_model)
@@ -219,6 +225,11 @@ class EvalHarness(PromptMixin):
             marker=self.cache_dir / "index" / f"{collection}.json",
             rebuild=self.rebuild_index,
         )
+        examples = self.scope.questions(self._pack, examples)
+        subset = LabelledSet(self.dataset.name, examples, self.dataset.corpus).subset(
+            self.limit, seed=self.seed
+        )
+        self._examples = subset.examples
         return self._pack
 
     # ------------------------------------------------------------------ running
@@ -278,7 +289,7 @@ class EvalHarness(PromptMixin):
         llm = pack_llm(pack, strategy, row, answers=self.answers)
         if row.status != "ok":
             return None
-        retriever = build_retriever(pack, strategy, row, uri=self.uri)
+        retriever = build_retriever(pack, strategy, row, uri=self.uri, **self.scope.kwargs())
         if retriever is None:
             return None
         uses_llm = strategy.needs_llm or retriever_llm(retriever) is not None
@@ -307,6 +318,7 @@ class EvalHarness(PromptMixin):
             if answer_llm
             else None,
             _fusion_settings(self.prepare()),
+            *self.scope.key(),
         )
         path = self.results_dir / slug(self.dataset.name) / f"{slug(strategy.name)}-{key}.json"
         return ResultCache(path, force=self.force)
@@ -329,22 +341,11 @@ class EvalHarness(PromptMixin):
                 "chunk_overlap": self.chunk_overlap,
                 "answers": self.answers,
                 "concurrency": self.concurrency,
+                **self.scope.config(),
             },
             rows=rows,
             examples=self.examples(),
         )
-
-
-def _check_positive(**values: Any) -> None:
-    for name, value in values.items():
-        if not isinstance(value, int) or value <= 0:
-            raise ConfigurationError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _check_positive_or_none(**values: Any) -> None:
-    for name, value in values.items():
-        if value is not None and (not isinstance(value, int) or value <= 0):
-            raise ConfigurationError(f"{name} must be a positive integer or None, got {value!r}")
 
 
 def _validated_ks(ks: Sequence[int], top_k: int) -> tuple[int, ...]:

@@ -63,7 +63,9 @@ def pack_llm(pack: Any, strategy: Strategy, row: StrategyResult, *, answers: boo
         return None
 
 
-def build_retriever(pack: Any, strategy: Strategy, row: StrategyResult, *, uri: str) -> Any | None:
+def build_retriever(
+    pack: Any, strategy: Strategy, row: StrategyResult, *, uri: str, **scope: Any
+) -> Any | None:
     """The strategy's retriever, or ``None`` with why it could not be built in ``row``.
 
     Args:
@@ -71,9 +73,11 @@ def build_retriever(pack: Any, strategy: Strategy, row: StrategyResult, *, uri: 
         strategy: The strategy.
         row: Its report row (status and note are set when the retriever cannot be built).
         uri: The evaluation index's Milvus uri (named in the RAPTOR build hint).
+        **scope: ``filters=`` every strategy searches under (a strategy that takes none is
+            skipped).
     """
     try:
-        return pack.retriever(strategy.mode, **dict(strategy.kwargs))
+        return pack.retriever(strategy.mode, **{**dict(strategy.kwargs), **scope})
     except (LLMNotConfiguredError, ConfigurationError, RagPackError, NotImplementedError) as e:
         row.status, row.note = "skipped", f"{type(e).__name__}: {e}"
         if strategy.needs_tree:

@@ -20,7 +20,7 @@ from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, rap
 from llama_index_rag_pack.storage.tenants import ANY_TENANT, tenant_expression
 from llama_index_rag_pack.storage.vector_memory import forget_vectors
 
-__all__ = ["delete_documents"]
+__all__ = ["delete_documents", "documents_by_tenant"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ def _scope(pack: Any, filters: Any, tenant: str | None) -> str:
     return and_expressions([pack_filter_expression(pack, filters), scope])
 
 
-def _matching_documents(pack: Any, expr: str) -> dict[str | None, set[str]]:
+def documents_by_tenant(pack: Any, expr: str) -> dict[str | None, set[str]]:
     """The ids of the documents with a chunk matching ``expr``, by tenant (``None`` without
     tenants)."""
     store = pack.vector_store
@@ -65,7 +65,7 @@ def delete_documents(pack: Any, *, filters: Any = None, tenant: str | None = Non
             tenants, or bad filters.
     """
     expr = _scope(pack, filters, tenant)
-    by_tenant = _matching_documents(pack, expr)
+    by_tenant = documents_by_tenant(pack, expr)
     store = pack.vector_store
     whole_tenant = filters is None and tenant not in (None, ANY_TENANT)
     for owner, doc_ids in by_tenant.items():
