@@ -12,6 +12,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.components.citation_attribution import SentenceAttributor
     from llama_index_rag_pack.components.citation_postprocessor import CitationPostprocessor
+    from llama_index_rag_pack.components.cited_chat_engine import (
+        CitedChatEngine,
+        CitedChatResponse,
+        CitedStreamingChatResponse,
+    )
     from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
     from llama_index_rag_pack.components.fusion import FusionRetriever
     from llama_index_rag_pack.components.hyde import HyDERetriever
@@ -90,6 +95,9 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     "SentenceAttributor": ".components.citation_attribution",
     "CitationPostprocessor": ".components.citation_postprocessor",
+    "CitedChatEngine": ".components.cited_chat_engine",
+    "CitedChatResponse": ".components.cited_chat_engine",
+    "CitedStreamingChatResponse": ".components.cited_chat_engine",
     "CitedQueryEngine": ".components.cited_query_engine",
     "FusionRetriever": ".components.fusion",
     "HyDERetriever": ".components.hyde",
@@ -186,6 +194,9 @@ __all__ = [
     "RaptorTree",
     "cluster_embeddings",
     "CitationPostprocessor",
+    "CitedChatEngine",
+    "CitedChatResponse",
+    "CitedStreamingChatResponse",
     "CitedQueryEngine",
     "ReferenceManager",
     "ReferenceStyle",

@@ -236,6 +236,11 @@ class CitedQueryEngine(BaseQueryEngine):
     def retriever(self) -> BaseRetriever:
         return self._retriever
 
+    @property
+    def llm(self) -> LLM:
+        """The LLM that answers."""
+        return self._llm
+
     # ------------------------------------------------------------------ retrieval
     def retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         """The numbered context nodes for ``query_bundle`` (retrieved, then post-processed),
@@ -329,21 +334,27 @@ class CitedQueryEngine(BaseQueryEngine):
         """Retrieve and answer inside core's ``QUERY`` callback event (as ``CitationQueryEngine``
         does), so callback handlers and tracers see this engine."""
         with self._event(CBEventType.QUERY, query_bundle) as event:
-            response = self._respond(self.retrieve(query_bundle), query_bundle.query_str)
+            response = self.respond(self.retrieve(query_bundle), query_bundle.query_str)
             event.on_end(payload={EventPayload.RESPONSE: response})
         return response
 
     async def _aquery(self, query_bundle: QueryBundle) -> Any:
         with self._event(CBEventType.QUERY, query_bundle) as event:
             nodes = await self.aretrieve(query_bundle)
-            response = await self._arespond(nodes, query_bundle.query_str)
+            response = await self.arespond(nodes, query_bundle.query_str)
             event.on_end(payload={EventPayload.RESPONSE: response})
         return response
 
-    def _respond(self, nodes: list[NodeWithScore], query: str) -> Any:
+    def respond(
+        self, nodes: list[NodeWithScore], query: str, *, streaming: bool | None = None
+    ) -> Any:
+        """The cited answer to ``query`` from ``nodes`` (already retrieved, e.g. by
+        :meth:`retrieve`): a ``CitedResponse``, or a streaming one when ``streaming`` (default:
+        the engine's ``streaming``). A chat engine asks with the question it condensed."""
+        streaming = self.streaming if streaming is None else streaming
         if self.mode == CitationMode.MARKERS:
             kwargs = {"context_str": format_context(nodes), "query_str": query}
-            if self.streaming:
+            if streaming:
                 tokens = self._llm.stream(self._qa_template, **kwargs)
                 return self._responses.stream(tokens, nodes, self._attribute_streamed(nodes))
             raw = self._llm.predict(self._qa_template, **kwargs)
@@ -352,12 +363,16 @@ class CitedQueryEngine(BaseQueryEngine):
             response = self._query_quotes(nodes, query)
         else:
             response = self._query_annotate(nodes, query)
-        return as_streaming_response(response, asynchronous=False) if self.streaming else response
+        return as_streaming_response(response, asynchronous=False) if streaming else response
 
-    async def _arespond(self, nodes: list[NodeWithScore], query: str) -> Any:
+    async def arespond(
+        self, nodes: list[NodeWithScore], query: str, *, streaming: bool | None = None
+    ) -> Any:
+        """Async :meth:`respond` (a streaming response is an async one)."""
+        streaming = self.streaming if streaming is None else streaming
         if self.mode == CitationMode.MARKERS:
             kwargs = {"context_str": format_context(nodes), "query_str": query}
-            if self.streaming:
+            if streaming:
                 tokens = await self._llm.astream(self._qa_template, **kwargs)
                 return self._responses.astream(tokens, nodes, self._aattribute_streamed(nodes))
             raw = await self._llm.apredict(self._qa_template, **kwargs)
@@ -366,7 +381,7 @@ class CitedQueryEngine(BaseQueryEngine):
             response = await self._aquery_quotes(nodes, query)
         else:
             response = await self._aquery_annotate(nodes, query)
-        return as_streaming_response(response, asynchronous=True) if self.streaming else response
+        return as_streaming_response(response, asynchronous=True) if streaming else response
 
 
 #: The keywords ``from_args`` passes on to ``CitedQueryEngine`` (its own keyword parameters).

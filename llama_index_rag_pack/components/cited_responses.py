@@ -77,11 +77,13 @@ class CitedStreamingResponse(StreamingResponse):
     """Streams the rewritten answer, then the reference list.
 
     ``source_nodes``, ``citations``, ``metadata`` and ``attribution`` are filled in place when
-    the stream ends (before the note and the reference list are yielded). Citations attributed by
+    the stream ends (before the note and the reference list are yielded), and so is ``answer``:
+    the rewritten answer as streamed, without the note and the references. Citations attributed by
     code cannot be put back into text already shown: they appear in the reference list, the note
     says so, and ``attribution`` maps them to the sentences.
     """
 
+    answer: str = ""
     citations: list[Citation] = field(default_factory=list)
     quotes: list[QuoteCheck] = field(default_factory=list)
     context_nodes: list[NodeWithScore] = field(default_factory=list)
@@ -92,6 +94,7 @@ class CitedStreamingResponse(StreamingResponse):
 class CitedAsyncStreamingResponse(AsyncStreamingResponse):
     """Async :class:`CitedStreamingResponse` (``async for t in r.async_response_gen()``)."""
 
+    answer: str = ""
     citations: list[Citation] = field(default_factory=list)
     quotes: list[QuoteCheck] = field(default_factory=list)
     context_nodes: list[NodeWithScore] = field(default_factory=list)
@@ -179,6 +182,7 @@ class CitedResponseBuilder:
         answer = manager.feed(marked) + manager.finish(references=False)
         references = manager.format_references()
         metadata = self.metadata(manager, raw, nodes, attribution)
+        metadata["marked_answer"] = marked
         if quotes is not None:
             metadata["quotes"] = [q.to_dict() for q in quotes]
         note = self.note(manager, attribution)
@@ -215,6 +219,7 @@ class CitedResponseBuilder:
                 raw.append(_text(token))
                 out = manager.feed(token)
                 if out:
+                    response.answer += out
                     yield out
             text = "".join(raw)
             attribution = attribute(text) if attribute is not None else None
@@ -243,6 +248,7 @@ class CitedResponseBuilder:
                 raw.append(_text(token))
                 out = manager.feed(token)
                 if out:
+                    response.answer += out
                     yield out
             text = "".join(raw)
             attribution = await attribute(text) if attribute is not None else None
@@ -262,6 +268,7 @@ class CitedResponseBuilder:
         attribution: Attribution | None,
     ) -> str:
         tail = manager.finish(references=False)
+        target.answer += tail
         if attribution is not None:
             for verdict in attribution.verdicts:
                 if verdict.origin is SentenceOrigin.ATTRIBUTED:
@@ -269,6 +276,7 @@ class CitedResponseBuilder:
         target.source_nodes[:] = manager.cited_nodes
         target.citations[:] = manager.citations
         target.metadata.update(self.metadata(manager, raw, nodes, attribution))
+        target.metadata["marked_answer"] = raw
         target.attribution = attribution
         return tail + self.note(manager, attribution) + manager.format_references()
 
@@ -300,6 +308,7 @@ def as_streaming_response(response: CitedResponse, *, asynchronous: bool) -> Any
     answer before citing it."""
     text = response.response or ""
     fields = {
+        "answer": response.answer,
         "source_nodes": response.source_nodes,
         "metadata": response.metadata,
         "citations": response.citations,

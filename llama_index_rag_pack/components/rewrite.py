@@ -36,7 +36,8 @@ DEFAULT_REWRITE_PROMPT = PromptTemplate(
 )
 
 _LABEL_RE = re.compile(
-    r"^\s*(?:rewritten|better|improved|new|optimi[sz]ed)?\s*(?:search\s+)?(?:query|question)\s*:\s*",
+    r"^\s*(?:rewritten|better|improved|new|optimi[sz]ed|stand-?alone|rephrased|condensed)?"
+    r"\s*(?:search\s+)?(?:query|question)\s*:\s*",
     re.IGNORECASE,
 )
 

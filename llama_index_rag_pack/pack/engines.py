@@ -17,7 +17,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.base_retriever import BaseRetriever
     from llama_index.core.llms import LLM
 
-__all__ = ["ENGINE_DEFAULTS", "build_query_engine", "query_engine_key", "retriever_key"]
+__all__ = [
+    "ENGINE_DEFAULTS",
+    "build_chat_engine",
+    "build_query_engine",
+    "query_engine_key",
+    "retriever_key",
+]
 
 
 def retriever_key(mode: str, arguments: Mapping[str, Any]) -> tuple[Any, ...] | None:
@@ -101,3 +107,26 @@ def build_query_engine(
     return RetrieverQueryEngine.from_args(
         retriever, llm=llm, streaming=streaming, callback_manager=callback_manager
     )
+
+
+def build_chat_engine(
+    pack: Any,
+    mode: Any,
+    *,
+    filters: Any = None,
+    tenant: str | None = None,
+    citation_style: Any = "markdown",
+    citation_mode: str = "markers",
+    **chat_options: Any,
+) -> Any:
+    """``pack.make_chat_engine(...)``: a :class:`~llama_index_rag_pack.CitedChatEngine` over
+    ``mode``'s retriever (scoped by ``filters`` and ``tenant``), answering through the pack's
+    cited query engine; ``chat_options`` go to the chat engine (``chat_history``, ``memory``,
+    ``token_limit``, ``condense_prompt``, ``skip_condense``)."""
+    from llama_index_rag_pack.components.cited_chat_engine import CitedChatEngine
+
+    retriever = pack.retriever(mode, filters=filters, tenant=tenant)
+    engine = pack.engine_for(
+        retriever, citations=True, citation_style=citation_style, citation_mode=citation_mode
+    )
+    return CitedChatEngine.from_query_engine(engine, **chat_options)

@@ -39,6 +39,7 @@ from llama_index_rag_pack.pack._compat import BaseLlamaPack
 from llama_index_rag_pack.pack.deletion import delete_documents
 from llama_index_rag_pack.pack.engines import (
     ENGINE_DEFAULTS,
+    build_chat_engine,
     build_query_engine,
     query_engine_key,
     retriever_key,
@@ -324,6 +325,14 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
             embed_model=self.embed_model,
             **{**ENGINE_DEFAULTS, **options},
         )
+
+    def make_chat_engine(self, mode: str | None = None, **options: Any) -> Any:
+        """A :class:`~llama_index_rag_pack.CitedChatEngine` over ``mode``'s retriever (default
+        :attr:`default_mode`): follow-ups condensed, answers cited. ``options``: ``filters``,
+        ``tenant``, ``citation_style``, ``citation_mode``, and the chat engine's
+        (``chat_history``, ``memory``, ``token_limit``, ``condense_prompt``, ``skip_condense``)."""
+        mode = RetrievalMode.parse(self.default_mode if mode is None else mode)
+        return build_chat_engine(self, mode, **options)
 
     @property
     def query_engine(self) -> BaseQueryEngine:
