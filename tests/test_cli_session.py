@@ -207,12 +207,31 @@ def index_uri(tmp_path_factory: pytest.TempPathFactory, embed_model: Any) -> str
     return uri
 
 
+def _last_message(prompt: str) -> str:
+    return prompt.split("Last message:", 1)[1].split("\n", 1)[0].strip()
+
+
+def _context_answer(prompt: str) -> str:
+    """A chat follow-up kept as it stands; an answer citing the first chunk."""
+    if "Standalone question:" in prompt:
+        return _last_message(prompt)
+    return "It is in the context [1](id=1)."
+
+
+def _resolving_answer(prompt: str) -> str:
+    """A chat follow-up's "it" resolved to the thing the conversation asked about first."""
+    if "Standalone question:" in prompt:
+        thing = re.search(r"user: What is (\w+)\?", prompt)
+        return "Standalone question: " + _last_message(prompt).replace(" it ", f" {thing[1]} ")
+    return "It is in the context [1](id=1)."
+
+
 @pytest.fixture()
 def counted_models(monkeypatch: pytest.MonkeyPatch, embed_model: Any) -> dict[str, int]:
     """Every LLM the CLI resolves and every embedding model it would load from disk, counted
     (the loaded model is the session's one; the LLM is scripted)."""
     calls = {"llm": 0, "embed": 0}
-    llm = ScriptedLLM(replies=lambda prompt: "It is in the context [1](id=1).")
+    llm = ScriptedLLM(replies=_context_answer)
 
     def resolve_llm(spec: Any = None) -> ScriptedLLM:
         calls["llm"] += 1
@@ -251,6 +270,26 @@ def test_a_chat_session_of_five_questions_loads_each_model_once(
     assert sum("loading embedding model" in r for r in rows) == 1
     assert sum("loading LLM" in r for r in rows) == 1
     assert [r.split(": ", 1)[1] for r in rows if " s  answer " in r] == list(QUESTIONS)
+
+
+def test_chat_keeps_the_conversation_and_its_commands(
+    index_uri: str, counted_models: dict[str, int], monkeypatch, capsys
+) -> None:
+    llm = ScriptedLLM(replies=_resolving_answer)
+    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    script = "What is Milvus?\nIs it open source?\n/sources\n/history\n/reset\n/history\n/x\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(script))
+    code, out, err = _run(capsys, "--uri", index_uri, "chat", "--format", "text")
+    assert code == 0, err
+    assert "(searched: Is Milvus open source?)" in err  # the follow-up, resolved
+    assert out.count("It is in the context [1].") == 2  # streamed, with citations
+    history = out.split("user: What is Milvus?", 1)[1]
+    assert "assistant: It is in the context.\nuser: Is it open source?" in history
+    assert "(conversation forgotten)" in out and "(no conversation yet)" in out
+    after = out.split("Is it open source?", 1)[1]
+    assert after.count("Sources:") == 2  # the answer's references, then /sources' listing
+    assert "unknown command '/x'" in err and "/reset" in out.rsplit("/x", 1)[-1]
+    assert re.findall(r"^Q: (.*)$", out, flags=re.M) == ["What is Milvus?", "Is it open source?"]
 
 
 def test_chat_goes_on_after_a_failing_question(

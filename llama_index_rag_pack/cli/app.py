@@ -266,9 +266,12 @@ def _add_ask_command(sub: Any, modes: Sequence[str]) -> None:
 def _add_chat_command(sub: Any, modes: Sequence[str]) -> None:
     p = sub.add_parser(
         "chat",
-        help="ask question after question over one index (reads stdin until exit or EOF)",
-        description="Load the models once, then answer each line of stdin; `exit`, `quit` or "
-        "end of input (Ctrl-D) ends the session. Works with piped input.",
+        help="a conversation with citations over one index (reads stdin until exit or EOF)",
+        description="Load the models once, then answer each line of stdin as a turn of one "
+        "conversation: follow-ups ('and when was it founded?') are condensed with the history "
+        "into a standalone question, and every answer cites its sources. Commands: /reset, "
+        "/sources, /history, /help. `exit`, `quit` or end of input (Ctrl-D) ends the session. "
+        "Works with piped input. With --route or --no-citations each line is answered on its own.",
     )
     add_answer_options(p, modes)
     p.set_defaults(func=cmd_chat)

@@ -51,19 +51,30 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    """``rag-pack chat``: answer each line of stdin until ``exit``, ``quit`` or the end of input.
+    """``rag-pack chat``: a conversation over stdin's lines until ``exit``, ``quit`` or the end
+    of input (:mod:`~llama_index_rag_pack.cli.chat`); with ``--route`` or ``--no-citations``,
+    each line answered on its own.
 
     A failing question prints its one-line error and the session goes on.
     """
     session = open_session(args)
     interactive = sys.stdin.isatty()
+    conversation = None
+    if not (session.routed or args.no_citations):
+        from llama_index_rag_pack.cli.chat import ChatSession
+
+        conversation = ChatSession(session)
     if interactive:
-        _cli.err("Ask a question (exit, quit or Ctrl-D to leave).")
+        hint = ", /help for commands" if conversation is not None else ""
+        _cli.err(f"Ask a question (exit, quit or Ctrl-D to leave{hint}).")
     try:
-        for question in checks.lines_until_exit(_prompted_lines(interactive)):
-            _cli.out(f"\nQ: {question}")
+        for line in checks.lines_until_exit(_prompted_lines(interactive)):
+            if conversation is not None:
+                conversation.handle(line)
+                continue
+            _cli.out(f"\nQ: {line}")
             try:
-                answer_one(session, question)
+                answer_one(session, line)
             except RagPackError as e:
                 if args.verbose:
                     logger.exception("question failed")
