@@ -34,7 +34,10 @@ def open_routed_pack(args: argparse.Namespace, **overrides: Any) -> Any:
         if value is not None:
             options[key] = value
     options.update(overrides)
-    return RoutedRagPack.open_sources(sources, uri=uri, token=args.token, **options)
+    pack = RoutedRagPack.open_sources(sources, uri=uri, token=args.token, **options)
+    if getattr(args, "router", None):
+        pack.load_router(args.router)
+    return pack
 
 
 def _print_selection(selection: Any) -> None:
@@ -105,12 +108,53 @@ def cmd_route(args: argparse.Namespace) -> int:
     for i, question in enumerate(args.questions, 1):
         checks.check_question(question, i if len(args.questions) > 1 else None)
     checks.check_input(args, routed=True)
+    labelled = _labelled_queries(args.fit) if args.fit else None
     pack = open_routed_pack(args)
+    if labelled is not None:
+        report = pack.selector.fit_thresholds(labelled)
+        _cli.out(
+            f"fitted thresholds on {report.n_examples} queries: accuracy "
+            f"{report.accuracy_before:.3f} -> {report.accuracy_after:.3f}"
+        )
+        for name, value in report.thresholds.items():
+            _cli.out(f"  {name:<20} {value:.3f}")
+    if args.save_router:
+        _cli.out(f"router saved to {pack.save_router(args.save_router)}")
     retriever = pack.retriever("route")
     for question in args.questions:
         _cli.out(f"Q: {question}")
         _print_selection(retriever.select(question))
     return 0
+
+
+def _labelled_queries(path: str) -> list[dict[str, Any]]:
+    """``--fit FILE``: one JSON object per line with ``query`` and ``route`` (a name, a list of
+    names, or null for a question no route should take); read before any model loads."""
+    import json
+    from pathlib import Path
+
+    from llama_index_rag_pack.core.errors import ConfigurationError
+
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigurationError(f"--fit {path}: cannot read it ({e}).") from None
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigurationError(f"--fit {path}:{number}: not JSON ({e.msg}).") from None
+        if isinstance(row, dict) and set(row) == {"_meta"}:
+            continue  # a description line
+        if not isinstance(row, dict) or "query" not in row or "route" not in row:
+            raise ConfigurationError(f'--fit {path}:{number}: needs "query" and "route".')
+        rows.append(row)
+    if not rows:
+        raise ConfigurationError(f"--fit {path}: no labelled query in it.")
+    return rows
 
 
 def add_route_options(p: argparse.ArgumentParser) -> None:
@@ -126,6 +170,13 @@ def add_route_options(p: argparse.ArgumentParser) -> None:
         choices=("semantic", "logical"),
         default=None,
         help="semantic (embeddings, default) or logical (the LLM picks)",
+    )
+    p.add_argument(
+        "--router",
+        default=None,
+        metavar="FILE",
+        help="route with a router saved by `rag-pack route --save-router` (routes, thresholds, "
+        "route vectors: nothing is embedded again)",
     )
     p.add_argument("--route-fallback", default=None, help="source used when no route fits")
     p.add_argument(
@@ -148,4 +199,16 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("route", help="show which source(s) questions are routed to, and why")
     p.add_argument("questions", nargs="+", help="one or more questions")
     add_route_options(p)
+    p.add_argument(
+        "--fit",
+        metavar="FILE",
+        default=None,
+        help="fit the semantic thresholds on labelled queries (JSONL: query, route) first",
+    )
+    p.add_argument(
+        "--save-router",
+        metavar="FILE",
+        default=None,
+        help="save the router (routes, thresholds, route vectors) to FILE; --router FILE loads it",
+    )
     p.set_defaults(func=cmd_route)

@@ -10,7 +10,7 @@ does the arithmetic).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -76,6 +76,16 @@ class RouteEmbeddings:
         missing = self._missing(routes)
         if missing:
             self._store(missing, await self.embed_model.aget_text_embedding_batch(missing))
+
+    def vectors(self, routes: Sequence[Route]) -> dict[str, np.ndarray]:
+        """The cached unit vector of each text of ``routes`` (embedded ones only)."""
+        texts = {t for r in routes for t in r.texts(self.use_descriptions)}
+        return {t: self._vectors[t] for t in sorted(texts) if t in self._vectors}
+
+    def restore(self, vectors: Mapping[str, Any]) -> None:
+        """Take saved unit vectors by text (not counted as embedded here)."""
+        self._vectors.update({t: np.asarray(v, dtype=np.float32) for t, v in vectors.items()})
+        self._matrix_key = self._matrix = None
 
     def _route_matrix(self, routes: Sequence[Route]) -> tuple[np.ndarray, np.ndarray]:
         """The unit vectors of every route text and the route index of each row."""

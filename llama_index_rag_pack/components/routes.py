@@ -11,17 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.base_selector import MultiSelection
 from llama_index.core.tools.types import ToolMetadata
 
 from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index_rag_pack.core.threshold_calibration import RobustThresholdFit
+
 __all__ = [
     "Route",
     "RouteSelection",
     "RoutingError",
+    "ThresholdReport",
     "check_unique_names",
     "fallback_index",
     "route_names",
@@ -173,3 +177,16 @@ def fallback_index(fallback: str | None, names: Sequence[str]) -> int | None:
             "add it or change fallback."
         )
     return list(names).index(fallback)
+
+
+@dataclass(frozen=True)
+class ThresholdReport:
+    """What :meth:`SemanticSelector.fit_thresholds` did; ``fit`` (robust method only) holds the
+    shrinkage, the cross-validated objective per shrinkage and whether the default was kept."""
+
+    thresholds: dict[str, float]
+    accuracy_before: float
+    accuracy_after: float
+    n_examples: int
+    method: str = "exact"
+    fit: RobustThresholdFit | None = None

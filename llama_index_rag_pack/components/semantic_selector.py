@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -22,6 +22,7 @@ from llama_index_rag_pack.components.route_embeddings import RouteEmbeddings
 from llama_index_rag_pack.components.routes import (
     Route,
     RouteSelection,
+    ThresholdReport,
     check_unique_names,
     fallback_index,
     route_names,
@@ -30,12 +31,6 @@ from llama_index_rag_pack.components.settings import resolve_embed_model
 from llama_index_rag_pack.core import similarity
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.similarity import Aggregation
-from llama_index_rag_pack.core.threshold_calibration import (
-    RobustThresholdFit,
-    ThresholdFitMethod,
-    ThresholdObjective,
-    fit_thresholds_robust,
-)
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -51,19 +46,6 @@ A starting point on the all-MiniLM-L6-v2 scale: on the routing benchmark (routes
 utterances) the robust ``fit_thresholds`` keeps it, as cross-validation finds nothing better;
 calibrate with ``fit_thresholds`` for your routes.
 """
-
-
-@dataclass(frozen=True)
-class ThresholdReport:
-    """What :meth:`SemanticSelector.fit_thresholds` did; ``fit`` (robust method only) holds the
-    shrinkage, the cross-validated objective per shrinkage and whether the default was kept."""
-
-    thresholds: dict[str, float]
-    accuracy_before: float
-    accuracy_after: float
-    n_examples: int
-    method: str = "exact"
-    fit: RobustThresholdFit | None = None
 
 
 class SemanticSelector(BaseSelector):
@@ -144,14 +126,11 @@ class SemanticSelector(BaseSelector):
         cls,
         embed_model: BaseEmbedding | None = None,
         routes: Iterable[Route | Mapping[str, Any]] | None = None,
-        *,
-        threshold: float = DEFAULT_SEMANTIC_THRESHOLD,
-        top_k: int = 1,
-        aggregation: str | Aggregation = Aggregation.MAX,
-        fallback: str | None = None,
-        use_descriptions: bool = True,
+        **options: Any,
     ) -> SemanticSelector:
-        """Build like core's ``EmbeddingSingleSelector.from_defaults``.
+        """Build like core's ``EmbeddingSingleSelector.from_defaults``; ``options`` are the
+        constructor's (``threshold``, ``top_k``, ``aggregation``, ``fallback``,
+        ``use_descriptions``).
 
         ``embed_model=None`` uses LlamaIndex's ``Settings.embed_model`` when one was set,
         otherwise the pack's default (see
@@ -162,15 +141,7 @@ class SemanticSelector(BaseSelector):
             >>> SemanticSelector.from_defaults(MockEmbedding(embed_dim=8)).top_k
             1
         """
-        return cls(
-            routes,
-            embed_model=embed_model,
-            threshold=threshold,
-            top_k=top_k,
-            aggregation=aggregation,
-            fallback=fallback,
-            use_descriptions=use_descriptions,
-        )
+        return cls(routes, embed_model=embed_model, **options)
 
     # ------------------------------------------------------------------ configuration
     @property
@@ -211,6 +182,39 @@ class SemanticSelector(BaseSelector):
             return float(route.threshold)
         return self._fitted.get(route.name, self.threshold)
 
+    @property
+    def fitted_thresholds(self) -> dict[str, float]:
+        """The thresholds :meth:`fit_thresholds` found (routes without their own)."""
+        return dict(self._fitted)
+
+    def route_vectors(self) -> dict[str, np.ndarray]:
+        """The unit vector of every configured route text (embedding the missing ones)."""
+        self._embeddings.ensure(self.routes)
+        return self._embeddings.vectors(self.routes)
+
+    def restore(self, vectors: Mapping[str, Any], fitted: Mapping[str, float]) -> None:
+        """Take saved route-text vectors and fitted thresholds (:meth:`load`)."""
+        self._embeddings.restore(vectors)
+        self._fitted = {k: float(v) for k, v in fitted.items() if k in self._routes}
+
+    def save(self, path: str | Path) -> Path:
+        """Write the routes, thresholds, settings and route vectors to ``path`` (JSON)."""
+        from llama_index_rag_pack.components.router_store import save_selector
+
+        return save_selector(self, path)
+
+    @classmethod
+    def load(cls, path: str | Path, **kwargs: Any) -> SemanticSelector:
+        """A selector saved by :meth:`save`, its routes not embedded again; ``embed_model=``,
+        ``reembed=`` (:func:`~llama_index_rag_pack.components.router_store.read_router`)."""
+        from llama_index_rag_pack.components.router_store import read_router
+
+        saved = read_router(path, **kwargs)
+        selector = cls(saved.routes, embed_model=saved.embed_model, **saved.settings)
+        if saved.vectors is not None:
+            selector.restore(saved.vectors, saved.fitted)
+        return selector
+
     def _get_prompts(self) -> PromptDictType:
         return {}
 
@@ -232,7 +236,8 @@ class SemanticSelector(BaseSelector):
                 )
         return routes
 
-    def _configured(self) -> list[Route]:
+    def configured_routes(self) -> list[Route]:
+        """The configured routes; ``ConfigurationError`` when there are none."""
         if not self._routes:
             raise ConfigurationError(
                 "This SemanticSelector has no routes of its own: pass routes=[...] to route() or "
@@ -244,7 +249,7 @@ class SemanticSelector(BaseSelector):
         self, query_embedding: Sequence[float], routes: Sequence[Route] | None = None
     ) -> dict[str, float]:
         """Score of every route for an already embedded query."""
-        routes = list(routes) if routes is not None else self._configured()
+        routes = list(routes) if routes is not None else self.configured_routes()
         self._embeddings.ensure(routes)
         values = self._embeddings.scores(query_embedding, routes, self.aggregation)
         return dict(zip([r.name for r in routes], values.tolist(), strict=True))
@@ -299,7 +304,7 @@ class SemanticSelector(BaseSelector):
     def _choices(self) -> list[ToolMetadata]:
         return [
             ToolMetadata(name=r.name, description=r.description or r.utterances[0])
-            for r in self._configured()
+            for r in self.configured_routes()
         ]
 
     def route(self, query: str | QueryBundle) -> RouteSelection:
@@ -312,83 +317,33 @@ class SemanticSelector(BaseSelector):
 
     # ------------------------------------------------------------------ calibration
     def fit_thresholds(
-        self,
-        labelled_queries: Iterable[similarity.LabelledQuery],
-        *,
-        max_passes: int = 10,
-        method: str | ThresholdFitMethod = ThresholdFitMethod.ROBUST,
-        objective: str | ThresholdObjective = ThresholdObjective.BALANCED,
-        shrinkage: float | None = None,
-        n_folds: int = 5,
-        random_state: int = 0,
+        self, labelled_queries: Iterable[similarity.LabelledQuery], **options: Any
     ) -> ThresholdReport:
-        """Calibrate per-route thresholds on labelled queries.
-
-        ``method="robust"`` (default) fits thresholds under ``objective`` in the middle of the
-        widest plateau and pulls them toward the default (``threshold``, or a route's own) by a
-        shrinkage chosen by ``n_folds``-fold cross-validation; when cross-validation says the fit
-        does not beat the default, the default is kept (``report.fit.kept_default``); see
-        :func:`~llama_index_rag_pack.core.threshold_calibration.fit_thresholds_robust`.
-        ``method="exact"`` maximises accuracy on the given queries (overfits small sets).
-
-        Args:
-            labelled_queries: ``(query, route)`` pairs or dicts with ``query`` and ``route``; the
-                route is a name, a list of acceptable names (ambiguous queries) or ``None`` for a
-                query that belongs to no route (out of scope — these teach the thresholds to say
-                no).
-            max_passes: Coordinate-ascent passes per fit.
-            method: ``"robust"`` or ``"exact"``.
-            objective: Robust only: ``"balanced"`` (mean of in-scope and out-of-scope accuracy)
-                or ``"accuracy"``.
-            shrinkage: Robust only: ``None`` chooses it by cross-validation; a number in
-                ``[0, 1]`` (0 = full fit, 1 = keep the default) is used as given.
-            n_folds: Robust only: cross-validation folds.
-            random_state: Robust only: seed of the fold assignment.
-
-        Returns:
-            The thresholds now in force for routes without their own, the accuracy on the given
-            queries before and after, and (robust) the shrinkage and cross-validated scores.
+        """Calibrate per-route thresholds on labelled queries; ``options``: ``method``
+        (``"robust"`` default, ``"exact"``), ``objective``, ``shrinkage``, ``n_folds``,
+        ``random_state``, ``max_passes``; see
+        :func:`~llama_index_rag_pack.components.route_calibration.fit_selector_thresholds`.
 
         Raises:
             ConfigurationError: no examples, a label that names no configured route, or an
                 unknown method or objective.
         """
-        method = ThresholdFitMethod.parse(method)
-        routes = self._configured()
-        names = [r.name for r in routes]
-        queries, labels = similarity.parse_route_labels(labelled_queries, names)
+        from llama_index_rag_pack.components.route_calibration import fit_selector_thresholds
+
+        return fit_selector_thresholds(self, labelled_queries, **options)
+
+    def route_scores(self, queries: Sequence[str]) -> tuple[list[Route], np.ndarray]:
+        """The configured routes and each query's score for each (one row per query)."""
+        routes = self.configured_routes()
         self._embeddings.ensure(routes)
         vectors = self._embeddings.embed_queries(queries)
         matrix = np.vstack([self._embeddings.scores(v, routes, self.aggregation) for v in vectors])
-        start = np.asarray([self._threshold_for(r) for r in routes])
-        own = {i: float(start[i]) for i, r in enumerate(routes) if r.threshold is not None}
-        robust = None
-        if method is ThresholdFitMethod.EXACT:
-            fitted = similarity.fit_thresholds_around(matrix, labels, own, max_passes=max_passes)
-        else:
-            robust = fit_thresholds_robust(
-                matrix,
-                labels,
-                self.threshold,
-                objective=objective,
-                shrinkage=shrinkage,
-                n_folds=n_folds,
-                random_state=random_state,
-                fixed=own,
-                max_passes=max_passes,
-            )
-            fitted = robust.thresholds
-        before = similarity.routing_accuracy(matrix, labels, start)
-        after = similarity.routing_accuracy(matrix, labels, fitted)
-        self._fitted = {n: float(fitted[i]) for i, n in enumerate(names) if i not in own}
-        how = f"{method.value}; {robust.reason}" if robust else method.value
-        logger.info("Fitted routing thresholds (%s) on %d queries", how, len(queries))
-        logger.info("Routing accuracy on them %.3f -> %.3f", before, after)
-        return ThresholdReport(
-            thresholds=self.thresholds,
-            accuracy_before=before,
-            accuracy_after=after,
-            n_examples=len(queries),
-            method=method.value,
-            fit=robust,
-        )
+        return routes, matrix
+
+    def threshold_for(self, route: Route) -> float:
+        """The threshold in force for ``route`` (own > fitted > default)."""
+        return self._threshold_for(route)
+
+    def set_fitted(self, fitted: Mapping[str, float]) -> None:
+        """Thresholds found by a fit, for the configured routes without their own."""
+        self._fitted = {k: float(v) for k, v in fitted.items() if k in self._routes}

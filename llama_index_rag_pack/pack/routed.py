@@ -12,6 +12,7 @@ retrievers, choosing with a :class:`SemanticSelector` (default, no LLM call) or 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -145,6 +146,35 @@ class RoutedRagPack(RagPack):
                     fallback=self.fallback,
                 )
         return self._selector
+
+    def save_router(self, path: str | Path) -> Path:
+        """Save the semantic selector (routes, thresholds fitted or given, route vectors) to
+        ``path``; :meth:`load_router` or ``rag-pack ... --router FILE`` read it back."""
+        selector = self.selector
+        if not isinstance(selector, SemanticSelector):
+            raise ConfigurationError(
+                f"Only a semantic router can be saved; this pack routes with "
+                f"{type(selector).__name__}."
+            )
+        return selector.save(path)
+
+    def load_router(self, path: str | Path, *, reembed: bool = False) -> SemanticSelector:
+        """Route with the selector saved in ``path`` (its routes are not embedded again).
+
+        Raises:
+            ConfigurationError: an unreadable file, another embedding model (without
+                ``reembed``), or routes that are not this pack's sources.
+        """
+        selector = SemanticSelector.load(path, embed_model=self.embed_model, reembed=reembed)
+        saved, ours = sorted(r.name for r in selector.routes), sorted(self.sources)
+        if saved != ours:
+            raise ConfigurationError(
+                f"{path} routes to {saved}, but this pack's sources are {ours}."
+            )
+        self._selector = selector
+        self._retrievers.clear()
+        self._query_engines.clear()
+        return selector
 
     def insert_into(self, source: str, documents: Sequence[Document]) -> int:
         """Index ``documents`` into the named source's collection."""
