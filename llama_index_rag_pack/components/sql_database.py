@@ -260,6 +260,11 @@ class SafeSQLDatabase:
 
     def describe(self) -> str:
         """``CREATE TABLE`` lines with only the allowed columns, plus a few sample rows each."""
+        return "\n\n".join(self.table_descriptions().values())
+
+    def table_descriptions(self) -> dict[str, str]:
+        """Per allowed table: its ``CREATE TABLE`` line with only the allowed columns, and a
+        few sample rows (what the LLM is shown of it)."""
         try:
             inspector = sa.inspect(self.engine)
             types = {
@@ -268,20 +273,20 @@ class SafeSQLDatabase:
             }
         except sa.exc.SQLAlchemyError as error:
             raise SQLExecutionError(f"cannot read the schema: {first_line(error)}") from None
-        parts = []
+        out = {}
         for table, columns in self.allowed.items():
             body = ",\n  ".join(f"{c} {types[table][c]}" for c in columns)
-            parts.append(f"CREATE TABLE {table} (\n  {body}\n);")
+            text = f"CREATE TABLE {table} (\n  {body}\n);"
             if self.sample_rows:
                 quoted = exp.to_identifier(table, quoted=True)
                 query = exp.select("*").from_(exp.Table(this=quoted)).limit(self.sample_rows)
                 sample = self.run(query.sql(dialect=self.dialect))
                 lines = ["\t".join(sample.columns)]
                 lines += ["\t".join(str(v) for v in row) for row in sample.rows]
-                parts.append(
-                    f"/* {len(sample.rows)} rows from {table}:\n" + "\n".join(lines) + "\n*/"
-                )
-        return "\n\n".join(parts)
+                text += f"\n\n/* {len(sample.rows)} rows from {table}:\n" + "\n".join(lines)
+                text += "\n*/"
+            out[table] = text
+        return out
 
     def run(self, sql: str) -> SQLResult:
         """Check ``sql``, then execute it read-only under the row limit and time-out.

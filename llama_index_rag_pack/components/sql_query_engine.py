@@ -29,11 +29,15 @@ from llama_index_rag_pack.components.sql_database import (
     SQLExecutionError,
     SQLResult,
 )
+from llama_index_rag_pack.components.sql_tables import (
+    DEFAULT_MAX_TABLES_IN_PROMPT,
+    SQLTableSelector,
+)
 from llama_index_rag_pack.core.reference_styles import ReferenceStyle
 from llama_index_rag_pack.core.sql_safety import UnsafeSQLError, extract_sql
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from llama_index.core.llms import LLM
 
@@ -101,9 +105,16 @@ class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
         repair: Ask the LLM once to fix a rejected or failing query (default ``True``).
         max_rows, timeout_s, sample_rows, columns, max_result_bytes, role_check: passed to
             :class:`SafeSQLDatabase` when ``database`` is a path or URL.
+        max_tables_in_prompt: With more allowed tables than this, only the this many closest to
+            the question are described in the prompt (:class:`SQLTableSelector`: each table's
+            name, columns, sample values and ``table_context`` embedded once); the safety checks
+            still allow every configured table.
+        table_context: Optional ``{table: text}`` saying what a table holds, for that choice.
+        embed_model: Embeds the table descriptions and questions (default: the pack's).
 
     The response is a :class:`CitedResponse`; ``metadata`` holds ``sql``, ``columns``, ``rows``,
-    ``attempts`` (each SQL tried, with its error) and ``error`` when no query could run.
+    ``attempts`` (each SQL tried, with its error), ``tables_in_prompt`` and ``error`` when no
+    query could run.
 
     Example:
         >>> import sqlite3, tempfile, os
@@ -140,6 +151,9 @@ class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
         repair_prompt: BasePromptTemplate | None = None,
         answer_prompt: BasePromptTemplate | None = None,
         callback_manager: CallbackManager | None = None,
+        max_tables_in_prompt: int = DEFAULT_MAX_TABLES_IN_PROMPT,
+        table_context: Mapping[str, str] | None = None,
+        embed_model: Any = None,
     ) -> None:
         if not isinstance(database, SafeSQLDatabase):
             database = SafeSQLDatabase(
@@ -160,6 +174,15 @@ class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
         self._repair_prompt = repair_prompt or DEFAULT_SQL_REPAIR_PROMPT
         self._answer_prompt = answer_prompt or DEFAULT_SQL_ANSWER_PROMPT
         self._schema: str | None = None
+        self._descriptions: dict[str, str] | None = None
+        self._table_options = {
+            "top_k": max_tables_in_prompt,
+            "embed_model": embed_model,
+            "table_context": table_context,
+        }
+        # options checked now; the descriptions are read and embedded on first use
+        SQLTableSelector({t: "" for t in database.allowed}, **self._table_options)
+        self._tables: SQLTableSelector | None = None
         super().__init__(callback_manager=callback_manager)
 
     # ------------------------------------------------------------------ prompts
@@ -180,20 +203,52 @@ class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
 
     @property
     def schema(self) -> str:
-        """What the LLM is shown: allowed tables, allowed columns, sample rows."""
+        """Every allowed table as the LLM is shown it: allowed columns, sample rows."""
         if self._schema is None:
-            self._schema = self.database.describe()
+            self._schema = "\n\n".join(self.descriptions().values())
         return self._schema
+
+    def descriptions(self) -> dict[str, str]:
+        """Per allowed table, what the LLM is shown of it (read once)."""
+        if self._descriptions is None:
+            self._descriptions = self.database.table_descriptions()
+        return self._descriptions
+
+    @property
+    def table_selector(self) -> SQLTableSelector | None:
+        """The selector of the tables put in the prompt (``None``: every table goes in)."""
+        if len(self.database.allowed) <= self._table_options["top_k"]:
+            return None
+        if self._tables is None:
+            self._tables = SQLTableSelector(self.descriptions(), **self._table_options)
+        return self._tables
+
+    def _schema_for(self, query: str) -> tuple[str, list[str]]:
+        """The schema text of the prompt for ``query``, and the tables in it."""
+        selector = self.table_selector
+        if selector is None:
+            return self.schema, list(self.database.allowed)
+        tables = selector.select(query)
+        return "\n\n".join(self.descriptions()[t] for t in tables), tables
+
+    async def _aschema_for(self, query: str) -> tuple[str, list[str]]:
+        if self._descriptions is None:
+            await asyncio.to_thread(self.descriptions)
+        selector = self.table_selector
+        if selector is None:
+            return self.schema, list(self.database.allowed)
+        tables = await selector.aselect(query)
+        return "\n\n".join(self.descriptions()[t] for t in tables), tables
 
     @property
     def _json_replies(self) -> bool:
         return supports_json_schema(self.llm)
 
-    def _prompt_args(self, query: str) -> dict[str, Any]:
+    def _prompt_args(self, query: str, schema: str) -> dict[str, Any]:
         reply_format = SQL_REPLY_FORMATS["json" if self._json_replies else "text"]
         return {
             "dialect": self.database.dialect,
-            "schema": self.schema,
+            "schema": schema,
             "query_str": query,
             "reply_format": reply_format,
         }
@@ -214,9 +269,9 @@ class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
         attempts.append({"sql": result.sql, "error": None})
         return result
 
-    def _repair_args(self, query: str, attempts: list[dict[str, Any]]) -> dict[str, Any]:
+    def _repair_args(self, args: dict[str, Any], attempts: list[dict[str, Any]]) -> dict[str, Any]:
         last = attempts[-1]
-        return {**self._prompt_args(query), "sql": last["sql"], "error": last["error"]}
+        return {**args, "sql": last["sql"], "error": last["error"]}
 
     def _failed(self, query: str, attempts: list[dict[str, Any]]) -> CitedResponse:
         error = attempts[-1]["error"]
@@ -245,39 +300,45 @@ class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
     # ------------------------------------------------------------------ query
     def _answer(self, query_bundle: QueryBundle, query: str) -> CitedResponse:
         attempts: list[dict[str, Any]] = []
-        args = self._prompt_args(query)
+        schema, tables = self._schema_for(query)
+        args = self._prompt_args(query, schema)
         with json_output(self._sql_schema()):
             reply = self.llm.predict(self._sql_prompt, **args)
         result = self._try(reply, attempts)
         if result is None and self.repair:
             with json_output(self._sql_schema()):
-                reply = self.llm.predict(self._repair_prompt, **self._repair_args(query, attempts))
+                reply = self.llm.predict(self._repair_prompt, **self._repair_args(args, attempts))
             result = self._try(reply, attempts)
         if result is None:
-            return self._failed(query, attempts)
+            return _with_tables(self._failed(query, attempts), tables)
         nodes = _result_nodes(result)
         raw = self.llm.predict(self._answer_prompt, context_str=_context(nodes), query_str=query)
-        return self._respond(query, result, raw, attempts)
+        return _with_tables(self._respond(query, result, raw, attempts), tables)
 
     async def _atry(self, reply: str, attempts: list[dict[str, Any]]) -> SQLResult | None:
         return await asyncio.to_thread(self._try, reply, attempts)
 
     async def _aanswer(self, query_bundle: QueryBundle, query: str) -> CitedResponse:
         attempts: list[dict[str, Any]] = []
-        if self._schema is None:
-            self._schema = await asyncio.to_thread(self.database.describe)
-        args = self._prompt_args(query)
+        schema, tables = await self._aschema_for(query)
+        args = self._prompt_args(query, schema)
         with json_output(self._sql_schema()):
             reply = await self.llm.apredict(self._sql_prompt, **args)
         result = await self._atry(reply, attempts)
         if result is None and self.repair:
-            repair_args = self._repair_args(query, attempts)
+            repair_args = self._repair_args(args, attempts)
             with json_output(self._sql_schema()):
                 reply = await self.llm.apredict(self._repair_prompt, **repair_args)
             result = await self._atry(reply, attempts)
         if result is None:
-            return self._failed(query, attempts)
+            return _with_tables(self._failed(query, attempts), tables)
         nodes = _result_nodes(result)
         context = _context(nodes)
         raw = await self.llm.apredict(self._answer_prompt, context_str=context, query_str=query)
-        return self._respond(query, result, raw, attempts)
+        return _with_tables(self._respond(query, result, raw, attempts), tables)
+
+
+def _with_tables(response: CitedResponse, tables: list[str]) -> CitedResponse:
+    """Record which tables the prompt described."""
+    response.metadata = {**(response.metadata or {}), "tables_in_prompt": tables}
+    return response

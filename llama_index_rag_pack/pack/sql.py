@@ -33,11 +33,13 @@ class SQLEngineMixin:
         SQLite file, opened read-only, or a PostgreSQL URL), answering with the pack's LLM.
 
         ``options`` go to the engine: ``max_rows``, ``timeout_s``, ``sample_rows``, ``columns``,
-        ``max_result_bytes``, ``role_check``, ``repair``, prompts. The answer cites the SQL and
-        the rows in ``citation_style``.
+        ``max_result_bytes``, ``role_check``, ``repair``, ``max_tables_in_prompt``,
+        ``table_context``, prompts. The answer cites the SQL and the rows in ``citation_style``;
+        with more tables than fit the prompt, the pack's embedding model picks the tables shown.
         """
         from llama_index_rag_pack.components.sql_query_engine import SQLQueryEngine
 
+        options.setdefault("embed_model", getattr(self, "embed_model", None))
         return SQLQueryEngine(
             database,
             tables,
