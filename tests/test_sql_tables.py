@@ -161,3 +161,28 @@ def test_table_summary_reads_the_description() -> None:
         "Table med allergies (med_allergies). Columns: allergy id, allergen. "
         "Sample values: peanuts, penicillin."
     )
+
+
+def test_cli_sql_max_tables_in_prompt(
+    database: tuple[Path, list[str]], embed_model: Any, monkeypatch: Any, capsys: Any
+) -> None:
+    import json
+
+    from llama_index_rag_pack.cli import main
+
+    path, tables = database
+    llm = ScriptedLLM(replies=sql_writer({"med_allergies": "SELECT allergen FROM med_allergies"}))
+    monkeypatch.setattr("llama_index_rag_pack.components.settings.resolve_llm", lambda s=None: llm)
+    monkeypatch.setattr(
+        "llama_index_rag_pack.components.settings._load_hf_embedding", lambda *a: embed_model
+    )
+    argv = ["sql", "--db", str(path), "--tables", ",".join(tables), "--format", "json"]
+    argv += ["--max-tables-in-prompt", "3", "Which patients are allergic to penicillin?"]
+    assert main(argv) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert len(payload["tables_in_prompt"]) == 3 and "med_allergies" in payload["tables_in_prompt"]
+    assert payload["rows"] and payload["error"] is None
+    with pytest.raises(SystemExit) as exit_info:  # argparse: usage and one line, status 2
+        main([*argv[:-3], "--max-tables-in-prompt", "0", "q"])
+    assert exit_info.value.code == 2
+    assert "--max-tables-in-prompt: must be a whole number >= 1" in capsys.readouterr().err

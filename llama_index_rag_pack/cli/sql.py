@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from llama_index_rag_pack.cli import output as _cli
+from llama_index_rag_pack.cli.options import positive_int
 
 __all__ = ["cmd_sql", "register"]
 
@@ -68,6 +69,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-rows", type=int, default=50, help="row limit per query (default 50)")
     p.add_argument("--timeout", type=float, default=5.0, help="query time-out, s (default 5)")
     p.add_argument(
+        "--max-tables-in-prompt",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="with more --tables than N, only the N closest to the question are described to the "
+        "LLM (embedding similarity; default: SQLQueryEngine's, 20)",
+    )
+    p.add_argument(
         "--format",
         choices=("text", "markdown", "html", "json"),
         default="text",
@@ -99,11 +108,14 @@ def cmd_sql(args: argparse.Namespace) -> int:
         _cli.out("\n".join(database.role_setup_sql(args.setup_role)))
         return 0
     style = "text" if args.format == "json" else args.format
-    engine = SQLQueryEngine(database, llm=resolve_llm(args.llm), style=style)
+    options = {"embed_model": args.embed_model}
+    if args.max_tables_in_prompt is not None:
+        options["max_tables_in_prompt"] = args.max_tables_in_prompt
+    engine = SQLQueryEngine(database, llm=resolve_llm(args.llm), style=style, **options)
     response = engine.query(args.question)
     meta = response.metadata or {}
     if args.format == "json":
-        keys = ("sql", "columns", "rows", "attempts", "error")
+        keys = ("sql", "columns", "rows", "attempts", "error", "tables_in_prompt")
         payload = {"answer": response.answer or response.response, **{k: meta.get(k) for k in keys}}
         _cli.out(json.dumps(payload, indent=2, default=str))
     else:
