@@ -77,6 +77,24 @@ def test_metadata_comes_from_the_gguf_file(tmp_path: Path) -> None:
     assert LocalGGUFLLM(model_path=bundled_gguf_path(), context_window=1024).context_window == 1024
     assert supports_json_schema(llm)
     assert "llama.cpp" in describe_llm(llm)
+    three = LocalGGUFLLM(model_path=bundled_gguf_path(), n_threads=3)
+    assert three.threads == 3 and describe_llm(three).endswith("4 slots, 3 threads)")
+
+
+def test_the_default_thread_count_is_chosen_once_per_process(monkeypatch) -> None:
+    from llama_index_rag_pack.components import local_llm_engine as engine
+
+    monkeypatch.delenv("RAG_PACK_LLM_THREADS", raising=False)
+    monkeypatch.setattr(engine, "_DEFAULT_THREADS", None)
+    loads = iter([0.1, 5.0])  # quiet at the first model, busy later: the choice stays
+    monkeypatch.setattr(engine, "_load_average", lambda: next(loads))
+    monkeypatch.setattr(engine.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert engine.default_threads() == 2 and engine.default_threads() == 2
+    monkeypatch.setenv("RAG_PACK_LLM_THREADS", "1")
+    assert engine.default_threads() == 1
+    monkeypatch.setenv("RAG_PACK_LLM_THREADS", "many")
+    with pytest.raises(ConfigurationError, match="RAG_PACK_LLM_THREADS must be a positive"):
+        engine.default_threads()
 
 
 def test_construction_does_not_load_and_instances_share_one_model() -> None:

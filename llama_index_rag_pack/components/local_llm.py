@@ -83,7 +83,8 @@ class LocalGGUFLLM(CustomLLM):
         context_window: Prompt + output tokens; ``None`` reads it from the file.
         max_context_window: Upper bound on a context window read from the file.
         parallel: Requests decoded at once (llama.cpp slots sharing one KV cache).
-        n_threads: CPU threads; ``None``: ``RAG_PACK_LLM_THREADS`` or half the available cores.
+        n_threads: CPU threads; ``None``: ``RAG_PACK_LLM_THREADS``, else the cores the 1-minute
+            load average leaves free when the process first loads a model (at least 1).
         verbose: Let llama.cpp log to stderr.
 
     Raises:
@@ -115,7 +116,7 @@ class LocalGGUFLLM(CustomLLM):
     )
     parallel: int = Field(default=4, gt=0, description="Requests decoded at once (slots).")
     n_threads: int | None = Field(
-        default=None, gt=0, description="CPU threads (None: half the cores)."
+        default=None, gt=0, description="CPU threads (None: the free cores)."
     )
     verbose: bool = Field(default=False, description="llama.cpp logs on stderr.")
 
@@ -153,10 +154,14 @@ class LocalGGUFLLM(CustomLLM):
         return self._info
 
     # ------------------------------------------------------------------ engine
+    @property
+    def threads(self) -> int:
+        """The CPU threads llama.cpp runs this model with."""
+        return self.n_threads or default_threads()
+
     def _key(self) -> tuple[str, int, int, int, bool]:
-        threads = self.n_threads or default_threads()
         path = str(Path(self.model_path).resolve())
-        return (path, int(self.context_window or 0), self.parallel, threads, self.verbose)
+        return (path, int(self.context_window or 0), self.parallel, self.threads, self.verbose)
 
     def _server(self) -> Any:
         return engine(self._key())

@@ -140,14 +140,41 @@ def default_threads() -> int:
             raise ConfigurationError(
                 f"RAG_PACK_LLM_THREADS must be a positive integer, got {env!r}."
             ) from None
+    global _DEFAULT_THREADS
+    if _DEFAULT_THREADS is None:  # once per process: every model of it shares the choice
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except AttributeError:  # pragma: no cover - macOS, Windows
+            cores = os.cpu_count() or 1
+        _DEFAULT_THREADS = free_cores(cores, _load_average())
+    return _DEFAULT_THREADS
+
+
+_DEFAULT_THREADS: int | None = None
+
+
+def _load_average() -> float | None:
     try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        cores = os.cpu_count() or 1
-    # Half the logical cores (llama.cpp's own default is the physical ones): its threads wait for
-    # each other at every step, and a thread that shares its core with other work stalls them
-    # all (on a busy 2-core machine, 4 short replies took 68 s with 2 threads, 4.5 s with 1).
-    return max(1, cores // 2)
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        return None
+
+
+def free_cores(cores: int, load: float | None) -> int:
+    """The cores other work leaves free (``cores`` less the 1-minute load average, rounded; at
+    least 1), half of them when the load is unknown.
+
+    llama.cpp's threads wait for each other at every step, so a thread that shares its core with
+    other work stalls them all: on a busy 2-core machine 4 short replies took 68 s with 2
+    threads and 4.5 s with 1; on a quiet one, one answer took 5.7 s with 2 and 9.1 s with 1.
+
+    Example:
+        >>> free_cores(2, 0.2), free_cores(2, 1.1), free_cores(8, 3.0), free_cores(4, None)
+        (2, 1, 5, 2)
+    """
+    if load is None:
+        return max(1, cores // 2)
+    return max(1, min(cores, round(cores - load)))
 
 
 def one_line(error: Any) -> str:

@@ -18,7 +18,7 @@ Environment variables (all optional):
                                  ``OPENAI_API_BASE``, ``OPENAI_BASE_URL``)
 ``OPENAI_API_KEY``               OpenAI key (or the key of the compatible server)
 ``RAG_PACK_LLM_PATH``            path to a local GGUF model (default: bundled SmolLM2-135M)
-``RAG_PACK_LLM_THREADS``         CPU threads of the local model (default: half the cores)
+``RAG_PACK_LLM_THREADS``         CPU threads of the local model (default: the free cores)
 ===============================  ==========================================================
 """
 
@@ -355,7 +355,11 @@ def describe_llm(llm: Any) -> str:
     from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
 
     if isinstance(llm, LocalGGUFLLM):
-        return f"local GGUF {Path(llm.model_path).name} (llama.cpp, CPU, {llm.parallel} slots)"
+        threads = llm.threads
+        return (
+            f"local GGUF {Path(llm.model_path).name} (llama.cpp, CPU, {llm.parallel} slots, "
+            f"{threads} thread{'s' if threads > 1 else ''})"
+        )
     model = getattr(llm, "model", None) or getattr(
         getattr(llm, "metadata", None), "model_name", None
     )
