@@ -18,7 +18,7 @@ def sample_folder(data_dir: str) -> Path:
     folder = Path(data_dir) / "raptor_docs"
     folder.mkdir(parents=True, exist_ok=True)
     for doc in load_corpus("wikipedia", titles=["Aikido", "Andorra", "Aardvark"]):
-        (folder / f"{doc.metadata['title']}.txt").write_text(doc.text[:6000], encoding="utf-8")
+        (folder / f"{doc.metadata['title']}.txt").write_text(doc.text[:4000], encoding="utf-8")
     return folder
 
 

@@ -38,12 +38,13 @@ def cite_apollo(prompt: str) -> str:
     return f"Neil Armstrong and Buzz Aldrin walked on the Moon [1](id={apollo})[2](id=9)."
 
 
-@pytest.fixture()
-def pack(milvus_uri, embed_model) -> RagPack:
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory, embed_model) -> RagPack:
+    """One pack for the module: no test writes to it (the CLI tests reopen its database)."""
     llm = ScriptedLLM(replies=cite_apollo)
     return RagPack(
         DOCS,
-        uri=milvus_uri,
+        uri=str(tmp_path_factory.mktemp("cited") / "milvus.db"),
         collection_name="cited",
         llm=llm,
         embed_model=embed_model,
@@ -92,9 +93,7 @@ async def test_arun_with_style(pack) -> None:
         ),
     ],
 )
-def test_cli_ask_streams_the_rewritten_answer(
-    pack, milvus_uri, monkeypatch, fmt, marker, listing
-) -> None:
+def test_cli_ask_streams_the_rewritten_answer(pack, monkeypatch, fmt, marker, listing) -> None:
     printed: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(cli_output, "out", lambda text="", **kw: printed.append((text, kw)))
     monkeypatch.setattr(
@@ -104,7 +103,7 @@ def test_cli_ask_streams_the_rewritten_answer(
     code = cli.main(
         [
             "--uri",
-            milvus_uri,
+            pack.uri,
             "--collection",
             "cited",
             "ask",
@@ -122,7 +121,7 @@ def test_cli_ask_streams_the_rewritten_answer(
 
 
 @pytest.mark.integration
-def test_cli_no_citations_and_no_stream(pack, milvus_uri, monkeypatch, capsys) -> None:
+def test_cli_no_citations_and_no_stream(pack, monkeypatch, capsys) -> None:
     monkeypatch.setattr(
         "llama_index_rag_pack.pack.rag_pack.resolve_llm",
         lambda spec=None: ScriptedLLM(replies=cite_apollo),
@@ -131,7 +130,7 @@ def test_cli_no_citations_and_no_stream(pack, milvus_uri, monkeypatch, capsys) -
         cli.main(
             [
                 "--uri",
-                milvus_uri,
+                pack.uri,
                 "--collection",
                 "cited",
                 "ask",
@@ -151,14 +150,12 @@ def ask(milvus_uri: str, *args: str) -> int:
 
 
 @pytest.mark.integration
-def test_cli_answer_without_markers_gets_attributed_citations(
-    pack, milvus_uri, monkeypatch, capsys
-) -> None:
+def test_cli_answer_without_markers_gets_attributed_citations(pack, monkeypatch, capsys) -> None:
     monkeypatch.setattr(
         "llama_index_rag_pack.pack.rag_pack.resolve_llm",
         lambda spec=None: ScriptedLLM(default_reply="Armstrong and Aldrin walked on the Moon."),
     )
-    assert ask(milvus_uri, "Who walked on the Moon?") == 0
+    assert ask(pack.uri, "Who walked on the Moon?") == 0
     out = capsys.readouterr().out
     assert "Armstrong and Aldrin walked on the Moon." in out
     assert "Note: citations on 1 of 1 sentences were attributed" in out
@@ -167,16 +164,14 @@ def test_cli_answer_without_markers_gets_attributed_citations(
 
 
 @pytest.mark.integration
-def test_cli_show_sources_highlights_the_supporting_sentence(
-    pack, milvus_uri, monkeypatch, capsys
-) -> None:
+def test_cli_show_sources_highlights_the_supporting_sentence(pack, monkeypatch, capsys) -> None:
     monkeypatch.setattr(
         "llama_index_rag_pack.pack.rag_pack.resolve_llm",
         lambda spec=None: ScriptedLLM(
             default_reply="Armstrong and Aldrin walked on the Moon. Aardvarks can fly to Mars."
         ),
     )
-    assert ask(milvus_uri, "Who walked on the Moon?", "--show-sources", "--no-stream") == 0
+    assert ask(pack.uri, "Who walked on the Moon?", "--show-sources", "--no-stream") == 0
     out = capsys.readouterr().out
     evidence = out[out.index("Evidence") :]
     assert "[1] Apollo 11 — https://en.wikipedia.org/wiki/Apollo_11 (attributed by similarity)" in (
@@ -191,14 +186,12 @@ def test_cli_show_sources_highlights_the_supporting_sentence(
 
 
 @pytest.mark.integration
-def test_cli_unsupported_answer_lists_retrieved_chunks(
-    pack, milvus_uri, monkeypatch, capsys
-) -> None:
+def test_cli_unsupported_answer_lists_retrieved_chunks(pack, monkeypatch, capsys) -> None:
     monkeypatch.setattr(
         "llama_index_rag_pack.pack.rag_pack.resolve_llm",
         lambda spec=None: ScriptedLLM(default_reply="Bananas are yellow."),
     )
-    assert ask(milvus_uri, "Who walked on the Moon?") == 0
+    assert ask(pack.uri, "Who walked on the Moon?") == 0
     out = capsys.readouterr().out
     assert "no passage supports “Bananas are yellow.”" in out
     assert "(the answer cites no source; retrieved chunks:)" in out

@@ -49,7 +49,23 @@ def pack(milvus_uri, embed_model, scripted_llm):
     )
 
 
-def test_pack_contract(pack) -> None:
+@pytest.fixture(scope="module")
+def shared_pack(tmp_path_factory, embed_model):
+    """One pack for the tests that only read it (built once per module, not once per test)."""
+    from llama_index_rag_pack.testing import ScriptedLLM
+
+    return RagPack(
+        DOCS,
+        uri=str(tmp_path_factory.mktemp("shared") / "milvus.db"),
+        collection_name="pack",
+        llm=ScriptedLLM(default_reply="Neil Armstrong and Buzz Aldrin walked [1](id=1)."),
+        embed_model=embed_model,
+        similarity_top_k=2,
+    )
+
+
+def test_pack_contract(shared_pack) -> None:
+    pack = shared_pack
     assert isinstance(pack, BaseLlamaPack)
     modules = pack.get_modules()
     assert {"llm", "embed_model", "vector_store", "index", "retriever", "query_engine"} <= set(
@@ -150,7 +166,8 @@ def test_bad_arguments(milvus_uri, embed_model) -> None:
         RagPack(DOCS, input_dir=".", uri=milvus_uri, embed_model=embed_model)
 
 
-def test_empty_query_and_unknown_mode(pack) -> None:
+def test_empty_query_and_unknown_mode(shared_pack) -> None:
+    pack = shared_pack
     with pytest.raises(ConfigurationError, match="empty"):
         pack.run("   ")
     with pytest.raises(ConfigurationError, match="valid modes: vector"):
@@ -184,7 +201,8 @@ def test_async_answers_work_across_event_loops(milvus_uri, embed_model, scripted
     "mode", ["vector", "bm25", "hybrid", "hybrid_weighted", "fusion", "hyde", "rewrite"]
 )
 @pytest.mark.parametrize("query", ["", "   ", "\n\t"])
-async def test_every_mode_rejects_an_empty_query_the_same_way(pack, mode, query) -> None:
+async def test_every_mode_rejects_an_empty_query_the_same_way(shared_pack, mode, query) -> None:
+    pack = shared_pack
     retriever = pack.retriever(mode)
     calls = pack.llm.call_count
     with pytest.raises(ConfigurationError, match="The query is empty"):

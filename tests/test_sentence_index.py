@@ -106,8 +106,16 @@ def test_sentence_units_are_headed_and_ids_stable():
 
 
 # ----------------------------------------------------------------------------- Milvus
+@pytest.fixture(scope="module")
+def pack(tmp_path_factory, embed_model):
+    """One pack for the tests that only read it (built once per module)."""
+    uri = str(tmp_path_factory.mktemp("sentences") / "s.db")
+    return RagPack(DOCS, uri=uri, collection_name="docs", embed_model=embed_model)
+
+
 @pytest.fixture()
-def pack(tmp_path, embed_model):
+def fresh_pack(tmp_path, embed_model):
+    """A pack of its own, for the tests that write to it."""
     return RagPack(
         DOCS, uri=str(tmp_path / "s.db"), collection_name="docs", embed_model=embed_model
     )
@@ -168,26 +176,30 @@ def test_sentence_weight_one_ranks_by_best_sentence(pack):
     ]
 
 
-def test_reindexing_a_document_replaces_its_sentences(pack):
-    before = pack.sentence_index.count()
-    pack.insert([Document(id_="tennis", text="Chess is a board game for two players.")])
-    assert pack.sentence_index.count() == before - 3 + 1
-    nodes = MilvusSentenceRetriever(pack.vector_store, embed_model=pack.embed_model).retrieve(
-        "a game on a board"
-    )
+def test_reindexing_a_document_replaces_its_sentences(fresh_pack):
+    before = fresh_pack.sentence_index.count()
+    fresh_pack.insert([Document(id_="tennis", text="Chess is a board game for two players.")])
+    assert fresh_pack.sentence_index.count() == before - 3 + 1
+    nodes = MilvusSentenceRetriever(
+        fresh_pack.vector_store, embed_model=fresh_pack.embed_model
+    ).retrieve("a game on a board")
     assert nodes[0].node.get_content().startswith("Chess")
 
 
-def test_reopened_pack_uses_the_stored_sentences(pack, embed_model):
-    reopened = RagPack.open(uri=pack.uri, collection_name="docs", embed_model=embed_model)
+def test_reopened_pack_uses_the_stored_sentences(fresh_pack, embed_model):
+    reopened = RagPack.open(uri=fresh_pack.uri, collection_name="docs", embed_model=embed_model)
     retriever = reopened.retriever("hybrid_convex", sentence_weight=0.5)
     assert retriever.sentences is not None
     assert retriever.retrieve(QUESTION)[0].node.ref_doc_id == "tennis"
 
 
-def test_overwrite_drops_the_old_sentences(pack, embed_model):
+def test_overwrite_drops_the_old_sentences(fresh_pack, embed_model):
     again = RagPack(
-        DOCS[:1], uri=pack.uri, collection_name="docs", embed_model=embed_model, overwrite=True
+        DOCS[:1],
+        uri=fresh_pack.uri,
+        collection_name="docs",
+        embed_model=embed_model,
+        overwrite=True,
     )
     assert again.sentence_index.count() == 3
 
@@ -226,12 +238,12 @@ def test_in_memory_search_matches_the_milvus_search(pack):
     assert [s for _, s in in_memory] == pytest.approx([s for _, s in in_milvus], abs=1e-5)
 
 
-def test_in_memory_copy_follows_the_packs_writes(pack):
-    retriever = pack.retriever("hybrid_convex", sentence_weight=1.0)
+def test_in_memory_copy_follows_the_packs_writes(fresh_pack):
+    retriever = fresh_pack.retriever("hybrid_convex", sentence_weight=1.0)
     assert retriever.sentences.sentences.in_memory  # a Lite file
     assert retriever.retrieve("a game played on a board")[0].node.ref_doc_id != "chess"
-    pack.insert([Document(id_="chess", text="Chess is a board game for two players.")])
-    fresh = pack.retriever("hybrid_convex", sentence_weight=1.0)
+    fresh_pack.insert([Document(id_="chess", text="Chess is a board game for two players.")])
+    fresh = fresh_pack.retriever("hybrid_convex", sentence_weight=1.0)
     assert fresh.retrieve("a game played on a board")[0].node.ref_doc_id == "chess"
 
 

@@ -92,6 +92,7 @@ def test_safety_still_allows_exactly_the_configured_tables_and_columns(
     database: tuple[Path, list[str]], embed_model: Any
 ) -> None:
     path, tables = database
+    tables = tables[:60]  # hr_*, sales_*, ... : more than the 3 the prompt holds
     attempts = iter(
         [
             "SELECT owner, pin FROM secrets",  # a table nobody allowed: refused

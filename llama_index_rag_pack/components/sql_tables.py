@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llama_index.core import VectorStoreIndex
 from llama_index.core.schema import TextNode
 
-from llama_index_rag_pack.components.settings import resolve_embed_model
+from llama_index_rag_pack.components.settings import describe_embed_model, resolve_embed_model
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 
 __all__ = ["DEFAULT_MAX_TABLES_IN_PROMPT", "SQLTableSelector", "table_summary"]
@@ -60,6 +61,24 @@ def _worth_showing(value: str) -> bool:
     return bool(re.search(r"[A-Za-z]{3}", value)) and len(value) <= 40
 
 
+#: Table summaries embedded in this process, by (embedding model, text): engines over the same
+#: database share them.
+_VECTORS: dict[tuple[str, str], list[float]] = {}
+_VECTORS_LOCK = threading.Lock()
+
+
+def _embed_once(model: Any, texts: list[str]) -> dict[str, list[float]]:
+    name = f"{type(model).__name__}:{describe_embed_model(model)}"
+    with _VECTORS_LOCK:
+        missing = sorted({t for t in texts if (name, t) not in _VECTORS})
+    if missing:
+        vectors = model.get_text_embedding_batch(missing)
+        with _VECTORS_LOCK:
+            _VECTORS.update({(name, t): v for t, v in zip(missing, vectors, strict=True)})
+    with _VECTORS_LOCK:
+        return {t: _VECTORS[(name, t)] for t in texts}
+
+
 class SQLTableSelector:
     """The allowed tables closest to a question, by embedding similarity.
 
@@ -95,11 +114,14 @@ class SQLTableSelector:
         self._index: VectorStoreIndex | None = None
 
     def _retriever(self) -> Any:
-        if self._index is None:  # every table embedded once, in one batch
-            nodes = [TextNode(id_=t, text=text) for t, text in self.summaries.items()]
-            self._index = VectorStoreIndex(
-                nodes, embed_model=resolve_embed_model(self._embed_model)
-            )
+        if self._index is None:  # every table embedded once per process, in one batch
+            model = resolve_embed_model(self._embed_model)
+            vectors = _embed_once(model, list(self.summaries.values()))
+            nodes = [
+                TextNode(id_=t, text=text, embedding=vectors[text])
+                for t, text in self.summaries.items()
+            ]
+            self._index = VectorStoreIndex(nodes, embed_model=model)
         return self._index.as_retriever(similarity_top_k=self.top_k)
 
     def select(self, question: str) -> list[str]:
