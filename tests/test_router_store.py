@@ -18,6 +18,7 @@ import pytest
 from llama_index.core.embeddings import MockEmbedding
 
 from llama_index_rag_pack.cli import main
+from llama_index_rag_pack.components.routes import Route
 from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.pack.routed import RoutedRagPack
@@ -46,6 +47,7 @@ def _names(selector: SemanticSelector) -> list[list[str]]:
 
 LOADER = """
 import json, sys
+from llama_index_rag_pack.components.routes import Route
 from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.components.settings import resolve_embed_model
 model = resolve_embed_model(None)
@@ -115,14 +117,28 @@ def test_another_embedding_model_is_refused_unless_reembedding(fitted: tuple[Any
         ('{"format": "something-else"}', "is not a saved router"),
         ('{"format": "llama-index-rag-pack/semantic-router", "version": 9}', "version 9"),
         ('{"format": "llama-index-rag-pack/semantic-router", "version": 1}', "damaged"),
+        (None, "no vector for route text 'Physics'"),
+        (None, "damaged saved router: .*could not convert"),
     ],
+    ids=["missing", "not-json", "foreign", "version", "no-fields", "no-vector", "bad-vector"],
 )
 def test_bad_files_are_one_clear_error(tmp_path: Path, content: str | None, match: str) -> None:
     path = tmp_path / "router.json"
+    model = MockEmbedding(embed_dim=8)
     if content is not None:
         path.write_text(content)
+    elif "vector" in match or "convert" in match:  # a saved router, then damaged
+        SemanticSelector(
+            [Route("physics", "Physics"), Route("math", "Math")], embed_model=model
+        ).save(path)
+        data = json.loads(path.read_text())
+        if "convert" in match:
+            data["vectors"]["Math"] = ["x"] * 8
+        else:
+            del data["vectors"]["Physics"]
+        path.write_text(json.dumps(data))
     with pytest.raises(ConfigurationError, match=match):
-        SemanticSelector.load(path, embed_model=MockEmbedding(embed_dim=8))
+        SemanticSelector.load(path, embed_model=model)
 
 
 def _sources() -> list[RouteSource]:

@@ -131,6 +131,8 @@ def test_few_tables_all_go_in_and_bad_options_are_one_error(
         SQLQueryEngine(path, tables=tables, table_context={"secrets": "pins"})
     with pytest.raises(ConfigurationError, match="No tables"):
         SQLTableSelector({})
+    with pytest.raises(ConfigurationError, match="table_context values must be strings"):
+        SQLTableSelector({"a": "CREATE TABLE a (\n  x INT\n);"}, table_context={"a": 3})
 
 
 def test_table_context_is_embedded_with_the_table(

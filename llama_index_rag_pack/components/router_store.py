@@ -121,16 +121,34 @@ def read_router(path: str | Path, *, embed_model: Any = None, reembed: bool = Fa
             f"of {current['model']!r} ({current['class']}): load it with that model, or pass "
             "reembed=True to embed the routes again (fitted thresholds are then dropped)."
         )
-    vectors = (
-        {t: np.asarray(v, dtype=np.float32) for t, v in data["vectors"].items()} if same else None
-    )
+    try:
+        routes = [Route.coerce(r) for r in data["routes"]]
+        settings = dict(data["settings"])
+        vectors = _vectors(data["vectors"], routes, settings) if same else None
+        fitted = {str(k): float(v) for k, v in (data.get("fitted_thresholds") or {}).items()}
+    except (TypeError, ValueError, KeyError, AttributeError, ConfigurationError) as e:
+        raise ConfigurationError(f"{path} is a damaged saved router: {e}") from None
     return SavedRouter(
-        routes=[Route.coerce(r) for r in data["routes"]],
-        settings=dict(data["settings"]),
+        routes=routes,
+        settings=settings,
         embed_model=model,
         vectors=vectors,
-        fitted=dict(data.get("fitted_thresholds") or {}) if same else {},
+        fitted=fitted if same else {},
     )
+
+
+def _vectors(
+    saved: dict[str, Any], routes: list[Route], settings: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """The saved unit vectors, one per route text, all of one dimension."""
+    vectors = {str(t): np.asarray(v, dtype=np.float32) for t, v in saved.items()}
+    use = bool(settings.get("use_descriptions", True))
+    missing = sorted({t for r in routes for t in r.texts(use)} - set(vectors))
+    if missing:
+        raise ValueError(f"no vector for route text {missing[0]!r}")
+    if len({v.shape for v in vectors.values()}) > 1 or any(v.ndim != 1 for v in vectors.values()):
+        raise ValueError("vectors of different shapes")
+    return vectors
 
 
 def _read(path: Path) -> dict[str, Any]:

@@ -108,6 +108,8 @@ class SQLTableSelector:
         unknown = sorted(set(table_context or {}) - set(descriptions))
         if unknown:
             raise ConfigurationError(f"table_context names tables that are not allowed: {unknown}")
+        if any(not isinstance(v, str) for v in (table_context or {}).values()):
+            raise ConfigurationError("table_context values must be strings (what a table holds).")
         context = dict(table_context or {})
         self.summaries = {t: table_summary(t, d, context.get(t)) for t, d in descriptions.items()}
         self._embed_model = embed_model
