@@ -62,6 +62,9 @@ DEFAULT_CONDENSE_PROMPT = PromptTemplate(
 
 _SPACE_BEFORE_PUNCTUATION = re.compile(r"[ \t]+([.,;:!?])")
 
+#: The keywords of ``from_defaults`` that configure the chat rather than the query engine.
+_CHAT_OPTIONS = ("chat_history", "memory", "token_limit", "condense_prompt", "skip_condense")
+
 #: Tokens of the context window kept free for the condense prompt's own text and the reply.
 _PROMPT_ROOM = 512
 
@@ -134,16 +137,7 @@ class CitedChatEngine(BaseChatEngine):
 
     @classmethod
     def from_defaults(
-        cls,
-        retriever: BaseRetriever,
-        llm: LLM | None = None,
-        *,
-        chat_history: Sequence[ChatMessage] | None = None,
-        memory: BaseMemory | None = None,
-        token_limit: int | None = None,
-        condense_prompt: str | BasePromptTemplate | None = None,
-        skip_condense: bool = False,
-        **options: Any,
+        cls, retriever: BaseRetriever, llm: LLM | None = None, **options: Any
     ) -> CitedChatEngine:
         """Build the engine over ``retriever`` like core's ``CondensePlusContextChatEngine``.
 
@@ -151,23 +145,15 @@ class CitedChatEngine(BaseChatEngine):
             retriever: Any LlamaIndex retriever (e.g. ``pack.retriever(mode, filters=...)``).
             llm: Condenses and answers (default ``Settings.llm`` when set, else the pack's
                 choice).
-            chat_history: The conversation so far.
-            memory: Core memory (then ``chat_history`` and ``token_limit`` are not used).
-            token_limit: History tokens kept (default :meth:`default_token_limit`).
-            condense_prompt, skip_condense: As in the constructor.
-            options: Every other keyword goes to :class:`CitedQueryEngine` (``mode``,
-                ``style``, ``embed_model``, ``node_postprocessors``, ``attribution``, ...).
+            options: The chat options of :meth:`from_query_engine` (``chat_history``,
+                ``memory``, ``token_limit``, ``condense_prompt``, ``skip_condense``); every
+                other keyword goes to :class:`CitedQueryEngine` (``mode``, ``style``,
+                ``embed_model``, ``node_postprocessors``, ``attribution``, ...).
         """
+        chat = {k: options.pop(k) for k in _CHAT_OPTIONS if k in options}
         options.setdefault("callback_manager", Settings.callback_manager)
         options.pop("streaming", None)  # chosen per call: stream_chat / astream_chat
-        return cls.from_query_engine(
-            CitedQueryEngine(retriever, llm, **options),
-            chat_history=chat_history,
-            memory=memory,
-            token_limit=token_limit,
-            condense_prompt=condense_prompt,
-            skip_condense=skip_condense,
-        )
+        return cls.from_query_engine(CitedQueryEngine(retriever, llm, **options), **chat)
 
     @classmethod
     def from_query_engine(
@@ -181,8 +167,16 @@ class CitedChatEngine(BaseChatEngine):
         condense_prompt: str | BasePromptTemplate | None = None,
         skip_condense: bool = False,
     ) -> CitedChatEngine:
-        """Chat through an existing cited ``query_engine`` (e.g. ``pack.make_query_engine()``);
-        the other arguments as in :meth:`from_defaults` and the constructor."""
+        """Chat through an existing cited ``query_engine`` (e.g. ``pack.make_query_engine()``).
+
+        Args:
+            query_engine: Answers each standalone question.
+            llm: Condenses follow-ups (default: the query engine's LLM).
+            chat_history: The conversation so far.
+            memory: Core memory (then ``chat_history`` and ``token_limit`` are not used).
+            token_limit: History tokens kept (default :meth:`default_token_limit`).
+            condense_prompt, skip_condense: As in the constructor.
+        """
         if memory is None:
             limit = check_count("token_limit", token_limit, none_ok=True)
             memory = Memory.from_defaults(
