@@ -11,7 +11,9 @@ from llama_index.core import Document
 
 from llama_index_rag_pack import RagPack, RetrievalMode
 from llama_index_rag_pack.cli import main
+from llama_index_rag_pack.components.cited_chat_engine import CitedChatEngine
 from llama_index_rag_pack.components.logical_selector import LogicalSelector
+from llama_index_rag_pack.components.router import FusionRouterRetriever
 from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
 from llama_index_rag_pack.pack.routed import RoutedRagPack
@@ -95,6 +97,19 @@ def test_routed_pack_answers_from_the_chosen_source(pack: RoutedRagPack) -> None
 async def test_routed_pack_async(pack: RoutedRagPack) -> None:
     nodes = await pack.retriever("route").aretrieve("What causes the ocean tides?")
     assert nodes and all(n.metadata["route"] == "space" for n in nodes)
+
+
+def test_chat_on_a_routed_pack_routes_every_condensed_question(pack: RoutedRagPack) -> None:
+    def condense(prompt: str) -> str:  # "it" is the bread of the first turn
+        return prompt.split("Last message:")[1].split("\n")[0].replace(" it ", " bread ")
+
+    engine = pack.make_chat_engine().query_engine  # answers with the pack's scripted LLM
+    assert isinstance(engine.retriever, FusionRouterRetriever)
+    chat = CitedChatEngine.from_query_engine(engine, llm=ScriptedLLM(replies=condense))
+    chat.chat("How do I bake bread?")
+    follow_up = chat.chat("Why does it rise?")
+    assert follow_up.metadata["condensed_question"] == "Why does bread rise?"
+    assert {n.node.metadata["route"] for n in follow_up.source_nodes} == {"food"}
 
 
 def test_reopen_and_route_with_a_logical_selector(milvus_uri: str, embed_model: Any) -> None:

@@ -44,7 +44,8 @@ class RoutedRagPack(RagPack):
     """A :class:`RagPack` over several named sources that routes every question.
 
     The first source is also the pack's own collection (other modes such as ``"vector"`` use it);
-    ``mode="route"`` — the default of :meth:`run`, :meth:`arun` and :attr:`query_engine` here —
+    ``mode="route"`` — the default of :meth:`run`, :meth:`arun`, :attr:`query_engine` and
+    :meth:`make_chat_engine` here —
     picks source(s) per question, fusing several with reciprocal rank fusion.
 
     Args:
@@ -214,6 +215,11 @@ class RoutedRagPack(RagPack):
     @property
     def query_engine(self) -> Any:
         return self.make_query_engine(RetrievalMode.ROUTE)
+
+    def make_chat_engine(self, mode: Any = None, **options: Any) -> Any:
+        """A :class:`~llama_index_rag_pack.CitedChatEngine` that routes every condensed
+        question (``mode`` default ``"route"``); ``options`` as for :class:`RagPack`."""
+        return super().make_chat_engine(RetrievalMode.ROUTE if mode is None else mode, **options)
 
     def make_selected_query_engine(
         self,
