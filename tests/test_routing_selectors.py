@@ -283,6 +283,7 @@ def test_semantic_works_inside_core_router_retriever_choices(embed_model: Any) -
         ({"routes": [Route("a", "x"), Route("a", "y")]}, r"Duplicate route names \['a'\]"),
         ({"routes": ROUTES, "threshold": 1.5}, "threshold must be a cosine score"),
         ({"routes": ROUTES, "top_k": 0}, "top_k must be an integer >= 1, got 0"),
+        ({"routes": ROUTES, "top_k": True}, "top_k must be an integer >= 1, got True"),
         ({"routes": ROUTES, "aggregation": "median"}, "valid values: max, mean"),
         ({"routes": ROUTES, "fallback": "poetry"}, "Fallback route 'poetry' is not among"),
         ({"routes": [{"name": "a", "descr": "x"}]}, r"Unknown route field\(s\) \['descr'\]"),

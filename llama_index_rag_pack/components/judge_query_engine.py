@@ -48,7 +48,7 @@ from llama_index_rag_pack.components.judge_prompts import (
 )
 from llama_index_rag_pack.components.query_bases import PackQueryEngine
 from llama_index_rag_pack.components.settings import resolve_llm
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import check_count
 from llama_index_rag_pack.core.judge_tree import JudgedChunk, SearchNode, SearchTree
 from llama_index_rag_pack.core.judge_verdicts import CallBudget, parse_judge_reply
 from llama_index_rag_pack.core.reference_styles import ReferenceStyle
@@ -150,8 +150,7 @@ class JudgeQueryEngine(PackQueryEngine):
             ("max_llm_calls", max_llm_calls, 2),
             ("max_concurrency", max_concurrency, 1),
         ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ConfigurationError(f"{name} must be an integer >= {low}, got {value!r}")
+            check_count(name, value, minimum=low)
         self._retriever = retriever
         self._llm = llm if llm is not None else resolve_llm(None)
         self.max_depth = max_depth

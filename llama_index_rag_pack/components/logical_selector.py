@@ -28,7 +28,7 @@ from llama_index_rag_pack.components.routes import (
     route_names,
 )
 from llama_index_rag_pack.components.settings import resolve_llm
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 from llama_index_rag_pack.core.llm_output import ParsedRouteReply, parse_route_reply
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -127,8 +127,7 @@ class LogicalSelector(BaseSelector):
         prompt: str | BasePromptTemplate | None = None,
         use_function_calling: bool | None = None,
     ) -> None:
-        if not isinstance(max_outputs, int) or max_outputs < 1:
-            raise ConfigurationError(f"max_outputs must be an integer >= 1, got {max_outputs!r}.")
+        check_count("max_outputs", max_outputs)
         self.llm = resolve_llm(llm)
         self.max_outputs = max_outputs
         self.fallback = fallback

@@ -29,7 +29,7 @@ from llama_index_rag_pack.components.routes import (
 )
 from llama_index_rag_pack.components.settings import resolve_embed_model
 from llama_index_rag_pack.core import similarity
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 from llama_index_rag_pack.core.similarity import Aggregation
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -98,8 +98,7 @@ class SemanticSelector(BaseSelector):
             raise ConfigurationError(
                 f"threshold must be a cosine score in [-1, 1], got {threshold!r}."
             )
-        if not isinstance(top_k, int) or top_k < 1:
-            raise ConfigurationError(f"top_k must be an integer >= 1, got {top_k!r}.")
+        check_count("top_k", top_k)
         self._routes: dict[str, Route] = {}
         if routes is not None:
             coerced = [Route.coerce(r) for r in routes]

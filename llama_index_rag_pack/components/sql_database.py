@@ -51,7 +51,7 @@ from llama_index_rag_pack.components.sql_sqlite import (
     sqlite_path,
     sqlite_url,
 )
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 from llama_index_rag_pack.core.sql_safety import CheckedSQL, SQLLimits, check_sql
 
 __all__ = ["ROLE_CHECKS", "SQLExecutionError", "SQLResult", "SafeSQLDatabase"]
@@ -119,8 +119,7 @@ class SafeSQLDatabase:
             ("sample_rows", sample_rows, 0),
             ("max_result_bytes", max_result_bytes, 1000),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigurationError(f"{name} must be an int >= {low}, got {value!r}")
+            check_count(name, value, minimum=low)
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
             raise ConfigurationError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
         if role_check not in ROLE_CHECKS:

@@ -36,7 +36,7 @@ from llama_index_rag_pack.core.attribution_scores import (
     choose_sources,
 )
 from llama_index_rag_pack.core.citation_markers import MATCH, scan_marker
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 
 __all__ = [
     "AnswerSentence",
@@ -141,8 +141,7 @@ def check_attribution_options(
         raise ConfigurationError(f"attribution weight must be in [0, 1], got {weight}")
     if not 0.0 <= margin <= 1.0:
         raise ConfigurationError(f"attribution margin must be in [0, 1], got {margin}")
-    if not isinstance(max_sources, int) or max_sources < 1:
-        raise ConfigurationError(f"max_sources must be an int >= 1, got {max_sources!r}")
+    check_count("max_sources", max_sources)
 
 
 # --------------------------------------------------------------------------- answer sentences

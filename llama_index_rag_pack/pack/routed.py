@@ -28,7 +28,7 @@ from llama_index_rag_pack.components.semantic_selector import (
     DEFAULT_SEMANTIC_THRESHOLD,
     SemanticSelector,
 )
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 from llama_index_rag_pack.pack.modes import RetrievalMode
 from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.pack.sources import RouteSource, checked_sources, coerce_source
@@ -318,5 +318,4 @@ def _check_routing_options(
         raise ConfigurationError(
             f"selector must be a name or a BaseSelector, got {type(selector).__name__}."
         )
-    if not isinstance(top_k_routes, int) or top_k_routes < 1:
-        raise ConfigurationError(f"top_k_routes must be an integer >= 1, got {top_k_routes!r}.")
+    check_count("top_k_routes", top_k_routes)

@@ -39,7 +39,7 @@ from llama_index_rag_pack.components.raptor_summaries import (
 )
 from llama_index_rag_pack.components.raptor_updates import delete_documents, insert_leaves
 from llama_index_rag_pack.core.clustering import DEFAULT_TOPIC_SIMILARITY
-from llama_index_rag_pack.core.errors import ConfigurationError, EmptyCorpusError
+from llama_index_rag_pack.core.errors import ConfigurationError, EmptyCorpusError, check_count
 from llama_index_rag_pack.storage.raptor_store import RaptorStore
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,8 +70,7 @@ def _check_options(
         ("reduction_dim", reduction_dim, 1),
         ("max_clusters", max_clusters, 2),
     ):
-        if not isinstance(value, int) or value < low:
-            raise ConfigurationError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_count(name, value, minimum=low)
     if not 0.0 <= threshold < 1.0:
         raise ConfigurationError(f"threshold must be in [0, 1), got {threshold!r}")
     if retry_backoff < 0:
