@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 from rapidfuzz import fuzz, process
 
+from llama_index_rag_pack.core.similarity import normalize_rows
+
 __all__ = [
     "DEFAULT_MARGIN",
     "DEFAULT_MAX_SOURCES",
@@ -154,9 +156,7 @@ class Passage:
 
 
 def _unit_rows(matrix: Any) -> np.ndarray:
-    rows = np.atleast_2d(np.asarray(matrix, dtype=np.float64))
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    return rows / np.where(norms == 0, 1.0, norms)
+    return normalize_rows(matrix, dtype=np.float64)
 
 
 def support_matrix(

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from llama_index_rag_pack.core.similarity import normalize_rows
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -122,9 +124,7 @@ def memory_vectors(
                 vectors.extend(row[vector_field] for row in batch)
         finally:
             it.close()
-        matrix = np.asarray(vectors, dtype=np.float32).reshape(len(keys), -1)
-        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-        matrix /= np.where(norms > 0, norms, 1.0)
+        matrix = normalize_rows(np.asarray(vectors, dtype=np.float32).reshape(len(keys), -1))
         with contextlib.suppress(TypeError):
             _COPIES.setdefault(client, {})[slot] = (keys, matrix)
         logger.info(
