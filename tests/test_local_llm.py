@@ -259,3 +259,26 @@ def test_copied_model_file_loads_under_its_own_path(tmp_path: Path) -> None:
     llm = LocalGGUFLLM(model_path=str(copy), parallel=1, max_new_tokens=8)
     assert llm.complete("Say hello.").text.strip()
     assert str(copy.resolve()) in loaded_models()
+
+
+def test_free_text_is_penalised_for_repeating_and_held_replies_are_not() -> None:
+    from llama_index_rag_pack.components.local_llm_engine import request_body
+
+    defaults = {"max_tokens": 64, "temperature": 0.0, "repeat_penalty": 1.1}
+    assert request_body({}, **defaults)["repeat_penalty"] == 1.1
+    assert request_body({"repeat_penalty": 1.0}, **defaults)["repeat_penalty"] == 1.0
+    schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    assert "repeat_penalty" not in request_body({"json_schema": schema}, **defaults)
+    assert "repeat_penalty" not in request_body({"grammar": 'root ::= "x"'}, **defaults)
+    with json_output(schema):
+        assert "repeat_penalty" not in request_body({}, **defaults)
+    with pytest.raises(ConfigurationError, match="not both"):
+        request_body({"json_schema": schema, "grammar": "root ::= x"}, **defaults)
+
+
+@pytest.mark.slow
+def test_a_looping_answer_stops_repeating(local_llm) -> None:
+    # without the penalty this reply says 2 of its 9 sentences twice
+    text = local_llm.complete("What does the aardvark eat?", max_tokens=200).text
+    sentences = [s.strip() for s in text.split(".") if s.strip()]
+    assert len(sentences) == len(set(sentences)), text  # no sentence said twice

@@ -38,7 +38,6 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 
 from llama_index_rag_pack.components.gguf_file import GGUFInfo, read_gguf_info
-from llama_index_rag_pack.components.json_output import requested_json_schema
 from llama_index_rag_pack.components.local_llm_engine import (
     LocalLLMError,
     check_schema,
@@ -49,9 +48,8 @@ from llama_index_rag_pack.components.local_llm_engine import (
     loaded_models,
     one_line,
     raise_for_error,
-    schema_request,
+    request_body,
 )
-from llama_index_rag_pack.core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +84,9 @@ class LocalGGUFLLM(CustomLLM):
         n_threads: CPU threads; ``None``: ``RAG_PACK_LLM_THREADS``, else the cores the 1-minute
             load average leaves free when the process first loads a model (at least 1).
         verbose: Let llama.cpp log to stderr.
+        repeat_penalty: Divides the scores of the tokens generated in the last 64 (1.0: off),
+            so a small model does not loop on one sentence until ``max_new_tokens``; replies held
+            to a JSON schema or grammar are not penalised (their structure repeats by design).
 
     Raises:
         ConfigurationError: the file is missing or not a GGUF file (on construction), or
@@ -119,6 +120,9 @@ class LocalGGUFLLM(CustomLLM):
         default=None, gt=0, description="CPU threads (None: the free cores)."
     )
     verbose: bool = Field(default=False, description="llama.cpp logs on stderr.")
+    repeat_penalty: float = Field(
+        default=1.1, ge=1.0, description="Penalty on tokens of the last 64 (free text only)."
+    )
 
     _info: GGUFInfo = PrivateAttr()
 
@@ -178,26 +182,8 @@ class LocalGGUFLLM(CustomLLM):
 
     # ------------------------------------------------------------------ requests
     def _body(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "max_tokens": int(kwargs.get("max_tokens") or self.max_new_tokens),
-            "temperature": float(kwargs.get("temperature", self.temperature)),
-        }
-        grammar = kwargs.get("grammar")
-        schema = kwargs.get("json_schema") or (None if grammar else requested_json_schema())
-        if grammar and kwargs.get("json_schema"):
-            raise ConfigurationError("Pass json_schema= or grammar=, not both.")
-        if schema is not None:
-            if not isinstance(schema, dict):
-                raise ConfigurationError(
-                    f"json_schema must be a JSON schema dict, got {type(schema).__name__}."
-                )
-            body.update(schema_request(schema), _schema=schema)
-        elif grammar:
-            body["grammar"] = str(grammar)
-        stop = kwargs.get("stop")
-        if stop:
-            body["stop"] = [stop] if isinstance(stop, str) else list(stop)
-        return body
+        defaults = {"max_tokens": self.max_new_tokens, "temperature": self.temperature}
+        return request_body(kwargs, repeat_penalty=self.repeat_penalty, **defaults)
 
     @staticmethod
     def _messages(messages: Sequence[ChatMessage]) -> list[dict[str, str]]:

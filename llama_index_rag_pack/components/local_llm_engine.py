@@ -12,6 +12,7 @@ import os
 import threading
 from typing import Any
 
+from llama_index_rag_pack.components.json_output import requested_json_schema
 from llama_index_rag_pack.core.errors import (
     ConfigurationError,
     LLMNotConfiguredError,
@@ -30,6 +31,7 @@ __all__ = [
     "check_schema",
     "one_line",
     "raise_for_error",
+    "request_body",
     "schema_request",
 ]
 
@@ -196,3 +198,37 @@ def raise_for_error(result: Any) -> None:
     if isinstance(result, dict) and result.get("choices"):
         return
     raise LocalLLMError(error_text(result))
+
+
+def request_body(
+    kwargs: dict[str, Any], *, max_tokens: int, temperature: float, repeat_penalty: float
+) -> dict[str, Any]:
+    """The chat-completion request for a call's ``kwargs`` (``max_tokens``, ``temperature``,
+    ``json_schema`` or ``grammar``, ``stop``, ``repeat_penalty``) over the model's defaults; a
+    reply held to a schema or grammar gets no repetition penalty (its structure repeats).
+
+    Raises:
+        ConfigurationError: both ``json_schema`` and ``grammar``, or a schema that is not a dict.
+    """
+    body: dict[str, Any] = {
+        "max_tokens": int(kwargs.get("max_tokens") or max_tokens),
+        "temperature": float(kwargs.get("temperature", temperature)),
+    }
+    grammar = kwargs.get("grammar")
+    schema = kwargs.get("json_schema") or (None if grammar else requested_json_schema())
+    if grammar and kwargs.get("json_schema"):
+        raise ConfigurationError("Pass json_schema= or grammar=, not both.")
+    if schema is not None:
+        if not isinstance(schema, dict):
+            raise ConfigurationError(
+                f"json_schema must be a JSON schema dict, got {type(schema).__name__}."
+            )
+        body.update(schema_request(schema), _schema=schema)
+    elif grammar:
+        body["grammar"] = str(grammar)
+    else:
+        body["repeat_penalty"] = float(kwargs.get("repeat_penalty", repeat_penalty))
+    stop = kwargs.get("stop")
+    if stop:
+        body["stop"] = [stop] if isinstance(stop, str) else list(stop)
+    return body
