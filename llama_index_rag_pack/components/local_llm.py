@@ -81,8 +81,8 @@ class LocalGGUFLLM(CustomLLM):
         context_window: Prompt + output tokens; ``None`` reads it from the file.
         max_context_window: Upper bound on a context window read from the file.
         parallel: Requests decoded at once (llama.cpp slots sharing one KV cache).
-        n_threads: CPU threads; ``None``: ``RAG_PACK_LLM_THREADS``, else the cores the 1-minute
-            load average leaves free when the process first loads a model (at least 1).
+        n_threads: CPU threads; ``None``: ``RAG_PACK_LLM_THREADS``, else the cores other work
+            leaves free when the process first loads a model (at least 1).
         verbose: Let llama.cpp log to stderr.
         repeat_penalty: Divides the scores of the tokens generated in the last 64 (1.0: off),
             so a small model does not loop on one sentence until ``max_new_tokens``; replies held

@@ -9,7 +9,9 @@ import functools
 import json
 import logging
 import os
+import statistics
 import threading
+import time
 from typing import Any
 
 from llama_index_rag_pack.components.json_output import requested_json_schema
@@ -156,15 +158,26 @@ _DEFAULT_THREADS: int | None = None
 
 
 def _load_average() -> float | None:
+    """How many cores other work keeps busy now: the median, over five reads 10 ms apart, of the
+    runnable tasks Linux counts in ``/proc/loadavg`` less this one (the 1-minute average lags a
+    minute behind a job that just ended); elsewhere the 1-minute load average."""
     try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # pragma: no cover - Windows
-        return None
+        samples = []
+        for _ in range(5):
+            with open("/proc/loadavg", encoding="ascii") as f:
+                samples.append(int(f.read().split()[3].split("/")[0]) - 1)
+            time.sleep(0.01)
+        return float(statistics.median(samples))
+    except (OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0]
+        except (AttributeError, OSError):  # pragma: no cover - Windows
+            return None
 
 
 def free_cores(cores: int, load: float | None) -> int:
-    """The cores other work leaves free (``cores`` less the 1-minute load average, rounded; at
-    least 1), half of them when the load is unknown.
+    """The cores other work leaves free (``cores`` less ``load``, the cores busy elsewhere,
+    rounded; at least 1), half of them when the load is unknown.
 
     llama.cpp's threads wait for each other at every step, so a thread that shares its core with
     other work stalls them all: on a busy 2-core machine 4 short replies took 68 s with 2
