@@ -241,3 +241,19 @@ def test_filters_scope_every_turn(pack: RagPack) -> None:
     assert _cited_titles(response) == {"Aikido"}
     context = engine.query_engine.retrieve(QueryBundle("Andorra capital Ueshiba"))
     assert context and {n.node.metadata["title"] for n in context} == {"Aikido"}
+
+
+def test_callback_handlers_see_each_turns_retrieval(pack: RagPack) -> None:
+    from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
+
+    handler = LlamaDebugHandler()
+    engine = CitedChatEngine.from_defaults(
+        pack.retriever("bm25"), llm(), callback_manager=CallbackManager([handler])
+    )
+    engine.chat(TURNS[0])
+    engine.chat(TURNS[1])
+    retrievals = handler.get_event_pairs(CBEventType.RETRIEVE)
+    assert [pair[0].payload["query_str"] for pair in retrievals] == [
+        TURNS[0],
+        "What is Andorra's capital?",  # what was searched: the condensed question
+    ]

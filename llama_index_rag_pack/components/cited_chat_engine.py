@@ -26,6 +26,7 @@ from llama_index.core import Settings
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.generic_utils import messages_to_history_str
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
+from llama_index.core.callbacks import trace_method
 from llama_index.core.chat_engine.types import (
     AgentChatResponse,
     BaseChatEngine,
@@ -252,6 +253,7 @@ class CitedChatEngine(BaseChatEngine):
         return message
 
     # ------------------------------------------------------------------ turns
+    @trace_method("chat")
     def chat(
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedChatResponse:
@@ -262,6 +264,7 @@ class CitedChatEngine(BaseChatEngine):
         self._memory.put_messages(_turn(message, response))
         return _chat_response(response, question)
 
+    @trace_method("chat")
     async def achat(
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedChatResponse:
@@ -272,6 +275,7 @@ class CitedChatEngine(BaseChatEngine):
         await self._memory.aput_messages(_turn(message, response))
         return _chat_response(response, question)
 
+    @trace_method("chat")
     def stream_chat(
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedStreamingChatResponse:
@@ -292,6 +296,7 @@ class CitedChatEngine(BaseChatEngine):
         chat.chat_stream = gen()
         return chat
 
+    @trace_method("chat")
     async def astream_chat(
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedStreamingChatResponse:
