@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.core import similarity
+from llama_index_rag_pack.core import route_scores, similarity
 from llama_index_rag_pack.core import threshold_calibration as calibration
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.llm_output import parse_route_reply
@@ -171,7 +171,7 @@ def test_property_route_scores_match_brute_force(seed: int, n_routes: int, agg: 
     ids = np.concatenate([np.arange(n_routes), rng.integers(0, n_routes, size=rng.integers(0, 8))])
     rows = rng.normal(size=(ids.size, 8)).astype(np.float32)
     q = rng.normal(size=8).astype(np.float32)
-    got = similarity.aggregate_route_scores(
+    got = route_scores.aggregate_route_scores(
         similarity.cosine_similarities(q, similarity.normalize_rows(rows)), ids, n_routes, agg
     )
     np.testing.assert_allclose(got, _brute_scores(q, rows, ids, n_routes, agg), atol=1e-5)
@@ -185,7 +185,7 @@ def test_property_route_scores_match_brute_force(seed: int, n_routes: int, agg: 
 def test_property_decide_matches_definition(scores: list[float], data: st.DataObject) -> None:
     thresholds = data.draw(st.lists(st.floats(-1, 1), min_size=len(scores), max_size=len(scores)))
     top_k = data.draw(st.integers(1, 4))
-    chosen = similarity.decide(np.asarray(scores), np.asarray(thresholds), top_k)
+    chosen = route_scores.decide(np.asarray(scores), np.asarray(thresholds), top_k)
     passing = [i for i, (s, t) in enumerate(zip(scores, thresholds, strict=True)) if s >= t]
     assert set(chosen) <= set(passing)
     assert len(chosen) == min(top_k, len(passing))
@@ -209,14 +209,14 @@ def test_property_normalize_vector(values: list[float]) -> None:
 
 
 def test_decide_nothing_passes() -> None:
-    assert similarity.decide(np.array([0.1, 0.2]), np.array([0.5, 0.5])) == []
+    assert route_scores.decide(np.array([0.1, 0.2]), np.array([0.5, 0.5])) == []
 
 
 def test_aggregate_rejects_route_without_texts_and_unknown_aggregation() -> None:
     with pytest.raises(ValueError, match="route 1 has no texts"):
-        similarity.aggregate_route_scores(np.array([0.5]), np.array([0]), 2)
+        route_scores.aggregate_route_scores(np.array([0.5]), np.array([0]), 2)
     with pytest.raises(ValueError, match="aggregation"):
-        similarity.aggregate_route_scores(np.array([0.5]), np.array([0]), 1, "median")
+        route_scores.aggregate_route_scores(np.array([0.5]), np.array([0]), 1, "median")
 
 
 def test_fit_thresholds_learns_to_reject_out_of_scope() -> None:
@@ -232,10 +232,10 @@ def test_fit_thresholds_learns_to_reject_out_of_scope() -> None:
         frozenset(),
         frozenset(),
     ]
-    fit = similarity.fit_thresholds(s, labels)
+    fit = route_scores.fit_thresholds(s, labels)
     assert fit.accuracy == 1.0
-    assert similarity.routing_accuracy(s, labels, fit.thresholds) == 1.0
-    assert similarity.routing_accuracy(s, labels, np.zeros(2)) == pytest.approx(4 / 6)
+    assert route_scores.routing_accuracy(s, labels, fit.thresholds) == 1.0
+    assert route_scores.routing_accuracy(s, labels, np.zeros(2)) == pytest.approx(4 / 6)
     # margin: the threshold sits between the out-of-scope and in-scope scores, not on either
     assert 0.35 < fit.thresholds[0] < 0.58
     assert 0.33 < fit.thresholds[1] < 0.55
@@ -252,12 +252,12 @@ def test_property_fit_never_worse_than_its_start(seed: int) -> None:
         for _ in range(n)
     ]
     start = rng.uniform(-0.2, 0.9, size=r)
-    fit = similarity.fit_thresholds(s, labels, initial=start)
-    assert fit.accuracy >= similarity.routing_accuracy(s, labels, start) - 1e-12
-    assert fit.accuracy == pytest.approx(similarity.routing_accuracy(s, labels, fit.thresholds))
-    shared = similarity.fit_thresholds(s, labels)
+    fit = route_scores.fit_thresholds(s, labels, initial=start)
+    assert fit.accuracy >= route_scores.routing_accuracy(s, labels, start) - 1e-12
+    assert fit.accuracy == pytest.approx(route_scores.routing_accuracy(s, labels, fit.thresholds))
+    shared = route_scores.fit_thresholds(s, labels)
     best_shared = max(
-        similarity.routing_accuracy(s, labels, np.full(r, t))
+        route_scores.routing_accuracy(s, labels, np.full(r, t))
         for t in np.unique(s).tolist() + [10.0]
     )
     assert shared.accuracy >= best_shared - 1e-12
@@ -265,14 +265,14 @@ def test_property_fit_never_worse_than_its_start(seed: int) -> None:
 
 def test_fit_thresholds_rejects_bad_shapes() -> None:
     with pytest.raises(ValueError, match="matrix"):
-        similarity.fit_thresholds(np.zeros((2, 2)), [frozenset()])
+        route_scores.fit_thresholds(np.zeros((2, 2)), [frozenset()])
 
 
 def test_routing_accuracy_counts_a_score_equal_to_its_threshold_as_routed() -> None:
     s = np.array([[0.5, 0.2], [0.1, 0.3]])
     labels = [frozenset({0}), frozenset({1})]
-    assert similarity.routing_accuracy(s, labels, np.array([0.5, 0.3])) == 1.0
-    assert similarity.routing_accuracy(np.empty((0, 2)), [], np.zeros(2)) == 0.0
+    assert route_scores.routing_accuracy(s, labels, np.array([0.5, 0.3])) == 1.0
+    assert route_scores.routing_accuracy(np.empty((0, 2)), [], np.zeros(2)) == 0.0
 
 
 # =========================================================================== robust threshold fit
@@ -300,9 +300,9 @@ def _reference_objective(
     groups = [[i for i, lab in enumerate(labels) if bool(lab) == scope] for scope in (True, False)]
     groups = [g for g in groups if g]
     if objective == "accuracy" or len(groups) == 1:
-        return similarity.routing_accuracy(s, labels, t)
+        return route_scores.routing_accuracy(s, labels, t)
     return float(
-        np.mean([similarity.routing_accuracy(s[g], [labels[i] for i in g], t) for g in groups])
+        np.mean([route_scores.routing_accuracy(s[g], [labels[i] for i in g], t) for g in groups])
     )
 
 

@@ -2,7 +2,7 @@
 per-route thresholds on labelled queries (what ``SemanticSelector.fit_thresholds`` runs).
 
 The arithmetic is in :mod:`~llama_index_rag_pack.core.threshold_calibration` and
-:mod:`~llama_index_rag_pack.core.similarity`; this module scores the queries with the selector
+:mod:`~llama_index_rag_pack.core.route_scores`; this module scores the queries with the selector
 and sets the thresholds it finds.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from llama_index_rag_pack.components.routes import ThresholdReport
-from llama_index_rag_pack.core import similarity
+from llama_index_rag_pack.core import route_scores
 from llama_index_rag_pack.core.threshold_calibration import (
     ThresholdFitMethod,
     ThresholdObjective,
@@ -29,7 +29,7 @@ __all__ = ["fit_selector_thresholds"]
 
 def fit_selector_thresholds(
     selector: Any,
-    labelled_queries: Iterable[similarity.LabelledQuery],
+    labelled_queries: Iterable[route_scores.LabelledQuery],
     *,
     max_passes: int = 10,
     method: str | ThresholdFitMethod = ThresholdFitMethod.ROBUST,
@@ -71,13 +71,13 @@ def fit_selector_thresholds(
     """
     method = ThresholdFitMethod.parse(method)
     names = [r.name for r in selector.configured_routes()]
-    queries, labels = similarity.parse_route_labels(labelled_queries, names)
+    queries, labels = route_scores.parse_route_labels(labelled_queries, names)
     routes, matrix = selector.route_scores(queries)
     start = np.asarray([selector.threshold_for(r) for r in routes])
     own = {i: float(start[i]) for i, r in enumerate(routes) if r.threshold is not None}
     robust = None
     if method is ThresholdFitMethod.EXACT:
-        fitted = similarity.fit_thresholds_around(matrix, labels, own, max_passes=max_passes)
+        fitted = route_scores.fit_thresholds_around(matrix, labels, own, max_passes=max_passes)
     else:
         robust = fit_thresholds_robust(
             matrix,
@@ -91,8 +91,8 @@ def fit_selector_thresholds(
             max_passes=max_passes,
         )
         fitted = robust.thresholds
-    before = similarity.routing_accuracy(matrix, labels, start)
-    after = similarity.routing_accuracy(matrix, labels, fitted)
+    before = route_scores.routing_accuracy(matrix, labels, start)
+    after = route_scores.routing_accuracy(matrix, labels, fitted)
     selector.set_fitted({n: float(fitted[i]) for i, n in enumerate(names) if i not in own})
     how = f"{method.value}; {robust.reason}" if robust else method.value
     logger.info("Fitted routing thresholds (%s) on %d queries", how, len(queries))

@@ -3,8 +3,8 @@
 
 Every route text (description, example utterances) is embedded the first time a route is seen
 and kept as a unit vector, keyed by the text: a route whose texts change is re-embedded, nothing
-else is. Scoring a query is one matrix-vector product (:mod:`~llama_index_rag_pack.core.similarity`
-does the arithmetic).
+else is. Scoring a query is one matrix-vector product (:mod:`~llama_index_rag_pack.core.similarity`)
+and a per-route aggregation (:mod:`~llama_index_rag_pack.core.route_scores`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llama_index_rag_pack.components.routes import Route
-from llama_index_rag_pack.core import similarity
+from llama_index_rag_pack.core import route_scores, similarity
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -41,7 +41,7 @@ class RouteEmbeddings:
         >>> cache.ensure(routes)
         >>> cache.text_embedding_count
         3
-        >>> cache.scores([1.0] * 8, routes, similarity.Aggregation.MAX).shape
+        >>> cache.scores([1.0] * 8, routes, route_scores.Aggregation.MAX).shape
         (2,)
     """
 
@@ -104,12 +104,12 @@ class RouteEmbeddings:
         self,
         query_embedding: Sequence[float],
         routes: Sequence[Route],
-        aggregation: similarity.Aggregation,
+        aggregation: route_scores.Aggregation,
     ) -> np.ndarray:
         """One cosine score per route (``routes`` must be embedded: :meth:`ensure`)."""
         matrix, ids = self._route_matrix(routes)
         sims = similarity.cosine_similarities(np.asarray(query_embedding), matrix)
-        return similarity.aggregate_route_scores(sims, ids, len(routes), aggregation.value)
+        return route_scores.aggregate_route_scores(sims, ids, len(routes), aggregation.value)
 
     def embed_queries(self, queries: Sequence[str]) -> list[list[float]]:
         """Query embeddings, in one batch when queries and texts embed alike."""

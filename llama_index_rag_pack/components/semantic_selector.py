@@ -28,9 +28,9 @@ from llama_index_rag_pack.components.routes import (
     route_names,
 )
 from llama_index_rag_pack.components.settings import resolve_embed_model
-from llama_index_rag_pack.core import similarity
+from llama_index_rag_pack.core import route_scores
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count
-from llama_index_rag_pack.core.similarity import Aggregation
+from llama_index_rag_pack.core.route_scores import Aggregation
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -258,7 +258,7 @@ class SemanticSelector(BaseSelector):
         fallback = fallback_index(self.fallback, names)
         scores = self._embeddings.scores(query_embedding, routes, self.aggregation)
         thresholds = np.asarray([self._threshold_for(r) for r in routes])
-        chosen = similarity.decide(scores, thresholds, self.top_k)
+        chosen = route_scores.decide(scores, thresholds, self.top_k)
         score_map = {n: round(float(s), 4) for n, s in zip(names, scores, strict=True)}
         how = f"{self.aggregation.value} cosine"
         if chosen:
@@ -316,7 +316,7 @@ class SemanticSelector(BaseSelector):
 
     # ------------------------------------------------------------------ calibration
     def fit_thresholds(
-        self, labelled_queries: Iterable[similarity.LabelledQuery], **options: Any
+        self, labelled_queries: Iterable[route_scores.LabelledQuery], **options: Any
     ) -> ThresholdReport:
         """Calibrate per-route thresholds on labelled queries; ``options``: ``method``
         (``"robust"`` default, ``"exact"``), ``objective``, ``shrinkage``, ``n_folds``,

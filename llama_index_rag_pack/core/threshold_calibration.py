@@ -1,6 +1,6 @@
 """Robust calibration of per-route routing thresholds: a fit that generalises past its examples.
 
-:func:`~llama_index_rag_pack.core.similarity.fit_thresholds` maximises accuracy on the labelled
+:func:`~llama_index_rag_pack.core.route_scores.fit_thresholds` maximises accuracy on the labelled
 examples it is given. On a few dozen examples that overfits: a threshold moves to win one more
 calibration question and loses several unseen ones, often the out-of-scope ones (there are few
 of them, so sacrificing them costs little calibration accuracy). :func:`fit_thresholds_robust`
@@ -114,7 +114,7 @@ class _Problem:
         return _Problem(self.s[idx], self.ok[idx], self.objective)
 
     def correct(self, thresholds: np.ndarray) -> np.ndarray:
-        """Whether each example's top-1 decision is acceptable (as ``similarity.decide``)."""
+        """Whether each example's top-1 decision is acceptable (as ``route_scores.decide``)."""
         masked = np.where(self.s >= thresholds[None, :], self.s, -np.inf)
         best = masked.argmax(axis=1)
         best[np.isneginf(masked[self.rows, best])] = self.n_routes
@@ -257,7 +257,7 @@ def objective_score(
     """The objective of ``thresholds`` on labelled examples.
 
     ``"accuracy"``: share of top-1 decisions that are acceptable (as
-    :func:`~llama_index_rag_pack.core.similarity.routing_accuracy`). ``"balanced"``: the mean of
+    :func:`~llama_index_rag_pack.core.route_scores.routing_accuracy`). ``"balanced"``: the mean of
     that share over the in-scope examples and over the out-of-scope ones (plain accuracy when
     only one kind is present).
 
