@@ -118,6 +118,7 @@ def test_a_three_turn_conversation_resolves_follow_ups_and_cites_the_right_artic
         if message != TURNS[0]:  # found by the condensed question, not by "its capital"
             assert "Andorra la Vella" in response.source_nodes[0].node.get_content()
     _check_conversation(records)
+    assert response.context_nodes and response.attribution is not None  # as a CitedResponse
     history = engine.chat_history
     assert [m.role for m in history] == [MessageRole.USER, MessageRole.ASSISTANT] * 3
     # the answers without their citations: no numbers, links or references to condense again

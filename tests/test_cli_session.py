@@ -292,6 +292,16 @@ def test_chat_keeps_the_conversation_and_its_commands(
     assert re.findall(r"^Q: (.*)$", out, flags=re.M) == ["What is Milvus?", "Is it open source?"]
 
 
+def test_chat_show_sources_prints_each_turns_evidence(
+    index_uri: str, counted_models: dict[str, int], monkeypatch, capsys
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("What is Milvus?\nIs it open source?\n"))
+    code, out, err = _run(capsys, "--uri", index_uri, "chat", "--no-stream", "--show-sources")
+    assert code == 0, err
+    assert out.count("Evidence (") == 2  # the cited passage of every turn, highlighted
+    assert "Milvus is an open-source vector database" in out.split("Evidence (", 1)[1]
+
+
 def test_chat_goes_on_after_a_failing_question(
     index_uri: str, counted_models: dict[str, int], monkeypatch, capsys
 ) -> None:

@@ -35,6 +35,7 @@ class ChatSession:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.stream = session.answer_options()["stream"]
+        self.show_sources = session.answer_options()["show_sources"]
         self._engine: Any = None
         self.last: Any = None
 
@@ -74,6 +75,10 @@ class ChatSession:
         searched = response.metadata.get("condensed_question")
         if searched and searched != message:
             _cli.err(f"(searched: {searched})")
+        if self.show_sources:
+            from llama_index_rag_pack.cli.evidence import print_evidence
+
+            print_evidence(response)
         self.last = response
 
     def command(self, name: str) -> None:

@@ -73,11 +73,14 @@ _PROMPT_ROOM = 512
 @dataclass
 class CitedChatResponse(AgentChatResponse):
     """A chat turn's answer: ``response`` is the answer with its reference list, ``answer`` the
-    answer alone, ``source_nodes`` the cited chunks, ``citations`` the structured list;
+    answer alone, ``source_nodes`` the cited chunks, ``citations`` the structured list,
+    ``context_nodes`` every chunk the LLM was shown, ``attribution`` the per-sentence support;
     ``metadata`` is the cited response's, plus ``condensed_question``."""
 
     answer: str = ""
     citations: list[Any] = field(default_factory=list)
+    context_nodes: list[Any] = field(default_factory=list)
+    attribution: Any = None
 
 
 @dataclass
@@ -87,6 +90,8 @@ class CitedStreamingChatResponse(StreamingAgentChatResponse):
 
     answer: str = ""
     citations: list[Any] = field(default_factory=list)
+    context_nodes: list[Any] = field(default_factory=list)
+    attribution: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -340,6 +345,8 @@ def _chat_response(response: Any, question: str) -> CitedChatResponse:
         metadata={**(response.metadata or {}), "condensed_question": question},
         answer=response.answer,
         citations=list(response.citations),
+        context_nodes=list(response.context_nodes),
+        attribution=response.attribution,
     )
 
 
@@ -365,3 +372,5 @@ def _finish(chat: CitedStreamingChatResponse, streamed: Any) -> None:
     chat.metadata.update(streamed.metadata or {})
     chat.answer = streamed.answer
     chat.citations[:] = streamed.citations
+    chat.context_nodes[:] = streamed.context_nodes
+    chat.attribution = streamed.attribution
