@@ -196,3 +196,12 @@ def test_a_routed_pack_saves_and_loads_its_router_and_the_cli_too(
     assert first.split("Q: ", 1)[1] == second.split("Q: ", 1)[1]  # the same decision and scores
     assert main([*args, "--fit", str(tmp_path / "missing.jsonl")]) == 2
     assert "cannot read it" in capsys.readouterr().err
+    from llama_index_rag_pack.testing import ScriptedLLM
+
+    llm = ScriptedLLM(default_reply="Knead it for ten minutes [1](id=1).")
+    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    ask = ["--uri", uri, "ask", "How do I knead dough?", "--no-stream", "--router"]
+    assert main([*ask, str(saved)]) == 0  # --router alone routes
+    assert "route     : food_docs" in capsys.readouterr().out
+    assert main([*ask, str(tmp_path / "nowhere.json")]) == 2
+    assert capsys.readouterr().err.startswith("error: No saved router at")

@@ -182,11 +182,10 @@ def check_index_exists(uri: str, collection: str | None) -> None:
 
 
 def wants_routing(args: argparse.Namespace) -> bool:
-    """True when ``ask``/``chat`` route between sources (``--route``, ``--routes`` or
-    ``--mode route``)."""
-    return bool(getattr(args, "route", False) or getattr(args, "routes", None)) or (
-        getattr(args, "mode", None) == "route"
-    )
+    """True when ``ask``/``chat`` route between sources (``--route``, ``--routes``,
+    ``--router`` or ``--mode route``)."""
+    flags = ("route", "routes", "router")
+    return any(getattr(args, f, None) for f in flags) or getattr(args, "mode", None) == "route"
 
 
 def check_input(args: argparse.Namespace, routed: bool) -> str:
@@ -201,6 +200,11 @@ def check_input(args: argparse.Namespace, routed: bool) -> str:
             from llama_index_rag_pack.pack.sources import load_sources
 
             load_sources(args.routes)
+        router = getattr(args, "router", None)
+        if router and not Path(router).is_file():
+            raise ConfigurationError(
+                f"No saved router at {router}: save one with `rag-pack route --save-router FILE`."
+            )
         check_index_exists(uri, None)
     else:
         check_index_exists(uri, args.collection or default_collection())
