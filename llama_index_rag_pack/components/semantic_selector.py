@@ -194,7 +194,7 @@ class SemanticSelector(BaseSelector):
     def restore(self, vectors: Mapping[str, Any], fitted: Mapping[str, float]) -> None:
         """Take saved route-text vectors and fitted thresholds (:meth:`load`)."""
         self._embeddings.restore(vectors)
-        self._fitted = {k: float(v) for k, v in fitted.items() if k in self._routes}
+        self.set_fitted(fitted)
 
     def save(self, path: str | Path) -> Path:
         """Write the routes, thresholds, settings and route vectors to ``path`` (JSON)."""

@@ -105,7 +105,7 @@ class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
         repair: Ask the LLM once to fix a rejected or failing query (default ``True``).
         max_rows, timeout_s, sample_rows, columns, max_result_bytes, role_check: passed to
             :class:`SafeSQLDatabase` when ``database`` is a path or URL.
-        max_tables_in_prompt: With more allowed tables than this, only the this many closest to
+        max_tables_in_prompt: With more allowed tables than this, only that many closest to
             the question are described in the prompt (:class:`SQLTableSelector`: each table's
             name, columns, sample values and ``table_context`` embedded once); the safety checks
             still allow every configured table.
