@@ -47,7 +47,7 @@ def timed(fn: Any, texts: list[str]) -> tuple[float, Any]:
 
 def main() -> None:
     import numpy as np
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+    from llama_index.core.base.embeddings.base import BaseEmbedding
 
     from llama_index_rag_pack.components.settings import resolve_embed_model
 
@@ -60,7 +60,7 @@ def main() -> None:
     model.get_text_embedding_batch(["warm up"])
 
     def given_order(texts: list[str]) -> Any:  # core's batching, bypassing the pack's sort
-        return HuggingFaceEmbedding.get_text_embedding_batch(model, texts)
+        return BaseEmbedding.get_text_embedding_batch(model, texts)
 
     results: dict[str, Any] = {}
     for kind, texts in texts_of(args.articles).items():

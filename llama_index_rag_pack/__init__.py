@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.components.fusion import FusionRetriever
     from llama_index_rag_pack.components.hyde import HyDERetriever
     from llama_index_rag_pack.components.judge_query_engine import JudgeQueryEngine, JudgeResponse
+    from llama_index_rag_pack.components.local_embedding import LocalEmbedding
     from llama_index_rag_pack.components.logical_selector import LogicalSelector
     from llama_index_rag_pack.components.prompt_router import PromptRouter
     from llama_index_rag_pack.components.raptor_levels import RaptorBuildError
@@ -96,6 +97,7 @@ _EXPORTS: dict[str, str] = {
     "SentenceAttributor": ".components.citation_attribution",
     "CitationPostprocessor": ".components.citation_postprocessor",
     "CitedChatEngine": ".components.cited_chat_engine",
+    "LocalEmbedding": ".components.local_embedding",
     "CitedChatResponse": ".components.cited_chat_engine",
     "CitedStreamingChatResponse": ".components.cited_chat_engine",
     "CitedQueryEngine": ".components.cited_query_engine",
@@ -195,6 +197,7 @@ __all__ = [
     "cluster_embeddings",
     "CitationPostprocessor",
     "CitedChatEngine",
+    "LocalEmbedding",
     "CitedChatResponse",
     "CitedStreamingChatResponse",
     "CitedQueryEngine",

@@ -243,7 +243,7 @@ def counted_models(monkeypatch: pytest.MonkeyPatch, embed_model: Any) -> dict[st
 
     monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", resolve_llm)
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings._load_hf_embedding", load_embedding
+        "llama_index_rag_pack.components.settings._load_local_embedding", load_embedding
     )
     monkeypatch.delenv("RAG_PACK_EMBED_MODEL", raising=False)
     return calls

@@ -165,7 +165,7 @@ def test_a_routed_pack_saves_and_loads_its_router_and_the_cli_too(
     tmp_path: Path, embed_model: Any, capsys: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings._load_hf_embedding", lambda *a: embed_model
+        "llama_index_rag_pack.components.settings._load_local_embedding", lambda *a: embed_model
     )
     uri = str(tmp_path / "routed.db")
     pack = RoutedRagPack(_sources(), uri=uri, embed_model=embed_model, threshold=0.3)

@@ -256,12 +256,12 @@ def test_the_local_embedding_model_embeds_off_the_event_loop(embed_model) -> Non
 @hypothesis.settings(max_examples=100, deadline=None)
 @hypothesis.given(st.lists(st.text(max_size=30), max_size=40))
 def test_length_order_round_trips(texts):
-    from llama_index_rag_pack.components.settings import _by_length, _in_order
+    from llama_index_rag_pack.components.local_embedding import by_length, in_order
 
-    order = _by_length(texts)
+    order = by_length(texts)
     lengths = [len(texts[i]) for i in order]
     assert lengths == sorted(lengths) and sorted(order) == list(range(len(texts)))
-    assert _in_order(order, [texts[i] for i in order]) == texts
+    assert in_order(order, [texts[i] for i in order]) == texts
 
 
 def test_batches_sorted_by_length_return_each_texts_own_vector(embed_model):

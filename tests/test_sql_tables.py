@@ -177,7 +177,7 @@ def test_cli_sql_max_tables_in_prompt(
     llm = ScriptedLLM(replies=sql_writer({"med_allergies": "SELECT allergen FROM med_allergies"}))
     monkeypatch.setattr("llama_index_rag_pack.components.settings.resolve_llm", lambda s=None: llm)
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings._load_hf_embedding", lambda *a: embed_model
+        "llama_index_rag_pack.components.settings._load_local_embedding", lambda *a: embed_model
     )
     argv = ["sql", "--db", str(path), "--tables", ",".join(tables), "--format", "json"]
     argv += ["--max-tables-in-prompt", "3", "Which patients are allergic to penicillin?"]

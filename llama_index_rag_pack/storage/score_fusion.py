@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -278,30 +277,15 @@ class MilvusScoreFusionRetriever(PackRetriever):
         return matching_ids(self.dense.client, self.dense.collection_name, self.dense.filter)
 
     def _fused_in_memory(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
-        """BM25 in Milvus and dense and sentence scores from in-memory copies, all as bare ids
-        (the query is embedded in a worker thread while BM25 runs); fused on ids; then one read
-        of the chunks returned."""
-        pending = None
-        if query_bundle.embedding is None:
-            pending = _embedding_pool().submit(
-                contextvars.copy_context().run, self.embed_model.get_query_embedding, query
-            )
+        """BM25 in Milvus and dense and sentence scores from in-memory copies, all as bare ids;
+        fused on ids; then one read of the chunks returned.
+
+        The steps run in turn: Milvus Lite scores BM25 in Python in this process, holding the
+        GIL, so a vector side in a worker thread only waits for it (no faster on 2 cores:
+        ``benchmarks/results/default_latency.md``)."""
         limit, only = self.dense.similarity_top_k, self._only()
         sparse = [_bare(key, score) for key, score in self.sparse.bm25_ids(query, limit, only)]
-        embedding = query_bundle.embedding if pending is None else pending.result()
-        keys, matrix = memory_vectors(
-            self.dense.client,
-            self.dense.collection_name,
-            key_field="id",
-            vector_field=self.dense.dense_field,
-        )
-        dense = [_bare(k, s) for k, s in top_scores(keys, matrix, embedding, limit, only)]
-        sentences = None
-        if self.sentences is not None:
-            best = self.sentences.sentences.search(
-                embedding, max(self.sentences.sentence_pool, limit), only
-            )
-            sentences = [_bare(key, score) for key, score in best[:limit]]
+        dense, sentences = self._memory_sides(query_bundle, query, limit, only)
         fused = convex_fusion(
             dense,
             sparse,
@@ -313,6 +297,27 @@ class MilvusScoreFusionRetriever(PackRetriever):
             sentence_weight=self.sentence_weight if sentences is not None else 0.0,
         )
         return self._with_payloads(fused)[: self.pre_top_k]
+
+    def _memory_sides(
+        self, query_bundle: QueryBundle, query: str, limit: int, only: frozenset[str] | None
+    ) -> tuple[list[NodeWithScore], list[NodeWithScore] | None]:
+        """The dense and sentence candidates (bare ids) from the in-memory vectors."""
+        embedding = query_bundle.embedding
+        if embedding is None:
+            embedding = self.embed_model.get_query_embedding(query)
+        keys, matrix = memory_vectors(
+            self.dense.client,
+            self.dense.collection_name,
+            key_field="id",
+            vector_field=self.dense.dense_field,
+        )
+        dense = [_bare(k, s) for k, s in top_scores(keys, matrix, embedding, limit, only)]
+        if self.sentences is None:
+            return dense, None
+        best = self.sentences.sentences.search(
+            embedding, max(self.sentences.sentence_pool, limit), only
+        )
+        return dense, [_bare(key, score) for key, score in best[:limit]]
 
     def _with_payloads(self, fused: list[NodeWithScore]) -> list[NodeWithScore]:
         """``fused`` with each bare id replaced by its chunk (dropped when the chunk is gone)."""
@@ -345,12 +350,6 @@ class MilvusScoreFusionRetriever(PackRetriever):
         if self.reranker is not None and nodes:
             nodes = await self.reranker.apostprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes[: self.similarity_top_k]
-
-
-@functools.lru_cache(maxsize=1)
-def _embedding_pool() -> ThreadPoolExecutor:
-    """One worker thread that embeds queries while the calling thread runs the BM25 search."""
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-embedding")
 
 
 def _bare(node_id: str, score: float) -> NodeWithScore:

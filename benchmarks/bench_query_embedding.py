@@ -1,0 +1,163 @@
+"""Embedding on ONNX Runtime against PyTorch: a new process's first query, one query, batches.
+
+The bundled all-MiniLM-L6-v2 through the pack's ``LocalEmbedding`` with ``backend="onnx"`` and
+``backend="torch"``:
+
+* **first query in a new process**: import, model load and one query embedding, each backend in
+  its own fresh Python process (the ONNX export already in the cache; its one-time cost is
+  timed separately, in another process, into an empty directory);
+* **one query**: p50 over the ``wiki_qa_para`` dev questions, the two backends taken in turn;
+* **batches**: the chunks and sentences of the first ``--articles`` shipped Wikipedia articles,
+  sorted by length as the pack embeds them, and the largest difference between the two
+  backends' vectors.
+
+Run:  python benchmarks/bench_query_embedding.py [--articles N] [--questions N]
+Writes ``query_embedding.json`` and ``query_embedding.md`` to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from _results import add_out_argument, md_table, write_results
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+BACKENDS = ("onnx", "torch")
+
+_FIRST_QUERY = """
+import json, sys, time
+start = time.perf_counter()
+from llama_index_rag_pack.components.local_embedding import LocalEmbedding
+from llama_index_rag_pack.components.settings import bundled_embed_model_path
+imported = time.perf_counter()
+model = LocalEmbedding(bundled_embed_model_path(), backend=sys.argv[1],
+                       onnx_dir=sys.argv[2] or None)
+model.get_query_embedding("Which river flows through the capital of Hungary?")
+done = time.perf_counter()
+print(json.dumps({"import_s": imported - start, "load_and_first_query_s": done - imported,
+                  "total_s": done - start, "torch_imported": "torch" in sys.modules}))
+"""
+
+
+def first_query(backend: str, onnx_dir: str = "") -> dict[str, Any]:
+    """Import, load and one query in a fresh process."""
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_QUERY, backend, onnx_dir],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def query_p50(models: dict[str, Any], questions: list[str]) -> dict[str, float]:
+    for model in models.values():
+        model.get_query_embedding("warm up")
+    times: dict[str, list[float]] = {name: [] for name in models}
+    names = list(models)
+    for i, question in enumerate(questions):
+        for name in names[i % 2 :] + names[: i % 2]:
+            start = time.perf_counter()
+            models[name].get_query_embedding(question)
+            times[name].append(1000.0 * (time.perf_counter() - start))
+    return {name: statistics.median(v) for name, v in times.items()}
+
+
+def batches(models: dict[str, Any], articles: int) -> dict[str, dict[str, Any]]:
+    import numpy as np
+    from bench_embedding_batches import texts_of
+
+    out: dict[str, dict[str, Any]] = {}
+    for kind, texts in texts_of(articles).items():
+        row: dict[str, Any] = {"texts": len(texts)}
+        vectors = {}
+        for name, model in models.items():
+            start = time.perf_counter()
+            vectors[name] = np.asarray(model.get_text_embedding_batch(texts))
+            row[f"{name}_s"] = time.perf_counter() - start
+        row["max_abs_difference"] = float(np.abs(vectors["onnx"] - vectors["torch"]).max())
+        out[kind] = row
+    return out
+
+
+def main() -> None:
+    from llama_index_rag_pack.components.local_embedding import LocalEmbedding
+    from llama_index_rag_pack.components.settings import bundled_embed_model_path
+    from llama_index_rag_pack.evaluation.labelled import load_labelled_set
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--articles", type=int, default=4)
+    ap.add_argument("--questions", type=int, default=147)
+    add_out_argument(ap)
+    args = ap.parse_args()
+    path = bundled_embed_model_path()
+    first_query("onnx")  # the export exists in the cache from here on
+    cold = {backend: first_query(backend) for backend in BACKENDS}
+    with tempfile.TemporaryDirectory() as empty:
+        start = time.perf_counter()
+        export = first_query("onnx", empty)
+        export["wall_s"] = time.perf_counter() - start
+    models = {b: LocalEmbedding(path, backend=b) for b in BACKENDS}
+    questions = [ex.question for ex in load_labelled_set("wiki_qa_para", split="dev")]
+    p50 = query_p50(models, questions[: args.questions])
+    batch = batches(models, args.articles)
+    results = {
+        "first_query": cold,
+        "first_query_with_export": export,
+        "query_p50_ms": p50,
+        "batches": batch,
+        "cpus": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0],
+    }
+    cold_table = md_table(
+        ["backend", "import s", "load + first query s", "total s", "PyTorch imported"],
+        [
+            [b, f"{r['import_s']:.2f}", f"{r['load_and_first_query_s']:.2f}",
+             f"{r['total_s']:.2f}", "yes" if r["torch_imported"] else "no"]
+            for b, r in [*cold.items(), ("onnx, exporting first (once)", export)]
+        ],
+        "lrrrl",
+    )  # fmt: skip
+    query_table = md_table(
+        ["backend", "one query, p50 ms"], [[b, f"{v:.2f}"] for b, v in p50.items()], "lr"
+    )
+    batch_table = md_table(
+        ["texts", "n", "onnx s", "torch s", "max |difference|"],
+        [
+            [kind, r["texts"], f"{r['onnx_s']:.2f}", f"{r['torch_s']:.2f}",
+             f"{r['max_abs_difference']:.1e}"]
+            for kind, r in batch.items()
+        ],
+        "lrrrr",
+    )  # fmt: skip
+    write_results(
+        "query_embedding",
+        results,
+        [
+            ("A new process: import, load, first query", cold_table),
+            ("One query", query_table),
+            ("Batches (indexing)", batch_table),
+        ],
+        out=args.out,
+        headline_packages=("onnxruntime", "torch", "sentence-transformers"),
+        description=(
+            f"all-MiniLM-L6-v2 (bundled) through LocalEmbedding; {len(questions)} wiki_qa_para "
+            f"dev questions; the first {args.articles} shipped Wikipedia articles for batches; "
+            f"load average at the end {results['load_average_1m']:.2f}."
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()

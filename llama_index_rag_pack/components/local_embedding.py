@@ -1,0 +1,227 @@
+"""``LocalEmbedding``: a local sentence-transformers model, queries on ONNX Runtime.
+
+The pack's default embedding model (the bundled all-MiniLM-L6-v2, or any local model named by
+``RAG_PACK_EMBED_MODEL``). Two runtimes, one set of vectors:
+
+* **queries and small batches** (≤ ``SMALL_BATCH`` texts) run on ONNX Runtime
+  (:mod:`~llama_index_rag_pack.components.onnx_encoder`): one short query in ≈4 ms instead of
+  ≈12-20 ms, and a process that only asks questions never imports PyTorch;
+* **large batches** (indexing) run on sentence-transformers (PyTorch) through core's
+  ``HuggingFaceEmbedding``, about 1.3x faster than ONNX Runtime there on a 2-core CPU, in batches
+  of texts of similar length (the 3,165 sentences of 8 articles embed 2.4x faster sorted than in
+  the order given; ``benchmarks/results/embedding_batches.md``).
+
+``backend`` (or ``RAG_PACK_EMBED_BACKEND``): ``auto`` (the above; PyTorch only when the model
+cannot run on ONNX), ``onnx`` (everything on ONNX Runtime) or ``torch`` (everything on PyTorch).
+The async methods run the model in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.embeddings.base import BaseEmbedding
+from pydantic import Field, PrivateAttr
+
+from llama_index_rag_pack.components.onnx_encoder import (
+    OnnxSentenceEncoder,
+    export_onnx,
+    onnx_export_path,
+    onnx_support,
+)
+from llama_index_rag_pack.core.choices import Choice
+from llama_index_rag_pack.core.errors import ConfigurationError
+
+__all__ = ["EmbedBackend", "LocalEmbedding"]
+
+logger = logging.getLogger(__name__)
+
+SMALL_BATCH = 8
+_EXPORT_LOCK = threading.Lock()
+
+
+class EmbedBackend(Choice):
+    """Which runtime embeds texts (see the module docstring)."""
+
+    AUTO = "auto"
+    ONNX = "onnx"
+    TORCH = "torch"
+
+
+class LocalEmbedding(BaseEmbedding):
+    """A local sentence-transformers model; queries on ONNX Runtime, indexing on PyTorch.
+
+    Args:
+        model_name: A local sentence-transformers directory (loaded on first use), or a name
+            sentence-transformers can load offline (loaded now; runs on PyTorch only).
+        device: ``cpu`` (ONNX Runtime is used on the CPU only; another device means PyTorch).
+        backend: ``auto``, ``onnx`` or ``torch`` (default: ``RAG_PACK_EMBED_BACKEND`` or auto).
+        embed_batch_size: Texts per batch.
+        onnx_dir: Where the ONNX export is kept (default: the cache directory).
+        onnx_threads: ONNX Runtime threads (default 1: a short text gains little from more,
+            and their hand-offs cost more than that on a busy machine).
+
+    Raises:
+        ConfigurationError: unknown backend, a model name that cannot be loaded, or
+            ``backend="onnx"`` for a model that cannot be exported (the first embedding says
+            why).
+    """
+
+    model_name: str = Field(description="Local sentence-transformers model directory or name.")
+    device: str = Field(default="cpu")
+    backend: str = Field(default="auto")
+    onnx_dir: str | None = Field(default=None)
+    onnx_threads: int | None = Field(default=None)
+
+    _lock: Any = PrivateAttr(default_factory=threading.Lock)
+    _onnx: Any = PrivateAttr(default=None)
+    _onnx_failed: str | None = PrivateAttr(default=None)
+    _torch: Any = PrivateAttr(default=None)
+
+    def __init__(self, model_name: str, **kwargs: Any) -> None:
+        backend = kwargs.pop("backend", None) or os.environ.get("RAG_PACK_EMBED_BACKEND", "auto")
+        kwargs.setdefault("embed_batch_size", 64)
+        super().__init__(
+            model_name=str(model_name), backend=EmbedBackend.parse(backend).value, **kwargs
+        )
+        if self.device != "cpu" and self.backend == EmbedBackend.ONNX.value:
+            raise ConfigurationError("backend='onnx' runs on the CPU; use backend='torch'.")
+        if not Path(self.model_name).is_dir():
+            # a name for sentence-transformers to find offline: loaded now, so a wrong name is
+            # an error here and not at the first embedding
+            try:
+                self._torch_model()
+            except Exception as e:  # OSError, ValueError, HF hub errors
+                raise ConfigurationError(
+                    f"Cannot load the embedding model {self.model_name!r}: {e}"
+                ) from None
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "LocalEmbedding"
+
+    # ------------------------------------------------------------------ runtimes
+    @property
+    def query_backend(self) -> str:
+        """``onnx`` or ``torch``: what embeds a query (loads the ONNX model if needed)."""
+        return EmbedBackend.ONNX.value if self._onnx_encoder() else EmbedBackend.TORCH.value
+
+    def _onnx_encoder(self) -> OnnxSentenceEncoder | None:
+        if self._onnx is not None or self._onnx_failed is not None:
+            return self._onnx
+        if self.backend == EmbedBackend.TORCH.value or self.device != "cpu":
+            self._onnx_failed = f"backend {self.backend!r} on {self.device!r}"
+            return None
+        with self._lock:
+            if self._onnx is None and self._onnx_failed is None:
+                try:
+                    self._onnx = self._load_onnx()
+                except Exception as e:  # export or load: torch, onnx and the file system
+                    if self.backend == EmbedBackend.ONNX.value:
+                        if isinstance(e, ConfigurationError):
+                            raise
+                        raise ConfigurationError(f"Cannot run on ONNX Runtime: {e}") from e
+                    self._onnx_failed = str(e)
+                    logger.info("Embedding on PyTorch only: %s", e)
+        return self._onnx
+
+    def _load_onnx(self) -> OnnxSentenceEncoder:
+        reason = onnx_support(self.model_name)
+        if reason:
+            raise ConfigurationError(f"{self.model_name} cannot run on ONNX Runtime: {reason}.")
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise ConfigurationError("onnxruntime is not installed.") from None
+        path = onnx_export_path(self.model_name, self.onnx_dir)
+        threads = self.onnx_threads or 1
+        with _EXPORT_LOCK:
+            if path.is_file():
+                try:
+                    return OnnxSentenceEncoder(self.model_name, path, threads=threads)
+                except ConfigurationError as e:  # a damaged export: made again below
+                    logger.warning("%s; exporting again", e)
+                    path.unlink(missing_ok=True)
+            logger.info("Exporting %s to ONNX once (%s)", self.model_name, path)
+            export_onnx(self.model_name, path)
+        return OnnxSentenceEncoder(self.model_name, path, threads=threads)
+
+    def _torch_model(self) -> BaseEmbedding:
+        if self._torch is None:
+            with self._lock:
+                if self._torch is None:
+                    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+                    self._torch = HuggingFaceEmbedding(
+                        model_name=self.model_name,
+                        device=self.device,
+                        embed_batch_size=self.embed_batch_size,
+                    )
+        return self._torch
+
+    def _embed(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
+        """On ONNX Runtime: queries, and small batches unless only PyTorch is loaded yet (an
+        indexing run never exports); on PyTorch: the rest."""
+        if self.backend == EmbedBackend.ONNX.value or query:
+            onnx = True
+        else:
+            onnx = len(texts) <= SMALL_BATCH and (self._onnx is not None or self._torch is None)
+        encoder = self._onnx_encoder() if onnx else None
+        if encoder is not None:
+            return encoder.encode(texts).tolist()
+        return self._torch_model()._get_text_embeddings(texts)
+
+    # ------------------------------------------------------------------ BaseEmbedding
+    def _get_query_embedding(self, query: str) -> list[float]:
+        return self._embed([query], query=True)[0]
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        return self._embed([text])[0]
+
+    def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return self._embed(texts)
+
+    async def _aget_query_embedding(self, query: str) -> list[float]:
+        return await asyncio.to_thread(self._get_query_embedding, query)
+
+    async def _aget_text_embedding(self, text: str) -> list[float]:
+        return await asyncio.to_thread(self._get_text_embedding, text)
+
+    async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self._get_text_embeddings, texts)
+
+    def get_text_embedding_batch(
+        self, texts: list[str], show_progress: bool = False, **kwargs: Any
+    ) -> list[list[float]]:
+        order = by_length(texts)
+        vectors = super().get_text_embedding_batch(
+            [texts[i] for i in order], show_progress=show_progress, **kwargs
+        )
+        return in_order(order, vectors)
+
+    async def aget_text_embedding_batch(
+        self, texts: list[str], show_progress: bool = False, **kwargs: Any
+    ) -> list[list[float]]:
+        order = by_length(texts)
+        vectors = await super().aget_text_embedding_batch(
+            [texts[i] for i in order], show_progress=show_progress, **kwargs
+        )
+        return in_order(order, vectors)
+
+
+def by_length(texts: list[str]) -> list[int]:
+    """Positions of ``texts``, shortest text first (stable)."""
+    return sorted(range(len(texts)), key=lambda i: len(texts[i]))
+
+
+def in_order(order: list[int], vectors: list[Any]) -> list[Any]:
+    """``vectors`` (computed in ``order``) put back in the original positions."""
+    out: list[Any] = [None] * len(order)
+    for position, vector in zip(order, vectors, strict=True):
+        out[position] = vector
+    return out

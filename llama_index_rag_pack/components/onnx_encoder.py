@@ -1,0 +1,241 @@
+"""A sentence-transformers model run by ONNX Runtime: export once, then embed without PyTorch.
+
+A mean-pooled sentence-transformers model (``Transformer`` → ``Pooling(mean)`` →
+``Normalize``, e.g. the bundled all-MiniLM-L6-v2) is exported once from its own weights with
+``torch.onnx`` (mean pooling and the L2 normalisation inside the graph) into the cache directory
+(:func:`cache_dir`), checked against the PyTorch model on a probe text, and reused by every later
+process. Embedding then needs only ONNX Runtime and the model's ``tokenizer.json`` (the
+``tokenizers`` library): no PyTorch import (≈6 s on a 2-core machine), and one short query in
+≈4 ms instead of ≈12-20 ms (``benchmarks/results/query_embedding.md``).
+
+Texts are tokenized as sentence-transformers does (whitespace stripped, lower-cased when the
+model says so, truncated to ``max_seq_length``), so the vectors match the PyTorch model's to
+float precision.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llama_index_rag_pack.core.errors import ConfigurationError
+
+__all__ = ["OnnxSentenceEncoder", "cache_dir", "export_onnx", "onnx_export_path", "onnx_support"]
+
+logger = logging.getLogger(__name__)
+
+# bump when the exported graph changes, so old exports are not reused
+EXPORT_FORMAT = 1
+PROBE_TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
+MIN_PROBE_COSINE = 0.9999
+_MEAN_POOLING = "sentence_transformers.models.Pooling"
+_MODULES = (
+    "sentence_transformers.models.Transformer",
+    _MEAN_POOLING,
+    "sentence_transformers.models.Normalize",
+)
+
+
+def cache_dir() -> Path:
+    """Where derived model files live: ``RAG_PACK_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/llama-index-rag-pack``, else ``~/.cache/llama-index-rag-pack``."""
+    configured = os.environ.get("RAG_PACK_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "llama-index-rag-pack"
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def onnx_support(model_dir: str | Path) -> str | None:
+    """``None`` when ``model_dir`` can run on ONNX Runtime, else why not (one line).
+
+    Supported: a local sentence-transformers directory whose modules are a ``Transformer``, a
+    mean ``Pooling`` and a ``Normalize``, with a ``tokenizer.json`` and no prompts.
+    """
+    root = Path(model_dir)
+    if not root.is_dir():
+        return f"{model_dir} is not a local model directory"
+    modules = _read_json(root / "modules.json")
+    if not isinstance(modules, list) or tuple(m.get("type") for m in modules) != _MODULES:
+        return "only Transformer + mean Pooling + Normalize sentence-transformers models"
+    pooling = _read_json(root / modules[1].get("path", "") / "config.json") or {}
+    others = [k for k, v in pooling.items() if k.startswith("pooling_mode_") and v]
+    if others != ["pooling_mode_mean_tokens"]:
+        return f"pooling {others} is not mean pooling"
+    if not (root / "tokenizer.json").is_file():
+        return "no tokenizer.json"
+    if (_read_json(root / "config_sentence_transformers.json") or {}).get("prompts"):
+        return "the model defines prompts"
+    return None
+
+
+def _weights(root: Path) -> Path:
+    for name in ("model.safetensors", "pytorch_model.bin"):
+        if (root / name).is_file():
+            return root / name
+    raise ConfigurationError(f"No model weights (model.safetensors) in {root}.")
+
+
+def onnx_export_path(model_dir: str | Path, directory: str | Path | None = None) -> Path:
+    """Where the export of ``model_dir`` lives: named by the model directory, its weights file
+    (size and modification time) and the export format, so a changed model is exported again."""
+    root = Path(model_dir).resolve()
+    weights = _weights(root)
+    stat = weights.stat()
+    key = f"{root}|{weights.name}|{stat.st_size}|{stat.st_mtime_ns}|{EXPORT_FORMAT}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    name = root.name if root.name != "model" else root.parent.name
+    return Path(directory or cache_dir()) / "onnx" / f"{name}-{digest}.onnx"
+
+
+def _max_length(root: Path) -> int:
+    config = _read_json(root / "sentence_bert_config.json") or {}
+    return int(config.get("max_seq_length") or 512)
+
+
+def _lower_case(root: Path) -> bool:
+    return bool((_read_json(root / "sentence_bert_config.json") or {}).get("do_lower_case"))
+
+
+def export_onnx(model_dir: str | Path, target: str | Path) -> Path:
+    """Export ``model_dir`` (with mean pooling and normalisation) to ``target``, atomically.
+
+    Needs PyTorch, ``transformers`` and ``onnx``. The export is checked against the PyTorch
+    model on a probe text before it is kept.
+
+    Raises:
+        ConfigurationError: the model is not supported, a library is missing, or the export
+            does not reproduce the PyTorch vectors.
+    """
+    root, target = Path(model_dir), Path(target)
+    reason = onnx_support(root)
+    if reason:
+        raise ConfigurationError(f"Cannot export {root} to ONNX: {reason}.")
+    try:
+        import onnx  # noqa: F401  (torch.onnx needs it)
+        import torch
+        from transformers import AutoModel
+    except ImportError as e:
+        raise ConfigurationError(
+            f"Exporting to ONNX needs torch and onnx ({e.name} missing)."
+        ) from None
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.partial")
+    model = AutoModel.from_pretrained(str(root)).eval()
+    pooled = _pooled_module(torch, model)
+    ids = torch.tensor([[101, 2023, 102], [101, 102, 0]])
+    mask = (ids != 0).long()
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                pooled,
+                (ids, mask),
+                str(partial),
+                input_names=["input_ids", "attention_mask"],
+                output_names=["embedding"],
+                dynamic_axes={
+                    "input_ids": {0: "batch", 1: "tokens"},
+                    "attention_mask": {0: "batch", 1: "tokens"},
+                    "embedding": {0: "batch"},
+                },
+                opset_version=17,
+                dynamo=False,
+            )
+        encoder = OnnxSentenceEncoder(root, partial, threads=1)
+        with torch.no_grad():
+            expected = pooled(*_torch_inputs(torch, encoder, [PROBE_TEXT]))[0].numpy()
+        cosine = float(np.dot(encoder.encode([PROBE_TEXT])[0], expected))
+        if cosine < MIN_PROBE_COSINE:
+            raise ConfigurationError(
+                f"The ONNX export of {root} does not reproduce its vectors (cosine {cosine:.6f})."
+            )
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    logger.info("Exported %s to ONNX: %s", root, target)
+    return target
+
+
+def _pooled_module(torch: Any, model: Any) -> Any:
+    class MeanPooled(torch.nn.Module):  # type: ignore[misc, name-defined]
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
+            hidden = self.model(input_ids=input_ids, attention_mask=attention_mask)[0]
+            mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            return torch.nn.functional.normalize(mean, p=2.0, dim=1)
+
+    return MeanPooled().eval()
+
+
+def _torch_inputs(torch: Any, encoder: OnnxSentenceEncoder, texts: list[str]) -> tuple[Any, Any]:
+    ids, mask = encoder.tokenize(texts)
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+class OnnxSentenceEncoder:
+    """An exported sentence model: ``encode(texts)`` returns unit vectors (float32 rows).
+
+    Thread-safe (ONNX Runtime sessions run concurrently; the tokenizer is used per call).
+    """
+
+    def __init__(self, model_dir: str | Path, onnx_path: str | Path, *, threads: int = 2) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        root = Path(model_dir)
+        self.max_length = _max_length(root)
+        self.lower_case = _lower_case(root)
+        tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(self.max_length)
+        self._tokenizer = tokenizer
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = max(1, int(threads))
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        # idle threads sleep at once instead of spinning on a core the caller needs next
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            self._session = ort.InferenceSession(
+                str(onnx_path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as e:  # onnxruntime raises its own Fail/InvalidProtobuf types
+            raise ConfigurationError(f"Cannot load the ONNX model {onnx_path}: {e}") from None
+
+    def tokenize(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids and attention mask (int64), padded to the longest text."""
+        prepared = [t.strip().lower() if self.lower_case else t.strip() for t in texts]
+        encodings = self._tokenizer.encode_batch(prepared)
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), dtype=np.int64)
+        mask = np.zeros((len(encodings), width), dtype=np.int64)
+        for row, e in enumerate(encodings):
+            ids[row, : len(e.ids)] = e.ids
+            mask[row, : len(e.ids)] = 1
+        return ids, mask
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        ids, mask = self.tokenize(texts)
+        return self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0]

@@ -1,0 +1,164 @@
+"""LocalEmbedding: queries on ONNX Runtime, batches on PyTorch, the same vectors either way."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llama_index_rag_pack.components import onnx_encoder
+from llama_index_rag_pack.components.local_embedding import SMALL_BATCH, LocalEmbedding
+from llama_index_rag_pack.core.errors import ConfigurationError
+
+TEXTS = [
+    "Which river flows through Budapest?",
+    "",
+    "   padded with spaces   ",
+    "Ünïcödé — 北京 and émojis 🚀 in one line",
+    "A long passage about rivers. " * 120,  # far past the 256-token limit: truncated alike
+    "x",
+]
+
+
+@pytest.fixture(scope="module")
+def torch_reference(embed_model):
+    from llama_index.embeddings.huggingface import HuggingFaceEmbedding
+
+    return HuggingFaceEmbedding(model_name=embed_model.model_name, device="cpu")
+
+
+@pytest.fixture()
+def exported_copy(embed_model, tmp_path) -> Path:
+    """An onnx_dir holding a copy of the default export (made by the session's model)."""
+    embed_model.get_query_embedding("warm up")
+    source = onnx_encoder.onnx_export_path(embed_model.model_name)
+    target = onnx_encoder.onnx_export_path(embed_model.model_name, tmp_path)
+    target.parent.mkdir(parents=True)
+    shutil.copyfile(source, target)
+    return tmp_path
+
+
+def test_default_model_embeds_queries_on_onnx_with_the_torch_vectors(embed_model, torch_reference):
+    assert isinstance(embed_model, LocalEmbedding)
+    assert embed_model.query_backend == "onnx"
+    onnx = np.array([embed_model.get_query_embedding(t) for t in TEXTS])
+    reference = np.array(torch_reference.get_text_embedding_batch(TEXTS))
+    assert onnx.shape == (len(TEXTS), 384)
+    assert np.allclose(onnx, reference, atol=1e-5)
+    assert np.allclose(np.linalg.norm(onnx, axis=1), 1.0, atol=1e-5)
+
+
+def test_large_batches_run_on_torch_small_ones_on_onnx(embed_model, monkeypatch):
+    texts = [f"sentence number {i} about a river" for i in range(SMALL_BATCH + 5)]
+    calls: list[int] = []
+    encoder = embed_model._onnx_encoder()
+    original = encoder.encode
+    monkeypatch.setattr(encoder, "encode", lambda t: calls.append(len(t)) or original(t))
+    big = np.array(embed_model._get_text_embeddings(texts))
+    assert calls == []  # PyTorch
+    small = np.array(embed_model._get_text_embeddings(texts[:SMALL_BATCH]))
+    assert calls == [SMALL_BATCH]
+    assert np.allclose(big[:SMALL_BATCH], small, atol=1e-5)
+
+
+def test_async_query_embedding_matches_sync(embed_model):
+    sync = embed_model.get_query_embedding(TEXTS[0])
+    asynchronous = asyncio.run(embed_model.aget_query_embedding(TEXTS[0]))
+    assert np.allclose(sync, asynchronous, atol=1e-6)
+
+
+def test_torch_backend_never_loads_onnx(embed_model):
+    model = LocalEmbedding(embed_model.model_name, backend="torch")
+    vector = model.get_query_embedding(TEXTS[0])
+    assert model.query_backend == "torch" and model._onnx is None
+    assert np.allclose(vector, embed_model.get_query_embedding(TEXTS[0]), atol=1e-5)
+
+
+def test_onnx_backend_embeds_large_batches_on_onnx_too(embed_model, exported_copy):
+    model = LocalEmbedding(embed_model.model_name, backend="onnx", onnx_dir=str(exported_copy))
+    texts = [f"text {i}" for i in range(3 * SMALL_BATCH)]
+    vectors = np.array(model.get_text_embedding_batch(texts))
+    assert model._torch is None
+    assert np.allclose(vectors, embed_model.get_text_embedding_batch(texts), atol=1e-5)
+
+
+def test_unknown_backend_is_one_error(embed_model):
+    with pytest.raises(ConfigurationError, match="Unknown embed backend 'cuda'"):
+        LocalEmbedding(embed_model.model_name, backend="cuda")
+
+
+def test_backend_from_environment(embed_model, monkeypatch):
+    monkeypatch.setenv("RAG_PACK_EMBED_BACKEND", "torch")
+    assert LocalEmbedding(embed_model.model_name).backend == "torch"
+
+
+def _copy_model(embed_model, tmp_path: Path, pooling: dict | None = None) -> Path:
+    model_dir = tmp_path / "model"
+    shutil.copytree(embed_model.model_name, model_dir)
+    if pooling is not None:
+        (model_dir / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return model_dir
+
+
+def test_a_model_onnx_cannot_run_falls_back_to_torch(embed_model, tmp_path):
+    cls_pooling = {"word_embedding_dimension": 384, "pooling_mode_cls_token": True}
+    model_dir = _copy_model(embed_model, tmp_path, cls_pooling)
+    auto = LocalEmbedding(str(model_dir), onnx_dir=str(tmp_path / "cache"))
+    assert len(auto.get_query_embedding("hello")) == 384
+    assert auto.query_backend == "torch"
+    assert not (tmp_path / "cache").exists()  # nothing exported
+    strict = LocalEmbedding(str(model_dir), backend="onnx", onnx_dir=str(tmp_path / "cache"))
+    with pytest.raises(ConfigurationError, match="not mean pooling"):
+        strict.get_query_embedding("hello")
+
+
+def test_a_damaged_export_is_made_again(embed_model, exported_copy):
+    path = onnx_encoder.onnx_export_path(embed_model.model_name, exported_copy)
+    path.write_bytes(b"not an onnx model")
+    model = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
+    vector = model.get_query_embedding(TEXTS[0])
+    assert model.query_backend == "onnx"
+    assert np.allclose(vector, embed_model.get_query_embedding(TEXTS[0]), atol=1e-5)
+    assert path.stat().st_size > 1_000_000
+
+
+def test_an_existing_export_is_reused(embed_model, exported_copy, monkeypatch):
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr("llama_index_rag_pack.components.local_embedding.export_onnx", no_export)
+    model = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
+    assert model.query_backend == "onnx"
+
+
+def test_a_changed_model_gets_a_new_export_path(embed_model, tmp_path):
+    model_dir = _copy_model(embed_model, tmp_path)
+    before = onnx_encoder.onnx_export_path(model_dir, tmp_path)
+    weights = model_dir / "model.safetensors"
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
+    assert onnx_encoder.onnx_export_path(model_dir, tmp_path) != before
+
+
+def test_a_process_that_only_embeds_queries_never_imports_torch(embed_model, tmp_path):
+    embed_model.get_query_embedding("make sure the export exists")
+    code = (
+        "import sys\n"
+        "from llama_index_rag_pack.components.settings import resolve_embed_model\n"
+        "model = resolve_embed_model()\n"
+        "assert len(model.get_query_embedding('hello')) == 384\n"
+        "assert model.query_backend == 'onnx'\n"
+        "print('torch' in sys.modules, 'sentence_transformers' in sys.modules)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAG_PACK_EMBED_BACKEND"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
