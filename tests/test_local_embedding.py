@@ -55,17 +55,45 @@ def test_default_model_embeds_queries_on_onnx_with_the_torch_vectors(embed_model
     assert np.allclose(np.linalg.norm(onnx, axis=1), 1.0, atol=1e-5)
 
 
-def test_large_batches_run_on_torch_small_ones_on_onnx(embed_model, monkeypatch):
+@pytest.fixture()
+def spied(monkeypatch):
+    """Record, per get_text_embedding_batch call, whether ONNX Runtime encoded anything."""
+    seen: list[str] = []
+    original = onnx_encoder.OnnxSentenceEncoder.encode
+
+    def encode(self, texts):
+        seen.append("onnx")
+        return original(self, texts)
+
+    monkeypatch.setattr(onnx_encoder.OnnxSentenceEncoder, "encode", encode)
+    monkeypatch.setattr("llama_index_rag_pack.components.local_embedding.LARGE_BATCH", 30)
+
+    def runtime_of(model, n: int) -> str:
+        seen.clear()
+        texts = [f"sentence number {i} about a river" for i in range(n)]
+        model.get_text_embedding_batch(texts)
+        return "onnx" if seen else "torch"
+
+    return runtime_of
+
+
+def test_batch_runtime_depends_on_size_and_what_is_loaded(embed_model, exported_copy, spied):
+    asking = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
+    asking.get_query_embedding("a question first, as `rag-pack ask` does")
+    assert spied(asking, 20) == "onnx" and asking._torch is None  # no PyTorch load for 20
+    assert spied(asking, 31) == "torch" and asking._torch is not None  # past LARGE_BATCH
+    assert spied(asking, 20) == "torch"  # PyTorch is loaded now: it is faster
+    assert spied(asking, SMALL_BATCH) == "onnx"
+    indexing = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
+    assert spied(indexing, 20) == "torch"
+    assert spied(indexing, 3) == "torch" and indexing._onnx is None  # never exports to index
+
+
+def test_batches_on_either_runtime_give_the_same_vectors(embed_model):
     texts = [f"sentence number {i} about a river" for i in range(SMALL_BATCH + 5)]
-    calls: list[int] = []
-    encoder = embed_model._onnx_encoder()
-    original = encoder.encode
-    monkeypatch.setattr(encoder, "encode", lambda t: calls.append(len(t)) or original(t))
-    big = np.array(embed_model._get_text_embeddings(texts))
-    assert calls == []  # PyTorch
-    small = np.array(embed_model._get_text_embeddings(texts[:SMALL_BATCH]))
-    assert calls == [SMALL_BATCH]
-    assert np.allclose(big[:SMALL_BATCH], small, atol=1e-5)
+    torch_side = np.array(embed_model._torch_model()._get_text_embeddings(texts))
+    onnx_side = embed_model._onnx_encoder().encode(texts)
+    assert np.allclose(torch_side, onnx_side, atol=1e-5)
 
 
 def test_async_query_embedding_matches_sync(embed_model):

@@ -209,7 +209,8 @@ def test_rag_pack_ask_self_query_reads_fields_from_a_file(
         lambda spec=None: ScriptedLLM(replies=reply),
     )
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings._load_local_embedding", lambda *a: pack.embed_model
+        "llama_index_rag_pack.components.settings._load_local_embedding",
+        lambda *a: pack.embed_model,
     )
     fields = tmp_path / "fields.json"
     fields.write_text(json.dumps(FIELDS))

@@ -21,15 +21,16 @@ best (:class:`~llama_index_rag_pack.core.attribution.Evidence`), which ``rag-pac
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from llama_index.core.schema import MetadataMode
-from llama_index.core.utils import globals_helper
 
 from llama_index_rag_pack.components.sentences import chunk_sentences
 from llama_index_rag_pack.core.attribution import (
@@ -116,6 +117,22 @@ class _Prepared:
     passages: list[Passage]
 
 
+@functools.cache
+def english_stopwords() -> frozenset[str]:
+    """NLTK's English stop words, read from the copy LlamaIndex ships (core's
+    ``globals_helper.stopwords`` imports nltk and with it scipy: ≈1.7 s of a one-question run);
+    through ``globals_helper`` where that file is not found."""
+    import llama_index.core
+
+    folder = Path(llama_index.core.__file__).parent / "_static" / "nltk_cache" / "corpora"
+    try:
+        return frozenset((folder / "stopwords" / "english").read_text(encoding="utf-8").split())
+    except OSError:
+        from llama_index.core.utils import globals_helper
+
+        return frozenset(globals_helper.stopwords)
+
+
 class SentenceAttributor:
     """Attributes answer sentences to the context passages that support them.
 
@@ -157,7 +174,7 @@ class SentenceAttributor:
         self.weight = weight
         self.margin = margin
         self.max_sources = max_sources
-        self.stopwords = frozenset(globals_helper.stopwords if stopwords is None else stopwords)
+        self.stopwords = english_stopwords() if stopwords is None else frozenset(stopwords)
         self._cache: OrderedDict[str, list[float]] = OrderedDict()
 
     # ------------------------------------------------------------------ public

@@ -3,13 +3,15 @@
 The pack's default embedding model (the bundled all-MiniLM-L6-v2, or any local model named by
 ``RAG_PACK_EMBED_MODEL``). Two runtimes, one set of vectors:
 
-* **queries and small batches** (≤ ``SMALL_BATCH`` texts) run on ONNX Runtime
-  (:mod:`~llama_index_rag_pack.components.onnx_encoder`): one short query in ≈4 ms instead of
-  ≈12-20 ms, and a process that only asks questions never imports PyTorch;
-* **large batches** (indexing) run on sentence-transformers (PyTorch) through core's
-  ``HuggingFaceEmbedding``, about 1.3x faster than ONNX Runtime there on a 2-core CPU, in batches
-  of texts of similar length (the 3,165 sentences of 8 articles embed 2.4x faster sorted than in
-  the order given; ``benchmarks/results/embedding_batches.md``).
+* **queries** run on ONNX Runtime (:mod:`~llama_index_rag_pack.components.onnx_encoder`): one
+  query in ≈7 ms instead of ≈12 ms, and a process that only asks questions never imports PyTorch
+  (≈5 s); so do batches of up to ``SMALL_BATCH`` texts, and of up to ``LARGE_BATCH`` while
+  PyTorch is not loaded (an answer's sentences for citation attribution);
+* **larger batches** (indexing) run on sentence-transformers (PyTorch) through core's
+  ``HuggingFaceEmbedding``, about 1.7x faster than ONNX Runtime there on a 2-core CPU
+  (``benchmarks/results/query_embedding.md``), in batches of texts of similar length (the 3,165
+  sentences of 8 articles embed 2.4x faster sorted than in the order given;
+  ``benchmarks/results/embedding_batches.md``).
 
 ``backend`` (or ``RAG_PACK_EMBED_BACKEND``): ``auto`` (the above; PyTorch only when the model
 cannot run on ONNX), ``onnx`` (everything on ONNX Runtime) or ``torch`` (everything on PyTorch).
@@ -19,6 +21,7 @@ The async methods run the model in a worker thread, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import threading
@@ -42,6 +45,9 @@ __all__ = ["EmbedBackend", "LocalEmbedding"]
 logger = logging.getLogger(__name__)
 
 SMALL_BATCH = 8
+LARGE_BATCH = 512
+# the number of texts of the get_text_embedding_batch call being served (core cuts it up)
+_CALL_SIZE: contextvars.ContextVar[int] = contextvars.ContextVar("call_size", default=0)
 _EXPORT_LOCK = threading.Lock()
 
 
@@ -63,8 +69,8 @@ class LocalEmbedding(BaseEmbedding):
         backend: ``auto``, ``onnx`` or ``torch`` (default: ``RAG_PACK_EMBED_BACKEND`` or auto).
         embed_batch_size: Texts per batch.
         onnx_dir: Where the ONNX export is kept (default: the cache directory).
-        onnx_threads: ONNX Runtime threads (default 1: a short text gains little from more,
-            and their hand-offs cost more than that on a busy machine).
+        onnx_threads: ONNX Runtime threads (default: up to 2; idle threads sleep at once
+            instead of spinning).
 
     Raises:
         ConfigurationError: unknown backend, a model name that cannot be loaded, or
@@ -139,7 +145,7 @@ class LocalEmbedding(BaseEmbedding):
         except ImportError:
             raise ConfigurationError("onnxruntime is not installed.") from None
         path = onnx_export_path(self.model_name, self.onnx_dir)
-        threads = self.onnx_threads or 1
+        threads = self.onnx_threads or min(2, os.cpu_count() or 1)
         with _EXPORT_LOCK:
             if path.is_file():
                 try:
@@ -164,14 +170,18 @@ class LocalEmbedding(BaseEmbedding):
                     )
         return self._torch
 
+    def _on_onnx(self, n_texts: int) -> bool:
+        """Whether ``n_texts`` texts (one call) embed on ONNX Runtime: see the module docstring."""
+        if self.backend != EmbedBackend.AUTO.value:
+            return self.backend == EmbedBackend.ONNX.value
+        if n_texts <= SMALL_BATCH:  # unless only PyTorch is loaded: an indexing run never exports
+            return self._onnx is not None or self._torch is None
+        # more: on ONNX while PyTorch is not loaded (loading it costs ≈5 s), up to LARGE_BATCH
+        return n_texts <= LARGE_BATCH and self._onnx is not None and self._torch is None
+
     def _embed(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
-        """On ONNX Runtime: queries, and small batches unless only PyTorch is loaded yet (an
-        indexing run never exports); on PyTorch: the rest."""
-        if self.backend == EmbedBackend.ONNX.value or query:
-            onnx = True
-        else:
-            onnx = len(texts) <= SMALL_BATCH and (self._onnx is not None or self._torch is None)
-        encoder = self._onnx_encoder() if onnx else None
+        total = _CALL_SIZE.get() or len(texts)
+        encoder = self._onnx_encoder() if query or self._on_onnx(total) else None
         if encoder is not None:
             return encoder.encode(texts).tolist()
         return self._torch_model()._get_text_embeddings(texts)
@@ -199,18 +209,26 @@ class LocalEmbedding(BaseEmbedding):
         self, texts: list[str], show_progress: bool = False, **kwargs: Any
     ) -> list[list[float]]:
         order = by_length(texts)
-        vectors = super().get_text_embedding_batch(
-            [texts[i] for i in order], show_progress=show_progress, **kwargs
-        )
+        token = _CALL_SIZE.set(len(texts))  # core cuts the call into batches: decide once
+        try:
+            vectors = super().get_text_embedding_batch(
+                [texts[i] for i in order], show_progress=show_progress, **kwargs
+            )
+        finally:
+            _CALL_SIZE.reset(token)
         return in_order(order, vectors)
 
     async def aget_text_embedding_batch(
         self, texts: list[str], show_progress: bool = False, **kwargs: Any
     ) -> list[list[float]]:
         order = by_length(texts)
-        vectors = await super().aget_text_embedding_batch(
-            [texts[i] for i in order], show_progress=show_progress, **kwargs
-        )
+        token = _CALL_SIZE.set(len(texts))
+        try:
+            vectors = await super().aget_text_embedding_batch(
+                [texts[i] for i in order], show_progress=show_progress, **kwargs
+            )
+        finally:
+            _CALL_SIZE.reset(token)
         return in_order(order, vectors)
 
 

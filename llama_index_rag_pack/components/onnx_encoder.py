@@ -5,8 +5,8 @@ A mean-pooled sentence-transformers model (``Transformer`` → ``Pooling(mean)``
 ``torch.onnx`` (mean pooling and the L2 normalisation inside the graph) into the cache directory
 (:func:`cache_dir`), checked against the PyTorch model on a probe text, and reused by every later
 process. Embedding then needs only ONNX Runtime and the model's ``tokenizer.json`` (the
-``tokenizers`` library): no PyTorch import (≈6 s on a 2-core machine), and one short query in
-≈4 ms instead of ≈12-20 ms (``benchmarks/results/query_embedding.md``).
+``tokenizers`` library): no PyTorch import (≈5 s on a 2-core machine), and one query in ≈7 ms
+instead of ≈12 ms (``benchmarks/results/query_embedding.md``).
 
 Texts are tokenized as sentence-transformers does (whitespace stripped, lower-cased when the
 model says so, truncated to ``max_seq_length``), so the vectors match the PyTorch model's to
