@@ -21,6 +21,7 @@ from llama_index_rag_pack.components.fusion_queries import (
     agenerate_queries,
     generate_queries,
 )
+from llama_index_rag_pack.components.node_tags import annotate_node
 from llama_index_rag_pack.components.query_bases import LLMQueryRetriever
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K, FusionMode, fuse
@@ -34,25 +35,6 @@ __all__ = ["FusionRetriever", "FUSION_METADATA_KEYS", "annotate_node"]
 
 #: Metadata keys FusionRetriever adds to each returned node (kept out of LLM and embedding text).
 FUSION_METADATA_KEYS = ("fusion_queries", "fusion_retrievers", "fusion_hits")
-
-
-def annotate_node(item: NodeWithScore, extra: Mapping[str, Any]) -> NodeWithScore:
-    """A copy of ``item`` whose node carries ``extra`` metadata, hidden from LLM/embedding text.
-
-    The input node is not changed (its metadata dict is copied).
-    """
-    node = item.node
-    keys = list(extra)
-    excluded_llm = list(dict.fromkeys([*node.excluded_llm_metadata_keys, *keys]))
-    excluded_embed = list(dict.fromkeys([*node.excluded_embed_metadata_keys, *keys]))
-    new_node = node.model_copy(
-        update={
-            "metadata": {**node.metadata, **extra},
-            "excluded_llm_metadata_keys": excluded_llm,
-            "excluded_embed_metadata_keys": excluded_embed,
-        }
-    )
-    return item.model_copy(update={"node": new_node})
 
 
 class FusionRetriever(LLMQueryRetriever):

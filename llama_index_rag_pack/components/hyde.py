@@ -19,7 +19,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_rag_pack.components.fusion import annotate_node
+from llama_index_rag_pack.components.node_tags import annotate_node
 from llama_index_rag_pack.components.query_bases import LLMQueryRetriever, wrapped_retriever
 from llama_index_rag_pack.core import similarity
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count

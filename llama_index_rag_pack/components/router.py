@@ -23,6 +23,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.tools import RetrieverTool
 from llama_index.core.tools.types import ToolMetadata
 
+from llama_index_rag_pack.components.node_tags import annotate_node
 from llama_index_rag_pack.components.query_bases import PackRetriever
 from llama_index_rag_pack.components.routes import RouteSelection, route_names
 from llama_index_rag_pack.core.errors import ConfigurationError
@@ -215,17 +216,11 @@ class FusionRouterRetriever(PackRetriever):
                     routes.append(name)
         out = []
         for item in fused:
-            node = item.node.model_copy(deep=False)
-            node.metadata = dict(node.metadata)
-            routes = found_in.get(node.node_id, names[:1])
-            node.metadata["route"] = routes[0]
-            node.metadata["routes"] = list(routes)
-            node.metadata["route_reason"] = reasons.get(routes[0], "")
-            node.excluded_llm_metadata_keys = _with_keys(node.excluded_llm_metadata_keys)
-            node.excluded_embed_metadata_keys = _with_keys(node.excluded_embed_metadata_keys)
-            out.append(NodeWithScore(node=node, score=item.score))
+            routes = found_in.get(item.node.node_id, names[:1])
+            extra = {
+                "route": routes[0],
+                "routes": list(routes),
+                "route_reason": reasons.get(routes[0], ""),
+            }
+            out.append(annotate_node(NodeWithScore(node=item.node, score=item.score), extra))
         return out
-
-
-def _with_keys(keys: list[str]) -> list[str]:
-    return list(keys) + [k for k in ROUTE_METADATA_KEYS if k not in keys]

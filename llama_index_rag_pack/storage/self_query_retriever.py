@@ -22,6 +22,7 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.components.json_output import json_output
+from llama_index_rag_pack.components.node_tags import annotate_node
 from llama_index_rag_pack.components.query_bases import LLMQueryRetriever
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.metadata_fields import FieldSpec, field_specs
@@ -151,11 +152,7 @@ class SelfQueryRetriever(LLMQueryRetriever):
     @staticmethod
     def _mark(nodes: list[NodeWithScore], sq: SelfQuery, dropped: bool) -> list[NodeWithScore]:
         values = {META_QUERY: sq.query, META_FILTER: sq.expression, META_FALLBACK: dropped}
-        for n in nodes:
-            n.node.metadata.update(values)
-            for keys in (n.node.excluded_llm_metadata_keys, n.node.excluded_embed_metadata_keys):
-                keys.extend(k for k in values if k not in keys)
-        return nodes
+        return [annotate_node(n, values) for n in nodes]
 
     def _search_bundle(self, query_bundle: QueryBundle, sq: SelfQuery) -> QueryBundle:
         if sq.query == query_bundle.query_str:
