@@ -8,12 +8,12 @@ retriever's BM25 side and rerankers see the real question.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from llama_index.core.async_utils import run_jobs
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
@@ -189,15 +189,15 @@ class HyDERetriever(LLMQueryRetriever):
         return self._finish(nodes, passages)
 
     async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
-        semaphore = asyncio.Semaphore(self.max_concurrency)
 
-        async def write() -> str:
-            async with semaphore:
+        async def write() -> str | BaseException:
+            try:
                 return (await self.llm.acomplete(self.hyde_prompt.format(query=query))).text
+            except Exception as e:  # one failed passage does not sink the others
+                return e
 
-        replies = await asyncio.gather(
-            *(write() for _ in range(self.num_hypotheses)), return_exceptions=True
-        )
+        writes = [write() for _ in range(self.num_hypotheses)]
+        replies = await run_jobs(writes, workers=self.max_concurrency)
         passages = self._collect(list(replies), query)
         doc_vecs = await self.embed_model.aget_text_embedding_batch(passages) if passages else []
         query_vec = None

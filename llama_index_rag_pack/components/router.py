@@ -10,11 +10,11 @@ and the embedder).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from llama_index.core.async_utils import run_jobs
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.base_selector import BaseSelector, MultiSelection
 from llama_index.core.callbacks import CallbackManager
@@ -168,13 +168,8 @@ class FusionRouterRetriever(PackRetriever):
     ) -> list[NodeWithScore]:
         """Async :meth:`retrieve_selected`: the selected retrievers are searched concurrently."""
         bundle = QueryBundle(query) if isinstance(query, str) else query
-        semaphore = asyncio.Semaphore(self.max_concurrency)
-
-        async def one(i: int) -> list[NodeWithScore]:
-            async with semaphore:
-                return await self._retrievers[i].aretrieve(bundle)
-
-        lists = await asyncio.gather(*(one(i) for i in selection.inds))
+        searches = [self._retrievers[i].aretrieve(bundle) for i in selection.inds]
+        lists = await run_jobs(searches, workers=self.max_concurrency)
         return self._combine(selection, list(lists))
 
     def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
