@@ -133,7 +133,8 @@ def test_build_stores_every_level_with_consistent_links(
     assert levels[1] >= 2
     counts = [levels[lvl] for lvl in sorted(levels)]
     assert counts == sorted(counts, reverse=True), "each level summarises the one below"
-    assert levels[max(levels)] == 1, "the build goes on until one cluster is left"
+    # the build goes on until nothing merges: at most one top per (unrelated) article
+    assert 1 <= levels[max(levels)] <= len(TITLES)
     nodes = check_invariants(tree)
     summaries = [n for n in nodes.values() if n.metadata[LEVEL_KEY] > 0]
     # one LLM call per summary, none wasted, run concurrently
@@ -632,9 +633,15 @@ async def test_async_insert_and_delete(small_tree: RaptorRetriever) -> None:
     inserted_calls = llm.call_count
     assert inserted_calls > 0
     stats = await small_tree.adelete("wiki:Andre Agassi")
-    assert stats.leaves_removed >= 2 and llm.call_count > inserted_calls
+    assert stats.leaves_removed >= 2
     nodes = check_invariants(small_tree.tree)
     assert not any(n.ref_doc_id == "wiki:Andre Agassi" for n in nodes.values())
+    # no summary is left over the removed leaves (a summary of tennis alone goes with them)
+    for nid, node in nodes.items():
+        if node.metadata[LEVEL_KEY] > 0:
+            assert all(
+                nodes[leaf].ref_doc_id != "wiki:Andre Agassi" for leaf in leaves_under(nodes, nid)
+            )
 
 
 def test_delete_removes_leaves_and_refreshes_summaries(small_tree: RaptorRetriever) -> None:
@@ -672,3 +679,20 @@ async def test_async_traversal_scans_levels_off_the_event_loop(
     hits = await retriever.aretrieve("Who landed on the Moon?")
     assert hits and scanned_in, "the first traversal reads the top level from Milvus"
     assert loop_thread not in scanned_in, "the level scan blocked the event loop"
+
+
+def test_no_bookkeeping_metadata_reaches_the_embedder_or_the_llm(tmp_path: Any, embed_model):
+    """A summary's embedding text held ``raptor_source_cluster: N``: the same line in every
+    summary pulled unrelated topics together (cosine 0.25-0.43 between tennis and chemistry
+    summaries instead of about 0)."""
+    from llama_index.core.schema import MetadataMode
+
+    store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
+    llm = ScriptedLLM(replies=first_sentence_summary)
+    tree = RaptorTree(store, embed_model=embed_model, llm=llm, **TREE_OPTIONS)
+    tree.build(corpus(["Andre Agassi", "Atomic number"], chars=900))
+    nodes = check_invariants(tree)
+    assert any(n.metadata[LEVEL_KEY] > 0 for n in nodes.values())
+    for node in nodes.values():
+        for mode in (MetadataMode.EMBED, MetadataMode.LLM):
+            assert "raptor_" not in node.get_content(metadata_mode=mode), (node.node_id, mode)

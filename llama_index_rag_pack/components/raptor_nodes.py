@@ -30,7 +30,7 @@ PARENT_KEY = "raptor_parent_ids"
 CHILD_KEY = "raptor_child_ids"
 TOKENS_KEY = "raptor_tokens"
 SOURCE_CLUSTER_KEY = "raptor_source_cluster"
-RAPTOR_KEYS = (LEVEL_KEY, CLUSTER_KEY, PARENT_KEY, CHILD_KEY, TOKENS_KEY)
+RAPTOR_KEYS = (LEVEL_KEY, CLUSTER_KEY, PARENT_KEY, CHILD_KEY, TOKENS_KEY, SOURCE_CLUSTER_KEY)
 
 
 def summary_id(level: int, child_ids: Sequence[str]) -> str:
