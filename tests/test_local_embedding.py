@@ -122,6 +122,18 @@ def test_unknown_backend_is_one_error(embed_model):
         LocalEmbedding(embed_model.model_name, backend="cuda")
 
 
+@pytest.mark.parametrize("name", ["", "   "])
+def test_an_empty_model_name_is_one_error(name):
+    with pytest.raises(ConfigurationError, match="needs a model directory or name"):
+        LocalEmbedding(name)
+
+
+def test_a_directory_that_is_no_model_fails_at_first_use_with_one_error(tmp_path):
+    model = LocalEmbedding(str(tmp_path), onnx_dir=str(tmp_path / "cache"))
+    with pytest.raises(ConfigurationError, match="Cannot load the embedding model"):
+        model.get_query_embedding("hello")
+
+
 def test_backend_from_environment(embed_model, monkeypatch):
     monkeypatch.setenv("RAG_PACK_EMBED_BACKEND", "torch")
     assert LocalEmbedding(embed_model.model_name).backend == "torch"

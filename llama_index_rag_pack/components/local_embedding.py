@@ -97,15 +97,12 @@ class LocalEmbedding(BaseEmbedding):
         )
         if self.device != "cpu" and self.backend == EmbedBackend.ONNX.value:
             raise ConfigurationError("backend='onnx' runs on the CPU; use backend='torch'.")
+        if not self.model_name.strip():
+            raise ConfigurationError("LocalEmbedding needs a model directory or name.")
         if not Path(self.model_name).is_dir():
             # a name for sentence-transformers to find offline: loaded now, so a wrong name is
             # an error here and not at the first embedding
-            try:
-                self._torch_model()
-            except Exception as e:  # OSError, ValueError, HF hub errors
-                raise ConfigurationError(
-                    f"Cannot load the embedding model {self.model_name!r}: {e}"
-                ) from None
+            self._torch_model()
 
     @classmethod
     def class_name(cls) -> str:
@@ -163,11 +160,16 @@ class LocalEmbedding(BaseEmbedding):
                 if self._torch is None:
                     from llama_index.embeddings.huggingface import HuggingFaceEmbedding
 
-                    self._torch = HuggingFaceEmbedding(
-                        model_name=self.model_name,
-                        device=self.device,
-                        embed_batch_size=self.embed_batch_size,
-                    )
+                    try:
+                        self._torch = HuggingFaceEmbedding(
+                            model_name=self.model_name,
+                            device=self.device,
+                            embed_batch_size=self.embed_batch_size,
+                        )
+                    except Exception as e:  # OSError, ValueError, HF hub errors
+                        raise ConfigurationError(
+                            f"Cannot load the embedding model {self.model_name!r}: {e}"
+                        ) from None
         return self._torch
 
     def _on_onnx(self, n_texts: int) -> bool:
