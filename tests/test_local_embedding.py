@@ -202,3 +202,15 @@ def test_a_process_that_only_embeds_queries_never_imports_torch(embed_model, tmp
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_an_unwritable_cache_falls_back_to_torch_or_is_one_error(embed_model, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    auto = LocalEmbedding(embed_model.model_name, onnx_dir=str(blocker / "cache"))
+    vector = auto.get_query_embedding(TEXTS[0])
+    assert auto.query_backend == "torch"
+    assert np.allclose(vector, embed_model.get_query_embedding(TEXTS[0]), atol=1e-5)
+    strict = LocalEmbedding(embed_model.model_name, backend="onnx", onnx_dir=str(blocker / "cache"))
+    with pytest.raises(ConfigurationError, match="Cannot export"):
+        strict.get_query_embedding(TEXTS[0])

@@ -15,6 +15,7 @@ float precision.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -134,42 +135,49 @@ def export_onnx(model_dir: str | Path, target: str | Path) -> Path:
         raise ConfigurationError(
             f"Exporting to ONNX needs torch and onnx ({e.name} missing)."
         ) from None
-    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.{threading.get_ident()}.partial")
-    model = AutoModel.from_pretrained(str(root)).eval()
-    pooled = _pooled_module(torch, model)
-    ids = torch.tensor([[101, 2023, 102], [101, 102, 0]])
-    mask = (ids != 0).long()
     try:
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                pooled,
-                (ids, mask),
-                str(partial),
-                input_names=["input_ids", "attention_mask"],
-                output_names=["embedding"],
-                dynamic_axes={
-                    "input_ids": {0: "batch", 1: "tokens"},
-                    "attention_mask": {0: "batch", 1: "tokens"},
-                    "embedding": {0: "batch"},
-                },
-                opset_version=17,
-                dynamo=False,
-            )
-        encoder = OnnxSentenceEncoder(root, partial, threads=1)
-        with torch.no_grad():
-            expected = pooled(*_torch_inputs(torch, encoder, [PROBE_TEXT]))[0].numpy()
-        cosine = float(np.dot(encoder.encode([PROBE_TEXT])[0], expected))
-        if cosine < MIN_PROBE_COSINE:
-            raise ConfigurationError(
-                f"The ONNX export of {root} does not reproduce its vectors (cosine {cosine:.6f})."
-            )
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _export(torch, AutoModel, root, partial)
         os.replace(partial, target)
+    except (OSError, RuntimeError, ValueError) as e:  # file system, torch.onnx, weights
+        raise ConfigurationError(f"Cannot export {root} to ONNX: {e}") from e
     finally:
-        partial.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # nothing to remove where nothing could be written
+            partial.unlink(missing_ok=True)
     logger.info("Exported %s to ONNX: %s", root, target)
     return target
+
+
+def _export(torch: Any, auto_model: Any, root: Path, partial: Path) -> None:
+    """Export ``root`` to ``partial`` and check it against the PyTorch model on a probe."""
+    pooled = _pooled_module(torch, auto_model.from_pretrained(str(root)).eval())
+    ids = torch.tensor([[101, 2023, 102], [101, 102, 0]])
+    mask = (ids != 0).long()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            pooled,
+            (ids, mask),
+            str(partial),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["embedding"],
+            dynamic_axes={
+                "input_ids": {0: "batch", 1: "tokens"},
+                "attention_mask": {0: "batch", 1: "tokens"},
+                "embedding": {0: "batch"},
+            },
+            opset_version=17,
+            dynamo=False,
+        )
+    encoder = OnnxSentenceEncoder(root, partial, threads=1)
+    with torch.no_grad():
+        expected = pooled(*_torch_inputs(torch, encoder, [PROBE_TEXT]))[0].numpy()
+    cosine = float(np.dot(encoder.encode([PROBE_TEXT])[0], expected))
+    if cosine < MIN_PROBE_COSINE:
+        raise ConfigurationError(
+            f"The ONNX export of {root} does not reproduce its vectors (cosine {cosine:.6f})."
+        )
 
 
 def _pooled_module(torch: Any, model: Any) -> Any:
