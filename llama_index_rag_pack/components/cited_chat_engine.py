@@ -37,6 +37,7 @@ from llama_index.core.memory import BaseMemory, Memory
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import QueryBundle
 
+from llama_index_rag_pack.components.chat_store import InProcessChatStore
 from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
 from llama_index_rag_pack.components.rewrite import parse_rewrite
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count, check_query
@@ -102,7 +103,8 @@ class CitedChatEngine(BaseChatEngine):
         query_engine: Answers each standalone question (its retriever, LLM, citation mode,
             style, attribution and prompts are used as they are).
         llm: Condenses follow-ups (default: the query engine's LLM).
-        memory: Core memory (default: ``Memory`` with :meth:`default_token_limit`).
+        memory: Core memory (default: ``Memory`` with :meth:`default_token_limit`, its messages
+            in an :class:`~llama_index_rag_pack.components.chat_store.InProcessChatStore`).
         condense_prompt: Template with ``{chat_history}`` and ``{question}``.
         skip_condense: Search each message as it stands (no condense call).
         callback_manager: LlamaIndex callbacks (default: the query engine's).
@@ -133,7 +135,7 @@ class CitedChatEngine(BaseChatEngine):
         self._engine = query_engine
         self._llm = llm or query_engine.llm
         self._memory = memory or Memory.from_defaults(
-            token_limit=self.default_token_limit(self._llm)
+            token_limit=self.default_token_limit(self._llm), chat_store=InProcessChatStore()
         )
         if isinstance(condense_prompt, str):
             condense_prompt = PromptTemplate(condense_prompt)
@@ -188,6 +190,7 @@ class CitedChatEngine(BaseChatEngine):
             memory = Memory.from_defaults(
                 chat_history=list(chat_history or []) or None,
                 token_limit=limit or cls.default_token_limit(llm or query_engine.llm),
+                chat_store=InProcessChatStore(),
             )
         return cls(
             query_engine,
