@@ -12,15 +12,18 @@ and no event loop.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from dataclasses import dataclass
 from typing import Any
 
 from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.memory import Memory
 from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
 from pydantic import PrivateAttr
 
-__all__ = ["InProcessChatStore"]
+__all__ = ["InProcessChatStore", "new_memory"]
 
 
 @dataclass
@@ -135,3 +138,17 @@ class InProcessChatStore(AsyncDBChatStore):
     async def get_keys(self) -> list[str]:
         with self._lock:
             return list(dict.fromkeys(r.key for r in self._rows))
+
+
+@functools.cache
+def _memory_takes_a_store() -> bool:
+    """Whether core's ``Memory.from_defaults`` takes ``chat_store=`` (newer 0.14 releases; in
+    0.14.20 ``Memory`` holds a ``SQLAlchemyChatStore`` only)."""
+    return "chat_store" in inspect.signature(Memory.from_defaults).parameters
+
+
+def new_memory(token_limit: int, chat_history: list[ChatMessage] | None = None) -> Memory:
+    """Core's ``Memory`` on an :class:`InProcessChatStore` (on core releases whose ``Memory``
+    takes no other store: on its default in-memory SQLite)."""
+    extra: dict[str, Any] = {"chat_store": InProcessChatStore()} if _memory_takes_a_store() else {}
+    return Memory.from_defaults(chat_history=chat_history, token_limit=token_limit, **extra)

@@ -33,11 +33,11 @@ from llama_index.core.chat_engine.types import (
     StreamingAgentChatResponse,
 )
 from llama_index.core.llms import LLM
-from llama_index.core.memory import BaseMemory, Memory
+from llama_index.core.memory import BaseMemory
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import QueryBundle
 
-from llama_index_rag_pack.components.chat_store import InProcessChatStore
+from llama_index_rag_pack.components.chat_store import new_memory
 from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
 from llama_index_rag_pack.components.rewrite import parse_rewrite
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count, check_query
@@ -134,9 +134,7 @@ class CitedChatEngine(BaseChatEngine):
             )
         self._engine = query_engine
         self._llm = llm or query_engine.llm
-        self._memory = memory or Memory.from_defaults(
-            token_limit=self.default_token_limit(self._llm), chat_store=InProcessChatStore()
-        )
+        self._memory = memory or new_memory(self.default_token_limit(self._llm))
         if isinstance(condense_prompt, str):
             condense_prompt = PromptTemplate(condense_prompt)
         self._condense_prompt = condense_prompt or DEFAULT_CONDENSE_PROMPT
@@ -187,10 +185,9 @@ class CitedChatEngine(BaseChatEngine):
         """
         if memory is None:
             limit = check_count("token_limit", token_limit, none_ok=True)
-            memory = Memory.from_defaults(
-                chat_history=list(chat_history or []) or None,
-                token_limit=limit or cls.default_token_limit(llm or query_engine.llm),
-                chat_store=InProcessChatStore(),
+            memory = new_memory(
+                limit or cls.default_token_limit(llm or query_engine.llm),
+                list(chat_history or []) or None,
             )
         return cls(
             query_engine,
