@@ -40,11 +40,10 @@ class InProcessChatStore(AsyncDBChatStore):
     Thread-safe. Nothing is persisted: the conversation ends with the process (pass core's
     ``SQLAlchemyChatStore`` to ``Memory.from_defaults(chat_store=...)`` to keep it).
 
-    Example:
-        >>> import asyncio
-        >>> store = InProcessChatStore()
-        >>> asyncio.run(store.add_message("s", ChatMessage(role="user", content="hi")))
-        >>> [m.content for m in asyncio.run(store.get_messages("s"))]
+    Example (what :func:`new_memory` builds; core's ``Memory`` calls the store):
+        >>> memory = new_memory(token_limit=1000)
+        >>> memory.put(ChatMessage(role="user", content="hi"))
+        >>> [m.content for m in memory.get()]
         ['hi']
     """
 
@@ -86,8 +85,7 @@ class InProcessChatStore(AsyncDBChatStore):
     async def add_message(
         self, key: str, message: ChatMessage, status: MessageStatus = MessageStatus.ACTIVE
     ) -> None:
-        with self._lock:
-            self._add(key, [message], status)
+        await self.add_messages(key, [message], status)
 
     async def add_messages(
         self,
@@ -121,16 +119,20 @@ class InProcessChatStore(AsyncDBChatStore):
             doomed = {id(r) for r in self._select(key, status)}
             self._rows = [r for r in self._rows if id(r) not in doomed]
 
+    def _oldest(self, key: str, n: int) -> list[_Row]:
+        """The ``n`` oldest active rows of ``key`` (call under the lock)."""
+        return self._select(key, MessageStatus.ACTIVE)[: max(n, 0)]
+
     async def delete_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
         with self._lock:
-            oldest = self._select(key, MessageStatus.ACTIVE)[: max(n, 0)]
+            oldest = self._oldest(key, n)
             doomed = {id(r) for r in oldest}
             self._rows = [r for r in self._rows if id(r) not in doomed]
         return [r.message for r in oldest]
 
     async def archive_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
         with self._lock:
-            oldest = self._select(key, MessageStatus.ACTIVE)[: max(n, 0)]
+            oldest = self._oldest(key, n)
             for row in oldest:
                 row.status = MessageStatus.ARCHIVED
         return [r.message for r in oldest]
