@@ -214,3 +214,22 @@ def test_an_unwritable_cache_falls_back_to_torch_or_is_one_error(embed_model, tm
     strict = LocalEmbedding(embed_model.model_name, backend="onnx", onnx_dir=str(blocker / "cache"))
     with pytest.raises(ConfigurationError, match="Cannot export"):
         strict.get_query_embedding(TEXTS[0])
+
+
+def test_only_the_most_recently_used_exports_of_a_model_are_kept(tmp_path):
+    from llama_index_rag_pack.components.onnx_encoder import KEEP_EXPORTS, prune_exports
+
+    old = [tmp_path / f"minilm-{i:016x}.onnx" for i in range(5)]
+    for age, path in enumerate(old):
+        path.write_bytes(b"x")
+        os.utime(path, (1_000_000 - age * 1000, 1_000_000 - age * 1000))
+    other = tmp_path / "mpnet-0000000000000000.onnx"
+    other.write_bytes(b"x")
+    os.utime(other, (1, 1))  # another model's export, however old, stays
+    kept = tmp_path / "minilm-ffffffffffffffff.onnx"
+    kept.write_bytes(b"x")
+    os.utime(kept, (1, 1))  # just exported (pruning marks it used)
+    prune_exports(kept)
+    left = sorted(p.name for p in tmp_path.iterdir())
+    newest = sorted(p.name for p in old[: KEEP_EXPORTS - 1])
+    assert left == sorted([kept.name, other.name, *newest])

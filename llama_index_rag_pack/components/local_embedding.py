@@ -21,6 +21,7 @@ The async methods run the model in a worker thread, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import os
@@ -145,6 +146,8 @@ class LocalEmbedding(BaseEmbedding):
         threads = self.onnx_threads or min(2, os.cpu_count() or 1)
         with _EXPORT_LOCK:
             if path.is_file():
+                with contextlib.suppress(OSError):  # marks it used (older exports are pruned)
+                    path.touch()
                 try:
                     return OnnxSentenceEncoder(self.model_name, path, threads=threads)
                 except ConfigurationError as e:  # a damaged export: made again below

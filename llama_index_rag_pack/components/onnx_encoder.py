@@ -16,6 +16,7 @@ float precision.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import logging
@@ -35,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 # bump when the exported graph changes, so old exports are not reused
 EXPORT_FORMAT = 1
+#: Exports kept per model (the most recently used; older installations' are deleted).
+KEEP_EXPORTS = 3
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
 MIN_PROBE_COSINE = 0.9999
 _MEAN_POOLING = "sentence_transformers.models.Pooling"
@@ -146,7 +149,25 @@ def export_onnx(model_dir: str | Path, target: str | Path) -> Path:
         with contextlib.suppress(OSError):  # nothing to remove where nothing could be written
             partial.unlink(missing_ok=True)
     logger.info("Exported %s to ONNX: %s", root, target)
+    prune_exports(target)
     return target
+
+
+def prune_exports(kept: Path, keep: int = KEEP_EXPORTS) -> None:
+    """Delete all but the ``keep`` most recently used exports of ``kept``'s model (each
+    installation of a model, e.g. one per virtual environment, has its own export)."""
+    model = kept.stem.rsplit("-", 1)[0]
+    with contextlib.suppress(OSError):
+        kept.touch()
+        exports = sorted(
+            kept.parent.glob(f"{glob.escape(model)}-*.onnx"),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
+        for old in exports[keep:]:
+            if old != kept:
+                old.unlink(missing_ok=True)
+                logger.info("Removed an older ONNX export: %s", old)
 
 
 def _export(torch: Any, auto_model: Any, root: Path, partial: Path) -> None:

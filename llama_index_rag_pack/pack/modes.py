@@ -55,7 +55,7 @@ def _milvus(pack: Any, search_type: str, similarity_top_k: int | None, **kwargs:
         search_type=search_type,
         similarity_top_k=similarity_top_k or pack.similarity_top_k,
         callback_manager=pack.callback_manager,
-        resolve_filter=_on_lite(pack),
+        in_memory=_on_lite(pack),
         **kwargs,
     )
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis
+from llama_index_rag_pack.storage.bm25_fields import BM25_TEXT_FIELD
+from llama_index_rag_pack.storage.bm25_memory import MemoryBM25, memory_bm25
 from llama_index_rag_pack.storage.vector_memory import id_filter, matching_ids, row_count
 
 __all__ = ["OVERSAMPLE", "Bm25SearchMixin", "bm25_hits_off_unfiltered"]
@@ -56,6 +59,8 @@ class Bm25SearchMixin:
     collection_name: str
     filter: str
     resolve_filter: bool
+    in_memory: bool
+    _rows_by_id: Callable[[list[str]], dict[str, dict[str, Any]]]
     sparse_field: str
     bm25_analysis: Bm25Analysis | None
 
@@ -93,10 +98,20 @@ class Bm25SearchMixin:
         terms = self.bm25_query(query)
         if not terms or (only is not None and not only):
             return []
+        copy = self._bm25_copy()
+        if copy is not None and only is None and filtered and self.filter:
+            only = matching_ids(self.client, self.collection_name, self.filter)
+            copy = copy if only is not None else None  # too many ids to hold: ask Milvus
+        if copy is not None:
+            return copy.search(terms, limit, only)
         if only is not None:
             expr = f"id in {json.dumps(sorted(only))}"
         else:
             expr = self.active_filter() if filtered else ""
+        return self._milvus_bm25_ids(terms, limit, expr)
+
+    def _milvus_bm25_ids(self, terms: str, limit: int, expr: str) -> list[tuple[str, float]]:
+        """``bm25_ids`` as Milvus answers it (analysed ``terms``, a filter expression)."""
         res = self.client.search(
             self.collection_name,
             data=[terms],
@@ -108,3 +123,33 @@ class Bm25SearchMixin:
         )
         hits = [(str(h.get("id")), abs(float(h.get("distance", 0.0)))) for h in (res or [[]])[0]]
         return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
+
+    def _bm25_copy(self) -> MemoryBM25 | None:
+        """The in-memory BM25 index (``in_memory`` on a collection analysed on the client)."""
+        analysis = self.bm25_analysis
+        if not (self.in_memory and analysis is not None and analysis.client_side):
+            return None
+        return memory_bm25(
+            self.client,
+            self.collection_name,
+            text_field=BM25_TEXT_FIELD,
+            sparse_field=self.sparse_field,
+            milvus_scores=lambda terms, limit: self._milvus_bm25_ids(terms, limit, ""),
+        )
+
+    def _memory_bm25_hits(self, query: str, limit: int) -> list[dict[str, Any]] | None:
+        """The ``limit`` best BM25 hits with their rows, scored in memory and read from Milvus
+        by id (``None`` without an in-memory copy). A chunk deleted around the package (still
+        in the copy, gone from Milvus) is skipped and the next one takes its place."""
+        if self._bm25_copy() is None:
+            return None
+        ranked = self.bm25_ids(query, 2 * limit)
+        rows = self._rows_by_id([key for key, _ in ranked[:limit]])
+        if len(rows) < min(limit, len(ranked)):
+            rows.update(self._rows_by_id([key for key, _ in ranked[limit:]]))
+        hits = [
+            {"id": key, "distance": score, "entity": rows[key]}
+            for key, score in ranked
+            if key in rows
+        ]
+        return hits[:limit]

@@ -81,6 +81,10 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         resolve_filter: Resolve the filter once to the ids it keeps and search by primary key
             (:func:`~llama_index_rag_pack.storage.vector_memory.id_filter`): right for a Milvus
             Lite file, which one process owns (``RagPack`` sets it there).
+        in_memory: Score BM25 searches on an in-memory copy of the analysed texts
+            (:mod:`~llama_index_rag_pack.storage.bm25_memory`), then read the returned chunks
+            by id; implies ``resolve_filter``. For a Milvus Lite file (``RagPack`` sets it
+            there); a collection analysed by Milvus itself (``standard``) stays in Milvus.
         reranker: Optional second stage (a ``BaseNodePostprocessor``).
         pre_top_k: Candidates fetched for the reranker (default ``4 * similarity_top_k``).
         dense_field / sparse_field / text_field: Field names (defaults match MilvusVectorStore).
@@ -122,6 +126,7 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         filter: str | None = None,
         filters: Filters = None,
         resolve_filter: bool = False,
+        in_memory: bool = False,
         reranker: BaseNodePostprocessor | None = None,
         pre_top_k: int | None = None,
         dense_field: str = "embedding",
@@ -158,7 +163,8 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         self.candidate_pool = check_candidate_pool(candidate_pool)
         self.filter = filter or ""
         self._filters = filters
-        self.resolve_filter = bool(resolve_filter)
+        self.in_memory = bool(in_memory)
+        self.resolve_filter = bool(resolve_filter) or self.in_memory
         self.reranker = reranker
         self.pre_top_k = pre_top_k or (
             4 * similarity_top_k if reranker is not None else similarity_top_k
@@ -226,7 +232,9 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
             hits = self._field_search(self.dense_field, embedding, self._dense_params(), limit)
         elif self.search_type is MilvusSearchType.SPARSE:
             terms = self.bm25_query(query)  # only stop words: no chunk holds a query term
-            hits = self._resolved_bm25(query, limit) if terms else []
+            hits = self._memory_bm25_hits(query, limit) if terms else []
+            if hits is None:
+                hits = self._resolved_bm25(query, limit)
             if hits is None:
                 hits = self._field_search(self.sparse_field, terms, self._sparse_params(), limit)
         else:

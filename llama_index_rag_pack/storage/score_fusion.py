@@ -73,7 +73,8 @@ class MilvusScoreFusionRetriever(PackRetriever):
         sentence_weight: Weight of the sentence list in [0, 1] (0 = dense and BM25 only).
         sentence_pool: Sentences the sentence search fetches before grouping them by chunk.
         in_memory: Search in-memory copies of the chunk and sentence vectors
-            (:mod:`~llama_index_rag_pack.storage.vector_memory`), fuse on ids, and read the
+            (:mod:`~llama_index_rag_pack.storage.vector_memory`) and of the BM25 index
+            (:mod:`~llama_index_rag_pack.storage.bm25_memory`), fuse on ids, and read the
             payload of the returned chunks only. Right for a Milvus Lite file, which one process
             owns and which answers every search from Python (``RagPack`` sets it there). A
             filter is resolved once to the ids it keeps, which mask the in-memory searches and
@@ -150,7 +151,7 @@ class MilvusScoreFusionRetriever(PackRetriever):
             similarity_top_k=max(candidate_pool, self.pre_top_k),
             filter=filter,
             filters=filters,
-            resolve_filter=self.in_memory,
+            in_memory=self.in_memory,
             client=client,
             collection_name=collection_name,
             callback_manager=callback_manager,
@@ -171,7 +172,6 @@ class MilvusScoreFusionRetriever(PackRetriever):
                     vector_store,
                     embed_model=self.embed_model,
                     sentence_pool=sentence_pool,
-                    in_memory=self.in_memory,
                     **common,
                 )
             else:
@@ -277,12 +277,12 @@ class MilvusScoreFusionRetriever(PackRetriever):
         return matching_ids(self.dense.client, self.dense.collection_name, self.dense.filter)
 
     def _fused_in_memory(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
-        """BM25 in Milvus and dense and sentence scores from in-memory copies, all as bare ids;
-        fused on ids; then one read of the chunks returned.
+        """BM25, dense and sentence scores from in-memory copies, all as bare ids; fused on
+        ids; then one read of the chunks returned.
 
-        The steps run in turn: Milvus Lite scores BM25 in Python in this process, holding the
-        GIL, so a vector side in a worker thread only waits for it (no faster on 2 cores:
-        ``benchmarks/results/default_latency.md``)."""
+        The steps run in turn: each is under a few milliseconds of Python and numpy work in
+        this process (a collection analysed by Milvus itself scores BM25 in Lite, in Python,
+        holding the GIL), so worker threads would only wait for each other."""
         limit, only = self.dense.similarity_top_k, self._only()
         sparse = [_bare(key, score) for key, score in self.sparse.bm25_ids(query, limit, only)]
         dense, sentences = self._memory_sides(query_bundle, query, limit, only)

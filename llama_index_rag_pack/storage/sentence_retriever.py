@@ -51,7 +51,7 @@ class MilvusSentenceRetriever(MilvusHybridRetriever):
         **kwargs: Any,
     ) -> None:
         kwargs["search_type"] = "dense"
-        super().__init__(vector_store, **kwargs)
+        super().__init__(vector_store, in_memory=in_memory, **kwargs)
         self.sentence_pool = check_candidate_pool(sentence_pool)
         self.sentences = MilvusSentenceIndex(self.client, self.collection_name, in_memory=in_memory)
         if not self.sentences.exists():

@@ -11,8 +11,10 @@ through the package (``RagPack.insert``, ``delete``, the sentence index) calls i
 outlives the rows it was read from. A metadata filter is resolved the same way: once, to the set
 of ids it keeps (:func:`matching_ids`), which masks the in-memory search and becomes an
 ``id in [...]`` condition on the BM25 side (a primary-key lookup instead of a JSON scan per row).
-Writes made around the package (another ``MilvusVectorStore`` on the
-same file) are not seen until :func:`forget_vectors` is called or the client is closed.
+The BM25 side keeps its own copy the same way
+(:mod:`~llama_index_rag_pack.storage.bm25_memory`). Writes made around the package (another
+``MilvusVectorStore`` on the same file) are not seen until :func:`forget_vectors` is called or
+the client is closed.
 
 Example:
     >>> keys, matrix = memory_vectors(client, "docs", key_field="id")  # doctest: +SKIP
@@ -27,8 +29,8 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar, cast
 
 import numpy as np
 
@@ -40,8 +42,11 @@ __all__ = [
     "MAX_ID_SET",
     "forget_vectors",
     "id_filter",
+    "key_mask",
     "matching_ids",
+    "memory_copy",
     "memory_vectors",
+    "read_rows",
     "row_count",
     "top_scores",
 ]
@@ -51,8 +56,11 @@ MAX_ID_SET = 20_000
 
 _READ_BATCH = 2000
 
-# client -> {(collection, key field, vector field): (keys, unit-length float32 matrix)}
-_COPIES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, str], tuple[list[str], np.ndarray]]]
+T = TypeVar("T")
+_MISSING = object()
+
+# client -> {(collection, what): the copy (e.g. keys and a unit-length float32 matrix)}
+_COPIES: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], Any]]
 _COPIES = weakref.WeakKeyDictionary()
 # client -> {(collection, expression): the ids it keeps, or None when there are too many}
 _ID_SETS: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], frozenset[str] | None]]
@@ -97,6 +105,20 @@ def matching_ids(client: Any, collection_name: str, expr: str) -> frozenset[str]
     return found
 
 
+def memory_copy(client: Any, collection_name: str, slot: str, build: Callable[[], T]) -> T:
+    """What ``build()`` reads from ``collection_name``, built once per client and ``slot`` and
+    dropped with the collection's other copies (:func:`forget_vectors`)."""
+    key = (collection_name, slot)
+    with _LOCK:
+        cached = _COPIES.get(client, {}).get(key, _MISSING)
+        if cached is not _MISSING:
+            return cast(T, cached)
+        built = build()
+        with contextlib.suppress(TypeError):
+            _COPIES.setdefault(client, {})[key] = built
+        return built
+
+
 def memory_vectors(
     client: Any, collection_name: str, *, key_field: str, vector_field: str = "embedding"
 ) -> tuple[list[str], np.ndarray]:
@@ -105,28 +127,14 @@ def memory_vectors(
     Returns:
         ``(keys, matrix)``: row ``i`` of the float32 ``matrix`` is the vector of ``keys[i]``.
     """
-    slot = (collection_name, key_field, vector_field)
-    with _LOCK:
-        cached = _COPIES.get(client, {}).get(slot)
-        if cached is not None:
-            return cached
+
+    def read() -> tuple[list[str], np.ndarray]:
         keys: list[str] = []
         vectors: list[Any] = []
-        it = client.query_iterator(
-            collection_name,
-            batch_size=_READ_BATCH,
-            filter="",
-            output_fields=[key_field, vector_field],
-        )
-        try:
-            while batch := it.next():
-                keys.extend(str(row[key_field]) for row in batch)
-                vectors.extend(row[vector_field] for row in batch)
-        finally:
-            it.close()
+        for batch in read_rows(client, collection_name, [key_field, vector_field]):
+            keys.extend(str(row[key_field]) for row in batch)
+            vectors.extend(row[vector_field] for row in batch)
         matrix = normalize_rows(np.asarray(vectors, dtype=np.float32).reshape(len(keys), -1))
-        with contextlib.suppress(TypeError):
-            _COPIES.setdefault(client, {})[slot] = (keys, matrix)
         logger.info(
             "Collection %r: %d vectors held in memory (%.0f MB)",
             collection_name,
@@ -134,6 +142,20 @@ def memory_vectors(
             matrix.nbytes / 1e6,
         )
         return keys, matrix
+
+    return memory_copy(client, collection_name, f"vectors:{key_field}:{vector_field}", read)
+
+
+def read_rows(client: Any, collection_name: str, fields: list[str]) -> Iterator[list[dict]]:
+    """Every row of the collection (``fields`` only), in batches."""
+    it = client.query_iterator(
+        collection_name, batch_size=_READ_BATCH, filter="", output_fields=fields
+    )
+    try:
+        while batch := it.next():
+            yield batch
+    finally:
+        it.close()
 
 
 def row_count(client: Any, collection_name: str) -> int:
@@ -178,7 +200,7 @@ def top_scores(
     norm = float(np.linalg.norm(query))
     scores = matrix @ (query / norm if norm > 0 else query)
     if only is not None:
-        keep = _mask(keys, only)
+        keep = key_mask(keys, only)
         scores = np.where(keep, scores, -np.inf)
         limit = min(limit, int(keep.sum()))
         if limit <= 0:
@@ -199,7 +221,7 @@ _ID_EXPRESSIONS: weakref.WeakKeyDictionary[frozenset[str], str] = weakref.WeakKe
 _MASKS: dict[tuple[int, int], tuple[Sequence[str], frozenset[str], np.ndarray]] = {}
 
 
-def _mask(keys: Sequence[str], only: frozenset[str]) -> np.ndarray:
+def key_mask(keys: Sequence[str], only: frozenset[str]) -> np.ndarray:
     """Which of ``keys`` are in ``only`` (cached while both objects live)."""
     slot = (id(keys), id(only))
     cached = _MASKS.get(slot)
