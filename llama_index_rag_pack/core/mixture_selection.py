@@ -18,6 +18,8 @@ from llama_index_rag_pack.core.dimension_reduction import count_unique_rows
 
 __all__ = ["BICSearchResult", "choose_n_clusters", "exhaustive_n_clusters", "one_blas_thread"]
 
+#: Brackets at most this wide are fitted in full (narrower ones by golden-section search first).
+_FULL_BRACKET = 8
 _GOLDEN = (math.sqrt(5) - 1) / 2
 
 
@@ -100,9 +102,10 @@ def choose_n_clusters(
 
     Candidates are ``1 .. max_clusters - 1`` (as in the reference code). A geometric grid
     (1, 2, 3, 4, 6, 9, 13, ...) is fitted in increasing order until BIC has been worse than the
-    best seen for ``patience`` grid points in a row; then a golden-section search over the integers
-    between the best grid point's neighbours refines ``k``. Every fitted model is kept, so the
-    winner is not fitted twice.
+    best seen for ``patience`` grid points in a row; then every ``k`` between the best grid point's
+    neighbours is fitted, narrowed first by a golden-section search while that range is wider than
+    8 (BIC over ``k`` is often not unimodal near the true ``k``: a golden-section search down to
+    2 integers can step over it). Every fitted model is kept, so the winner is not fitted twice.
 
     Args:
         x: ``(n, d)`` data (already reduced, e.g. by UMAP).
@@ -154,7 +157,7 @@ def choose_n_clusters(
     lo = grid[best_i - 1] if best_i > 0 else grid[0]
     hi = grid[best_i + 1] if best_i + 1 < len(grid) else grid[best_i]
     a, b = lo, hi
-    while b - a > 2:
+    while b - a > _FULL_BRACKET:
         c = int(round(b - _GOLDEN * (b - a)))
         d = int(round(a + _GOLDEN * (b - a)))
         c, d = min(max(c, a + 1), b - 2), max(min(d, b - 1), a + 2)

@@ -38,6 +38,7 @@ from llama_index_rag_pack.storage.bm25_fields import (
     function_type_name,
     store_analysis,
 )
+from llama_index_rag_pack.storage.index_creation import create_store_indexes
 from llama_index_rag_pack.storage.lite import LITE_OPEN_LOCK, is_lite_path, lite_lock_problem
 from llama_index_rag_pack.storage.recovery import recovering_client_class
 from llama_index_rag_pack.storage.store_classes import loop_safe_store_class
@@ -261,12 +262,7 @@ def open_vector_store(
     store_class = loop_safe_store_class() if not kwargs["use_async_client"] else MilvusVectorStore
     if tenant_field and new:
         store_class = tenant_store_class(tenant_field, store_class)
-    try:
-        with LITE_OPEN_LOCK:
-            store = store_class(**kwargs)
-    except Exception as e:
-        raise _open_error(uri, e) from e
-    store._milvusclient = client  # the same connection, with recovery from server restarts
+    store = _make_store(store_class, kwargs, client, new and "index_management" not in kwargs)
     if isinstance(store, loop_safe_store_class()):
         store._bm25_analysis, store._tenant_field = analysis, tenant_field
     ensure_loaded(store.client, collection_name)
@@ -278,6 +274,25 @@ def open_vector_store(
         "existing" if exists and not overwrite else "new",
         analysis.name if analysis is not None else "none",
     )
+    return store
+
+
+def _make_store(store_class: type, kwargs: dict[str, Any], client: Any, own_indexes: bool) -> Any:
+    """The store on ``client``; with ``own_indexes`` (a new collection, no index management
+    asked for) its indexes are made without pymilvus' 0.5 s wait per index."""
+    from llama_index.vector_stores.milvus import IndexManagement
+
+    if own_indexes:
+        kwargs["index_management"] = IndexManagement.NO_VALIDATION
+    try:
+        with LITE_OPEN_LOCK:
+            store = store_class(**kwargs)
+    except Exception as e:
+        raise _open_error(kwargs["uri"], e) from e
+    store._milvusclient = client  # the same connection, with recovery from server restarts
+    if own_indexes:
+        store.index_management = IndexManagement.CREATE_IF_NOT_EXISTS
+        create_store_indexes(store)
     return store
 
 

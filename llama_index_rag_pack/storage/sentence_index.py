@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.storage.index_creation import create_indexes
 from llama_index_rag_pack.storage.vector_memory import forget_vectors, memory_vectors, top_scores
 
 logger = logging.getLogger(__name__)
@@ -97,9 +98,8 @@ class MilvusSentenceIndex:
         schema.add_field("embedding", DataType.FLOAT_VECTOR, dim=dim)
         index_params = self.client.prepare_index_params()
         index_params.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
-        self.client.create_collection(
-            self.collection_name, schema=schema, index_params=index_params
-        )
+        self.client.create_collection(self.collection_name, schema=schema)
+        create_indexes(self.client, self.collection_name, index_params)
         self._loaded = False
 
     def drop(self) -> None:
