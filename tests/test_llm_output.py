@@ -141,3 +141,48 @@ def test_parse_list_excludes_and_limits() -> None:
 )
 def test_strip_code_fences(reply: str, text: str) -> None:
     assert strip_code_fences(reply) == text
+
+
+# ----------------------------------------------------------------------------- prose replies
+PROSE = st.lists(
+    st.sampled_from(["Aardvarks eat ants.", "The Seine flows: west.", "BM25 ranks 3 docs!",
+                     "Okapi is a model.", "Surely not.", "Heresy spreads."]),
+    min_size=1, max_size=4,
+).map(" ".join)  # fmt: skip
+LEADS = ["", "Sure! ", "Certainly, I can help with that.\n", "Of course: ", "Okay, ",
+         "Here is a summary of the text:\n\n", "Sure! Here's a short passage:\n"]  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    prose=PROSE,
+    lead=st.sampled_from(LEADS),
+    label=st.sampled_from(["", "Summary: ", "summary:\n"]),
+    quotes=st.sampled_from([("", ""), ('"', '"'), ("\u201c", "\u201d"), ("'", "'")]),
+    fence=st.booleans(),
+)
+def test_unwrap_prose_removes_exactly_the_wrapping(prose, lead, label, quotes, fence):
+    from llama_index_rag_pack.core.prose_replies import unwrap_prose
+
+    reply = f"{lead}{label}{quotes[0]}{prose}{quotes[1]}"
+    if fence:
+        reply = f"```\n{reply}\n```"
+    assert unwrap_prose(reply, label="summary") == prose
+    assert unwrap_prose(prose, label="summary") == prose  # plain prose is kept whole
+
+
+@pytest.mark.parametrize(
+    ("reply", "label", "expected"),
+    [
+        ("Passage: The Seine flows.", "passage", "The Seine flows."),
+        ("Summary: The Seine flows.", "passage", "Summary: The Seine flows."),
+        ("Okay, the text is about ants.", "summary", "the text is about ants."),
+        ("Okapi BM25 ranks documents.", "passage", "Okapi BM25 ranks documents."),
+        ('""', "summary", ""),
+        ("", "summary", ""),
+    ],
+)
+def test_unwrap_prose_cases(reply, label, expected):
+    from llama_index_rag_pack.core.prose_replies import unwrap_prose
+
+    assert unwrap_prose(reply, label=label) == expected

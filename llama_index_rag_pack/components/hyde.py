@@ -9,7 +9,6 @@ retriever's BM25 side and rerankers see the real question.
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,7 +22,7 @@ from llama_index_rag_pack.components.node_tags import annotate_node
 from llama_index_rag_pack.components.query_bases import LLMQueryRetriever, wrapped_retriever
 from llama_index_rag_pack.core import similarity
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count
-from llama_index_rag_pack.core.llm_output import strip_code_fences
+from llama_index_rag_pack.core.prose_replies import unwrap_prose
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -40,12 +39,6 @@ DEFAULT_HYDE_PROMPT = PromptTemplate(
     "Passage:"
 )
 
-_LEAD_RE = re.compile(
-    r"^\s*(?:(?:sure|certainly|of course)[^\n]*?(?:[:!.]\s*|\n)|"
-    r"(?:here(?:'s| is) (?:a|the) (?:short )?passage[^\n:]*:)\s*|passage\s*:\s*)",
-    re.IGNORECASE,
-)
-
 
 def clean_passage(text: str) -> str:
     """Strip the wrapping a model puts around a passage (preamble, 'Passage:', quotes, fences).
@@ -54,15 +47,7 @@ def clean_passage(text: str) -> str:
         >>> clean_passage('Sure! Here is a passage:\\n"BM25 ranks documents by term frequency."')
         'BM25 ranks documents by term frequency.'
     """
-    text = strip_code_fences(text)
-    for _ in range(3):
-        new = _LEAD_RE.sub("", text, count=1).strip()
-        if new == text:
-            break
-        text = new
-    if len(text) >= 2 and text[0] in "\"'“" and text[-1] in "\"'”":
-        text = text[1:-1].strip()
-    return text
+    return unwrap_prose(text, label="passage")
 
 
 def mean_embedding(vectors: list[list[float]], *, normalize: bool = True) -> list[float]:

@@ -14,7 +14,6 @@ import asyncio
 import contextvars
 import logging
 import random
-import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -24,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import MetadataMode, TextNode
 from tenacity import AsyncRetrying, RetryCallState, Retrying, stop_after_attempt
+
+from llama_index_rag_pack.core.prose_replies import unwrap_prose
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
@@ -35,11 +36,6 @@ DEFAULT_SUMMARY_PROMPT = PromptTemplate(
     "(names, numbers, dates, places).\n\n{context_str}\n\nSummary:"
 )
 
-_PREAMBLE_RE = re.compile(
-    r"^\s*(?:(?:sure|certainly|okay|ok)[,!.]?\s*)?(?:here(?:'s| is)\b[^\n:]*:|summary\s*:)\s*",
-    re.IGNORECASE,
-)
-
 
 def clean_summary(text: str) -> str:
     """Strip chatty preambles ("Here is a summary:"), ``Summary:`` labels and wrapping quotes.
@@ -48,11 +44,7 @@ def clean_summary(text: str) -> str:
         >>> clean_summary('Sure! Here is a summary:\\n\\n"Aardvarks eat ants."')
         'Aardvarks eat ants.'
     """
-    text = (text or "").strip()
-    text = _PREAMBLE_RE.sub("", text, count=1).strip()
-    if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
-        text = text[1:-1].strip()
-    return text
+    return unwrap_prose(text, label="summary")
 
 
 @dataclass
