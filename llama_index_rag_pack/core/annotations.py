@@ -21,6 +21,12 @@ _ANNOTATION_LINE = re.compile(r"^\W*(?:s(?:entence)?\s*)?(\d+)\s*[:\-=>)\]]+\s*(
 def split_sentences(text: str) -> list[str]:
     """Sentences with their trailing whitespace (joining them gives ``text`` back).
 
+    The answer-side splitter: lossless, so markers go back into the answer exactly where its
+    sentences end, and pure Python, so it runs on every streamed answer without loading NLTK.
+    The chunk side splits with LlamaIndex's punkt tokenizer instead
+    (:func:`~llama_index_rag_pack.components.sentences.chunk_sentences`): abbreviations such as
+    "Dr." matter more there, and the pieces are retrieval units, not text to rebuild.
+
     Example:
         >>> split_sentences("One. Two!  Three")
         ['One. ', 'Two!  ', 'Three']
