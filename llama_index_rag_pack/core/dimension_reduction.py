@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from llama_index_rag_pack.core.similarity import normalize_rows
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -82,10 +84,9 @@ def _search_input(x: np.ndarray, k: int, metric: str) -> tuple[np.ndarray, int] 
     x = np.ascontiguousarray(x, dtype=np.float32)
     k = min(int(k), len(x))
     if metric == "cosine":
-        norms = np.linalg.norm(x, axis=1, keepdims=True)
-        if np.any(norms == 0):
+        if not np.all(np.any(x != 0, axis=1)):  # a zero row has no direction
             return None
-        x = np.ascontiguousarray(x / norms)
+        x = np.ascontiguousarray(normalize_rows(x))
     elif metric != "euclidean":
         return None
     return x, k
