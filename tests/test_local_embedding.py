@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from llama_index_rag_pack.components import onnx_encoder
-from llama_index_rag_pack.components.local_embedding import SMALL_BATCH, LocalEmbedding
+from llama_index_rag_pack.components.local_embedding import LocalEmbedding
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 TEXTS = [
@@ -77,20 +77,25 @@ def spied(monkeypatch):
     return runtime_of
 
 
-def test_batch_runtime_depends_on_size_and_what_is_loaded(embed_model, exported_copy, spied):
+def test_batches_run_on_onnx_unless_only_torch_is_loaded(embed_model, exported_copy, spied):
     asking = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
     asking.get_query_embedding("a question first, as `rag-pack ask` does")
-    assert spied(asking, 20) == "onnx" and asking._torch is None  # no PyTorch load for 20
+    for n in (3, 20, 30):
+        assert spied(asking, n) == "onnx"
+    assert asking._torch is None  # never loaded
     assert spied(asking, 31) == "torch" and asking._torch is not None  # past LARGE_BATCH
-    assert spied(asking, 20) == "torch"  # PyTorch is loaded now: it is faster
-    assert spied(asking, SMALL_BATCH) == "onnx"
+    assert spied(asking, 30) == "onnx"  # ONNX stays loaded: smaller calls stay on it
     indexing = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
-    assert spied(indexing, 20) == "torch"
-    assert spied(indexing, 3) == "torch" and indexing._onnx is None  # never exports to index
+    assert spied(indexing, 30) == "onnx" and indexing._torch is None  # indexing, no PyTorch
+    # only PyTorch loaded (e.g. a model ONNX cannot run): everything stays on it
+    torch_only = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
+    torch_only._torch_model()
+    assert spied(torch_only, 20) == "torch" and spied(torch_only, 1) == "torch"
+    assert torch_only._onnx is None
 
 
 def test_batches_on_either_runtime_give_the_same_vectors(embed_model):
-    texts = [f"sentence number {i} about a river" for i in range(SMALL_BATCH + 5)]
+    texts = [f"sentence number {i} about a river" for i in range(13)]
     torch_side = np.array(embed_model._torch_model()._get_text_embeddings(texts))
     onnx_side = embed_model._onnx_encoder().encode(texts)
     assert np.allclose(torch_side, onnx_side, atol=1e-5)
@@ -111,7 +116,7 @@ def test_torch_backend_never_loads_onnx(embed_model):
 
 def test_onnx_backend_embeds_large_batches_on_onnx_too(embed_model, exported_copy):
     model = LocalEmbedding(embed_model.model_name, backend="onnx", onnx_dir=str(exported_copy))
-    texts = [f"text {i}" for i in range(3 * SMALL_BATCH)]
+    texts = [f"text {i}" for i in range(24)]
     vectors = np.array(model.get_text_embedding_batch(texts))
     assert model._torch is None
     assert np.allclose(vectors, embed_model.get_text_embedding_batch(texts), atol=1e-5)

@@ -3,18 +3,21 @@
 The pack's default embedding model (the bundled all-MiniLM-L6-v2, or any local model named by
 ``RAG_PACK_EMBED_MODEL``). Two runtimes, one set of vectors:
 
-* **queries** run on ONNX Runtime (:mod:`~llama_index_rag_pack.components.onnx_encoder`): one
-  query in ≈7 ms instead of ≈12 ms, and a process that only asks questions never imports PyTorch
-  (≈5 s); so do batches of up to ``SMALL_BATCH`` texts, and of up to ``LARGE_BATCH`` while
-  PyTorch is not loaded (an answer's sentences for citation attribution);
-* **larger batches** (indexing) run on sentence-transformers (PyTorch) through core's
-  ``HuggingFaceEmbedding``, about 1.7x faster than ONNX Runtime there on a 2-core CPU
-  (``benchmarks/results/query_embedding.md``), in batches of texts of similar length (the 3,165
-  sentences of 8 articles embed 2.4x faster sorted than in the order given;
-  ``benchmarks/results/embedding_batches.md``).
+* queries and batches of up to ``LARGE_BATCH`` texts run on ONNX Runtime
+  (:mod:`~llama_index_rag_pack.components.onnx_encoder`): one query in ≈6 ms instead of
+  ≈12-18 ms, sentences as fast as on PyTorch and 256-token chunks ≈12% slower
+  (``benchmarks/results/query_embedding.md``), and a process that asks or indexes a few
+  thousand texts never imports PyTorch (≈5 s) once the model has been exported (once per
+  installation, ≈6 s, with PyTorch);
+* larger calls (a big indexing run) run on PyTorch (sentence-transformers through core's
+  ``HuggingFaceEmbedding``), whose load is paid back there; so does everything when the model
+  cannot run on ONNX, or with ``backend="torch"``.
 
-``backend`` (or ``RAG_PACK_EMBED_BACKEND``): ``auto`` (the above; PyTorch only when the model
-cannot run on ONNX), ``onnx`` (everything on ONNX Runtime) or ``torch`` (everything on PyTorch).
+Batches are embedded in texts of similar length (the 3,165 sentences of 8 articles embed 2.4x
+faster sorted than in the order given; ``benchmarks/results/embedding_batches.md``).
+
+``backend`` (or ``RAG_PACK_EMBED_BACKEND``): ``auto`` (the above), ``onnx`` (everything on ONNX
+Runtime) or ``torch`` (everything on PyTorch).
 The async methods run the model in a worker thread, never on the event loop.
 """
 
@@ -41,14 +44,16 @@ from llama_index_rag_pack.components.onnx_encoder import (
 from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 
-__all__ = ["EmbedBackend", "LocalEmbedding"]
+__all__ = ["LARGE_BATCH", "EmbedBackend", "LocalEmbedding"]
 
 logger = logging.getLogger(__name__)
 
-SMALL_BATCH = 8
-LARGE_BATCH = 512
+#: Calls embedding more texts than this run on PyTorch (its ≈5 s load is then paid back: long
+#: chunks embed ≈12% faster there).
+LARGE_BATCH = 2048
 # the number of texts of the get_text_embedding_batch call being served (core cuts it up)
 _CALL_SIZE: contextvars.ContextVar[int] = contextvars.ContextVar("call_size", default=0)
+
 _EXPORT_LOCK = threading.Lock()
 
 
@@ -176,24 +181,24 @@ class LocalEmbedding(BaseEmbedding):
         return self._torch
 
     def _on_onnx(self, n_texts: int) -> bool:
-        """Whether ``n_texts`` texts (one call) embed on ONNX Runtime: see the module docstring."""
+        """Whether a call of ``n_texts`` texts embeds on ONNX Runtime: see the module docstring."""
         if self.backend != EmbedBackend.AUTO.value:
             return self.backend == EmbedBackend.ONNX.value
-        if n_texts <= SMALL_BATCH:  # unless only PyTorch is loaded: an indexing run never exports
-            return self._onnx is not None or self._torch is None
-        # more: on ONNX while PyTorch is not loaded (loading it costs ≈5 s), up to LARGE_BATCH
-        return n_texts <= LARGE_BATCH and self._onnx is not None and self._torch is None
+        if n_texts > LARGE_BATCH:
+            return False
+        # ONNX unless only PyTorch is loaded (a model ONNX cannot run); the first call exports
+        # the model once if needed
+        return self._onnx is not None or self._torch is None
 
-    def _embed(self, texts: list[str], *, query: bool = False) -> list[list[float]]:
-        total = _CALL_SIZE.get() or len(texts)
-        encoder = self._onnx_encoder() if query or self._on_onnx(total) else None
+    def _embed(self, texts: list[str]) -> list[list[float]]:
+        encoder = self._onnx_encoder() if self._on_onnx(_CALL_SIZE.get() or len(texts)) else None
         if encoder is not None:
             return encoder.encode(texts).tolist()
         return self._torch_model()._get_text_embeddings(texts)
 
     # ------------------------------------------------------------------ BaseEmbedding
     def _get_query_embedding(self, query: str) -> list[float]:
-        return self._embed([query], query=True)[0]
+        return self._embed([query])[0]
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._embed([text])[0]
