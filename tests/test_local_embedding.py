@@ -66,11 +66,11 @@ def spied(monkeypatch):
         return original(self, texts)
 
     monkeypatch.setattr(onnx_encoder.OnnxSentenceEncoder, "encode", encode)
-    monkeypatch.setattr("llama_index_rag_pack.components.local_embedding.LARGE_BATCH", 30)
+    monkeypatch.setattr("llama_index_rag_pack.components.local_embedding.LARGE_CALL_CHARS", 1000)
 
     def runtime_of(model, n: int) -> str:
         seen.clear()
-        texts = [f"sentence number {i} about a river" for i in range(n)]
+        texts = [f"sentence number {i:03d} about a river" for i in range(n)]  # 33 characters
         model.get_text_embedding_batch(texts)
         return "onnx" if seen else "torch"
 
@@ -83,7 +83,7 @@ def test_batches_run_on_onnx_unless_only_torch_is_loaded(embed_model, exported_c
     for n in (3, 20, 30):
         assert spied(asking, n) == "onnx"
     assert asking._torch is None  # never loaded
-    assert spied(asking, 31) == "torch" and asking._torch is not None  # past LARGE_BATCH
+    assert spied(asking, 31) == "torch" and asking._torch is not None  # past LARGE_CALL_CHARS
     assert spied(asking, 30) == "onnx"  # ONNX stays loaded: smaller calls stay on it
     indexing = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
     assert spied(indexing, 30) == "onnx" and indexing._torch is None  # indexing, no PyTorch
