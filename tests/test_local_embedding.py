@@ -66,7 +66,6 @@ def spied(monkeypatch):
         return original(self, texts)
 
     monkeypatch.setattr(onnx_encoder.OnnxSentenceEncoder, "encode", encode)
-    monkeypatch.setattr("llama_index_rag_pack.components.local_embedding.LARGE_CALL_CHARS", 1000)
 
     def runtime_of(model, n: int) -> str:
         seen.clear()
@@ -80,13 +79,11 @@ def spied(monkeypatch):
 def test_batches_run_on_onnx_unless_only_torch_is_loaded(embed_model, exported_copy, spied):
     asking = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
     asking.get_query_embedding("a question first, as `rag-pack ask` does")
-    for n in (3, 20, 30):
+    for n in (3, 20, 300):
         assert spied(asking, n) == "onnx"
     assert asking._torch is None  # never loaded
-    assert spied(asking, 31) == "torch" and asking._torch is not None  # past LARGE_CALL_CHARS
-    assert spied(asking, 30) == "onnx"  # ONNX stays loaded: smaller calls stay on it
     indexing = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
-    assert spied(indexing, 30) == "onnx" and indexing._torch is None  # indexing, no PyTorch
+    assert spied(indexing, 300) == "onnx" and indexing._torch is None  # indexing, no PyTorch
     # only PyTorch loaded (e.g. a model ONNX cannot run): everything stays on it
     torch_only = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
     torch_only._torch_model()

@@ -3,15 +3,13 @@
 The pack's default embedding model (the bundled all-MiniLM-L6-v2, or any local model named by
 ``RAG_PACK_EMBED_MODEL``). Two runtimes, one set of vectors:
 
-* queries and calls of up to ``LARGE_CALL_CHARS`` characters run on ONNX Runtime
-  (:mod:`~llama_index_rag_pack.components.onnx_encoder`): one query in ≈6 ms instead of
-  ≈12-18 ms, sentences as fast as on PyTorch and 256-token chunks ≈12% slower
-  (``benchmarks/results/query_embedding.md``), and a process that asks or indexes a thousand
-  chunks and their sentences never imports PyTorch (≈5 s) once the model has been exported (once per
-  installation, ≈6 s, with PyTorch);
-* larger calls (a big indexing run) run on PyTorch (sentence-transformers through core's
-  ``HuggingFaceEmbedding``), whose load is paid back there; so does everything when the model
-  cannot run on ONNX, or with ``backend="torch"``.
+* queries and indexing batches run on ONNX Runtime
+  (:mod:`~llama_index_rag_pack.components.onnx_encoder`): one query in ≈5 ms instead of ≈12 ms,
+  batches faster than on PyTorch (978 sentences 6.3 vs 9.6 s, 146 chunks 5.6 vs 7.8 s;
+  ``benchmarks/results/query_embedding.md``), and a process that asks or indexes never imports
+  PyTorch (≈5 s) once the model has been exported (once per installation, ≈6 s, with PyTorch);
+* PyTorch (sentence-transformers through core's ``HuggingFaceEmbedding``) embeds only when the
+  model cannot run on ONNX, or with ``backend="torch"``.
 
 Batches are embedded in texts of similar length (the 3,165 sentences of 8 articles embed 2.4x
 faster sorted than in the order given; ``benchmarks/results/embedding_batches.md``).
@@ -25,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
 import os
 import threading
@@ -44,15 +41,10 @@ from llama_index_rag_pack.components.onnx_encoder import (
 from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 
-__all__ = ["LARGE_CALL_CHARS", "EmbedBackend", "LocalEmbedding"]
+__all__ = ["EmbedBackend", "LocalEmbedding"]
 
 logger = logging.getLogger(__name__)
 
-#: Calls embedding more characters than this (≈1,700 chunks of 256 tokens) run on PyTorch: its
-#: ≈5 s load is then paid back (long chunks embed ≈12% faster there; short sentences do not).
-LARGE_CALL_CHARS = 2_000_000
-# the characters of the get_text_embedding_batch call being served (core cuts it up)
-_CALL_SIZE: contextvars.ContextVar[int] = contextvars.ContextVar("call_size", default=0)
 
 _EXPORT_LOCK = threading.Lock()
 
@@ -180,19 +172,16 @@ class LocalEmbedding(BaseEmbedding):
                         ) from None
         return self._torch
 
-    def _on_onnx(self, n_chars: int) -> bool:
-        """Whether a call of ``n_chars`` characters embeds on ONNX Runtime (module docstring)."""
+    def _on_onnx(self) -> bool:
+        """Whether texts embed on ONNX Runtime: see the module docstring."""
         if self.backend != EmbedBackend.AUTO.value:
             return self.backend == EmbedBackend.ONNX.value
-        if n_chars > LARGE_CALL_CHARS:
-            return False
         # ONNX unless only PyTorch is loaded (a model ONNX cannot run); the first call exports
         # the model once if needed
         return self._onnx is not None or self._torch is None
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
-        size = _CALL_SIZE.get() or sum(len(t) for t in texts)
-        encoder = self._onnx_encoder() if self._on_onnx(size) else None
+        encoder = self._onnx_encoder() if self._on_onnx() else None
         if encoder is not None:
             return encoder.encode(texts).tolist()
         return self._torch_model()._get_text_embeddings(texts)
@@ -220,27 +209,18 @@ class LocalEmbedding(BaseEmbedding):
         self, texts: list[str], show_progress: bool = False, **kwargs: Any
     ) -> list[list[float]]:
         order = by_length(texts)
-        # core cuts the call into batches: decide once, on its size
-        token = _CALL_SIZE.set(sum(len(t) for t in texts))
-        try:
-            vectors = super().get_text_embedding_batch(
-                [texts[i] for i in order], show_progress=show_progress, **kwargs
-            )
-        finally:
-            _CALL_SIZE.reset(token)
+        vectors = super().get_text_embedding_batch(
+            [texts[i] for i in order], show_progress=show_progress, **kwargs
+        )
         return in_order(order, vectors)
 
     async def aget_text_embedding_batch(
         self, texts: list[str], show_progress: bool = False, **kwargs: Any
     ) -> list[list[float]]:
         order = by_length(texts)
-        token = _CALL_SIZE.set(sum(len(t) for t in texts))
-        try:
-            vectors = await super().aget_text_embedding_batch(
-                [texts[i] for i in order], show_progress=show_progress, **kwargs
-            )
-        finally:
-            _CALL_SIZE.reset(token)
+        vectors = await super().aget_text_embedding_batch(
+            [texts[i] for i in order], show_progress=show_progress, **kwargs
+        )
         return in_order(order, vectors)
 
 
