@@ -40,6 +40,7 @@ from llama_index_rag_pack.core.errors import RagPackError
 from llama_index_rag_pack.testing import ScriptedLLM
 
 TIMEOUT_S = 0.6
+MAX_OVERRUN_S = 1.5
 VISIBLE = {"people": ["id", "name", "dept"]}
 VISIBLE_ROWS = [(1, "Ada", "eng"), (2, "Bo", "ops"), (3, "Cy", "eng")]
 # Hidden data per twin. Every hidden text holds the marker "zq9", which no attack below writes,
@@ -486,9 +487,15 @@ def _attack(db: SafeSQLDatabase, first: str, repair: str, *, use_async: bool) ->
 
     llm = ScriptedLLM(replies=_script(first, repair), forbid_sync=use_async)
     engine = SQLQueryEngine(db, llm=llm, style="text")
-    if id(db) not in _SCHEMAS:
-        _SCHEMAS[id(db)] = db.describe()
-    engine._schema = _SCHEMAS[id(db)]  # the prompt's schema and samples, read once per database
+    if id(db) not in _SCHEMAS:  # the schema and samples, read without the attacks' tight limit
+        tight, db.timeout_s = db.timeout_s, 30.0
+        try:
+            _SCHEMAS[id(db)] = db.table_descriptions()
+        finally:
+            db.timeout_s = tight
+    # the prompt's schema and samples, read once per database (sync and async paths alike)
+    engine._descriptions = _SCHEMAS[id(db)]
+    engine._schema = "\n\n".join(engine._descriptions.values())
     db.run = timed_run  # type: ignore[method-assign]
     try:
         with PeakRSS() as memory:
@@ -518,7 +525,7 @@ def _attack(db: SafeSQLDatabase, first: str, repair: str, *, use_async: bool) ->
     return Outcome(trace, ran[0], durations, memory.growth)
 
 
-_SCHEMAS: dict[int, str] = {}
+_SCHEMAS: dict[int, dict[str, str]] = {}
 
 
 def _assert_safe(backend: Backend, first: str, repair: str, *, use_async: bool) -> None:
@@ -527,7 +534,9 @@ def _assert_safe(backend: Backend, first: str, repair: str, *, use_async: bool) 
     for marker in HIDDEN_MARKERS:
         if marker not in first + repair:  # an attack may write a guess itself
             assert marker not in a.trace, f"hidden value {marker!r} reached the output"
-    assert all(d <= 2 * TIMEOUT_S for d in a.durations), a.durations
+    # the deadline, the engine's grace (a quarter of it) and scheduling slack on a busy 2-core
+    # machine; what this guards against, a query nothing stops, runs for seconds or forever
+    assert all(d <= TIMEOUT_S + MAX_OVERRUN_S for d in a.durations), a.durations
     assert a.memory_growth < MEMORY_LIMIT, f"memory grew by {a.memory_growth / 2**20:.0f} MB"
     if a.ran_in_database and "time-out" not in a.trace:
         # The database answered: the same attack on the twin must see exactly the same.
