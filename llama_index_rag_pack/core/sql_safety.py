@@ -27,6 +27,7 @@ row limit, so text the parser did not see is never executed.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import sqlglot
 from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
+from sqlglot.schema import MappingSchema
 
 from llama_index_rag_pack.core.llm_output import json_values, strip_code_fences
 from llama_index_rag_pack.core.sql_allowlist import (
@@ -122,10 +124,21 @@ def _parse_one(sql: str, dialect: str | None) -> exp.Expression:
     return statement
 
 
+@functools.lru_cache(maxsize=32)
+def _allowed_schema(
+    allowed: tuple[tuple[str, tuple[str, ...]], ...], dialect: str | None
+) -> MappingSchema:
+    """sqlglot's schema of the allowed columns, built once per allowlist: normalising it costs
+    ≈17 ms for 200 tables, more than the rest of a check."""
+    mapping = {table: {column: "TEXT" for column in columns} for table, columns in allowed}
+    return MappingSchema(mapping, dialect=dialect)
+
+
 def _qualified(
     statement: exp.Expression, allowed: Mapping[str, Sequence[str]], dialect: str | None
 ) -> exp.Expression:
-    schema = {table: {column: "TEXT" for column in columns} for table, columns in allowed.items()}
+    key = tuple((table, tuple(columns)) for table, columns in allowed.items())
+    schema = _allowed_schema(key, dialect)
     try:
         return qualify(statement, schema=schema, dialect=dialect, validate_qualify_columns=True)
     except Exception as error:  # OptimizeError, RecursionError, optimizer bugs
