@@ -157,7 +157,9 @@ def test_huge_document_is_chunked_and_fully_stored(milvus_uri, embed_model) -> N
     )
     assert pack.count() > 40
     store = pack.vector_store
-    rows = store.client.query(store.collection_name, filter="", output_fields=["text"], limit=10_000)
+    rows = store.client.query(
+        store.collection_name, filter="", output_fields=["text"], limit=10_000
+    )
     stored = "\n".join(row["text"] for row in rows)
     assert all(f"item {i} weighs {i * 3} grams" in stored for i in range(1300))  # nothing lost
     hit = pack.retriever(similarity_top_k=5).retrieve("Fact number 1218 says that item 1218 weighs")
