@@ -310,12 +310,13 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep each test module on one xdist worker, so its module fixtures are built once (the
     local LLM loads in about a second, once per worker, so its tests need no worker of their
-    own); the SQL attack suite's SQLite and PostgreSQL halves may run on different workers."""
+    own); the SQL attack suite's three backends (SQLite, PostgreSQL as reader and as owner) may
+    run on different workers."""
     for item in items:
         group = item.nodeid.split("::", 1)[0]
         backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
         if isinstance(backend, str) and group.endswith("test_sql_attacks.py"):  # per backend
-            group += f"::{backend.split('-')[0]}"
+            group += f"::{backend}"
         item.add_marker(pytest.mark.xdist_group(group))
 
 

@@ -329,6 +329,15 @@ class Backend:
     name: str
     dbs: dict[str, SafeSQLDatabase]
     fingerprint: Callable[[], str]
+    initial: str = ""
+
+    def __post_init__(self) -> None:
+        self.initial = self.fingerprint()
+
+    def assert_unchanged(self) -> None:
+        """Everything stored is as it was when the backend was made (no attack, whichever ran
+        before, has changed anything)."""
+        assert self.fingerprint() == self.initial, "the database changed"
 
 
 @pytest.fixture(scope="module")
@@ -529,7 +538,6 @@ _SCHEMAS: dict[int, dict[str, str]] = {}
 
 
 def _assert_safe(backend: Backend, first: str, repair: str, *, use_async: bool) -> None:
-    before = backend.fingerprint()
     a = _attack(backend.dbs["a"], first, repair, use_async=use_async)
     for marker in HIDDEN_MARKERS:
         if marker not in first + repair:  # an attack may write a guess itself
@@ -543,7 +551,7 @@ def _assert_safe(backend: Backend, first: str, repair: str, *, use_async: bool) 
         b = _attack(backend.dbs["b"], first, repair, use_async=use_async)
         if "time-out" not in b.trace:  # timing is out of scope: a query near its time-out
             assert b.trace == a.trace, "the outcome depends on hidden data"
-    assert backend.fingerprint() == before, "the database changed"
+    backend.assert_unchanged()
 
 
 @pytest.mark.parametrize(("kind", "sql"), CASES)
@@ -646,12 +654,11 @@ def _outcome(db: SafeSQLDatabase, sql: str) -> tuple[str, str]:
 )
 @given(GENERATED)
 def test_generated_sql_never_depends_on_hidden_data(backend: Backend, sql: str) -> None:
-    before = backend.fingerprint()
     a = _outcome(backend.dbs["a"], sql)
     assert not any(marker in a[1] for marker in HIDDEN_MARKERS if marker not in sql), a
     if a[0] != "refused":  # the checker never reads data: only what ran can differ
         assert _outcome(backend.dbs["b"], sql) == a
-    assert backend.fingerprint() == before
+    backend.assert_unchanged()
 
 
 def test_sqlite_reads_only_visible_columns_by_its_own_log(sqlite_backend: Backend) -> None:
