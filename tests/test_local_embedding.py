@@ -76,24 +76,26 @@ def spied(monkeypatch):
     return runtime_of
 
 
-def test_batches_run_on_onnx_unless_only_torch_is_loaded(embed_model, exported_copy, spied):
+def test_batches_run_on_onnx_unless_only_torch_is_loaded(
+    embed_model, exported_copy, spied, torch_reference
+):
     asking = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
     asking.get_query_embedding("a question first, as `rag-pack ask` does")
-    for n in (3, 20, 300):
+    for n in (3, 20, 100):
         assert spied(asking, n) == "onnx"
     assert asking._torch is None  # never loaded
     indexing = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
-    assert spied(indexing, 300) == "onnx" and indexing._torch is None  # indexing, no PyTorch
+    assert spied(indexing, 100) == "onnx" and indexing._torch is None  # indexing, no PyTorch
     # only PyTorch loaded (e.g. a model ONNX cannot run): everything stays on it
     torch_only = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
-    torch_only._torch_model()
+    torch_only._torch = torch_reference  # what _torch_model() loads (loaded once per module)
     assert spied(torch_only, 20) == "torch" and spied(torch_only, 1) == "torch"
     assert torch_only._onnx is None
 
 
-def test_batches_on_either_runtime_give_the_same_vectors(embed_model):
+def test_batches_on_either_runtime_give_the_same_vectors(embed_model, torch_reference):
     texts = [f"sentence number {i} about a river" for i in range(13)]
-    torch_side = np.array(embed_model._torch_model()._get_text_embeddings(texts))
+    torch_side = np.array(torch_reference._get_text_embeddings(texts))
     onnx_side = embed_model._onnx_encoder().encode(texts)
     assert np.allclose(torch_side, onnx_side, atol=1e-5)
 

@@ -39,7 +39,7 @@ from llama_index_rag_pack import SafeSQLDatabase, SQLExecutionError, SQLQueryEng
 from llama_index_rag_pack.core.errors import RagPackError
 from llama_index_rag_pack.testing import ScriptedLLM
 
-TIMEOUT_S = 0.6
+TIMEOUT_S = 0.4
 MAX_OVERRUN_S = 1.5
 VISIBLE = {"people": ["id", "name", "dept"]}
 VISIBLE_ROWS = [(1, "Ada", "eng"), (2, "Bo", "ops"), (3, "Cy", "eng")]
