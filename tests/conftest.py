@@ -306,18 +306,47 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.kill()
 
 
+#: Test groups by running time on a 2-core machine, longest first (``--durations=0``).
+LONGEST_GROUPS = (
+    "tests/test_raptor_tree.py",
+    "tests/test_cli.py",
+    "tests/test_sql_attacks.py::postgres-reader",
+    "tests/test_sql_attacks.py::postgres-owner",
+    "tests/test_sql_attacks.py::sqlite",
+    "tests/test_sql_tables.py",
+    "tests/test_local_embedding.py",
+    "tests/test_tenants.py",
+    "tests/test_local_llm.py",
+    "tests/test_faults_server.py",
+    "tests/test_milvus.py",
+    "tests/test_bm25_analysis.py",
+    "tests/test_pack.py",
+    "tests/test_chat_engine.py",
+    "tests/test_contract.py",
+    "tests/test_cli_session.py",
+    "tests/test_router_store.py",
+    "tests/test_sql_postgres.py",
+)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep each test module on one xdist worker, so its module fixtures are built once (the
     local LLM loads in about a second, once per worker, so its tests need no worker of their
     own); the SQL attack suite's three backends (SQLite, PostgreSQL as reader and as owner) may
     run on different workers."""
+    groups = {}
     for item in items:
         group = item.nodeid.split("::", 1)[0]
         backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
         if isinstance(backend, str) and group.endswith("test_sql_attacks.py"):  # per backend
             group += f"::{backend}"
         item.add_marker(pytest.mark.xdist_group(group))
+        groups[item.nodeid] = group
+    # the longest groups first, so the two workers end together (xdist hands out groups in
+    # collection order); the order inside a group stays as collected
+    rank = {name: i for i, name in enumerate(LONGEST_GROUPS)}
+    items.sort(key=lambda item: rank.get(groups[item.nodeid], len(rank)))
 
 
 # ---------------------------------------------------------------- PostgreSQL
