@@ -128,6 +128,26 @@ def test_complete_and_stream_agree(local_llm) -> None:
 
 
 @pytest.mark.slow
+def test_the_same_prompt_gets_the_same_reply_whatever_was_asked_before(local_llm) -> None:
+    # a prompt sharing a prefix with the last one reused its cached part: another floating-point
+    # path, and "The answer is: Michael Collins." became "... Collins" for the same question
+    context = (
+        "Context:\nApollo 11 was the spaceflight that first landed humans on the Moon. Commander "
+        "Neil Armstrong and lunar module pilot Buzz Aldrin landed the Apollo Lunar Module Eagle "
+        "on July 20, 1969. Michael Collins flew the command module Columbia alone in lunar orbit "
+        "while they were on the Moon's surface.\nThe aardvark is a medium-sized, burrowing, "
+        "nocturnal mammal native to Africa. It feeds almost exclusively on ants and termites.\n"
+        "Answer the question from the context.\nQuestion: "
+    )
+    prompt = context + "Who were the astronauts of Apollo 11?\nAnswer:"
+    first = [local_llm.complete(prompt).text]
+    for other in ("What does the aardvark eat?", "Where did Eagle land?"):
+        local_llm.complete(context + other + "\nAnswer:")  # the same long prefix
+        first.append(local_llm.complete(prompt).text)
+    assert len(set(first)) == 1, first
+
+
+@pytest.mark.slow
 def test_a_formatted_prompt_is_sent_without_the_chat_template(local_llm) -> None:
     text = local_llm.complete("The capital of France is", formatted=True, max_tokens=4).text
     assert "Paris" in text
@@ -266,6 +286,7 @@ def test_free_text_is_penalised_for_repeating_and_held_replies_are_not() -> None
 
     defaults = {"max_tokens": 64, "temperature": 0.0, "repeat_penalty": 1.1}
     assert request_body({}, **defaults)["repeat_penalty"] == 1.1
+    assert request_body({}, **defaults)["cache_prompt"] is False  # replies never depend on history
     assert request_body({"repeat_penalty": 1.0}, **defaults)["repeat_penalty"] == 1.0
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
     assert "repeat_penalty" not in request_body({"json_schema": schema}, **defaults)

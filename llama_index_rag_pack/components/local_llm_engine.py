@@ -226,6 +226,10 @@ def request_body(
     body: dict[str, Any] = {
         "max_tokens": int(kwargs.get("max_tokens") or max_tokens),
         "temperature": float(kwargs.get("temperature", temperature)),
+        # every prompt is computed whole: reusing a slot's cached prefix of an earlier prompt
+        # changes the floating-point path, and with it a greedy reply (same question, another
+        # answer after other questions)
+        "cache_prompt": False,
     }
     grammar = kwargs.get("grammar")
     schema = kwargs.get("json_schema") or (None if grammar else requested_json_schema())
