@@ -237,3 +237,20 @@ def test_only_the_most_recently_used_exports_of_a_model_are_kept(tmp_path):
     left = sorted(p.name for p in tmp_path.iterdir())
     newest = sorted(p.name for p in old[: KEEP_EXPORTS - 1])
     assert left == sorted([kept.name, other.name, *newest])
+
+
+def test_batches_get_their_own_session_with_more_threads_and_the_same_vectors(
+    embed_model, exported_copy
+):
+    path = onnx_encoder.onnx_export_path(embed_model.model_name, exported_copy)
+    encoder = onnx_encoder.OnnxSentenceEncoder(
+        embed_model.model_name, path, threads=1, batch_threads=2
+    )
+    assert encoder._batch_session is None  # made on the first batch only
+    one = encoder.encode([TEXTS[0]])
+    assert encoder._batch_session is None  # a query never makes it
+    batch = encoder.encode([TEXTS[0], TEXTS[3], TEXTS[4]])
+    assert encoder._batch_session is not None and encoder._batch_session is not encoder._session
+    assert np.allclose(batch[0], one[0], atol=1e-5)
+    same = onnx_encoder.OnnxSentenceEncoder(embed_model.model_name, path, threads=2)
+    assert same._batch_session is same._session  # no more threads to give: one session

@@ -67,8 +67,8 @@ class LocalEmbedding(BaseEmbedding):
         backend: ``auto``, ``onnx`` or ``torch`` (default: ``RAG_PACK_EMBED_BACKEND`` or auto).
         embed_batch_size: Texts per batch.
         onnx_dir: Where the ONNX export is kept (default: the cache directory).
-        onnx_threads: ONNX Runtime threads (default: up to 2; idle threads sleep at once
-            instead of spinning).
+        onnx_threads: ONNX Runtime threads (default: up to 2 for a query, every core for a
+            batch; idle threads sleep at once instead of spinning).
 
     Raises:
         ConfigurationError: unknown backend, a model name that cannot be loaded, or
@@ -141,18 +141,23 @@ class LocalEmbedding(BaseEmbedding):
             raise ConfigurationError("onnxruntime is not installed.") from None
         path = onnx_export_path(self.model_name, self.onnx_dir)
         threads = self.onnx_threads or min(2, os.cpu_count() or 1)
+        batch_threads = self.onnx_threads or os.cpu_count() or 1
         with _EXPORT_LOCK:
             if path.is_file():
                 with contextlib.suppress(OSError):  # marks it used (older exports are pruned)
                     path.touch()
                 try:
-                    return OnnxSentenceEncoder(self.model_name, path, threads=threads)
+                    return OnnxSentenceEncoder(
+                        self.model_name, path, threads=threads, batch_threads=batch_threads
+                    )
                 except ConfigurationError as e:  # a damaged export: made again below
                     logger.warning("%s; exporting again", e)
                     path.unlink(missing_ok=True)
             logger.info("Exporting %s to ONNX once (%s)", self.model_name, path)
             export_onnx(self.model_name, path)
-        return OnnxSentenceEncoder(self.model_name, path, threads=threads)
+        return OnnxSentenceEncoder(
+            self.model_name, path, threads=threads, batch_threads=batch_threads
+        )
 
     def _torch_model(self) -> BaseEmbedding:
         if self._torch is None:

@@ -230,8 +230,14 @@ class OnnxSentenceEncoder:
     Thread-safe (ONNX Runtime sessions run concurrently; the tokenizer is used per call).
     """
 
-    def __init__(self, model_dir: str | Path, onnx_path: str | Path, *, threads: int = 2) -> None:
-        import onnxruntime as ort
+    def __init__(
+        self,
+        model_dir: str | Path,
+        onnx_path: str | Path,
+        *,
+        threads: int = 2,
+        batch_threads: int | None = None,
+    ) -> None:
         from tokenizers import Tokenizer
 
         root = Path(model_dir)
@@ -241,6 +247,17 @@ class OnnxSentenceEncoder:
         tokenizer.no_padding()
         tokenizer.enable_truncation(self.max_length)
         self._tokenizer = tokenizer
+        self._path = str(onnx_path)
+        self._session = self._new_session(threads)
+        # a second session with every core for batches (indexing), made on the first batch; a
+        # query on many threads would wake them all for a few small products
+        self._batch_threads = max(1, int(batch_threads or threads))
+        self._batch_session: Any = self._session if self._batch_threads <= threads else None
+        self._lock = threading.Lock()
+
+    def _new_session(self, threads: int) -> Any:
+        import onnxruntime as ort
+
         options = ort.SessionOptions()
         options.intra_op_num_threads = max(1, int(threads))
         options.inter_op_num_threads = 1
@@ -248,11 +265,18 @@ class OnnxSentenceEncoder:
         # idle threads sleep at once instead of spinning on a core the caller needs next
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            self._session = ort.InferenceSession(
-                str(onnx_path), options, providers=["CPUExecutionProvider"]
-            )
+            return ort.InferenceSession(self._path, options, providers=["CPUExecutionProvider"])
         except Exception as e:  # onnxruntime raises its own Fail/InvalidProtobuf types
-            raise ConfigurationError(f"Cannot load the ONNX model {onnx_path}: {e}") from None
+            raise ConfigurationError(f"Cannot load the ONNX model {self._path}: {e}") from None
+
+    def _session_for(self, n_texts: int) -> Any:
+        if n_texts <= 1:
+            return self._session
+        if self._batch_session is None:
+            with self._lock:
+                if self._batch_session is None:
+                    self._batch_session = self._new_session(self._batch_threads)
+        return self._batch_session
 
     def tokenize(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids and attention mask (int64), padded to the longest text."""
@@ -271,8 +295,9 @@ class OnnxSentenceEncoder:
         length together, as the caller sorts them, waste little padding)."""
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
+        session = self._session_for(len(texts))
         parts = []
         for start in range(0, len(texts), RUN_BATCH):
             ids, mask = self.tokenize(texts[start : start + RUN_BATCH])
-            parts.append(self._session.run(None, {"input_ids": ids, "attention_mask": mask})[0])
+            parts.append(session.run(None, {"input_ids": ids, "attention_mask": mask})[0])
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
