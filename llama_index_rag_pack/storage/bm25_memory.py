@@ -141,7 +141,6 @@ def memory_bm25(
     collection_name: str,
     *,
     text_field: str,
-    sparse_field: str,
     milvus_scores: Callable[[str, int], list[tuple[str, float]]],
 ) -> MemoryBM25 | None:
     """The BM25 copy of ``collection_name`` (its analysed ``text_field``), read once per client;

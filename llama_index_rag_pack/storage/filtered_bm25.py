@@ -133,7 +133,6 @@ class Bm25SearchMixin:
             self.client,
             self.collection_name,
             text_field=BM25_TEXT_FIELD,
-            sparse_field=self.sparse_field,
             milvus_scores=lambda terms, limit: self._milvus_bm25_ids(terms, limit, ""),
         )
 
