@@ -60,7 +60,7 @@ class Bm25SearchMixin:
     filter: str
     resolve_filter: bool
     in_memory: bool
-    _rows_by_id: Callable[[list[str]], dict[str, dict[str, Any]]]
+    _rows_in_rank: Callable[[list[str], int], dict[str, dict[str, Any]]]
     sparse_field: str
     bm25_analysis: Bm25Analysis | None
 
@@ -143,9 +143,7 @@ class Bm25SearchMixin:
         if self._bm25_copy() is None:
             return None
         ranked = self.bm25_ids(query, 2 * limit)
-        rows = self._rows_by_id([key for key, _ in ranked[:limit]])
-        if len(rows) < min(limit, len(ranked)):
-            rows.update(self._rows_by_id([key for key, _ in ranked[limit:]]))
+        rows = self._rows_in_rank([key for key, _ in ranked], limit)
         hits = [
             {"id": key, "distance": score, "entity": rows[key]}
             for key, score in ranked

@@ -307,6 +307,14 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         )
         return {str(row.get("id")): row for row in rows}
 
+    def _rows_in_rank(self, ranked: list[str], limit: int) -> dict[str, dict[str, Any]]:
+        """The rows of the first ``limit`` of the ``ranked`` ids, and of the later ones too when
+        some of those are gone (deleted around the package: their places are filled in turn)."""
+        rows = self._rows_by_id(ranked[:limit])
+        if len(rows) < min(limit, len(ranked)):
+            rows.update(self._rows_by_id(ranked[limit:]))
+        return rows
+
     def _hit_score(self, hit: dict[str, Any]) -> float:
         score = float(hit.get("distance", 0.0))
         # BM25 scores are >= 0; Milvus Lite returns them negated

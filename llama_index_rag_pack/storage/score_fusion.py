@@ -321,11 +321,9 @@ class MilvusScoreFusionRetriever(PackRetriever):
 
     def _with_payloads(self, fused: list[NodeWithScore]) -> list[NodeWithScore]:
         """``fused`` with each bare id replaced by its chunk (dropped when the chunk is gone)."""
-        read: dict[str, Any] = {}
-        wanted = [n.node.node_id for n in fused[: self.pre_top_k] if n.node.node_id not in read]
-        self._read_chunks(wanted, read)
-        if any(i not in read for i in wanted):  # a chunk is gone: read the spares as well
-            self._read_chunks([n.node.node_id for n in fused if n.node.node_id not in read], read)
+        rows = self.dense._rows_in_rank([n.node.node_id for n in fused], self.pre_top_k)
+        hits = [{"id": key, "distance": 0.0, "entity": row} for key, row in rows.items()]
+        read = {n.node.node_id: n.node for n in self.dense._to_nodes(hits)}
         out = []
         for n in fused:
             node = read.get(n.node.node_id)
@@ -333,11 +331,6 @@ class MilvusScoreFusionRetriever(PackRetriever):
                 node.metadata["retrieval_search_type"] = "hybrid"
                 out.append(NodeWithScore(node=node, score=n.score))
         return out
-
-    def _read_chunks(self, ids: list[str], read: dict[str, Any]) -> None:
-        rows = self.dense._rows_by_id(ids)
-        hits = [{"id": key, "distance": 0.0, "entity": row} for key, row in rows.items()]
-        read.update((n.node.node_id, n.node) for n in self.dense._to_nodes(hits))
 
     def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         nodes = self._fused(query_bundle, query)
