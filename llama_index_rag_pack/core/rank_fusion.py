@@ -199,6 +199,38 @@ def _normalised_weights(weights: Sequence[float] | None, n: int) -> list[float]:
     return [x / total for x in w] if total > 0 else w
 
 
+def _scaled_sum(
+    result_lists: Sequence[Sequence[T]],
+    weights: Sequence[float] | None,
+    top_n: int | None,
+    scaler: Callable[[list[float]], Callable[[float], float]],
+) -> list[T]:
+    """Each list's scores scaled to [0, 1] by ``scaler(scores of the list)`` (an item without a
+    score counts 0), then summed with the weights normalised to sum to 1."""
+    w = _normalised_weights(weights, len(result_lists))
+    _check_top_n(top_n)
+
+    def contributions(li: int, deduped: list[tuple[str, Any]]) -> dict[str, float]:
+        scores = [s for _, item in deduped if (s := _score(item)) is not None]
+        if not scores:
+            return {nid: 0.0 for nid, _ in deduped}
+        scale = scaler(scores)
+        out = {}
+        for nid, item in deduped:
+            s = _score(item)
+            out[nid] = w[li] * (0.0 if s is None else scale(s))
+        return out
+
+    return _finish(result_lists, contributions, float.__add__, top_n)
+
+
+def _min_max(scores: list[float]) -> Callable[[float], float]:
+    lo, hi = min(scores), max(scores)
+    if hi == lo:
+        return lambda s: 1.0
+    return lambda s: (s - lo) / (hi - lo)
+
+
 def relative_score_fusion(
     result_lists: Sequence[Sequence[T]],
     *,
@@ -227,27 +259,16 @@ def relative_score_fusion(
         >>> [(n.node.node_id, n.score) for n in fused]
         [('a', 1.0), ('b', 0.0)]
     """
-    w = _normalised_weights(weights, len(result_lists))
-    _check_top_n(top_n)
+    return _scaled_sum(result_lists, weights, top_n, _min_max)
 
-    def contributions(li: int, deduped: list[tuple[str, Any]]) -> dict[str, float]:
-        scores = [s for _, item in deduped if (s := _score(item)) is not None]
-        if not scores:
-            return {nid: 0.0 for nid, _ in deduped}
-        lo, hi = min(scores), max(scores)
-        out = {}
-        for nid, item in deduped:
-            s = _score(item)
-            if s is None:
-                norm = 0.0
-            elif hi == lo:
-                norm = 1.0
-            else:
-                norm = (s - lo) / (hi - lo)
-            out[nid] = w[li] * norm
-        return out
 
-    return _finish(result_lists, contributions, float.__add__, top_n)
+def _mean_std(scores: list[float]) -> Callable[[float], float]:
+    mean = sum(scores) / len(scores)
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    lo, span = mean - 3 * std, 6 * std
+    if span <= 0:
+        return lambda s: 1.0
+    return lambda s: min(1.0, max(0.0, (s - lo) / span))
 
 
 def distribution_based_fusion(
@@ -260,15 +281,8 @@ def distribution_based_fusion(
 
     Each score ``s`` becomes ``(s - (mean - 3 std)) / (6 std)`` clipped to [0, 1] (a list with
     one distinct score scales it to 1.0), so one outlier does not squash the rest as in min-max
-    scaling. Weights are normalised to sum to 1; items without a score count as 0.
-
-    Args:
-        result_lists: Ranked lists of ``NodeWithScore``, best first.
-        weights: One weight >= 0 per list (default equal).
-        top_n: Keep only the best ``top_n`` fused results.
-
-    Returns:
-        New ``NodeWithScore`` items with the fused score, best first.
+    scaling. Weights are normalised to sum to 1; items without a score count as 0. Arguments and
+    result as for :func:`relative_score_fusion`.
 
     Example:
         >>> from llama_index.core.schema import NodeWithScore, TextNode
@@ -277,29 +291,7 @@ def distribution_based_fusion(
         >>> [round(n.score, 3) for n in distribution_based_fusion([nodes])]
         [0.704, 0.5, 0.296]
     """
-    w = _normalised_weights(weights, len(result_lists))
-    _check_top_n(top_n)
-
-    def contributions(li: int, deduped: list[tuple[str, Any]]) -> dict[str, float]:
-        scores = [s for _, item in deduped if (s := _score(item)) is not None]
-        if not scores:
-            return {nid: 0.0 for nid, _ in deduped}
-        mean = sum(scores) / len(scores)
-        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
-        lo, span = mean - 3 * std, 6 * std
-        out = {}
-        for nid, item in deduped:
-            s = _score(item)
-            if s is None:
-                norm = 0.0
-            elif span <= 0:
-                norm = 1.0
-            else:
-                norm = min(1.0, max(0.0, (s - lo) / span))
-            out[nid] = w[li] * norm
-        return out
-
-    return _finish(result_lists, contributions, float.__add__, top_n)
+    return _scaled_sum(result_lists, weights, top_n, _mean_std)
 
 
 def union_fusion(
