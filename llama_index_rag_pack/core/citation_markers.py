@@ -26,6 +26,7 @@ MAX_MARKER_LEN = (
 )
 _LABEL_CHARS = frozenset("0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _DIGITS = frozenset("0123456789")
+_SPACE = frozenset(" ")
 
 # Scan outcomes (plain ints: the scan runs once per "[" of every streamed answer).
 FAIL = 0
@@ -47,12 +48,9 @@ def scan_marker(s: str, j: int) -> tuple[int, int, list[int]]:
         True
     """
     n = len(s)
-    k = j + 1
-    start = k
-    while k < n and s[k] in _LABEL_CHARS:
-        k += 1
-        if k - start > MAX_LABEL:
-            return FAIL, 0, []
+    k = _run_end(s, j + 1, _LABEL_CHARS, MAX_LABEL)
+    if k < 0:
+        return FAIL, 0, []
     if k >= n:
         return PARTIAL, 0, []
     if s[k] != "]":
@@ -66,17 +64,10 @@ def scan_marker(s: str, j: int) -> tuple[int, int, list[int]]:
         k += 1
     ids: list[int] = []
     while True:
-        spaces = 0
-        while k < n and s[k] == " ":
-            k += 1
-            spaces += 1
-            if spaces > MAX_SPACES:
-                return FAIL, 0, []
-        start = k
-        while k < n and s[k] in _DIGITS:
-            k += 1
-            if k - start > MAX_DIGITS:
-                return FAIL, 0, []
+        start = _run_end(s, k, _SPACE, MAX_SPACES)
+        k = _run_end(s, start, _DIGITS, MAX_DIGITS) if start >= 0 else -1
+        if k < 0:
+            return FAIL, 0, []
         if k >= n:
             return PARTIAL, 0, []
         if k == start:
@@ -84,12 +75,9 @@ def scan_marker(s: str, j: int) -> tuple[int, int, list[int]]:
         ids.append(int(s[start:k]))
         if len(ids) > MAX_IDS:
             return FAIL, 0, []
-        spaces = 0
-        while k < n and s[k] == " ":
-            k += 1
-            spaces += 1
-            if spaces > MAX_SPACES:
-                return FAIL, 0, []
+        k = _run_end(s, k, _SPACE, MAX_SPACES)
+        if k < 0:
+            return FAIL, 0, []
         if k >= n:
             return PARTIAL, 0, []
         if s[k] == ")":
@@ -97,3 +85,14 @@ def scan_marker(s: str, j: int) -> tuple[int, int, list[int]]:
         if s[k] != ",":
             return FAIL, 0, []
         k += 1
+
+
+def _run_end(s: str, k: int, chars: frozenset[str], most: int) -> int:
+    """Where the run of ``chars`` starting at ``s[k]`` ends, or -1 once it is longer than
+    ``most`` (it cannot be part of a marker)."""
+    start, n = k, len(s)
+    while k < n and s[k] in chars:
+        k += 1
+        if k - start > most:
+            return -1
+    return k
