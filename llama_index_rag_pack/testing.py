@@ -11,18 +11,14 @@ import asyncio
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
-    ChatResponseAsyncGen,
-    ChatResponseGen,
     CompletionResponse,
-    CompletionResponseAsyncGen,
-    CompletionResponseGen,
     LLMMetadata,
     MessageRole,
 )
@@ -30,6 +26,8 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
+
+from llama_index_rag_pack.components.delta_streams import DeltaStreamingLLM
 
 __all__ = ["ScriptedLLM", "ToolCallReply", "ScriptExhaustedError", "SyncCallError", "split_tokens"]
 
@@ -62,7 +60,7 @@ class SyncCallError(RuntimeError):
     """A sync method was called on an LLM built with ``forbid_sync=True``."""
 
 
-class ScriptedLLM(FunctionCallingLLM):
+class ScriptedLLM(DeltaStreamingLLM, FunctionCallingLLM):
     """An LLM that replies from a script.
 
     Args:
@@ -184,8 +182,14 @@ class ScriptedLLM(FunctionCallingLLM):
         finally:
             self._exit()
 
-    def _split(self, text: str) -> list[str]:
-        return (self.stream_splitter or split_tokens)(text) if text else []
+    def _split(self, text: str) -> Iterator[str]:
+        """The stream deltas of ``text``, split when the caller starts reading."""
+        if text:
+            yield from (self.stream_splitter or split_tokens)(text)
+
+    async def _asplit(self, text: str) -> AsyncIterator[str]:
+        for delta in self._split(text):
+            yield delta
 
     @staticmethod
     def _join(messages: Sequence[ChatMessage]) -> str:
@@ -221,34 +225,6 @@ class ScriptedLLM(FunctionCallingLLM):
     ) -> CompletionResponse:
         return CompletionResponse(text=self._text(await self._async_reply(prompt)))
 
-    @llm_completion_callback()
-    def stream_complete(
-        self, prompt: str, formatted: bool = False, **kwargs: Any
-    ) -> CompletionResponseGen:
-        text = self._text(self._sync_reply(prompt, "stream_complete"))
-
-        def gen() -> CompletionResponseGen:
-            acc = ""
-            for delta in self._split(text):
-                acc += delta
-                yield CompletionResponse(text=acc, delta=delta)
-
-        return gen()
-
-    @llm_completion_callback()
-    async def astream_complete(
-        self, prompt: str, formatted: bool = False, **kwargs: Any
-    ) -> CompletionResponseAsyncGen:
-        text = self._text(await self._async_reply(prompt))
-
-        async def gen() -> CompletionResponseAsyncGen:
-            acc = ""
-            for delta in self._split(text):
-                acc += delta
-                yield CompletionResponse(text=acc, delta=delta)
-
-        return gen()
-
     # ------------------------------------------------------------------ chat API
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
@@ -258,35 +234,26 @@ class ScriptedLLM(FunctionCallingLLM):
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         return self._chat_response(await self._async_reply(self._join(messages)))
 
-    @llm_chat_callback()
-    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        text = self._text(self._sync_reply(self._join(messages), "stream_chat"))
+    # ------------------------------------------------------------------ streaming
+    def _completion_deltas(
+        self, prompt: str, formatted: bool, kwargs: dict[str, Any]
+    ) -> Iterator[str]:
+        return self._split(self._text(self._sync_reply(prompt, "stream_complete")))
 
-        def gen() -> ChatResponseGen:
-            acc = ""
-            for delta in self._split(text):
-                acc += delta
-                yield ChatResponse(
-                    message=ChatMessage(role=MessageRole.ASSISTANT, content=acc), delta=delta
-                )
+    async def _acompletion_deltas(
+        self, prompt: str, formatted: bool, kwargs: dict[str, Any]
+    ) -> AsyncIterator[str]:
+        return self._asplit(self._text(await self._async_reply(prompt)))
 
-        return gen()
+    def _chat_deltas(
+        self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
+    ) -> Iterator[str]:
+        return self._split(self._text(self._sync_reply(self._join(messages), "stream_chat")))
 
-    @llm_chat_callback()
-    async def astream_chat(
-        self, messages: Sequence[ChatMessage], **kwargs: Any
-    ) -> ChatResponseAsyncGen:
-        text = self._text(await self._async_reply(self._join(messages)))
-
-        async def gen() -> ChatResponseAsyncGen:
-            acc = ""
-            for delta in self._split(text):
-                acc += delta
-                yield ChatResponse(
-                    message=ChatMessage(role=MessageRole.ASSISTANT, content=acc), delta=delta
-                )
-
-        return gen()
+    async def _achat_deltas(
+        self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
+    ) -> AsyncIterator[str]:
+        return self._asplit(self._text(await self._async_reply(self._join(messages))))
 
     # ------------------------------------------------------------------ function calling
     def _prepare_chat_with_tools(

@@ -15,21 +15,16 @@ in the GGUF file, and a JSON schema can constrain a reply (see
 from __future__ import annotations
 
 import asyncio
-import logging
 import queue
 import threading
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
-    ChatResponseAsyncGen,
-    ChatResponseGen,
     CompletionResponse,
-    CompletionResponseAsyncGen,
-    CompletionResponseGen,
     LLMMetadata,
     MessageRole,
 )
@@ -37,6 +32,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.llms.custom import CustomLLM
 
+from llama_index_rag_pack.components.delta_streams import DeltaStreamingLLM
 from llama_index_rag_pack.components.gguf_file import GGUFInfo, read_gguf_info
 from llama_index_rag_pack.components.local_llm_engine import (
     LocalLLMError,
@@ -51,8 +47,6 @@ from llama_index_rag_pack.components.local_llm_engine import (
     request_body,
 )
 
-logger = logging.getLogger(__name__)
-
 __all__ = ["LocalGGUFLLM", "LocalLLMError", "loaded_models"]
 
 #: Context window used when the GGUF file states none.
@@ -60,7 +54,7 @@ FALLBACK_CONTEXT_WINDOW = 4096
 _CHAT_ROLES = {"system", "user", "assistant"}
 
 
-class LocalGGUFLLM(CustomLLM):
+class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
     """Chat model loaded from a ``.gguf`` file and run on CPU by llama.cpp (``xllamacpp``).
 
     The model loads lazily, on first use or :meth:`load`, once per process: every instance with
@@ -273,13 +267,8 @@ class LocalGGUFLLM(CustomLLM):
         worker = threading.Thread(target=self._stream, args=(body, emit), daemon=True)
         worker.start()
         try:
-            while True:
-                item = items.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+            while (delta := _delta(items.get())) is not None:
+                yield delta
         finally:
             stop.set()  # the consumer left early: generation stops at the next token
 
@@ -295,13 +284,8 @@ class LocalGGUFLLM(CustomLLM):
 
         worker = asyncio.ensure_future(asyncio.to_thread(self._stream, body, emit))
         try:
-            while True:
-                item = await items.get()
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
+            while (delta := _delta(await items.get())) is not None:
+                yield delta
         finally:
             stop.set()
             await asyncio.shield(worker)
@@ -312,39 +296,11 @@ class LocalGGUFLLM(CustomLLM):
         return CompletionResponse(text=self._run(self._prompt_body(prompt, formatted, kwargs)))
 
     @llm_completion_callback()
-    def stream_complete(
-        self, prompt: str, formatted: bool = False, **kwargs: Any
-    ) -> CompletionResponseGen:
-        deltas = self._stream_sync(self._prompt_body(prompt, formatted, kwargs))
-
-        def gen() -> CompletionResponseGen:
-            text = ""
-            for delta in deltas:
-                text += delta
-                yield CompletionResponse(text=text, delta=delta)
-
-        return gen()
-
-    @llm_completion_callback()
     async def acomplete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponse:
         body = self._prompt_body(prompt, formatted, kwargs)
         return CompletionResponse(text=await asyncio.to_thread(self._run, body))
-
-    @llm_completion_callback()
-    async def astream_complete(
-        self, prompt: str, formatted: bool = False, **kwargs: Any
-    ) -> CompletionResponseAsyncGen:
-        deltas = self._stream_async(self._prompt_body(prompt, formatted, kwargs))
-
-        async def gen() -> CompletionResponseAsyncGen:
-            text = ""
-            async for delta in deltas:
-                text += delta
-                yield CompletionResponse(text=text, delta=delta)
-
-        return gen()
 
     # ------------------------------------------------------------------ chat API
     @llm_chat_callback()
@@ -353,34 +309,35 @@ class LocalGGUFLLM(CustomLLM):
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text))
 
     @llm_chat_callback()
-    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        deltas = self._stream_sync(self._chat_body(messages, kwargs))
-
-        def gen() -> ChatResponseGen:
-            text = ""
-            for delta in deltas:
-                text += delta
-                message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
-                yield ChatResponse(message=message, delta=delta)
-
-        return gen()
-
-    @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         text = await asyncio.to_thread(self._run, self._chat_body(messages, kwargs))
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text))
 
-    @llm_chat_callback()
-    async def astream_chat(
-        self, messages: Sequence[ChatMessage], **kwargs: Any
-    ) -> ChatResponseAsyncGen:
-        deltas = self._stream_async(self._chat_body(messages, kwargs))
+    # ------------------------------------------------------------------ streaming
+    def _completion_deltas(
+        self, prompt: str, formatted: bool, kwargs: dict[str, Any]
+    ) -> Iterator[str]:
+        return self._stream_sync(self._prompt_body(prompt, formatted, kwargs))
 
-        async def gen() -> ChatResponseAsyncGen:
-            text = ""
-            async for delta in deltas:
-                text += delta
-                message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
-                yield ChatResponse(message=message, delta=delta)
+    async def _acompletion_deltas(
+        self, prompt: str, formatted: bool, kwargs: dict[str, Any]
+    ) -> AsyncIterator[str]:
+        return self._stream_async(self._prompt_body(prompt, formatted, kwargs))
 
-        return gen()
+    def _chat_deltas(
+        self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
+    ) -> Iterator[str]:
+        return self._stream_sync(self._chat_body(messages, kwargs))
+
+    async def _achat_deltas(
+        self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]
+    ) -> AsyncIterator[str]:
+        return self._stream_async(self._chat_body(messages, kwargs))
+
+
+def _delta(item: Any) -> str | None:
+    """An item :meth:`LocalGGUFLLM._stream` emitted: a text delta, ``None`` at the end of the
+    reply; a failure is raised here."""
+    if isinstance(item, BaseException):
+        raise item
+    return item
