@@ -58,10 +58,25 @@ def parse_queries(
         The queries, in the order the model gave them (possibly empty).
 
     Example:
-        >>> parse_queries('Sure! Here are 2 queries:\\n1. "BM25 ranking"\\n2. **hybrid search**\\n')
-        ['BM25 ranking', 'hybrid search']
+        >>> reply = 'Sure! Here are some:\\n1. What is BM25?\\n2. "BM25 ranking"\\n3. **hybrid**'
+        >>> parse_queries(reply, original="What is BM25?")
+        ['BM25 ranking', 'hybrid']
+        >>> parse_queries(reply, original="What is BM25?", num_queries=1)
+        ['BM25 ranking']
     """
     return parse_list(text, exclude=[original] if original else [], limit=num_queries)
+
+
+def _failed(error: Exception, raise_on_failure: bool) -> list[str]:
+    """No variants after the LLM call failed (a warning), or ``error`` raised again."""
+    if raise_on_failure:
+        raise error
+    logger.warning(
+        "Query generation failed (%s: %s); using the original query only.",
+        type(error).__name__,
+        error,
+    )
+    return []
 
 
 def _after_reply(text: str | None, query: str, num_queries: int) -> list[str]:
@@ -101,12 +116,7 @@ def generate_queries(
     try:
         text = llm.complete(prompt.format(num_queries=num_queries, query=query)).text
     except Exception as e:
-        if raise_on_failure:
-            raise
-        logger.warning(
-            "Query generation failed (%s: %s); using the original query only.", type(e).__name__, e
-        )
-        return []
+        return _failed(e, raise_on_failure)
     return _after_reply(text, query, num_queries)
 
 
@@ -125,10 +135,5 @@ async def agenerate_queries(
     try:
         text = (await llm.acomplete(prompt.format(num_queries=num_queries, query=query))).text
     except Exception as e:
-        if raise_on_failure:
-            raise
-        logger.warning(
-            "Query generation failed (%s: %s); using the original query only.", type(e).__name__, e
-        )
-        return []
+        return _failed(e, raise_on_failure)
     return _after_reply(text, query, num_queries)
