@@ -190,26 +190,27 @@ class CitationPostprocessor(BaseNodePostprocessor):
             piece.node.metadata[CITATION_ID_KEY] = position
         return pieces
 
-    def _embedding_inputs(
-        self, query_bundle: QueryBundle | None, pieces: list[NodeWithScore]
-    ) -> tuple[BaseEmbedding, QueryBundle] | None:
+    def _pieces_to_embed(
+        self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None
+    ) -> tuple[list[NodeWithScore], BaseEmbedding | None, QueryBundle | None]:
+        """The pieces of ``nodes``, and the embedding model and question to score them with
+        (the model is ``None`` when they are not scored)."""
+        pieces = self._pieces(nodes)
         if self._embed_model is None or not pieces:
-            return None
+            return pieces, None, query_bundle
         if query_bundle is None or not query_bundle.query_str.strip():
             logger.warning(
                 "CitationPostprocessor: no question given, the embedding filter is skipped"
             )
-            return None
-        return self._embed_model, query_bundle
+            return pieces, None, query_bundle
+        return pieces, self._embed_model, query_bundle
 
     def _postprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        pieces = self._pieces(nodes)
-        inputs = self._embedding_inputs(query_bundle, pieces)
-        if inputs is None:
+        pieces, embed_model, bundle = self._pieces_to_embed(nodes, query_bundle)
+        if embed_model is None or bundle is None:
             return self._filter(pieces, None, None)
-        embed_model, bundle = inputs
         query = bundle.embedding or embed_model.get_query_embedding(bundle.query_str)
         texts = embed_model.get_text_embedding_batch([_embed_text(p) for p in pieces])
         return self._filter(pieces, query, texts)
@@ -217,11 +218,9 @@ class CitationPostprocessor(BaseNodePostprocessor):
     async def _apostprocess_nodes(
         self, nodes: list[NodeWithScore], query_bundle: QueryBundle | None = None
     ) -> list[NodeWithScore]:
-        pieces = self._pieces(nodes)
-        inputs = self._embedding_inputs(query_bundle, pieces)
-        if inputs is None:
+        pieces, embed_model, bundle = self._pieces_to_embed(nodes, query_bundle)
+        if embed_model is None or bundle is None:
             return self._filter(pieces, None, None)
-        embed_model, bundle = inputs
         query = bundle.embedding or await embed_model.aget_query_embedding(bundle.query_str)
         texts = await embed_model.aget_text_embedding_batch([_embed_text(p) for p in pieces])
         return self._filter(pieces, query, texts)
