@@ -216,15 +216,11 @@ class CitedResponseBuilder:
         def gen() -> Generator[str, None, None]:
             raw: list[str] = []
             for token in tokens:
-                raw.append(_text(token))
-                out = manager.feed(token)
-                if out:
-                    response.answer += out
+                if out := _rewritten(token, manager, response, raw):
                     yield out
             text = "".join(raw)
             attribution = attribute(text) if attribute is not None else None
-            tail = self._finish_stream(response, manager, text, nodes, attribution)
-            if tail:
+            if tail := self._finish_stream(response, manager, text, nodes, attribution):
                 yield tail
 
         response.response_gen = gen()
@@ -245,15 +241,11 @@ class CitedResponseBuilder:
         async def agen() -> AsyncGenerator[str, None]:
             raw: list[str] = []
             async for token in tokens:
-                raw.append(_text(token))
-                out = manager.feed(token)
-                if out:
-                    response.answer += out
+                if out := _rewritten(token, manager, response, raw):
                     yield out
             text = "".join(raw)
             attribution = await attribute(text) if attribute is not None else None
-            tail = self._finish_stream(response, manager, text, nodes, attribution)
-            if tail:
+            if tail := self._finish_stream(response, manager, text, nodes, attribution):
                 yield tail
 
         response.response_gen = agen()
@@ -279,6 +271,15 @@ class CitedResponseBuilder:
         target.metadata["marked_answer"] = raw
         target.attribution = attribution
         return tail + self.note(manager, attribution) + manager.format_references()
+
+
+def _rewritten(token: Any, manager: ReferenceManager, response: Any, raw: list[str]) -> str:
+    """One streamed ``token`` through the manager: its text kept in ``raw``, what the manager
+    lets out added to ``response.answer`` and returned."""
+    raw.append(_text(token))
+    out = manager.feed(token)
+    response.answer += out
+    return out
 
 
 def _text(token: Any) -> str:
