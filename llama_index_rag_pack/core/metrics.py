@@ -25,7 +25,7 @@ import math
 import re
 import string
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = frozenset(string.punctuation)
@@ -162,6 +162,19 @@ def ndcg_at_k(
 
 
 # --------------------------------------------------------------------------- citations
+def _per_sentence(
+    cited: Sequence[Iterable[Hashable]], supporting: Sequence[Iterable[Hashable]]
+) -> Iterator[tuple[Iterable[Hashable], set[Hashable]]]:
+    """Per sentence, the ids it cites and the set of ids supporting it.
+
+    Raises:
+        ValueError: the two lists have different lengths (when called, not when iterated).
+    """
+    if len(cited) != len(supporting):
+        raise ValueError(f"cited has {len(cited)} sentences but supporting has {len(supporting)}")
+    return ((ids, set(support)) for ids, support in zip(cited, supporting, strict=True))
+
+
 def citation_precision(
     cited: Sequence[Iterable[Hashable]], supporting: Sequence[Iterable[Hashable]]
 ) -> float:
@@ -177,14 +190,11 @@ def citation_precision(
     Raises:
         ValueError: the two lists have different lengths.
     """
-    if len(cited) != len(supporting):
-        raise ValueError(f"cited has {len(cited)} sentences but supporting has {len(supporting)}")
     total = correct = 0
-    for ids, support in zip(cited, supporting, strict=True):
-        support_set = set(support)
+    for ids, support in _per_sentence(cited, supporting):
         for cid in set(ids):
             total += 1
-            correct += cid in support_set
+            correct += cid in support
     return correct / total if total else 1.0
 
 
@@ -199,15 +209,12 @@ def citation_recall(
     Raises:
         ValueError: the two lists have different lengths.
     """
-    if len(cited) != len(supporting):
-        raise ValueError(f"cited has {len(cited)} sentences but supporting has {len(supporting)}")
     needed = covered = 0
-    for ids, support in zip(cited, supporting, strict=True):
-        support_set = set(support)
-        if not support_set:
+    for ids, support in _per_sentence(cited, supporting):
+        if not support:
             continue
         needed += 1
-        covered += bool(support_set.intersection(ids))
+        covered += bool(support.intersection(ids))
     return covered / needed if needed else 1.0
 
 
