@@ -16,6 +16,9 @@ from llama_index_rag_pack.cli import output as _cli
 
 __all__ = ["register", "render_tree"]
 
+#: The options bounding the search, passed to the engine under their own names.
+_SEARCH_LIMITS = ("max_depth", "max_branching", "max_llm_calls")
+
 
 def render_tree(tree: Any, fmt: str) -> str:
     """The tree as ``text`` (indented), ``mermaid`` or ``json``."""
@@ -52,14 +55,8 @@ def _answer(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.pack.judge import judge_query_engine
 
     session = open_session(args)
-    engine = judge_query_engine(
-        session.pack,
-        args.mode,
-        max_depth=args.max_depth,
-        max_branching=args.max_branching,
-        max_llm_calls=args.max_llm_calls,
-        style=args.format,
-    )
+    limits = {name: getattr(args, name) for name in _SEARCH_LIMITS}
+    engine = judge_query_engine(session.pack, args.mode, style=args.format, **limits)
     response = session.time_answer(args.question, lambda: engine.query(args.question))
     tree = response.search_tree
     _cli.out(str(response))
