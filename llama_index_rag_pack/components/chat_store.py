@@ -58,10 +58,16 @@ class InProcessChatStore(AsyncDBChatStore):
     def _select(self, key: str, status: MessageStatus | None) -> list[_Row]:
         return [r for r in self._rows if r.key == key and (status is None or r.status == status)]
 
-    def _add(self, key: str, messages: list[ChatMessage], status: MessageStatus) -> None:
-        for message in messages:
-            self._rows.append(_Row(self._next_id, key, MessageStatus(status), message))
-            self._next_id += 1
+    def _store(
+        self, key: str, messages: list[ChatMessage], status: MessageStatus, *, replace: bool
+    ) -> None:
+        """Append ``messages`` to ``key``'s, or put them in place of all of them (``replace``)."""
+        with self._lock:
+            if replace:
+                self._rows = [r for r in self._rows if r.key != key]
+            for message in messages:
+                self._rows.append(_Row(self._next_id, key, MessageStatus(status), message))
+                self._next_id += 1
 
     async def get_messages(
         self,
@@ -93,8 +99,7 @@ class InProcessChatStore(AsyncDBChatStore):
         messages: list[ChatMessage],
         status: MessageStatus = MessageStatus.ACTIVE,
     ) -> None:
-        with self._lock:
-            self._add(key, list(messages), status)
+        self._store(key, messages, status, replace=False)
 
     async def set_messages(
         self,
@@ -102,9 +107,7 @@ class InProcessChatStore(AsyncDBChatStore):
         messages: list[ChatMessage],
         status: MessageStatus = MessageStatus.ACTIVE,
     ) -> None:
-        with self._lock:
-            self._rows = [r for r in self._rows if r.key != key]
-            self._add(key, list(messages), status)
+        self._store(key, messages, status, replace=True)
 
     async def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         with self._lock:
