@@ -188,22 +188,16 @@ class ReferenceManager:
 
     def stream(self, tokens: Iterable[Any]) -> Iterator[str]:
         """Rewrite a whole token iterator (non-empty pieces only), the reference list last."""
-        for token in tokens:
-            out = self.feed(token)
-            if out:
-                yield out
-        tail = self.finish()
-        if tail:
+        yield from filter(None, map(self.feed, tokens))
+        if tail := self.finish():
             yield tail
 
     async def astream(self, tokens: AsyncIterable[Any]) -> AsyncIterator[str]:
         """Async :meth:`stream`."""
         async for token in tokens:
-            out = self.feed(token)
-            if out:
+            if out := self.feed(token):
                 yield out
-        tail = self.finish()
-        if tail:
+        if tail := self.finish():
             yield tail
 
     def _process(self, buf: str, final: bool) -> str:
