@@ -59,7 +59,7 @@ class InProcessChatStore(AsyncDBChatStore):
         return [r for r in self._rows if r.key == key and (status is None or r.status == status)]
 
     def _store(
-        self, key: str, messages: list[ChatMessage], status: MessageStatus, *, replace: bool
+        self, key: str, messages: list[ChatMessage], status: MessageStatus, *, replace: bool = False
     ) -> None:
         """Append ``messages`` to ``key``'s, or put them in place of all of them (``replace``)."""
         with self._lock:
@@ -99,7 +99,7 @@ class InProcessChatStore(AsyncDBChatStore):
         messages: list[ChatMessage],
         status: MessageStatus = MessageStatus.ACTIVE,
     ) -> None:
-        self._store(key, messages, status, replace=False)
+        self._store(key, messages, status)
 
     async def set_messages(
         self,
