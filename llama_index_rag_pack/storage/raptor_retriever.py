@@ -23,6 +23,7 @@ from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
 )
+from llama_index_rag_pack.storage.raptor_store import scope_all_levels, scope_level, scope_within
 from llama_index_rag_pack.storage.raptor_tree import RaptorTree
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -292,15 +293,15 @@ class RaptorRetriever(PackRetriever):
         store, k = self.tree.store, self.similarity_top_k
         only = self._passing_ids()
         if self.mode is RaptorRetrieveMode.COLLAPSED:
-            return self._cut(store.search_all_levels(embedding, k, only))
+            return self._cut(store.search(embedding, k, scope_all_levels(only)))
         if self.mode is RaptorRetrieveMode.LEAVES:
-            return self._cut(store.search_level(embedding, k, 0, only))
+            return self._cut(store.search(embedding, k, scope_level(0, only)))
         level = self.top_level if only is None else max(only.values(), default=0)
-        picked = store.search_level(embedding, k, level, only)
+        picked = store.search(embedding, k, scope_level(level, only))
         selected = list(picked)
         while level > 0 and picked:
             level -= 1
-            picked = store.search_within(embedding, k, level, self._children(picked, only))
+            picked = store.search(embedding, k, scope_within(level, self._children(picked, only)))
             self._log_level(level, picked)
             selected.extend(picked)
         return self._cut(selected)
@@ -312,18 +313,20 @@ class RaptorRetriever(PackRetriever):
         store, k = self.tree.store, self.similarity_top_k
         only = await asyncio.to_thread(self._passing_ids) if self.filter else None
         if self.mode is RaptorRetrieveMode.COLLAPSED:
-            return self._cut(await store.asearch_all_levels(embedding, k, only))
+            return self._cut(await store.asearch(embedding, k, scope_all_levels(only)))
         if self.mode is RaptorRetrieveMode.LEAVES:
-            return self._cut(await store.asearch_level(embedding, k, 0, only))
+            return self._cut(await store.asearch(embedding, k, scope_level(0, only)))
         # the first traversal scans the levels in Milvus: do it off the event loop
         level = self._top_level if only is None else max(only.values(), default=0)
         if level is None:
             level = await asyncio.to_thread(lambda: self.top_level)
-        picked = await store.asearch_level(embedding, k, level, only)
+        picked = await store.asearch(embedding, k, scope_level(level, only))
         selected = list(picked)
         while level > 0 and picked:
             level -= 1
-            picked = await store.asearch_within(embedding, k, level, self._children(picked, only))
+            picked = await store.asearch(
+                embedding, k, scope_within(level, self._children(picked, only))
+            )
             self._log_level(level, picked)
             selected.extend(picked)
         return self._cut(selected)

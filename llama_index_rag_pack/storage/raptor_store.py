@@ -58,6 +58,24 @@ def _restricted(expr: str, only: Collection[str] | None) -> str:
     return f"{expr} and {_ids_expr(sorted(only))}" if only else "false"
 
 
+# What a search may return, for :meth:`RaptorStore.search`. ``only``: ``None`` for the whole tree,
+# else the ids it may return (:meth:`RaptorStore.passing_ids` under a filter; an empty set returns
+# nothing).
+def scope_all_levels(only: Collection[str] | None = None) -> str:
+    """Leaves and summaries of every level."""
+    return _restricted(_min_level_expr(0), only)
+
+
+def scope_level(level: int, only: Collection[str] | None = None) -> str:
+    """The nodes of ``level``."""
+    return _restricted(_level_expr(level), only)
+
+
+def scope_within(level: int, ids: Sequence[str]) -> str | None:
+    """The nodes of ``level`` among ``ids`` (``None`` when there are none)."""
+    return f"{_level_expr(level)} and {_ids_expr(ids)}" if ids else None
+
+
 class RaptorStore:
     """Reads and writes RAPTOR nodes in one ``MilvusVectorStore`` collection.
 
@@ -257,55 +275,27 @@ class RaptorStore:
         self.delete_ids(str(row["id"]) for row in above)
 
     # ------------------------------------------------------------------ search
-    # Every search takes ``only``: ``None`` for the whole tree, else the ids it may return
-    # (:meth:`passing_ids` under a filter; an empty set returns nothing).
-    def search_all_levels(
-        self, embedding: Sequence[float], top_k: int, only: Collection[str] | None = None
+    def search(
+        self, embedding: Sequence[float], top_k: int, where: str | None
     ) -> list[NodeWithScore]:
-        """The ``top_k`` nodes nearest to ``embedding``, leaves and summaries of every level."""
-        return self._search(embedding, top_k, _restricted(_min_level_expr(0), only))
-
-    def search_level(
-        self,
-        embedding: Sequence[float],
-        top_k: int,
-        level: int,
-        only: Collection[str] | None = None,
-    ) -> list[NodeWithScore]:
-        """The ``top_k`` nodes of ``level`` nearest to ``embedding``."""
-        return self._search(embedding, top_k, _restricted(_level_expr(level), only))
-
-    def search_within(
-        self, embedding: Sequence[float], top_k: int, level: int, ids: Sequence[str]
-    ) -> list[NodeWithScore]:
-        """The ``top_k`` nodes of ``level`` among ``ids`` nearest to ``embedding``."""
-        if not ids:
+        """The ``top_k`` nodes nearest to ``embedding`` among those ``where`` selects: an
+        expression of :func:`scope_all_levels`, :func:`scope_level` or :func:`scope_within`
+        (``None``: none can match, nothing is searched)."""
+        if where is None or top_k <= 0:
             return []
-        return self._search(embedding, top_k, f"{_level_expr(level)} and {_ids_expr(ids)}")
+        query = VectorStoreQuery(query_embedding=list(embedding), similarity_top_k=top_k)
+        return self._with_scores(self.vector_store.query(query, string_expr=where))
 
-    async def asearch_all_levels(
-        self, embedding: Sequence[float], top_k: int, only: Collection[str] | None = None
+    async def asearch(
+        self, embedding: Sequence[float], top_k: int, where: str | None
     ) -> list[NodeWithScore]:
-        """Async :meth:`search_all_levels`."""
-        return await self._asearch(embedding, top_k, _restricted(_min_level_expr(0), only))
+        """Async :meth:`search`: the sync client in a worker thread, so the event loop never
+        blocks.
 
-    async def asearch_level(
-        self,
-        embedding: Sequence[float],
-        top_k: int,
-        level: int,
-        only: Collection[str] | None = None,
-    ) -> list[NodeWithScore]:
-        """Async :meth:`search_level`."""
-        return await self._asearch(embedding, top_k, _restricted(_level_expr(level), only))
-
-    async def asearch_within(
-        self, embedding: Sequence[float], top_k: int, level: int, ids: Sequence[str]
-    ) -> list[NodeWithScore]:
-        """Async :meth:`search_within`."""
-        if not ids:
-            return []
-        return await self._asearch(embedding, top_k, f"{_level_expr(level)} and {_ids_expr(ids)}")
+        (pymilvus' ``AsyncMilvusClient`` is bound to the first event loop that used it and fails on
+        any later one, e.g. after a second ``asyncio.run``; a thread works on every loop.)
+        """
+        return await asyncio.to_thread(self.search, embedding, top_k, where)
 
     def schema_fields(self) -> set[str]:
         """The names of the collection's schema fields (empty when it does not exist yet)."""
@@ -335,27 +325,5 @@ class RaptorStore:
             NodeWithScore(node=n, score=s) for n, s in zip(result.nodes or [], sims, strict=False)
         ]
 
-    def _search(self, embedding: Sequence[float], top_k: int, expr: str) -> list[NodeWithScore]:
-        """Dense search restricted by a filter expression."""
-        if top_k <= 0:
-            return []
-        query = VectorStoreQuery(query_embedding=list(embedding), similarity_top_k=top_k)
-        return self._with_scores(self.vector_store.query(query, string_expr=expr))
 
-    async def _asearch(
-        self, embedding: Sequence[float], top_k: int, expr: str
-    ) -> list[NodeWithScore]:
-        """Async :meth:`_search`: the sync client in a worker thread, so the event loop never
-        blocks.
-
-        (pymilvus' ``AsyncMilvusClient`` is bound to the first event loop that used it and fails on
-        any later one, e.g. after a second ``asyncio.run``; a thread works on every loop.)
-        """
-        if top_k <= 0:
-            return []
-        query = VectorStoreQuery(query_embedding=list(embedding), similarity_top_k=top_k)
-        result = await asyncio.to_thread(self.vector_store.query, query, string_expr=expr)
-        return self._with_scores(result)
-
-
-__all__ = ["RaptorStore"]
+__all__ = ["RaptorStore", "scope_all_levels", "scope_level", "scope_within"]
