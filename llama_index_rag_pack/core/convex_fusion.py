@@ -42,6 +42,7 @@ __all__ = [
     "ScoredId",
     "check_alpha",
     "check_candidate_pool",
+    "check_convex_settings",
     "check_rrf_k",
     "check_sentence_weight",
     "convex_fusion",
@@ -142,6 +143,27 @@ def check_rrf_k(rrf_k: Any) -> float:
     ):
         raise ConfigurationError(f"rrf_k must be a number >= 0 (60 is usual), got {rrf_k!r}.")
     return float(rrf_k)
+
+
+def check_convex_settings(
+    alpha: Any, normalization: Any, candidate_pool: Any, sentence_weight: Any
+) -> tuple[float, ScoreNormalization, int, float]:
+    """The settings of a convex hybrid search (dense weight, score normalization, candidates per
+    side, sentence weight), checked in that order.
+
+    Raises:
+        ConfigurationError: the first value out of range (the message names it).
+
+    Example:
+        >>> check_convex_settings(0.5, "dist_based", 50, 0)
+        (0.5, <ScoreNormalization.DIST_BASED: 'dist_based'>, 50, 0.0)
+    """
+    return (
+        check_alpha(alpha),
+        ScoreNormalization.parse(normalization),
+        check_candidate_pool(candidate_pool),
+        check_sentence_weight(sentence_weight),
+    )
 
 
 def _check_top_n(top_n: Any) -> None:

@@ -37,10 +37,8 @@ from llama_index_rag_pack.core.convex_fusion import (
     TUNED_ALPHA,
     TUNED_SENTENCE_WEIGHT,
     ScoreNormalization,
-    check_alpha,
-    check_candidate_pool,
+    check_convex_settings,
     check_rrf_k,
-    check_sentence_weight,
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
@@ -84,14 +82,19 @@ class FusionConfig:
     fitted_on: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "alpha", check_alpha(self.alpha))
-        object.__setattr__(
-            self, "normalization", ScoreNormalization.parse(self.normalization).value
+        alpha, normalization, candidate_pool, sentence_weight = check_convex_settings(
+            self.alpha, self.normalization, self.candidate_pool, self.sentence_weight
         )
-        object.__setattr__(self, "rrf_k", check_rrf_k(self.rrf_k))
-        object.__setattr__(self, "candidate_pool", check_candidate_pool(self.candidate_pool))
-        object.__setattr__(self, "sentence_weight", check_sentence_weight(self.sentence_weight))
-        object.__setattr__(self, "fitted_on", dict(self.fitted_on))
+        checked = {
+            "alpha": alpha,
+            "normalization": normalization.value,
+            "rrf_k": check_rrf_k(self.rrf_k),
+            "candidate_pool": candidate_pool,
+            "sentence_weight": sentence_weight,
+            "fitted_on": dict(self.fitted_on),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-able form :meth:`from_dict` reads."""

@@ -27,9 +27,8 @@ from llama_index_rag_pack.core.convex_fusion import (
     TUNED_ALPHA,
     TUNED_SENTENCE_WEIGHT,
     ScoreNormalization,
-    check_alpha,
     check_candidate_pool,
-    check_sentence_weight,
+    check_convex_settings,
     convex_fusion,
 )
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
@@ -138,10 +137,9 @@ class MilvusScoreFusionRetriever(PackRetriever):
         self.pre_top_k = pre_top_k or (
             4 * similarity_top_k if reranker is not None else similarity_top_k
         )
-        self.alpha = check_alpha(alpha)
-        self.normalization = ScoreNormalization.parse(normalization)
-        self.candidate_pool = check_candidate_pool(candidate_pool)
-        self.sentence_weight = check_sentence_weight(sentence_weight)
+        self.alpha, self.normalization, self.candidate_pool, self.sentence_weight = (
+            check_convex_settings(alpha, normalization, candidate_pool, sentence_weight)
+        )
         check_candidate_pool(sentence_pool)
         self.similarity_top_k = similarity_top_k
         self.concurrent_searches = bool(concurrent_searches)
