@@ -173,9 +173,7 @@ class RaptorRetriever(PackRetriever):
             **retriever_options: :class:`RaptorRetriever` options (mode, similarity_top_k, ...).
         """
         tree = cls._make_tree(llm, embed_model, vector_store, uri, collection_name, tree_options)
-        stats = tree.build(documents)
-        logger.info("RAPTOR tree built: %s", stats)
-        return cls(tree=tree, **retriever_options)
+        return cls._over_built(tree, tree.build(documents), retriever_options)
 
     @classmethod
     async def afrom_documents(
@@ -192,7 +190,13 @@ class RaptorRetriever(PackRetriever):
     ) -> RaptorRetriever:
         """Async :meth:`from_documents` (summaries awaited on the running loop)."""
         tree = cls._make_tree(llm, embed_model, vector_store, uri, collection_name, tree_options)
-        stats = await tree.abuild(documents)
+        return cls._over_built(tree, await tree.abuild(documents), retriever_options)
+
+    @classmethod
+    def _over_built(
+        cls, tree: RaptorTree, stats: BuildStats, retriever_options: dict[str, Any]
+    ) -> RaptorRetriever:
+        """The retriever over ``tree``, just built (``stats`` logged)."""
         logger.info("RAPTOR tree built: %s", stats)
         return cls(tree=tree, **retriever_options)
 
