@@ -46,6 +46,8 @@ def clean_passage(text: str) -> str:
     Example:
         >>> clean_passage('Sure! Here is a passage:\\n"BM25 ranks documents by term frequency."')
         'BM25 ranks documents by term frequency.'
+        >>> clean_passage("```text\\nPassage: BM25 ranks documents by term frequency.\\n```")
+        'BM25 ranks documents by term frequency.'
     """
     return unwrap_prose(text, label="passage")
 
