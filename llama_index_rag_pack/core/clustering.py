@@ -33,10 +33,10 @@ local UMAP + mixture inside each global cluster), with these differences:
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -224,18 +224,14 @@ class _BudgetedClustering:
     budget: int | None
     max_split_depth: int
     random_state: int | None
-    options: dict[str, Any]
+    members: Callable[..., list[np.ndarray]]  # _cluster_members, its options but the seed bound
 
     def clusters(self, idx: np.ndarray, depth: int = 0) -> list[np.ndarray]:
         """Member index arrays (into ``x``) of the clusters of rows ``idx``."""
         if len(idx) == 1:
             return [idx]
-        found = [
-            idx[m]
-            for m in _cluster_members(
-                self.x[idx], random_state=_seed(self.random_state, 100 * depth), **self.options
-            )
-        ]
+        seed = _seed(self.random_state, 100 * depth)
+        found = [idx[m] for m in self.members(self.x[idx], random_state=seed)]
         if self.budget is None:
             return found
         out: list[np.ndarray] = []
@@ -351,7 +347,8 @@ def cluster_embeddings(
         budget=max_length_in_cluster,
         max_split_depth=max_split_depth,
         random_state=random_state,
-        options=dict(
+        members=functools.partial(
+            _cluster_members,
             reduction_dim=reduction_dim,
             threshold=threshold,
             max_clusters=max_clusters,
