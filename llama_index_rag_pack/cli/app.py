@@ -240,10 +240,13 @@ def _add_index_command(sub: Any) -> None:
         help="do not embed each sentence as well (indexing twice as fast; hybrid search then "
         "fuses dense and BM25 only)",
     )
-    p.add_argument("--chunk-size", type=int, default=256, help="chunk size in tokens (default 256)")
-    p.add_argument(
-        "--chunk-overlap", type=int, default=32, help="chunk overlap in tokens (default 32)"
-    )
+    for flag, what, default in (
+        ("--chunk-size", "chunk size", 256),
+        ("--chunk-overlap", "chunk overlap", 32),
+    ):
+        p.add_argument(
+            flag, type=int, default=default, help=f"{what} in tokens (default {default})"
+        )
     p.add_argument("--no-recursive", action="store_true", help="do not descend into subdirectories")
     p.set_defaults(func=cmd_index)
 
