@@ -46,6 +46,12 @@ from llama_index_rag_pack.core.errors import ConfigurationError, check_query
 __all__ = ["LLMQueryRetriever", "PackQueryEngine", "PackRetriever", "wrapped_retriever"]
 
 
+def _checked(query_bundle: QueryBundle) -> tuple[QueryBundle, str]:
+    """What a subclass's ``_search`` / ``_answer`` get: the bundle and its text, checked
+    non-empty. Every query of a pack retriever or engine is checked here, once."""
+    return query_bundle, check_query(query_bundle)
+
+
 class PackRetriever(BaseRetriever):
     """A LlamaIndex retriever whose query is checked once, here, before the subclass runs.
 
@@ -54,10 +60,10 @@ class PackRetriever(BaseRetriever):
     """
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._search(query_bundle, check_query(query_bundle))
+        return self._search(*_checked(query_bundle))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return await self._asearch(query_bundle, check_query(query_bundle))
+        return await self._asearch(*_checked(query_bundle))
 
     def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         """The nodes for ``query`` (``query_bundle.query_str``, checked non-empty)."""
@@ -75,10 +81,10 @@ class PackQueryEngine(BaseQueryEngine):
     """
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return self._answer(query_bundle, check_query(query_bundle))
+        return self._answer(*_checked(query_bundle))
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return await self._aanswer(query_bundle, check_query(query_bundle))
+        return await self._aanswer(*_checked(query_bundle))
 
     def _answer(self, query_bundle: QueryBundle, query: str) -> RESPONSE_TYPE:
         """The response to ``query`` (``query_bundle.query_str``, checked non-empty)."""
