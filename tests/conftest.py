@@ -327,26 +327,54 @@ LONGEST_GROUPS = (
     "tests/test_router_store.py",
     "tests/test_sql_postgres.py",
 )
+#: Modules whose parametrised tests form one group per first part of their id (the SQL attack
+#: suite's backends: SQLite, PostgreSQL as reader and as owner, may run on different workers).
+SPLIT_BY_PARAM = {"tests/test_sql_attacks.py": ("postgres-reader", "postgres-owner", "sqlite")}
 
 
-@pytest.hookimpl(tryfirst=True)
+def test_group(nodeid: str) -> str:
+    """The xdist group of a test: its module, or its module and backend (``SPLIT_BY_PARAM``).
+
+    >>> test_group("tests/test_sql_attacks.py::test_attack[sqlite-hidden-columns-3]")
+    'tests/test_sql_attacks.py::sqlite'
+    >>> test_group("tests/test_pack.py::test_pack_contract")
+    'tests/test_pack.py'
+    """
+    module, _, params = nodeid.partition("::")
+    params = params.partition("[")[2]
+    for prefix in SPLIT_BY_PARAM.get(module, ()):
+        if params.startswith((f"{prefix}-", f"{prefix}]")):
+            return f"{module}::{prefix}"
+    return module
+
+
+test_group.__test__ = False  # a helper, not a test
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Each group's tests on one xdist worker, so its module fixtures are built once (a RAPTOR
+    tree, a PostgreSQL database, a local LLM), and groups handed out in collection order.
+
+    xdist's ``loadgroup`` cannot do it with pytest 9: it renames items with their group by
+    setting ``item._nodeid``, which pytest 9's ``nodeid`` no longer reads, so every test was
+    its own group."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return test_group(nodeid)
+
+    config.option.loadscopereorder = False  # keep LONGEST_GROUPS' order
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep each test module on one xdist worker, so its module fixtures are built once (the
-    local LLM loads in about a second, once per worker, so its tests need no worker of their
-    own); the SQL attack suite's three backends (SQLite, PostgreSQL as reader and as owner) may
-    run on different workers."""
-    groups = {}
-    for item in items:
-        group = item.nodeid.split("::", 1)[0]
-        backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
-        if isinstance(backend, str) and group.endswith("test_sql_attacks.py"):  # per backend
-            group += f"::{backend}"
-        item.add_marker(pytest.mark.xdist_group(group))
-        groups[item.nodeid] = group
-    # the longest groups first, so the two workers end together (xdist hands out groups in
-    # collection order); the order inside a group stays as collected
+    """The longest groups first, so the two workers end together (groups are handed out in
+    collection order); the order inside a group stays as collected."""
     rank = {name: i for i, name in enumerate(LONGEST_GROUPS)}
-    items.sort(key=lambda item: rank.get(groups[item.nodeid], len(rank)))
+    items.sort(key=lambda item: rank.get(test_group(item.nodeid), len(rank)))
 
 
 # ---------------------------------------------------------------- PostgreSQL

@@ -125,11 +125,11 @@ def test_a_read_only_transaction_even_for_the_owner(shop: Any, monkeypatch: Any)
 
 def test_an_expensive_query_stops_at_the_time_out(shop: Any) -> None:
     db = reader_db(shop, timeout_s=0.5)
-    joins = ", ".join(f"staff AS s{i}" for i in range(16))
+    joins = ", ".join(f"staff AS s{i}" for i in range(20))  # 3**20 rows: hours unstopped
     start = time.monotonic()
     with pytest.raises(SQLExecutionError, match=r"ran past the 0\.5s time-out"):
         db.run(f"SELECT count(*) FROM {joins}")
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < 10.0  # stopped by the server, even on a busy machine
 
 
 def test_a_huge_result_row_fails_on_the_server(shop: Any) -> None:
