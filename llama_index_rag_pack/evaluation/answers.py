@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
 
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import NodeWithScore
 
-__all__ = ["DEFAULT_ANSWER_PROMPT", "aanswer", "answer", "clean_prediction"]
+__all__ = ["DEFAULT_ANSWER_PROMPT", "answer_prompt", "clean_prediction"]
 
 DEFAULT_ANSWER_PROMPT = PromptTemplate(
     "Answer the question with a short phrase taken from the context (a name, a year, a few "
@@ -35,30 +34,10 @@ def clean_prediction(text: str) -> str:
     return line.strip()
 
 
-def _prompt(
+def answer_prompt(
     template: BasePromptTemplate, question: str, nodes: Sequence[NodeWithScore], top_k: int
 ) -> str:
+    """``template`` filled with ``question`` and the first ``top_k`` of ``nodes`` as context;
+    the LLM's reply to it goes through :func:`clean_prediction`."""
     context = "\n\n".join(n.node.get_content() for n in nodes[:top_k])
     return template.format(context_str=context, query_str=question)
-
-
-def answer(
-    llm: Any,
-    template: BasePromptTemplate,
-    question: str,
-    nodes: Sequence[NodeWithScore],
-    top_k: int,
-) -> str:
-    """The LLM's cleaned answer to ``question`` from the first ``top_k`` of ``nodes``."""
-    return clean_prediction(llm.complete(_prompt(template, question, nodes, top_k)).text)
-
-
-async def aanswer(
-    llm: Any,
-    template: BasePromptTemplate,
-    question: str,
-    nodes: Sequence[NodeWithScore],
-    top_k: int,
-) -> str:
-    """Async :func:`answer` (``llm.acomplete``)."""
-    return clean_prediction((await llm.acomplete(_prompt(template, question, nodes, top_k))).text)

@@ -17,7 +17,7 @@ from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.schema import NodeWithScore
 from tqdm.auto import tqdm
 
-from llama_index_rag_pack.evaluation.answers import aanswer, answer
+from llama_index_rag_pack.evaluation.answers import answer_prompt, clean_prediction
 from llama_index_rag_pack.evaluation.cache import ResultCache, example_key
 from llama_index_rag_pack.evaluation.labelled import LabelledExample
 from llama_index_rag_pack.evaluation.planning import StrategyPlan
@@ -93,9 +93,8 @@ class StrategyRunner:
             nodes = plan.retriever.retrieve(ex.question)
             entry = self._scored(ex, nodes)
             if plan.answer_llm is not None:
-                entry["prediction"] = answer(
-                    plan.answer_llm, self.answer_prompt, ex.question, nodes, self.answer_top_k
-                )
+                reply = plan.answer_llm.complete(self._answer_prompt(ex, nodes))
+                entry["prediction"] = clean_prediction(reply.text)
         except Exception as e:  # noqa: BLE001 - scored as a miss, reported in the table
             entry = _failed(plan, ex, e)
         return _stamped(entry, ex, t0)
@@ -106,12 +105,14 @@ class StrategyRunner:
             nodes = await plan.retriever.aretrieve(ex.question)
             entry = self._scored(ex, nodes)
             if plan.answer_llm is not None:
-                entry["prediction"] = await aanswer(
-                    plan.answer_llm, self.answer_prompt, ex.question, nodes, self.answer_top_k
-                )
+                reply = await plan.answer_llm.acomplete(self._answer_prompt(ex, nodes))
+                entry["prediction"] = clean_prediction(reply.text)
         except Exception as e:  # noqa: BLE001 - scored as a miss, reported in the table
             entry = _failed(plan, ex, e)
         return _stamped(entry, ex, t0)
+
+    def _answer_prompt(self, ex: LabelledExample, nodes: list[NodeWithScore]) -> str:
+        return answer_prompt(self.answer_prompt, ex.question, nodes, self.answer_top_k)
 
     def _scored(self, ex: LabelledExample, nodes: list[NodeWithScore]) -> dict[str, Any]:
         return {"retrieved": score_retrieval(ex, nodes[: self.top_k])}
