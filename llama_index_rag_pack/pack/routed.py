@@ -225,16 +225,15 @@ class RoutedRagPack(RagPack):
         self,
         selection: RouteSelection,
         *,
-        streaming: bool = False,
-        citations: bool = True,
-        citation_style: Any = "markdown",
-        citation_mode: str = "markers",
         filters: Any = None,
         tenant: str | None = None,
+        **options: Any,
     ) -> BaseQueryEngine:
         """Like ``make_query_engine("route", ...)``, but answering from the routes of a
         ``selection`` already made (e.g. shown to the user first, as ``rag-pack ask --route``
-        does), so the question is not routed a second time. Not cached.
+        does), so the question is not routed a second time. Not cached. ``options`` are
+        ``make_query_engine``'s (``streaming``, ``citations``, ``citation_style``,
+        ``citation_mode``), given to the same engine factory (:meth:`engine_for`).
 
         Example:
             >>> router = pack.retriever("route")  # doctest: +SKIP
@@ -248,13 +247,7 @@ class RoutedRagPack(RagPack):
             selection,
             callback_manager=self.callback_manager,
         )
-        return self.engine_for(
-            retriever,
-            streaming=streaming,
-            citations=citations,
-            citation_style=citation_style,
-            citation_mode=citation_mode,
-        )
+        return self.engine_for(retriever, **options)
 
     def run(
         self, query: str, *, mode: str | RetrievalMode = RetrievalMode.ROUTE, **kwargs: Any
