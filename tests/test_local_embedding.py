@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -258,3 +259,26 @@ def test_batches_get_their_own_session_with_more_threads_and_the_same_vectors(
     assert np.allclose(batch[0], one[0], atol=1e-5)
     same = onnx_encoder.OnnxSentenceEncoder(embed_model.model_name, path, threads=2)
     assert same._batch_session is same._session  # no more threads to give: one session
+
+
+def test_a_process_waits_for_another_ones_export_instead_of_exporting_again(
+    embed_model, tmp_path, monkeypatch
+):
+    embed_model.get_query_embedding("make sure the session's export exists")
+    source = onnx_encoder.onnx_export_path(embed_model.model_name)
+    target = onnx_encoder.onnx_export_path(embed_model.model_name, tmp_path)
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr("llama_index_rag_pack.components.local_embedding.export_onnx", no_export)
+    model = LocalEmbedding(embed_model.model_name, onnx_dir=str(tmp_path))
+    backends = []
+    with onnx_encoder.export_lock(target):  # another process is exporting
+        waiting = threading.Thread(target=lambda: backends.append(model.query_backend))
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive()  # waits for the lock
+        os.link(source, target)  # the other process's export lands
+    waiting.join(60)
+    assert backends == ["onnx"]  # loaded what the other one made; an export would have failed

@@ -34,6 +34,7 @@ from pydantic import Field, PrivateAttr
 
 from llama_index_rag_pack.components.onnx_encoder import (
     OnnxSentenceEncoder,
+    export_lock,
     export_onnx,
     onnx_export_path,
     onnx_support,
@@ -140,23 +141,36 @@ class LocalEmbedding(BaseEmbedding):
         except ImportError:
             raise ConfigurationError("onnxruntime is not installed.") from None
         path = onnx_export_path(self.model_name, self.onnx_dir)
-        threads = self.onnx_threads or min(2, os.cpu_count() or 1)
-        batch_threads = self.onnx_threads or os.cpu_count() or 1
         with _EXPORT_LOCK:
-            if path.is_file():
-                with contextlib.suppress(OSError):  # marks it used (older exports are pruned)
-                    path.touch()
-                try:
-                    return OnnxSentenceEncoder(
-                        self.model_name, path, threads=threads, batch_threads=batch_threads
-                    )
-                except ConfigurationError as e:  # a damaged export: made again below
-                    logger.warning("%s; exporting again", e)
-                    path.unlink(missing_ok=True)
-            logger.info("Exporting %s to ONNX once (%s)", self.model_name, path)
-            export_onnx(self.model_name, path)
+            encoder = self._existing_export(path)
+            if encoder is None:
+                with export_lock(path):  # one export at a time, across processes too
+                    encoder = self._existing_export(path)  # made by another process meanwhile
+                    if encoder is None:
+                        logger.info("Exporting %s to ONNX once (%s)", self.model_name, path)
+                        encoder = self._encoder(export_onnx(self.model_name, path))
+        return encoder
+
+    def _existing_export(self, path: Path) -> OnnxSentenceEncoder | None:
+        """The export at ``path``, marked used (older exports are pruned); ``None`` when there
+        is none or it is damaged (then deleted, to be made again)."""
+        if not path.is_file():
+            return None
+        with contextlib.suppress(OSError):
+            path.touch()
+        try:
+            return self._encoder(path)
+        except ConfigurationError as e:
+            logger.warning("%s; exporting again", e)
+            path.unlink(missing_ok=True)
+            return None
+
+    def _encoder(self, path: Path) -> OnnxSentenceEncoder:
         return OnnxSentenceEncoder(
-            self.model_name, path, threads=threads, batch_threads=batch_threads
+            self.model_name,
+            path,
+            threads=self.onnx_threads or min(2, os.cpu_count() or 1),
+            batch_threads=self.onnx_threads or os.cpu_count() or 1,
         )
 
     def _torch_model(self) -> BaseEmbedding:

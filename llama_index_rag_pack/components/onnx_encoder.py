@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,14 @@ import numpy as np
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 
-__all__ = ["OnnxSentenceEncoder", "cache_dir", "export_onnx", "onnx_export_path", "onnx_support"]
+__all__ = [
+    "OnnxSentenceEncoder",
+    "cache_dir",
+    "export_lock",
+    "export_onnx",
+    "onnx_export_path",
+    "onnx_support",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +49,8 @@ EXPORT_FORMAT = 1
 RUN_BATCH = 4
 #: Exports kept per model (the most recently used; older installations' are deleted).
 KEEP_EXPORTS = 3
+#: Seconds a process waits for another one's export of the same model (one takes ≈10 s).
+EXPORT_WAIT_S = 600.0
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
 MIN_PROBE_COSINE = 0.9999
 _MEAN_POOLING = "sentence_transformers.models.Pooling"
@@ -156,6 +166,35 @@ def export_onnx(model_dir: str | Path, target: str | Path) -> Path:
     return target
 
 
+@contextlib.contextmanager
+def export_lock(target: Path, timeout: float = EXPORT_WAIT_S) -> Iterator[None]:
+    """Held while ``target`` is looked for and, if missing, exported: of several processes
+    starting at once (the workers of a test run, a few ``rag-pack`` commands), one exports and
+    the others wait for its file instead of exporting it again.
+
+    Raises:
+        ConfigurationError: the lock cannot be made where ``target`` goes, or another process
+            held it for ``timeout`` seconds.
+    """
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(f"{target}.lock")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        lock.acquire(timeout=timeout)
+    except Timeout:
+        raise ConfigurationError(
+            f"Another process has been exporting {target.name} for over {timeout:.0f} s; "
+            f"delete {target}.lock if it is gone."
+        ) from None
+    except OSError as e:
+        raise ConfigurationError(f"Cannot export to {target}: {e}") from e
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def prune_exports(kept: Path, keep: int = KEEP_EXPORTS) -> None:
     """Delete all but the ``keep`` most recently used exports of ``kept``'s model (each
     installation of a model, e.g. one per virtual environment, has its own export)."""
@@ -170,6 +209,7 @@ def prune_exports(kept: Path, keep: int = KEEP_EXPORTS) -> None:
         for old in exports[keep:]:
             if old != kept:
                 old.unlink(missing_ok=True)
+                Path(f"{old}.lock").unlink(missing_ok=True)
                 logger.info("Removed an older ONNX export: %s", old)
 
 
