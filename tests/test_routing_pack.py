@@ -313,3 +313,26 @@ def test_a_selected_route_answer_gets_attributed_citations(
     response = pack.make_selected_query_engine(selection, citation_style="text").query(question)
     assert response.source_nodes, "the uncited sentence was attributed to a chunk"
     assert {n.node.metadata["title"] for n in response.source_nodes} == {"Onions"}
+
+
+def test_insert_into_one_source_is_routed_to_at_once(pack: RoutedRagPack) -> None:
+    question = "How long does sourdough need to proof?"
+    before = pack.retriever("route").retrieve(question)
+    assert all("Sourdough" != n.metadata.get("title") for n in before)
+    added = pack.insert_into(
+        "food",
+        [
+            Document(
+                text="Sourdough needs to proof for four to six hours at room temperature.",
+                metadata={"title": "Sourdough"},
+            )
+        ],
+    )
+    assert added >= 1
+    assert pack.count_by_source() == {"space": 2, "food": 2 + added}
+    after = pack.retriever("route").retrieve(question)  # a new retriever sees the new chunk
+    assert "Sourdough" in {n.metadata["title"] for n in after}
+    assert {n.metadata["route"] for n in after} == {"food"}
+    with pytest.raises(ConfigurationError, match="Unknown source 'sport'; sources: "):
+        pack.insert_into("sport", [Document(text="Offside rule.")])
+    assert pack.count_by_source() == {"space": 2, "food": 2 + added}  # nothing lost or added
