@@ -34,8 +34,8 @@ from llama_index_rag_pack.components.logical_selector import (
 )
 from llama_index_rag_pack.components.settings import bundled_gguf_path
 from llama_index_rag_pack.core.judge_verdicts import parse_judge_reply
-from llama_index_rag_pack.core.llm_output import parse_route_reply
 from llama_index_rag_pack.core.metadata_fields import field_specs
+from llama_index_rag_pack.core.route_replies import parse_route_reply
 from llama_index_rag_pack.core.self_query import parse_self_query
 from llama_index_rag_pack.storage.self_query_retriever import DEFAULT_SELF_QUERY_PROMPT
 

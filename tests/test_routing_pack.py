@@ -318,7 +318,7 @@ def test_a_selected_route_answer_gets_attributed_citations(
 def test_insert_into_one_source_is_routed_to_at_once(pack: RoutedRagPack) -> None:
     question = "How long does sourdough need to proof?"
     before = pack.retriever("route").retrieve(question)
-    assert all("Sourdough" != n.metadata.get("title") for n in before)
+    assert all(n.metadata.get("title") != "Sourdough" for n in before)
     added = pack.insert_into(
         "food",
         [

@@ -29,7 +29,7 @@ from llama_index_rag_pack.components.routes import (
 )
 from llama_index_rag_pack.components.settings import resolve_llm
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count
-from llama_index_rag_pack.core.llm_output import ParsedRouteReply, parse_route_reply
+from llama_index_rag_pack.core.route_replies import ParsedRouteReply, parse_route_reply
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM

@@ -1,7 +1,7 @@
 """Matching route names in LLM text: normalised, ``_``/``-``/space-insensitive, by containment.
 
-Pure Python; :func:`~llama_index_rag_pack.core.llm_output.parse_route_reply` reads routing replies
-with these.
+Pure Python; :func:`~llama_index_rag_pack.core.route_replies.parse_route_reply` reads routing
+replies with these.
 """
 
 from __future__ import annotations
