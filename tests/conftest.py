@@ -157,6 +157,19 @@ class GatedLLM(ScriptedLLM):
             self._exit()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def copies_from_the_first_search() -> Any:
+    """Lite collections are held in memory from their first search in this process, so every
+    test that searches one exercises the in-memory path; ``test_vector_memory`` tests the
+    default (Milvus answers the first few queries)."""
+    from llama_index_rag_pack.storage import vector_memory
+
+    default = vector_memory.SEARCHES_BEFORE_COPY
+    vector_memory.SEARCHES_BEFORE_COPY = 0
+    yield
+    vector_memory.SEARCHES_BEFORE_COPY = default
+
+
 @pytest.fixture(scope="session")
 def embed_model() -> Any:
     from llama_index_rag_pack.components.settings import resolve_embed_model

@@ -127,9 +127,9 @@ def _ids(nodes):
 
 def test_lite_bm25_mode_ranks_in_memory_like_milvus(pack):
     fast = pack.retriever("bm25", similarity_top_k=4)
-    assert fast.in_memory and fast._bm25_copy() is not None  # a Lite file, English analysis
+    assert fast.in_memory and fast._bm25_copy("q") is not None  # a Lite file, English analysis
     slow = _in_milvus(pack, similarity_top_k=4)
-    assert slow._bm25_copy() is None
+    assert slow._bm25_copy("q") is None
     for question in QUESTIONS:
         got, expected = fast.retrieve(question), slow.retrieve(question)
         assert got and _ids(got) == _ids(expected)
@@ -142,7 +142,7 @@ def test_lite_bm25_mode_ranks_in_memory_like_milvus(pack):
 
 def test_default_mode_fuses_the_in_memory_bm25_side(pack):
     fast = pack.retriever("hybrid_convex", similarity_top_k=4)
-    assert fast.sparse._bm25_copy() is not None
+    assert fast.sparse._bm25_copy("q") is not None
     from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
 
     slow = MilvusScoreFusionRetriever(
@@ -199,7 +199,7 @@ def test_a_standard_collection_stays_in_milvus(tmp_path, embed_model):
         bm25_analyzer="standard",
     )
     fast = pack.retriever("bm25", similarity_top_k=3)
-    assert fast.in_memory and fast._bm25_copy() is None
+    assert fast.in_memory and fast._bm25_copy("q") is None
     assert _ids(fast.retrieve(QUESTIONS[0])) == _ids(
         _in_milvus(pack, similarity_top_k=3).retrieve(QUESTIONS[0])
     )
@@ -240,12 +240,12 @@ def test_a_collection_lite_scores_segment_by_segment_stays_in_milvus(tmp_path):
 
     client.insert("c", rows[:3])
     client.flush("c")
-    assert retriever()._bm25_copy() is not None  # one segment: the copy scores as Lite
+    assert retriever()._bm25_copy("q") is not None  # one segment: the copy scores as Lite
     # a second write in its own segment: Lite scores each segment with its own statistics
     client.insert("c", rows[3:])
     client.flush("c")
     forget_vectors(client, "c")
-    assert retriever()._bm25_copy() is None
+    assert retriever()._bm25_copy("q") is None
     copy = MemoryBM25([r["id"] for r in rows], texts)
     assert [s for _, s in copy.search("run far walk", 10)] != pytest.approx(
         [s for _, s in in_lite("run far walk")]

@@ -14,6 +14,8 @@ from llama_index.core import Document
 
 from llama_index_rag_pack import RagPack
 from llama_index_rag_pack.storage import milvus as milvus_utils
+from llama_index_rag_pack.storage import vector_memory
+from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
 from llama_index_rag_pack.storage.vector_memory import forget_vectors, memory_vectors, top_scores
 
@@ -172,3 +174,29 @@ def test_forget_drops_every_clients_copy(pack, tmp_path):
     assert memory_vectors(client, name, key_field="id")[0] is keys  # read once
     forget_vectors(object(), name)  # any client: the copy is of the collection
     assert memory_vectors(client, name, key_field="id")[0] is not keys
+
+
+def _held(pack):
+    """The collections of ``pack``'s client that have an in-memory copy."""
+    return {key[0] for key in vector_memory._COPIES.get(pack.vector_store.client, {})}
+
+
+@pytest.mark.parametrize("mode", ["hybrid_convex", "bm25"])
+def test_milvus_answers_the_first_queries_then_the_copy_does_the_same(pack, monkeypatch, mode):
+    monkeypatch.setattr(vector_memory, "SEARCHES_BEFORE_COPY", 2)  # the default's idea, smaller
+    fast = pack.retriever(mode, similarity_top_k=5)
+    assert fast.in_memory
+    slow = (
+        _in_milvus(pack, similarity_top_k=5, concurrent_searches=False)
+        if mode == "hybrid_convex"
+        else MilvusHybridRetriever(pack.vector_store, search_type="sparse", similarity_top_k=5)
+    )
+    expected = {q: _ids(slow.retrieve(q)) for q in QUESTIONS}
+    first, second, third = QUESTIONS[:3]
+    assert _ids(fast.retrieve(first)) == expected[first]
+    assert _ids(asyncio.run(fast.aretrieve(first))) == expected[first]  # the same query again
+    assert _ids(fast.retrieve(second)) == expected[second]
+    assert not _held(pack)  # two different queries: Milvus answered, nothing was read
+    assert _ids(fast.retrieve(third)) == expected[third]
+    assert "docs" in _held(pack)  # the third one made the copies and used them
+    assert _ids(fast.retrieve(QUESTIONS[3])) == expected[QUESTIONS[3]]

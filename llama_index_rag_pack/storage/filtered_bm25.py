@@ -21,7 +21,7 @@ from typing import Any
 from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis
 from llama_index_rag_pack.storage.bm25_fields import BM25_TEXT_FIELD
 from llama_index_rag_pack.storage.bm25_memory import MemoryBM25, memory_bm25
-from llama_index_rag_pack.storage.vector_memory import id_filter, matching_ids, row_count
+from llama_index_rag_pack.storage.vector_memory import copy_due, id_filter, matching_ids, row_count
 
 __all__ = ["OVERSAMPLE", "Bm25SearchMixin", "bm25_hits_off_unfiltered"]
 
@@ -98,7 +98,7 @@ class Bm25SearchMixin:
         terms = self.bm25_query(query)
         if not terms or (only is not None and not only):
             return []
-        copy = self._bm25_copy()
+        copy = self._bm25_copy(query)
         if copy is not None and only is None and filtered and self.filter:
             only = matching_ids(self.client, self.collection_name, self.filter)
             copy = copy if only is not None else None  # too many ids to hold: ask Milvus
@@ -124,10 +124,14 @@ class Bm25SearchMixin:
         hits = [(str(h.get("id")), abs(float(h.get("distance", 0.0)))) for h in (res or [[]])[0]]
         return sorted(hits, key=lambda hit: (-hit[1], hit[0]))
 
-    def _bm25_copy(self) -> MemoryBM25 | None:
-        """The in-memory BM25 index (``in_memory`` on a collection analysed on the client)."""
+    def _bm25_copy(self, query: str) -> MemoryBM25 | None:
+        """The in-memory BM25 index (``in_memory`` on a collection analysed on the client),
+        once searches of the collection make it worth reading
+        (:func:`~llama_index_rag_pack.storage.vector_memory.copy_due`)."""
         analysis = self.bm25_analysis
         if not (self.in_memory and analysis is not None and analysis.client_side):
+            return None
+        if not copy_due(self.client, self.collection_name, query):
             return None
         return memory_bm25(
             self.client,
@@ -140,7 +144,7 @@ class Bm25SearchMixin:
         """The ``limit`` best BM25 hits with their rows, scored in memory and read from Milvus
         by id (``None`` without an in-memory copy). A chunk deleted around the package (still
         in the copy, gone from Milvus) is skipped and the next one takes its place."""
-        if self._bm25_copy() is None:
+        if self._bm25_copy(query) is None:
             return None
         ranked = self.bm25_ids(query, 2 * limit)
         rows = self._rows_in_rank([key for key, _ in ranked], limit)

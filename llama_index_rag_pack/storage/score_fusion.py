@@ -38,7 +38,12 @@ from llama_index_rag_pack.storage.sentence_retriever import (
     DEFAULT_SENTENCE_POOL,
     MilvusSentenceRetriever,
 )
-from llama_index_rag_pack.storage.vector_memory import matching_ids, memory_vectors, top_scores
+from llama_index_rag_pack.storage.vector_memory import (
+    copy_due,
+    matching_ids,
+    memory_vectors,
+    top_scores,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -208,7 +213,7 @@ class MilvusScoreFusionRetriever(PackRetriever):
         )
 
     def _fused(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
-        if self._searches_memory():
+        if self._searches_memory(query):
             return self._fused_in_memory(query_bundle, query)
         if not self.concurrent_searches:
             return self._fused_in_turn(query_bundle, query)
@@ -225,7 +230,7 @@ class MilvusScoreFusionRetriever(PackRetriever):
             return self._fuse(dense, sparse.result(), sentences.result())
 
     async def _afused(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
-        if self._searches_memory():
+        if self._searches_memory(query):
             # every step is blocking Python or numpy work in this process
             return await asyncio.to_thread(self._fused_in_memory, query_bundle, query)
         if not self.concurrent_searches:
@@ -265,8 +270,12 @@ class MilvusScoreFusionRetriever(PackRetriever):
         return self._fuse(dense, sparse, await self.sentences.aretrieve(bundle))
 
     # ------------------------------------------------------------------ in-memory search
-    def _searches_memory(self) -> bool:
-        return self.in_memory and (not self.dense.filter or self._only() is not None)
+    def _searches_memory(self, query: str) -> bool:
+        return (
+            self.in_memory
+            and copy_due(self.dense.client, self.dense.collection_name, query)
+            and (not self.dense.filter or self._only() is not None)
+        )
 
     def _only(self) -> frozenset[str] | None:
         """The ids the filter keeps (``None``: no filter, or too many to hold)."""

@@ -29,7 +29,13 @@ from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.storage.index_creation import create_indexes
-from llama_index_rag_pack.storage.vector_memory import forget_vectors, memory_vectors, top_scores
+from llama_index_rag_pack.storage.vector_memory import (
+    copy_due,
+    forget_vectors,
+    memory_vectors,
+    top_scores,
+    vector_key,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +170,10 @@ class MilvusSentenceIndex:
         """Chunks of the ``limit`` sentences nearest ``embedding``, each scored by its best
         sentence (cosine similarity), best first; equal scores by chunk id. ``only`` (in-memory
         search): the chunk ids that may be returned."""
-        if self.in_memory:
+        if self.in_memory and (
+            only is not None  # only the in-memory search can keep to it
+            or copy_due(self.client, self.collection_name, vector_key(embedding))
+        ):
             return self._search_memory(embedding, limit, only)
         self._ensure_loaded()
         res = self.client.search(
