@@ -216,8 +216,8 @@ def test_llamaindex_settings_embed_model_is_used_when_none_is_given(
     assert settings.resolve_embed_model(explicit) is explicit
     # RAG_PACK_EMBED_MODEL is an explicit choice and wins over Settings
     monkeypatch.setenv("RAG_PACK_EMBED_MODEL", str(tmp_path / "no-such-model"))
-    with pytest.raises(Exception, match="no-such-model"):
-        settings.resolve_embed_model(None)
+    with pytest.raises(ConfigurationError, match="No embedding model directory at .*no-such-model"):
+        settings.resolve_embed_model(None)  # a path: said before PyTorch is imported
 
 
 def test_nothing_set_on_llamaindex_settings_creates_no_default_embedding() -> None:

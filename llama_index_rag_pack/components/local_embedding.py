@@ -98,10 +98,17 @@ class LocalEmbedding(BaseEmbedding):
             raise ConfigurationError("backend='onnx' runs on the CPU; use backend='torch'.")
         if not self.model_name.strip():
             raise ConfigurationError("LocalEmbedding needs a model directory or name.")
-        if not Path(self.model_name).is_dir():
-            # a name for sentence-transformers to find offline: loaded now, so a wrong name is
-            # an error here and not at the first embedding
-            self._torch_model()
+        if Path(self.model_name).is_dir():
+            return
+        if Path(self.model_name).is_absolute() or self.model_name.startswith((".", "~")):
+            # a path, not a name: said at once, before PyTorch is imported to look it up
+            raise ConfigurationError(
+                f"No embedding model directory at {self.model_name!r} (a local "
+                "sentence-transformers model directory is needed)."
+            )
+        # a name for sentence-transformers to find offline: loaded now, so a wrong name is an
+        # error here and not at the first embedding
+        self._torch_model()
 
     @classmethod
     def class_name(cls) -> str:
