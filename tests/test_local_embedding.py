@@ -282,3 +282,12 @@ def test_a_process_waits_for_another_ones_export_instead_of_exporting_again(
         os.link(source, target)  # the other process's export lands
     waiting.join(60)
     assert backends == ["onnx"]  # loaded what the other one made; an export would have failed
+
+
+def test_a_model_directory_under_home_is_found(embed_model, monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "minilm").symlink_to(embed_model.model_name)  # a model directory there
+    model = LocalEmbedding("~/minilm", onnx_dir=str(tmp_path / "cache"))
+    assert model.model_name == str(tmp_path / "minilm")
+    with pytest.raises(ConfigurationError, match="No embedding model directory at '.*nothing'"):
+        LocalEmbedding("~/nothing")

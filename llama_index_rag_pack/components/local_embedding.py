@@ -91,16 +91,17 @@ class LocalEmbedding(BaseEmbedding):
     def __init__(self, model_name: str, **kwargs: Any) -> None:
         backend = kwargs.pop("backend", None) or os.environ.get("RAG_PACK_EMBED_BACKEND", "auto")
         kwargs.setdefault("embed_batch_size", 64)
-        super().__init__(
-            model_name=str(model_name), backend=EmbedBackend.parse(backend).value, **kwargs
-        )
+        name = str(model_name)
+        if name.startswith("~"):
+            name = str(Path(name).expanduser())
+        super().__init__(model_name=name, backend=EmbedBackend.parse(backend).value, **kwargs)
         if self.device != "cpu" and self.backend == EmbedBackend.ONNX.value:
             raise ConfigurationError("backend='onnx' runs on the CPU; use backend='torch'.")
         if not self.model_name.strip():
             raise ConfigurationError("LocalEmbedding needs a model directory or name.")
         if Path(self.model_name).is_dir():
             return
-        if Path(self.model_name).is_absolute() or self.model_name.startswith((".", "~")):
+        if Path(self.model_name).is_absolute() or self.model_name.startswith("."):
             # a path, not a name: said at once, before PyTorch is imported to look it up
             raise ConfigurationError(
                 f"No embedding model directory at {self.model_name!r} (a local "
