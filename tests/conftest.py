@@ -345,12 +345,12 @@ LONGEST_GROUPS = (
 SPLIT_BY_PARAM = {"tests/test_sql_attacks.py": ("postgres-reader", "postgres-owner", "sqlite")}
 
 
-def test_group(nodeid: str) -> str:
+def xdist_group_of(nodeid: str) -> str:
     """The xdist group of a test: its module, or its module and backend (``SPLIT_BY_PARAM``).
 
-    >>> test_group("tests/test_sql_attacks.py::test_attack[sqlite-hidden-columns-3]")
+    >>> xdist_group_of("tests/test_sql_attacks.py::test_attack[sqlite-hidden-columns-3]")
     'tests/test_sql_attacks.py::sqlite'
-    >>> test_group("tests/test_pack.py::test_pack_contract")
+    >>> xdist_group_of("tests/test_pack.py::test_pack_contract")
     'tests/test_pack.py'
     """
     module, _, params = nodeid.partition("::")
@@ -359,9 +359,6 @@ def test_group(nodeid: str) -> str:
         if params.startswith((f"{prefix}-", f"{prefix}]")):
             return f"{module}::{prefix}"
     return module
-
-
-test_group.__test__ = False  # a helper, not a test
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -377,7 +374,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class GroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return test_group(nodeid)
+            return xdist_group_of(nodeid)
 
     config.option.loadscopereorder = False  # keep LONGEST_GROUPS' order
     return GroupScheduling(config, log)
@@ -387,7 +384,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """The longest groups first, so the two workers end together (groups are handed out in
     collection order); the order inside a group stays as collected."""
     rank = {name: i for i, name in enumerate(LONGEST_GROUPS)}
-    items.sort(key=lambda item: rank.get(test_group(item.nodeid), len(rank)))
+    items.sort(key=lambda item: rank.get(xdist_group_of(item.nodeid), len(rank)))
 
 
 # ---------------------------------------------------------------- PostgreSQL
