@@ -101,7 +101,7 @@ def copy_due(client: Any, collection_name: str, query_key: str) -> bool:
     time, make) the collection's in-memory copies: once one is held, or once the collection has
     been searched with more than :data:`SEARCHES_BEFORE_COPY` different queries. The steps of
     one search ask with the same key and count once. Until then Milvus answers, which ranks the
-    same (a test compares every mode both ways)."""
+    same (tests compare the default and BM25 modes, and the sentence search, both ways)."""
     with _LOCK:
         if any(key[0] == collection_name for key in _COPIES.get(client, {})):
             return True
