@@ -9,6 +9,8 @@ language, a sentence no passage supports.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -25,9 +27,11 @@ from llama_index_rag_pack.cli.evidence import (
 )
 from llama_index_rag_pack.components.citation_attribution import (
     SentenceAttributor,
+    passage_sentences,
     resolve_attributor,
 )
 from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.core.annotations import split_prose_sentences
 from llama_index_rag_pack.core.attribution import (
     SentenceOrigin,
     SentenceSupport,
@@ -386,3 +390,31 @@ def test_the_bundled_local_model_gets_cited_answers(local_llm, embed_model, caps
     print_evidence(response, tty=False)
     out = capsys.readouterr().out
     assert "(attributed by similarity)" in out and ">>" in out and "<<" in out
+
+
+def test_attribution_splits_passages_without_importing_nltk() -> None:
+    code = (
+        "import sys\n"
+        "from llama_index.core.schema import NodeWithScore, TextNode\n"
+        "from llama_index_rag_pack.components.citation_attribution import SentenceAttributor\n"
+        "from llama_index_rag_pack.components.settings import resolve_embed_model\n"
+        "text = 'Neil Armstrong walked on the Moon in 1969. Dr. Aldrin followed him.'\n"
+        "node = NodeWithScore(node=TextNode(text=text), score=1.0)\n"
+        "attributor = SentenceAttributor(resolve_embed_model())\n"
+        "result = attributor.attribute('Armstrong walked on the Moon.', [node])\n"
+        "print(result.marked, 'nltk' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == ["Armstrong", "walked", "on", "the", "Moon", "[1](id=1).", "False"]
+    text = "Neil Armstrong walked first. Dr. Aldrin followed him, and J. R. Smith too."
+    assert passage_sentences(text) == [  # where punkt cuts it
+        "Neil Armstrong walked first.",
+        "Dr. Aldrin followed him, and J. R. Smith too.",
+    ]
+
+
+@given(st.text(alphabet="Ab. J?!U\n", max_size=60))
+def test_prose_sentences_give_the_text_back(text: str) -> None:
+    assert "".join(split_prose_sentences(text)) == text

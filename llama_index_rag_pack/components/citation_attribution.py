@@ -33,6 +33,7 @@ import numpy as np
 from llama_index.core.schema import MetadataMode
 
 from llama_index_rag_pack.components.sentences import chunk_sentences
+from llama_index_rag_pack.core.annotations import split_prose_sentences
 from llama_index_rag_pack.core.attribution import (
     AnswerSentence,
     SentenceOrigin,
@@ -57,7 +58,7 @@ from llama_index_rag_pack.core.errors import ConfigurationError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Attribution", "SentenceAttributor", "resolve_attributor"]
+__all__ = ["Attribution", "SentenceAttributor", "passage_sentences", "resolve_attributor"]
 
 _CACHE_SIZE = 4096
 
@@ -115,6 +116,20 @@ class _Prepared:
     scored: list[int]
     tokens: list[list[str]]
     passages: list[Passage]
+
+
+def passage_sentences(text: str) -> list[str]:
+    """The sentences of a context passage, as attribution compares them with the answer's:
+    cut by :func:`~llama_index_rag_pack.core.annotations.split_prose_sentences` (pure Python,
+    so a question never waits about 2 s for NLTK to import; initials and abbreviations such as
+    "Dr." do not end a sentence), with fragments under three words joined to the next sentence
+    as the chunk-side splitter joins them.
+
+    Example:
+        >>> passage_sentences("Dr. Smith arrived. He spoke at length about the budget.")
+        ['Dr. Smith arrived.', 'He spoke at length about the budget.']
+    """
+    return chunk_sentences(text, split=split_prose_sentences)
 
 
 @functools.cache
@@ -202,7 +217,7 @@ class SentenceAttributor:
         passages = []
         for node in nodes:
             text = _node_text(node)
-            passages.append(Passage.from_sentences(text, chunk_sentences(text) if text else []))
+            passages.append(Passage.from_sentences(text, passage_sentences(text) if text else []))
         return _Prepared(sentences, scored, [tokens[i] for i in scored], passages)
 
     def _texts(self, prepared: _Prepared) -> list[str]:

@@ -62,16 +62,22 @@ def _splitter() -> Callable[[str], list[str]]:
     return split_by_sentence_tokenizer()
 
 
-def chunk_sentences(text: str, *, min_words: int = MIN_SENTENCE_WORDS) -> list[str]:
+def chunk_sentences(
+    text: str,
+    *,
+    min_words: int = MIN_SENTENCE_WORDS,
+    split: Callable[[str], list[str]] | None = None,
+) -> list[str]:
     """The sentences of ``text``, whitespace-normalised; fragments shorter than ``min_words``
     words are joined to the sentence after them (a trailing fragment to the one before).
 
-    The chunk-side splitter (LlamaIndex's punkt tokenizer: "Dr. Smith" stays one sentence).
-    Answers are split by :func:`~llama_index_rag_pack.core.annotations.split_sentences`, which
-    keeps every character so citation markers can be put back into the answer text."""
+    The chunk-side splitter: ``split`` cuts the text, by default LlamaIndex's punkt tokenizer
+    ("Dr. Smith" stays one sentence; importing NLTK takes about 2 s). Answers are split by
+    :func:`~llama_index_rag_pack.core.annotations.split_sentences`, which keeps every character
+    so citation markers can be put back into the answer text."""
     out: list[str] = []
     pending = ""
-    for piece in _splitter()(text):
+    for piece in (split or _splitter())(text):
         sentence = " ".join(f"{pending} {piece}".split())
         if not sentence:
             continue

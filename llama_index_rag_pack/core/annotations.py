@@ -11,11 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["attach_markers", "parse_annotations", "split_sentences"]
+__all__ = ["attach_markers", "parse_annotations", "split_prose_sentences", "split_sentences"]
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _CLOSING = ".!?;:"
 _ANNOTATION_LINE = re.compile(r"^\W*(?:s(?:entence)?\s*)?(\d+)\s*[:\-=>)\]]+\s*(.*)$", re.I)
+#: Words whose period does not end a sentence (titles, "No.", "vs.", "approx.", ...).
+_ABBREVIATIONS = frozenset(
+    "dr mr mrs ms st jr sr prof gen col lt sgt capt rev hon no nos vol fig figs vs etc cf ca "
+    "approx dept est inc ltd co corp mt ft op al".split()
+)
 
 
 def split_sentences(text: str) -> list[str]:
@@ -39,6 +44,32 @@ def split_sentences(text: str) -> list[str]:
     if last < len(text):
         pieces.append(text[last:])
     return pieces
+
+
+def split_prose_sentences(text: str) -> list[str]:
+    """:func:`split_sentences`, but a period after an initial (``J.``), a dotted abbreviation
+    (``U.S.``, ``e.g.``) or a common one (``Dr.``, ``No.``, ``vs.``) does not end a sentence.
+    Lossless, like :func:`split_sentences`: joining the pieces gives ``text`` back.
+
+    Example:
+        >>> split_prose_sentences("Dr. J. R. Smith came. He left the U.S. Navy in 1990. Then?")
+        ['Dr. J. R. Smith came. ', 'He left the U.S. Navy in 1990. ', 'Then?']
+    """
+    out: list[str] = []
+    for piece in split_sentences(text):
+        if out and _ends_with_abbreviation(out[-1]):
+            out[-1] += piece
+        else:
+            out.append(piece)
+    return out
+
+
+def _ends_with_abbreviation(piece: str) -> bool:
+    words = piece.split()
+    if not words or not words[-1].endswith("."):
+        return False
+    word = words[-1][:-1].lstrip("(\"'“‘")
+    return (len(word) == 1 and word.isalpha()) or "." in word or word.lower() in _ABBREVIATIONS
 
 
 def attach_markers(sentence: str, ids: Sequence[int]) -> str:
