@@ -54,6 +54,8 @@ def split_prose_sentences(text: str) -> list[str]:
     Example:
         >>> split_prose_sentences("Dr. J. R. Smith came. He left the U.S. Navy in 1990. Then?")
         ['Dr. J. R. Smith came. ', 'He left the U.S. Navy in 1990. ', 'Then?']
+        >>> split_prose_sentences("It grew by 3.5. Then it fell.")
+        ['It grew by 3.5. ', 'Then it fell.']
     """
     out: list[str] = []
     for piece in split_sentences(text):
@@ -69,7 +71,8 @@ def _ends_with_abbreviation(piece: str) -> bool:
     if not words or not words[-1].endswith("."):
         return False
     word = words[-1][:-1].lstrip("(\"'“‘")
-    return (len(word) == 1 and word.isalpha()) or "." in word or word.lower() in _ABBREVIATIONS
+    dotted = "." in word and word.replace(".", "").isalpha()  # "U.S", "e.g"; not "3.5"
+    return (len(word) == 1 and word.isalpha()) or dotted or word.lower() in _ABBREVIATIONS
 
 
 def attach_markers(sentence: str, ids: Sequence[int]) -> str:
