@@ -442,9 +442,10 @@ class PeakRSS:
             return 0
 
     def _sample(self) -> None:
-        while not self._stop.is_set():
+        while True:
             self.peak = max(self.peak, self._rss())
-            time.sleep(0.003)
+            if self._stop.wait(0.003):  # wakes at once when the attack is over
+                return
 
     def __enter__(self) -> PeakRSS:
         self._thread.start()
