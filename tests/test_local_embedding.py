@@ -244,21 +244,40 @@ def test_only_the_most_recently_used_exports_of_a_model_are_kept(tmp_path):
     assert left == sorted([kept.name, other.name, *newest])
 
 
-def test_batches_get_their_own_session_with_more_threads_and_the_same_vectors(
-    embed_model, exported_copy
+def test_batches_run_on_every_core_in_order_with_the_same_vectors(
+    embed_model, exported_copy, monkeypatch
 ):
     path = onnx_encoder.onnx_export_path(embed_model.model_name, exported_copy)
     encoder = onnx_encoder.OnnxSentenceEncoder(
         embed_model.model_name, path, threads=1, batch_threads=2
     )
-    assert encoder._batch_session is None  # made on the first batch only
-    one = encoder.encode([TEXTS[0]])
-    assert encoder._batch_session is None  # a query never makes it
-    batch = encoder.encode([TEXTS[0], TEXTS[3], TEXTS[4]])
+    alone = [encoder.encode([t])[0] for t in TEXTS]
+    few = encoder.encode(TEXTS[: onnx_encoder.RUN_BATCH])  # one run: the query session
+    assert encoder._batch_session is None
+    threads: set[str] = set()
+    run = encoder._run
+    together = threading.Barrier(2, timeout=30)  # broken unless two runs are in flight at once
+
+    def recorded(session, texts):
+        name = threading.current_thread().name
+        if name not in threads:
+            threads.add(name)
+            together.wait()
+        return run(session, texts)
+
+    monkeypatch.setattr(encoder, "_run", recorded)
+    texts = TEXTS * 4  # six runs of four texts, shared by two threads
+    batch = encoder.encode(texts)
     assert encoder._batch_session is not None and encoder._batch_session is not encoder._session
-    assert np.allclose(batch[0], one[0], atol=1e-5)
-    same = onnx_encoder.OnnxSentenceEncoder(embed_model.model_name, path, threads=2)
-    assert same._batch_session is same._session  # no more threads to give: one session
+    assert len(threads) == 2 and all(t.startswith("rag-pack-embed") for t in threads)
+    assert batch.shape == (len(texts), len(alone[0]))
+    for row, text in zip(batch, texts, strict=True):  # each row is its own text's vector
+        assert np.allclose(row, alone[TEXTS.index(text)], atol=1e-5)
+    assert np.allclose(few, alone[: onnx_encoder.RUN_BATCH], atol=1e-5)
+    same = onnx_encoder.OnnxSentenceEncoder(
+        embed_model.model_name, path, threads=2, batch_threads=1
+    )
+    assert same._batch_session is same._session  # no more cores to give: one session
 
 
 def test_a_process_waits_for_another_ones_export_instead_of_exporting_again(

@@ -59,7 +59,7 @@ class EmbedBackend(Choice):
 
 
 class LocalEmbedding(BaseEmbedding):
-    """A local sentence-transformers model; queries on ONNX Runtime, indexing on PyTorch.
+    """A local sentence-transformers model: queries and batches on ONNX Runtime (see the module).
 
     Args:
         model_name: A local sentence-transformers directory (loaded on first use), or a name
@@ -68,8 +68,8 @@ class LocalEmbedding(BaseEmbedding):
         backend: ``auto``, ``onnx`` or ``torch`` (default: ``RAG_PACK_EMBED_BACKEND`` or auto).
         embed_batch_size: Texts per batch.
         onnx_dir: Where the ONNX export is kept (default: the cache directory).
-        onnx_threads: ONNX Runtime threads (default: up to 2 for a query, every core for a
-            batch; idle threads sleep at once instead of spinning).
+        onnx_threads: ONNX Runtime threads (default: up to 2 for a query; a batch runs one
+            run per core at a time; idle threads sleep at once instead of spinning).
 
     Raises:
         ConfigurationError: unknown backend, a model name that cannot be loaded, or

@@ -24,6 +24,7 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -289,10 +290,11 @@ class OnnxSentenceEncoder:
         self._tokenizer = tokenizer
         self._path = str(onnx_path)
         self._session = self._new_session(threads)
-        # a second session with every core for batches (indexing), made on the first batch; a
-        # query on many threads would wake them all for a few small products
+        # Batches (indexing) run on every core, one run per core at a time on a one-thread
+        # session (made on the first batch): small runs split over threads spend much of their
+        # time waking them, and a query on many threads would wake them all for a few products.
         self._batch_threads = max(1, int(batch_threads or threads))
-        self._batch_session: Any = self._session if self._batch_threads <= threads else None
+        self._batch_session: Any = self._session if self._batch_threads == 1 else None
         self._lock = threading.Lock()
 
     def _new_session(self, threads: int) -> Any:
@@ -309,13 +311,11 @@ class OnnxSentenceEncoder:
         except Exception as e:  # onnxruntime raises its own Fail/InvalidProtobuf types
             raise ConfigurationError(f"Cannot load the ONNX model {self._path}: {e}") from None
 
-    def _session_for(self, n_texts: int) -> Any:
-        if n_texts <= 1:
-            return self._session
+    def _batch_runner(self) -> Any:
         if self._batch_session is None:
             with self._lock:
                 if self._batch_session is None:
-                    self._batch_session = self._new_session(self._batch_threads)
+                    self._batch_session = self._new_session(1)
         return self._batch_session
 
     def tokenize(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -332,12 +332,23 @@ class OnnxSentenceEncoder:
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Unit-length vectors of ``texts``, run in batches of ``RUN_BATCH`` (texts of similar
-        length together, as the caller sorts them, waste little padding)."""
+        length together, as the caller sorts them, waste little padding), up to one run per
+        core at a time."""
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
-        session = self._session_for(len(texts))
-        parts = []
-        for start in range(0, len(texts), RUN_BATCH):
-            ids, mask = self.tokenize(texts[start : start + RUN_BATCH])
-            parts.append(session.run(None, {"input_ids": ids, "attention_mask": mask})[0])
+        batches = [texts[start : start + RUN_BATCH] for start in range(0, len(texts), RUN_BATCH)]
+        if len(batches) == 1:  # one run: the query session's threads share it
+            parts = [self._run(self._session, batches[0])]
+        else:
+            session = self._batch_runner()
+            workers = min(self._batch_threads, len(batches))
+            if workers == 1:
+                parts = [self._run(session, batch) for batch in batches]
+            else:  # ONNX Runtime runs one session from several threads, without the GIL
+                with ThreadPoolExecutor(workers, thread_name_prefix="rag-pack-embed") as pool:
+                    parts = list(pool.map(lambda batch: self._run(session, batch), batches))
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def _run(self, session: Any, texts: list[str]) -> np.ndarray:
+        ids, mask = self.tokenize(texts)
+        return session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
