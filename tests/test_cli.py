@@ -131,3 +131,34 @@ def test_demo_answers_offline_with_the_local_llm(tmp_path: Path) -> None:
     answer = out.stdout.split("A: ", 1)[1].split("Sources:")[0]
     assert len(answer.strip()) > 10
     assert ">>" in out.stdout.split("A: ", 1)[1], "cited passage, supporting sentence marked"
+
+
+def test_a_second_demo_run_reuses_the_index_and_reads_no_article(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from llama_index_rag_pack.cli import app
+    from llama_index_rag_pack.evaluation import datasets
+
+    monkeypatch.setenv("RAG_PACK_DATA_DIR", str(tmp_path))
+    reads: list[list[str]] = []
+    read = datasets.load_wikipedia_documents
+    monkeypatch.setattr(
+        datasets, "load_wikipedia_documents", lambda titles: reads.append(titles) or read(titles)
+    )
+    answered: list[tuple[str, int]] = []  # answering itself is the subprocess test's job
+    monkeypatch.setattr(app, "answer", lambda pack, q, **_: answered.append((q, pack.count())))
+    argv = ["demo", "--titles", "Transport in Angola", "--question", "Which ports?"]
+
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert main(argv) == 0
+    second = capsys.readouterr().out
+    assert main([*argv, "--rebuild"]) == 0
+    third = capsys.readouterr().out
+
+    assert reads == [["Transport in Angola"], ["Transport in Angola"]]  # not on the reuse
+    assert "reusing the existing index" in second and "chunking" not in second
+    for out in (first, third):
+        assert "chunking, embedding and indexing" in out and "reusing" not in out
+    chunks = answered[0][1]
+    assert chunks > 0 and answered == [("Which ports?", chunks)] * 3

@@ -100,15 +100,25 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
+    from llama_index_rag_pack.pack.rag_pack import RagPack
 
     timings: dict[str, float] = {}
     titles = args.titles or list(DEMO_TITLES)
     kwargs = _demo_pack_kwargs(args, titles)
     out("rag-pack demo: Wikipedia articles shipped offline in the gensim wheel\n")
-    with step(f"loading {len(titles)} Wikipedia articles", timings):
-        documents = load_wikipedia_documents(titles)
-        out(f"  {sum(len(d.text) for d in documents):,} characters")
-    pack = _open_or_index_demo(args, documents, kwargs, timings)
+    pack = _open_demo(args, kwargs, timings)
+    if pack is None:  # the articles are read only to index them
+        with step(f"loading {len(titles)} Wikipedia articles", timings):
+            documents = load_wikipedia_documents(titles)
+            out(f"  {sum(len(d.text) for d in documents):,} characters")
+        with step("chunking, embedding and indexing into Milvus", timings):
+            pack = RagPack(
+                documents,
+                overwrite=True,
+                similarity_top_k=args.top_k,
+                show_progress=True,
+                **kwargs,
+            )
     out(
         f"  {pack.count()} chunks in collection {pack.vector_store.collection_name!r} "
         f"at {kwargs['uri']}"
@@ -154,33 +164,22 @@ def _demo_pack_kwargs(args: argparse.Namespace, titles: list[str]) -> dict[str, 
     return kwargs
 
 
-def _open_or_index_demo(
-    args: argparse.Namespace,
-    documents: Sequence[Any],
-    kwargs: dict[str, Any],
-    timings: dict[str, float],
-) -> Any:
-    """The demo's pack: the existing index when it holds chunks (and no ``--rebuild``), else a
-    fresh one over ``documents``."""
+def _open_demo(args: argparse.Namespace, kwargs: dict[str, Any], timings: dict[str, float]) -> Any:
+    """The demo's existing index when it holds chunks (and no ``--rebuild``), else ``None``."""
     from llama_index_rag_pack.pack.rag_pack import RagPack
     from llama_index_rag_pack.storage.milvus import count_entities
 
+    if args.rebuild:
+        return None
     with step("loading the embedding model and opening Milvus", timings):
-        pack = None
-        if not args.rebuild:
-            try:
-                pack = RagPack.open(similarity_top_k=args.top_k, **kwargs)
-                if count_entities(pack.vector_store) == 0:
-                    pack = None
-            except RagPackError:
-                pack = None
-    if pack is not None:
-        out("  reusing the existing index (pass --rebuild to index again)")
-        return pack
-    with step("chunking, embedding and indexing into Milvus", timings):
-        return RagPack(
-            documents, overwrite=True, similarity_top_k=args.top_k, show_progress=True, **kwargs
-        )
+        try:
+            pack = RagPack.open(similarity_top_k=args.top_k, **kwargs)
+        except RagPackError:
+            return None
+    if count_entities(pack.vector_store) == 0:
+        return None
+    out("  reusing the existing index (pass --rebuild to index again)")
+    return pack
 
 
 # --------------------------------------------------------------------------- parser
