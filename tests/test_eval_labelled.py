@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -201,3 +202,30 @@ def test_fanoutqa_questions_load_in_the_labelled_format() -> None:
     assert "Pat Burrell: Right" in first.answers[0]
     with pytest.raises(ConfigurationError, match="split must be 'dev' or 'test', got 'train'"):
         load_fanoutqa_questions("train")
+
+
+def test_the_wikipedia_dump_is_parsed_once_per_file_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from llama_index_rag_pack.evaluation import datasets
+
+    dump = tmp_path / datasets.WIKI_DUMP
+    shutil.copy(datasets.gensim_test_data_dir() / datasets.WIKI_DUMP, dump)
+    parses: list[str] = []
+    parse = datasets.iter_wikipedia_pages
+    monkeypatch.setattr(
+        datasets, "iter_wikipedia_pages", lambda p: parses.append(str(p)) or parse(p)
+    )
+    first = datasets.load_wikipedia_documents(["Aardvark"], path=dump)
+    first[0].metadata["title"] = "changed by the caller"
+    again = datasets.load_wikipedia_documents(["Aardvark", "Apollo 11"], path=dump)
+    assert len(parses) == 1  # the second call reads nothing
+    assert again[0].metadata["title"] == "Aardvark" and again[0] is not first[0]
+    assert again[0].text == first[0].text and again[1].metadata["title"] == "Apollo 11"
+    os.utime(dump, ns=(1, 1))  # another version of the file: read again
+    assert datasets.load_wikipedia_documents(["Aardvark"], path=dump)[0].text == first[0].text
+    assert len(parses) == 2
+    with pytest.raises(ConfigurationError, match="Not in the shipped"):
+        datasets.load_wikipedia_documents(["No Such Article"], path=dump)

@@ -13,6 +13,7 @@ Install them with ``pip install 'llama-index-rag-pack[data]'``. Nothing is downl
 from __future__ import annotations
 
 import bz2
+import functools
 import html
 import importlib.util
 import re
@@ -143,6 +144,27 @@ def iter_wikipedia_pages(path: str | Path | None = None) -> Iterator[tuple[str, 
             el.clear()
 
 
+def _pages(path: Path) -> tuple[tuple[str, str], ...]:
+    """:func:`iter_wikipedia_pages` of ``path``, read once per version of the file (a process
+    that loads articles several times, such as an evaluation or a test run, parses the dump
+    once)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return tuple(iter_wikipedia_pages(path))  # the reader gives the error
+    return _pages_of(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=2)
+def _pages_of(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
+    return tuple(iter_wikipedia_pages(path))
+
+
+@functools.lru_cache(maxsize=512)
+def _cleaned(raw: str) -> str:
+    return clean_wiki_markup(raw)
+
+
 def load_wikipedia_documents(
     titles: Iterable[str] | None = None,
     *,
@@ -165,12 +187,12 @@ def load_wikipedia_documents(
     """
     wanted = list(titles) if titles is not None else None
     found: dict[str, Document] = {}
-    for title, raw in iter_wikipedia_pages(path):
+    for title, raw in _pages(Path(path) if path else gensim_test_data_dir() / WIKI_DUMP):
         if raw.lstrip().upper().startswith("#REDIRECT"):
             continue
         if wanted is not None and title not in wanted:
             continue
-        text = clean_wiki_markup(raw)
+        text = _cleaned(raw)
         if len(text) < min_chars:
             continue
         url = "https://en.wikipedia.org/wiki/" + title.replace(" ", "_")
