@@ -26,12 +26,11 @@ def async_twin(
 
     Each call is bound to ``sync``'s signature first: a wrong call (an unknown keyword, a
     missing argument) is a ``TypeError`` that names the function and the problem, as for
-    ``sync``, raised when the call is awaited, and nothing runs. The
-    body is then called with every parameter by name, defaults filled in, and ``**kwargs``
-    parameters spread out; it may name the parameters it reads and take the rest as
-    ``**options``. ``inspect.signature``, ``help()`` and type checkers see ``sync``'s parameters.
-    Decorate the function itself: for a ``classmethod`` pair, put ``@classmethod`` above and
-    pass ``sync.__func__``.
+    ``sync``, raised when the call is awaited, and nothing runs. The body is then called with
+    every parameter by name, defaults filled in, ``**kwargs`` parameters spread out; it may
+    name the parameters it reads and take the rest as ``**options``. ``inspect.signature``,
+    ``help()`` and type checkers see ``sync``'s parameters. Decorate the function itself: for
+    a ``classmethod`` pair, put ``@classmethod`` above and pass ``sync.__func__``.
 
     Example:
         >>> def greet(name: str, *, punctuation: str = "!") -> str:
