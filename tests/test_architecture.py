@@ -8,6 +8,7 @@ import ast
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -254,3 +255,53 @@ def test_from_sources_works_after_importing_only_the_rag_pack_module() -> None:
     assert done.returncode == 0, done.stderr
     assert "routed loaded: True" in done.stdout
     assert "ConfigurationError" in done.stdout, done.stdout  # RoutedRagPack's own check ran
+
+
+def _sync_async_twins() -> Iterator[tuple[str, Any, Any]]:
+    """``(where, sync, async)`` for every ``name``/``aname`` pair a module or class of the
+    package defines itself (functions and methods, classmethods included)."""
+    import importlib
+    import inspect
+
+    def function(obj: Any) -> Any:
+        return obj.__func__ if isinstance(obj, classmethod | staticmethod) else obj
+
+    for module_name in sorted(_modules()):
+        module = importlib.import_module(module_name)
+        scopes = [(module_name, vars(module))] + [
+            (f"{module_name}.{cls.__name__}", vars(cls))
+            for cls in vars(module).values()
+            if inspect.isclass(cls) and cls.__module__ == module_name
+        ]
+        for where, namespace in scopes:
+            for name, obj in namespace.items():
+                twin = function(obj)
+                sync = function(namespace.get(name[1:])) if name.startswith("a") else None
+                if (
+                    inspect.isfunction(twin)
+                    and inspect.isfunction(sync)
+                    and twin.__module__ == module_name
+                ):
+                    yield f"{where}.{name}", sync, twin
+
+
+def test_async_twins_take_exactly_the_parameters_of_their_sync_twin() -> None:
+    """A public ``aX`` restates ``X``'s parameters: they must not drift apart (names, kinds and
+    defaults; annotations may differ, e.g. ``Iterable`` and ``AsyncIterable``)."""
+    import inspect
+
+    def parameters(fn: Any) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    twins = {where: (sync, twin) for where, sync, twin in _sync_async_twins()}
+    assert {
+        "llama_index_rag_pack.components.fusion_queries.agenerate_queries",
+        "llama_index_rag_pack.storage.raptor_retriever.RaptorRetriever.afrom_documents",
+        "llama_index_rag_pack.pack.rag_pack.RagPack.arun",
+    } <= set(twins)
+    drifted = {
+        where: (str(inspect.signature(sync)), str(inspect.signature(twin)))
+        for where, (sync, twin) in twins.items()
+        if parameters(sync) != parameters(twin)
+    }
+    assert not drifted, drifted

@@ -17,7 +17,6 @@ from llama_index.core.prompts import PromptTemplate
 
 from llama_index_rag_pack.core.errors import check_query
 from llama_index_rag_pack.core.llm_output import parse_list
-from llama_index_rag_pack.core.twins import async_twin
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
@@ -121,11 +120,15 @@ def generate_queries(
     return _after_reply(text, query, num_queries)
 
 
-@async_twin(generate_queries)
 async def agenerate_queries(
-    llm: LLM, query: str, num_queries: int, *, prompt: PromptTemplate, raise_on_failure: bool
+    llm: LLM,
+    query: str,
+    num_queries: int,
+    *,
+    prompt: PromptTemplate = DEFAULT_QUERY_GEN_PROMPT,
+    raise_on_failure: bool = False,
 ) -> list[str]:
-    """Async :func:`generate_queries`: the same parameters, awaits ``llm.acomplete``."""
+    """Async :func:`generate_queries` (awaits ``llm.acomplete``)."""
     query = check_query(query).strip()
     if num_queries <= 0:
         return []

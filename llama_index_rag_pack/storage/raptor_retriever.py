@@ -23,7 +23,6 @@ from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
 )
-from llama_index_rag_pack.core.twins import async_twin
 from llama_index_rag_pack.storage.raptor_store import scope_all_levels, scope_level, scope_within
 from llama_index_rag_pack.storage.raptor_tree import RaptorTree
 
@@ -34,8 +33,6 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 DEFAULT_TOKEN_BUDGET = 2000  # the paper's collapsed-tree context budget
-# from_documents' parameters for the tree, in _make_tree's order (the others go to the retriever)
-_TREE_PARAMETERS = ("llm", "embed_model", "vector_store", "uri", "collection_name", "tree_options")
 
 
 class RaptorRetrieveMode(Choice):
@@ -179,14 +176,21 @@ class RaptorRetriever(PackRetriever):
         return cls._over_built(tree, tree.build(documents), retriever_options)
 
     @classmethod
-    @async_twin(from_documents.__func__)
     async def afrom_documents(
-        cls, documents: Sequence[BaseNode], **options: Any
+        cls,
+        documents: Sequence[BaseNode],
+        *,
+        llm: LLM | str | None = None,
+        embed_model: BaseEmbedding | str | None = None,
+        vector_store: Any | None = None,
+        uri: str | None = None,
+        collection_name: str | None = None,
+        tree_options: dict[str, Any] | None = None,
+        **retriever_options: Any,
     ) -> RaptorRetriever:
-        """Async :meth:`from_documents`: the same parameters, summaries awaited on the running
-        loop."""
-        tree = cls._make_tree(*(options.pop(name) for name in _TREE_PARAMETERS))
-        return cls._over_built(tree, await tree.abuild(documents), options)
+        """Async :meth:`from_documents` (summaries awaited on the running loop)."""
+        tree = cls._make_tree(llm, embed_model, vector_store, uri, collection_name, tree_options)
+        return cls._over_built(tree, await tree.abuild(documents), retriever_options)
 
     @classmethod
     def _over_built(
