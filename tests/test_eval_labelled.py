@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -204,28 +205,51 @@ def test_fanoutqa_questions_load_in_the_labelled_format() -> None:
         load_fanoutqa_questions("train")
 
 
-def test_the_wikipedia_dump_is_parsed_once_per_file_version(
+def test_the_shipped_dump_is_parsed_once_per_file_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import shutil
 
     from llama_index_rag_pack.evaluation import datasets
 
+    shutil.copy(datasets.gensim_test_data_dir() / datasets.WIKI_DUMP, tmp_path)
     dump = tmp_path / datasets.WIKI_DUMP
-    shutil.copy(datasets.gensim_test_data_dir() / datasets.WIKI_DUMP, dump)
+    monkeypatch.setattr(datasets, "gensim_test_data_dir", lambda: tmp_path)
     parses: list[str] = []
     parse = datasets.iter_wikipedia_pages
     monkeypatch.setattr(
         datasets, "iter_wikipedia_pages", lambda p: parses.append(str(p)) or parse(p)
     )
-    first = datasets.load_wikipedia_documents(["Aardvark"], path=dump)
+    first = datasets.load_wikipedia_documents(["Aardvark"])
     first[0].metadata["title"] = "changed by the caller"
-    again = datasets.load_wikipedia_documents(["Aardvark", "Apollo 11"], path=dump)
-    assert len(parses) == 1  # the second call reads nothing
+    again = datasets.load_wikipedia_documents(["Aardvark", "Apollo 11"])
+    assert parses == [str(dump)]  # the second call reads nothing
     assert again[0].metadata["title"] == "Aardvark" and again[0] is not first[0]
     assert again[0].text == first[0].text and again[1].metadata["title"] == "Apollo 11"
     os.utime(dump, ns=(1, 1))  # another version of the file: read again
-    assert datasets.load_wikipedia_documents(["Aardvark"], path=dump)[0].text == first[0].text
+    assert datasets.load_wikipedia_documents(["Aardvark"])[0].text == first[0].text
     assert len(parses) == 2
     with pytest.raises(ConfigurationError, match="Not in the shipped"):
-        datasets.load_wikipedia_documents(["No Such Article"], path=dump)
+        datasets.load_wikipedia_documents(["No Such Article"])
+
+
+def test_another_dump_is_streamed_and_a_limit_stops_reading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llama_index_rag_pack.evaluation import datasets
+
+    read: list[str] = []
+    pages = datasets.iter_wikipedia_pages
+
+    def counted(path: Any) -> Any:
+        for page in pages(path):
+            read.append(page[0])
+            yield page
+
+    monkeypatch.setattr(datasets, "iter_wikipedia_pages", counted)
+    dump = datasets.gensim_test_data_dir() / datasets.WIKI_DUMP
+    two = datasets.load_wikipedia_documents(limit=2, path=dump)
+    assert len(two) == 2 and read[-1] == two[-1].metadata["title"]  # nothing read past it
+    everything = len(read)
+    assert len(datasets.load_wikipedia_documents(limit=2, path=dump)) == 2
+    assert len(read) == 2 * everything  # read again: another dump is never kept

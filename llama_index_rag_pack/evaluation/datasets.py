@@ -144,24 +144,26 @@ def iter_wikipedia_pages(path: str | Path | None = None) -> Iterator[tuple[str, 
             el.clear()
 
 
-def _pages(path: Path) -> tuple[tuple[str, str], ...]:
-    """:func:`iter_wikipedia_pages` of ``path``, read once per version of the file (a process
-    that loads articles several times, such as an evaluation or a test run, parses the dump
-    once)."""
+def _pages(path: str | Path | None) -> Iterable[tuple[str, str]]:
+    """The pages of ``path``, streamed, or of the shipped dump (5.7 MB of text), read once per
+    process and version of the file: an evaluation or a test run loads articles many times."""
+    if path is not None:
+        return iter_wikipedia_pages(path)
+    shipped = gensim_test_data_dir() / WIKI_DUMP
     try:
-        stat = path.stat()
+        stat = shipped.stat()
     except OSError:
-        return tuple(iter_wikipedia_pages(path))  # the reader gives the error
-    return _pages_of(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+        return iter_wikipedia_pages(shipped)  # the reader gives the error
+    return _shipped_pages(str(shipped), stat.st_mtime_ns, stat.st_size)
 
 
-@functools.lru_cache(maxsize=2)
-def _pages_of(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
+@functools.lru_cache(maxsize=1)
+def _shipped_pages(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
     return tuple(iter_wikipedia_pages(path))
 
 
-@functools.lru_cache(maxsize=512)
-def _cleaned(raw: str) -> str:
+@functools.lru_cache(maxsize=256)
+def _cleaned_shipped(raw: str) -> str:
     return clean_wiki_markup(raw)
 
 
@@ -187,12 +189,13 @@ def load_wikipedia_documents(
     """
     wanted = list(titles) if titles is not None else None
     found: dict[str, Document] = {}
-    for title, raw in _pages(Path(path) if path else gensim_test_data_dir() / WIKI_DUMP):
+    clean = clean_wiki_markup if path else _cleaned_shipped
+    for title, raw in _pages(path or None):
         if raw.lstrip().upper().startswith("#REDIRECT"):
             continue
         if wanted is not None and title not in wanted:
             continue
-        text = _cleaned(raw)
+        text = clean(raw)
         if len(text) < min_chars:
             continue
         url = "https://en.wikipedia.org/wiki/" + title.replace(" ", "_")
