@@ -251,33 +251,67 @@ def test_batches_run_on_every_core_in_order_with_the_same_vectors(
     encoder = onnx_encoder.OnnxSentenceEncoder(
         embed_model.model_name, path, threads=1, batch_threads=2
     )
-    alone = [encoder.encode([t])[0] for t in TEXTS]
-    few = encoder.encode(TEXTS[: onnx_encoder.RUN_BATCH])  # one run: the query session
+    texts = [f"Sentence {i}: {'rivers ' * (i % 7)}and {i * 37} boats." for i in range(24)]
+    alone = np.array([encoder.encode([t])[0] for t in texts])
+    few = encoder.encode(texts[: onnx_encoder.RUN_BATCH])  # one run: the query session
     assert encoder._batch_session is None
+    assert np.allclose(few, alone[: onnx_encoder.RUN_BATCH], atol=1e-5)
     threads: set[str] = set()
-    run = encoder._run
+    in_flight, most = [0], [0]
+    lock = threading.Lock()
     together = threading.Barrier(2, timeout=30)  # broken unless two runs are in flight at once
+    run = encoder._run
 
-    def recorded(session, texts):
+    def recorded(session, batch):
         name = threading.current_thread().name
-        if name not in threads:
+        with lock:
+            first = name not in threads
             threads.add(name)
-            together.wait()
-        return run(session, texts)
+            in_flight[0] += 1
+            most[0] = max(most[0], in_flight[0])
+        try:
+            if first:
+                together.wait()
+            return run(session, batch)
+        finally:
+            with lock:
+                in_flight[0] -= 1
 
     monkeypatch.setattr(encoder, "_run", recorded)
-    texts = TEXTS * 4  # six runs of four texts, shared by two threads
-    batch = encoder.encode(texts)
+    batch = encoder.encode(texts)  # six runs of four, shared by two threads
     assert encoder._batch_session is not None and encoder._batch_session is not encoder._session
     assert len(threads) == 2 and all(t.startswith("rag-pack-embed") for t in threads)
-    assert batch.shape == (len(texts), len(alone[0]))
-    for row, text in zip(batch, texts, strict=True):  # each row is its own text's vector
-        assert np.allclose(row, alone[TEXTS.index(text)], atol=1e-5)
-    assert np.allclose(few, alone[: onnx_encoder.RUN_BATCH], atol=1e-5)
+    assert np.allclose(batch, alone, atol=1e-5)  # each row its own text's vector, in order
+    # four batches at once (as an async batch's parts arrive) still run two at a time
+    results: dict[int, np.ndarray] = {}
+    callers = [
+        threading.Thread(target=lambda k=k: results.__setitem__(k, encoder.encode(texts[k:])))
+        for k in range(4)
+    ]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join()
+    assert most[0] == 2
+    for k in range(4):
+        assert np.allclose(results[k], alone[k:], atol=1e-5)
     same = onnx_encoder.OnnxSentenceEncoder(
         embed_model.model_name, path, threads=2, batch_threads=1
     )
     assert same._batch_session is same._session  # no more cores to give: one session
+
+
+def test_a_batch_after_the_interpreter_stops_taking_threads_runs_in_the_caller(
+    embed_model, exported_copy, monkeypatch
+):
+    path = onnx_encoder.onnx_export_path(embed_model.model_name, exported_copy)
+    encoder = onnx_encoder.OnnxSentenceEncoder(
+        embed_model.model_name, path, threads=1, batch_threads=2
+    )
+    texts = [f"text number {i}" for i in range(9)]
+    expected = encoder.encode(texts)
+    encoder._batch_pool().shutdown()  # what interpreter shutdown does to every pool
+    assert np.allclose(encoder.encode(texts), expected, atol=1e-6)
 
 
 def test_a_process_waits_for_another_ones_export_instead_of_exporting_again(

@@ -5,8 +5,10 @@ A mean-pooled sentence-transformers model (``Transformer`` → ``Pooling(mean)``
 ``torch.onnx`` (mean pooling and the L2 normalisation inside the graph) into the cache directory
 (:func:`cache_dir`), checked against the PyTorch model on a probe text, and reused by every later
 process. Embedding then needs only ONNX Runtime and the model's ``tokenizer.json`` (the
-``tokenizers`` library): no PyTorch import (≈5 s on a 2-core machine), and one query in ≈7 ms
-instead of ≈12 ms (``benchmarks/results/query_embedding.md``).
+``tokenizers`` library): no PyTorch import (≈5 s on a 2-core machine), and one query in ≈5.6 ms
+instead of ≈14 ms (``benchmarks/results/query_embedding.md``). A batch is cut into runs of
+``RUN_BATCH`` texts, one run per core at a time; up to ``RUN_BATCH`` texts are one run on the
+query session (at most 2 threads).
 
 Texts are tokenized as sentence-transformers does (whitespace stripped, lower-cased when the
 model says so, truncated to ``max_seq_length``), so the vectors match the PyTorch model's to
@@ -24,7 +26,7 @@ import os
 import threading
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -295,6 +297,9 @@ class OnnxSentenceEncoder:
         # time waking them, and a query on many threads would wake them all for a few products.
         self._batch_threads = max(1, int(batch_threads or threads))
         self._batch_session: Any = self._session if self._batch_threads == 1 else None
+        # one pool for every batch of this encoder, so concurrent batches (LlamaIndex embeds
+        # an async batch's parts at once) still run one run per core at a time
+        self._pool: tuple[int, ThreadPoolExecutor] | None = None
         self._lock = threading.Lock()
 
     def _new_session(self, threads: int) -> Any:
@@ -318,6 +323,13 @@ class OnnxSentenceEncoder:
                     self._batch_session = self._new_session(1)
         return self._batch_session
 
+    def _batch_pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None or self._pool[0] != os.getpid():  # a forked child: new threads
+                pool = ThreadPoolExecutor(self._batch_threads, thread_name_prefix="rag-pack-embed")
+                self._pool = (os.getpid(), pool)
+            return self._pool[1]
+
     def tokenize(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids and attention mask (int64), padded to the longest text."""
         prepared = [t.strip().lower() if self.lower_case else t.strip() for t in texts]
@@ -337,17 +349,29 @@ class OnnxSentenceEncoder:
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         batches = [texts[start : start + RUN_BATCH] for start in range(0, len(texts), RUN_BATCH)]
-        if len(batches) == 1:  # one run: the query session's threads share it
-            parts = [self._run(self._session, batches[0])]
+        if len(batches) == 1:  # one run (up to RUN_BATCH texts): the query session's threads
+            return self._run(self._session, batches[0])
+        session = self._batch_runner()
+        futures = self._submitted(session, batches) if self._batch_threads > 1 else []
+        if futures:  # ONNX Runtime runs one session from several threads, without the GIL
+            parts = [future.result() for future in futures]
         else:
-            session = self._batch_runner()
-            workers = min(self._batch_threads, len(batches))
-            if workers == 1:
-                parts = [self._run(session, batch) for batch in batches]
-            else:  # ONNX Runtime runs one session from several threads, without the GIL
-                with ThreadPoolExecutor(workers, thread_name_prefix="rag-pack-embed") as pool:
-                    parts = list(pool.map(lambda batch: self._run(session, batch), batches))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+            parts = [self._run(session, batch) for batch in batches]
+        return np.concatenate(parts)
+
+    def _submitted(self, session: Any, batches: list[list[str]]) -> list[Future]:
+        """The runs of ``batches`` on the pool; none when it takes no more work (the
+        interpreter is shutting down): the caller runs them itself."""
+        futures: list[Future] = []
+        try:
+            pool = self._batch_pool()
+            for batch in batches:
+                futures.append(pool.submit(self._run, session, batch))
+        except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
+            for future in futures:
+                future.cancel()
+            return []
+        return futures
 
     def _run(self, session: Any, texts: list[str]) -> np.ndarray:
         ids, mask = self.tokenize(texts)
