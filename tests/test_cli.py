@@ -133,6 +133,7 @@ def test_demo_answers_offline_with_the_local_llm(tmp_path: Path) -> None:
     assert ">>" in out.stdout.split("A: ", 1)[1], "cited passage, supporting sentence marked"
 
 
+@pytest.mark.slow
 def test_a_second_demo_run_reuses_the_index_and_reads_no_article(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -176,8 +176,8 @@ def _open_demo(args: argparse.Namespace, kwargs: dict[str, Any], timings: dict[s
             pack = RagPack.open(similarity_top_k=args.top_k, **kwargs)
         except RagPackError:
             return None
-    if count_entities(pack.vector_store) == 0:
-        return None
+        if count_entities(pack.vector_store) == 0:
+            return None
     out("  reusing the existing index (pass --rebuild to index again)")
     return pack
 
