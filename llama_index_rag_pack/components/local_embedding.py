@@ -4,8 +4,8 @@ The pack's default embedding model (the bundled all-MiniLM-L6-v2, or any local m
 ``RAG_PACK_EMBED_MODEL``). Two runtimes, one set of vectors:
 
 * queries and indexing batches run on ONNX Runtime
-  (:mod:`~llama_index_rag_pack.components.onnx_encoder`): one query in ≈5.6 ms instead of ≈14 ms,
-  batches faster than on PyTorch (978 sentences 5.6 vs 8.3 s, 146 chunks 5.6 vs 7.5 s;
+  (:mod:`~llama_index_rag_pack.components.onnx_encoder`): one query in ≈5.5 ms instead of ≈17 ms,
+  batches faster than on PyTorch (978 sentences 5.6 vs 9.4 s, 146 chunks 5.5 vs 7.0 s;
   ``benchmarks/results/query_embedding.md``), and a process that asks or indexes never imports
   PyTorch (≈5 s) once the model has been exported (once per installation, ≈6 s, with PyTorch);
 * PyTorch (sentence-transformers through core's ``HuggingFaceEmbedding``) embeds only when the

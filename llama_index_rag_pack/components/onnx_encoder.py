@@ -5,8 +5,8 @@ A mean-pooled sentence-transformers model (``Transformer`` → ``Pooling(mean)``
 ``torch.onnx`` (mean pooling and the L2 normalisation inside the graph) into the cache directory
 (:func:`cache_dir`), checked against the PyTorch model on a probe text, and reused by every later
 process. Embedding then needs only ONNX Runtime and the model's ``tokenizer.json`` (the
-``tokenizers`` library): no PyTorch import (≈5 s on a 2-core machine), and one query in ≈5.6 ms
-instead of ≈14 ms (``benchmarks/results/query_embedding.md``). A batch is cut into runs of
+``tokenizers`` library): no PyTorch import (≈5 s on a 2-core machine), and one query in ≈5.5 ms
+instead of ≈17 ms (``benchmarks/results/query_embedding.md``). A batch is cut into runs of
 ``RUN_BATCH`` texts, one run per core at a time; up to ``RUN_BATCH`` texts are one run on the
 query session (at most 2 threads).
 
