@@ -244,13 +244,19 @@ def test_only_the_most_recently_used_exports_of_a_model_are_kept(tmp_path):
     assert left == sorted([kept.name, other.name, *newest])
 
 
-def test_batches_run_on_every_core_in_order_with_the_same_vectors(
-    embed_model, exported_copy, monkeypatch
-):
+@pytest.fixture()
+def two_core_encoder(embed_model, exported_copy):
+    """An encoder with one query thread and two cores for batches."""
     path = onnx_encoder.onnx_export_path(embed_model.model_name, exported_copy)
-    encoder = onnx_encoder.OnnxSentenceEncoder(
+    return onnx_encoder.OnnxSentenceEncoder(
         embed_model.model_name, path, threads=1, batch_threads=2
     )
+
+
+def test_batches_run_on_every_core_in_order_with_the_same_vectors(
+    two_core_encoder, embed_model, exported_copy, monkeypatch
+):
+    encoder = two_core_encoder
     texts = [f"Sentence {i}: {'rivers ' * (i % 7)}and {i * 37} boats." for i in range(24)]
     alone = np.array([encoder.encode([t])[0] for t in texts])
     few = encoder.encode(texts[: onnx_encoder.RUN_BATCH])  # one run: the query session
@@ -295,6 +301,7 @@ def test_batches_run_on_every_core_in_order_with_the_same_vectors(
     assert most[0] == 2
     for k in range(4):
         assert np.allclose(results[k], alone[k:], atol=1e-5)
+    path = onnx_encoder.onnx_export_path(embed_model.model_name, exported_copy)
     same = onnx_encoder.OnnxSentenceEncoder(
         embed_model.model_name, path, threads=2, batch_threads=1
     )
@@ -302,12 +309,9 @@ def test_batches_run_on_every_core_in_order_with_the_same_vectors(
 
 
 def test_a_batch_after_the_interpreter_stops_taking_threads_runs_in_the_caller(
-    embed_model, exported_copy, monkeypatch
+    two_core_encoder,
 ):
-    path = onnx_encoder.onnx_export_path(embed_model.model_name, exported_copy)
-    encoder = onnx_encoder.OnnxSentenceEncoder(
-        embed_model.model_name, path, threads=1, batch_threads=2
-    )
+    encoder = two_core_encoder
     texts = [f"text number {i}" for i in range(9)]
     expected = encoder.encode(texts)
     encoder._batch_pool().shutdown()  # what interpreter shutdown does to every pool
