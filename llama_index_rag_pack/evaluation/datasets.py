@@ -144,21 +144,19 @@ def iter_wikipedia_pages(path: str | Path | None = None) -> Iterator[tuple[str, 
             el.clear()
 
 
-def _pages(path: str | Path | None) -> Iterable[tuple[str, str]]:
-    """The pages of ``path``, streamed, or of the shipped dump (5.7 MB of text), read once per
-    process and version of the file: an evaluation or a test run loads articles many times."""
-    if path is not None:
-        return iter_wikipedia_pages(path)
+def _shipped_pages() -> Iterable[tuple[str, str]]:
+    """The pages of the shipped dump (5.7 MB of text), read once per process and version of the
+    file: an evaluation or a test run loads articles many times. Another dump is streamed."""
     shipped = gensim_test_data_dir() / WIKI_DUMP
     try:
         stat = shipped.stat()
     except OSError:
         return iter_wikipedia_pages(shipped)  # the reader gives the error
-    return _shipped_pages(str(shipped), stat.st_mtime_ns, stat.st_size)
+    return _shipped_pages_of(str(shipped), stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=1)
-def _shipped_pages(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
+def _shipped_pages_of(path: str, mtime_ns: int, size: int) -> tuple[tuple[str, str], ...]:
     return tuple(iter_wikipedia_pages(path))
 
 
@@ -189,8 +187,12 @@ def load_wikipedia_documents(
     """
     wanted = list(titles) if titles is not None else None
     found: dict[str, Document] = {}
-    clean = clean_wiki_markup if path else _cleaned_shipped
-    for title, raw in _pages(path or None):
+    pages, clean = (
+        (iter_wikipedia_pages(path), clean_wiki_markup)
+        if path
+        else (_shipped_pages(), _cleaned_shipped)
+    )
+    for title, raw in pages:
         if raw.lstrip().upper().startswith("#REDIRECT"):
             continue
         if wanted is not None and title not in wanted:
