@@ -270,12 +270,14 @@ def test_judge_calls_ask_for_the_verdict_schema_and_answers_do_not(path: str) ->
 
 
 @pytest.mark.slow
-def test_the_local_model_gives_parseable_verdicts_sync_and_async(local_llm: Any) -> None:
-    engine = _engine(local_llm, max_depth=0)
-    for response in (engine.query(QUESTION), asyncio.run(engine.aquery(QUESTION))):
-        chunks = [c for n in response.search_tree.root.walk() for c in n.chunks]
-        assert chunks and all(c.score in (0, 1, 2) for c in chunks)
-        assert not [c.problem for c in chunks if "no score" in c.problem or "outside" in c.problem]
+def test_the_local_model_gives_parseable_verdicts(local_llm: Any) -> None:
+    # Async, where the schema must reach the concurrent judge calls; the sync path asks for the
+    # same schema (test above) and the model honours it the same way sync and async
+    # (test_local_llm.py::test_json_output_block_constrains_predict_sync_and_async).
+    response = asyncio.run(_engine(local_llm, max_depth=0).aquery(QUESTION))
+    chunks = [c for n in response.search_tree.root.walk() for c in n.chunks]
+    assert chunks and all(c.score in (0, 1, 2) for c in chunks)
+    assert not [c.problem for c in chunks if "no score" in c.problem or "outside" in c.problem]
 
 
 def test_sync_query_inside_a_running_loop() -> None:
