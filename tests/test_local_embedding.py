@@ -348,3 +348,37 @@ def test_a_model_directory_under_home_is_found(embed_model, monkeypatch, tmp_pat
     assert model.model_name == str(tmp_path / "minilm")
     with pytest.raises(ConfigurationError, match="No embedding model directory at '.*nothing'"):
         LocalEmbedding("~/nothing")
+
+
+def _hub_cache_entry(cache: Path, repo_id: str, model_dir: str) -> None:
+    """``repo_id`` laid out as the Hub cache stores it, its snapshot linked to ``model_dir``."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd")
+    (repo / "snapshots").mkdir()
+    (repo / "snapshots" / "0123abcd").symlink_to(model_dir)
+
+
+@pytest.mark.parametrize("name", ["nosuch", "no/such-model", "a/b/c", "bad name!"])
+def test_a_model_name_not_on_this_machine_is_one_error_before_loading(name, monkeypatch, tmp_path):
+    monkeypatch.setenv("LLAMA_INDEX_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(LocalEmbedding, "_torch_model", lambda self: pytest.fail("loaded"))
+    with pytest.raises(ConfigurationError, match="never downloaded") as info:
+        LocalEmbedding(name)
+    assert "\n" not in str(info.value) and str(tmp_path) in str(info.value)
+
+
+def test_a_model_name_in_the_cache_is_found_and_loaded(embed_model, monkeypatch, tmp_path):
+    from llama_index_rag_pack.components.local_embedding import cached_model_dir
+
+    monkeypatch.setenv("LLAMA_INDEX_CACHE_DIR", str(tmp_path))
+    _hub_cache_entry(tmp_path, "sentence-transformers/tiny-minilm", embed_model.model_name)
+    _hub_cache_entry(tmp_path, "org/other", embed_model.model_name)
+    snapshot = str(tmp_path / "models--org--other" / "snapshots" / "0123abcd")
+    assert cached_model_dir("org/other") == snapshot
+    assert cached_model_dir("tiny-minilm")  # a bare name, under sentence-transformers/ as well
+    assert cached_model_dir("org/tiny-minilm") is None and cached_model_dir("other") is None
+    loads: list[str] = []
+    monkeypatch.setattr(LocalEmbedding, "_torch_model", lambda self: loads.append(self.model_name))
+    LocalEmbedding("tiny-minilm")
+    assert loads == ["tiny-minilm"]  # found, so loaded at once (sentence-transformers resolves it)

@@ -215,7 +215,10 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
         "--llm", default=None, help="auto (default), openai, local, or a .gguf path"
     )
     parser.add_argument(
-        "--embed-model", default=None, help="local sentence-transformers model path"
+        "--embed-model",
+        default=None,
+        help="local sentence-transformers model directory, or a Hub model name already in "
+        "LlamaIndex's cache (never downloaded)",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log details and show tracebacks"

@@ -42,12 +42,34 @@ from llama_index_rag_pack.components.onnx_encoder import (
 from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 
-__all__ = ["EmbedBackend", "LocalEmbedding"]
+__all__ = ["EmbedBackend", "LocalEmbedding", "cached_model_dir"]
 
 logger = logging.getLogger(__name__)
 
 
 _EXPORT_LOCK = threading.Lock()
+
+
+def cached_model_dir(name: str) -> str | None:
+    """The snapshot directory of the Hub model ``name`` where core's ``HuggingFaceEmbedding``
+    loads it from (LlamaIndex's cache directory), or ``None`` when it is not there.
+
+    Looked up without importing PyTorch. A bare name is also tried under
+    ``sentence-transformers/``, as sentence-transformers does. Nothing is downloaded.
+    """
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+    from llama_index.core.utils import get_cache_dir
+
+    candidates = [name] if "/" in name else [name, f"sentence-transformers/{name}"]
+    for repo_id in candidates:
+        try:
+            found = try_to_load_from_cache(repo_id, "config.json", cache_dir=get_cache_dir())
+        except HFValidationError:  # not a Hub id ("a/b/c", spaces, ...)
+            continue
+        if isinstance(found, str):
+            return str(Path(found).parent)
+    return None
 
 
 class EmbedBackend(Choice):
@@ -62,8 +84,9 @@ class LocalEmbedding(BaseEmbedding):
     """A local sentence-transformers model: queries and batches on ONNX Runtime (see the module).
 
     Args:
-        model_name: A local sentence-transformers directory (loaded on first use), or a name
-            sentence-transformers can load offline (loaded now; runs on PyTorch only).
+        model_name: A local sentence-transformers directory (loaded on first use), or the
+            name of a Hub model already in LlamaIndex's cache directory (loaded now; runs on
+            PyTorch only; nothing is downloaded).
         device: ``cpu`` (ONNX Runtime is used on the CPU only; another device means PyTorch).
         backend: ``auto``, ``onnx`` or ``torch`` (default: ``RAG_PACK_EMBED_BACKEND`` or auto).
         embed_batch_size: Texts per batch.
@@ -72,7 +95,8 @@ class LocalEmbedding(BaseEmbedding):
             run per core at a time; idle threads sleep at once instead of spinning).
 
     Raises:
-        ConfigurationError: unknown backend, a model name that cannot be loaded, or
+        ConfigurationError: unknown backend, a model name that is not on this machine or
+            cannot be loaded, or
             ``backend="onnx"`` for a model that cannot be exported (the first embedding says
             why).
     """
@@ -107,8 +131,17 @@ class LocalEmbedding(BaseEmbedding):
                 f"No embedding model directory at {self.model_name!r} (a local "
                 "sentence-transformers model directory is needed)."
             )
-        # a name for sentence-transformers to find offline: loaded now, so a wrong name is an
-        # error here and not at the first embedding
+        if cached_model_dir(self.model_name) is None:  # said before PyTorch is imported
+            from llama_index.core.utils import get_cache_dir
+
+            raise ConfigurationError(
+                f"No embedding model {self.model_name!r} on this machine: not a directory, nor "
+                f"a model in the cache {get_cache_dir()} (models are never downloaded). Give a "
+                "local sentence-transformers model directory, or leave the embedding model "
+                "unset for the bundled all-MiniLM-L6-v2."
+            )
+        # a name found in the cache: loaded now, so a model that cannot load is an error here
+        # and not at the first embedding
         self._torch_model()
 
     @classmethod
@@ -192,10 +225,12 @@ class LocalEmbedding(BaseEmbedding):
                             model_name=self.model_name,
                             device=self.device,
                             embed_batch_size=self.embed_batch_size,
+                            local_files_only=True,  # never a download
                         )
                     except Exception as e:  # OSError, ValueError, HF hub errors
+                        reason = " ".join(str(e).split())  # one line
                         raise ConfigurationError(
-                            f"Cannot load the embedding model {self.model_name!r}: {e}"
+                            f"Cannot load the embedding model {self.model_name!r}: {reason}"
                         ) from None
         return self._torch
 
