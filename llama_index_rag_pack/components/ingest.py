@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
@@ -247,8 +249,11 @@ def drop_blank_documents(documents: Iterable[Document]) -> list[Document]:
     return kept
 
 
-def chunk_id(position: int, document: BaseNode) -> str:
+def chunk_id(position: int, document: BaseNode, tenant_field: str | None = None) -> str:
     """The id of chunk number ``position`` of ``document``: stable across runs and machines.
+
+    With ``tenant_field``, the document's tenant is part of the id, so two tenants' documents
+    with the same id never share chunk ids.
 
     Example:
         >>> from llama_index.core import Document
@@ -256,10 +261,14 @@ def chunk_id(position: int, document: BaseNode) -> str:
         True
         >>> chunk_id(0, Document(id_="a", text="x")) == chunk_id(1, Document(id_="a", text="x"))
         False
+        >>> acme, globex = (Document(id_="a", text="x", metadata={"t": t}) for t in "AG")
+        >>> chunk_id(0, acme, "t") == chunk_id(0, globex, "t")
+        False
     """
-    return str(
-        uuid.uuid5(uuid.NAMESPACE_URL, f"llama-index-rag-pack:{document.node_id}:{position}")
-    )
+    key = document.node_id
+    if tenant_field is not None:
+        key = json.dumps([(document.metadata or {}).get(tenant_field), key])
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"llama-index-rag-pack:{key}:{position}"))
 
 
 def split_documents(
@@ -268,11 +277,13 @@ def split_documents(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
     show_progress: bool = False,
+    tenant_field: str | None = None,
 ) -> list[BaseNode]:
     """Split documents into sentence-aware chunks of at most ``chunk_size`` tokens.
 
     A chunk's id is derived from its document's id and its position in it (a UUID5), so indexing
-    the same documents twice gives the same ids, and equal scores rank the same way every time.
+    the same documents twice gives the same ids, and equal scores rank the same way every time;
+    with ``tenant_field``, from the document's tenant too (:func:`chunk_id`).
     """
     if chunk_size <= 0:
         raise ConfigurationError(f"chunk_size must be > 0, got {chunk_size}")
@@ -280,9 +291,8 @@ def split_documents(
         raise ConfigurationError(
             f"chunk_overlap must be >= 0 and < chunk_size ({chunk_size}), got {chunk_overlap}"
         )
-    splitter = SentenceSplitter(
-        chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=chunk_id
-    )
+    ids = functools.partial(chunk_id, tenant_field=tenant_field) if tenant_field else chunk_id
+    splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=ids)
     return splitter.get_nodes_from_documents(documents, show_progress=show_progress)
 
 

@@ -17,6 +17,7 @@ from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.milvus_filter import and_expressions
 from llama_index_rag_pack.pack.filters import pack_filter_expression
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, raptor_collection_name
+from llama_index_rag_pack.storage.document_rows import delete_document_rows
 from llama_index_rag_pack.storage.tenants import ANY_TENANT, tenant_expression
 from llama_index_rag_pack.storage.vector_memory import forget_vectors
 
@@ -69,11 +70,9 @@ def delete_documents(pack: Any, *, filters: Any = None, tenant: str | None = Non
     store = pack.vector_store
     whole_tenant = filters is None and tenant not in (None, ANY_TENANT)
     for owner, doc_ids in by_tenant.items():
-        for doc_id in sorted(doc_ids):
-            store.delete(doc_id)
-        if pack.sentence_index is not None and pack.sentence_index.exists():
-            pack.sentence_index.delete_documents(sorted(doc_ids))
-        _delete_from_tree(pack, owner, sorted(doc_ids), drop=whole_tenant)
+        ids = sorted(doc_ids)
+        delete_document_rows(store, ids, tenant=owner, sentence_index=pack.sentence_index)
+        _delete_from_tree(pack, owner, ids, drop=whole_tenant)
     forget_vectors(store.client, store.collection_name)
     store.client.flush(store.collection_name)
     pack._retrievers.clear()

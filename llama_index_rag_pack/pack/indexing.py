@@ -7,8 +7,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from llama_index.core.schema import Document
-
 from llama_index_rag_pack.components.sentences import embed_sentence_units, sentence_units
 from llama_index_rag_pack.pack.modes import DEFAULT_MODE, DENSE_ONLY_DEFAULT_MODE
 from llama_index_rag_pack.storage import milvus as milvus_utils
@@ -43,19 +41,18 @@ def open_sentence_index(
 
 def index_sentences(
     index: MilvusSentenceIndex | None,
-    documents: Sequence[Document],
     nodes: Sequence[Any],
     embed_model: Any,
     show_progress: bool = False,
 ) -> int:
-    """Replace the sentences of ``documents`` in ``index`` by those of their new ``nodes``.
+    """Store the sentences of new chunks ``nodes`` in ``index`` (the sentences of the chunks
+    they replace go with those chunks: ``storage.document_rows.delete_document_rows``).
 
     Returns:
         The number of sentences written (0 without a sentence index).
     """
     if index is None:
         return 0
-    index.delete_documents([d.doc_id for d in documents])
     units = sentence_units(nodes)
     if not units:
         return 0

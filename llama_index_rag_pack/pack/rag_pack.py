@@ -51,6 +51,7 @@ from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode
 from llama_index_rag_pack.pack.raptor import RaptorBuildMixin
 from llama_index_rag_pack.pack.sql import SQLEngineMixin
 from llama_index_rag_pack.storage import milvus as milvus_utils
+from llama_index_rag_pack.storage.document_rows import delete_document_rows, group_by_tenant
 from llama_index_rag_pack.storage.lite import discard_new_lite_db_on_failure
 from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
 from llama_index_rag_pack.storage.tenants import check_tenants
@@ -220,26 +221,33 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
 
     # ------------------------------------------------------------------ indexing
     def insert(self, documents: Sequence[Document]) -> int:
-        """Chunk, embed and store documents; chunks of an already indexed document id are replaced.
+        """Chunk, embed and store documents; chunks of an already indexed document id are replaced
+        (of the same tenant: tenants may use the same document ids).
 
         Returns:
             The number of chunks written.
         """
         documents = drop_blank_documents(documents)
-        if self.tenant_field is not None:
-            check_tenants(documents, self.tenant_field)
-        for doc in documents:
-            self.vector_store.delete(doc.doc_id)
-        nodes = split_documents(
-            documents,
-            chunk_size=self.chunk_size,
-            chunk_overlap=self.chunk_overlap,
-            show_progress=self.show_progress,
-        )
+        field = self.tenant_field
+        if field is not None:
+            check_tenants(documents, field)
+        nodes = []
+        for owner, group in group_by_tenant(documents, field).items():
+            ids = list(dict.fromkeys(doc.doc_id for doc in group))
+            delete_document_rows(
+                self.vector_store, ids, tenant=owner, sentence_index=self.sentence_index
+            )
+            nodes += split_documents(
+                group,
+                chunk_size=self.chunk_size,
+                chunk_overlap=self.chunk_overlap,
+                show_progress=self.show_progress,
+                tenant_field=field,
+            )
         self.index.insert_nodes(nodes, show_progress=self.show_progress)
         milvus_utils.flush(self.vector_store)
         sentences, embed = self.sentence_index, self.embed_model
-        indexing.index_sentences(sentences, documents, nodes, embed, self.show_progress)
+        indexing.index_sentences(sentences, nodes, embed, self.show_progress)
         self._retrievers.clear()
         self._query_engines.clear()
         logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))

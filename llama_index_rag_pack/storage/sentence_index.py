@@ -22,12 +22,12 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.storage.document_rows import ids_expression
 from llama_index_rag_pack.storage.index_creation import create_indexes
 from llama_index_rag_pack.storage.vector_memory import (
     copy_due,
@@ -44,6 +44,7 @@ __all__ = ["SENTENCE_COLLECTION_SUFFIX", "MilvusSentenceIndex", "sentence_collec
 SENTENCE_COLLECTION_SUFFIX = "__sentences"
 _ID_MAX = 64
 _INSERT_BATCH = 1000
+_DELETE_BATCH = 500
 
 
 def sentence_collection_name(collection_name: str) -> str:
@@ -149,11 +150,21 @@ class MilvusSentenceIndex:
         return len(rows)
 
     def delete_documents(self, doc_ids: Sequence[str]) -> None:
-        """Delete the sentences of these documents (before they are indexed again)."""
-        if not doc_ids or not self.exists():
+        """Delete the sentences of these documents, whatever their tenant (see
+        :meth:`delete_chunks`)."""
+        self._delete("doc_id", doc_ids)
+
+    def delete_chunks(self, chunk_ids: Sequence[str]) -> None:
+        """Delete the sentences of these chunks (chunk ids are unique across tenants)."""
+        self._delete("chunk_id", chunk_ids)
+
+    def _delete(self, field: str, values: Sequence[str]) -> None:
+        if not values or not self.exists():
             return
         self._forget_memory()
-        self.client.delete(self.collection_name, filter=f"doc_id in {json.dumps(list(doc_ids))}")
+        for start in range(0, len(values), _DELETE_BATCH):
+            expr = ids_expression(field, values[start : start + _DELETE_BATCH])
+            self.client.delete(self.collection_name, filter=expr)
 
     # ------------------------------------------------------------------ reads
     def count(self) -> int:

@@ -10,6 +10,8 @@ from typing import Any
 
 from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis
 from llama_index_rag_pack.storage.bm25_fields import add_analysed_nodes
+from llama_index_rag_pack.storage.document_rows import delete_document_rows
+from llama_index_rag_pack.storage.tenants import ANY_TENANT
 
 __all__ = ["loop_safe_store_class"]
 
@@ -51,6 +53,15 @@ def loop_safe_store_class() -> type:
 
         async def async_add(self, nodes: Any, **kwargs: Any) -> Any:
             return await asyncio.to_thread(self.add, nodes, **kwargs)
+
+        def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+            """Delete the chunks of document ``ref_doc_id`` (a list: of each), of every tenant.
+
+            The id is written as an escaped literal (``MilvusVectorStore.delete`` pastes it into
+            the expression as it is), and every chunk is found, however many there are.
+            """
+            ids = ref_doc_id if isinstance(ref_doc_id, list) else [ref_doc_id]
+            delete_document_rows(self, [str(i) for i in ids], tenant=ANY_TENANT)
 
         async def adelete(self, ref_doc_id: str, **kwargs: Any) -> None:
             await asyncio.to_thread(self.delete, ref_doc_id, **kwargs)
