@@ -13,7 +13,6 @@ chunks are among them, the caller searches with the filter instead.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis
 from llama_index_rag_pack.storage.bm25_fields import BM25_TEXT_FIELD
 from llama_index_rag_pack.storage.bm25_memory import MemoryBM25, memory_bm25
+from llama_index_rag_pack.storage.document_rows import ids_expression
 from llama_index_rag_pack.storage.vector_memory import copy_due, id_filter, matching_ids, row_count
 
 __all__ = ["OVERSAMPLE", "Bm25SearchMixin", "bm25_hits_off_unfiltered"]
@@ -105,7 +105,7 @@ class Bm25SearchMixin:
         if copy is not None:
             return copy.search(terms, limit, only)
         if only is not None:
-            expr = f"id in {json.dumps(sorted(only))}"
+            expr = ids_expression("id", sorted(only))
         else:
             expr = self.active_filter() if filtered else ""
         return self._milvus_bm25_ids(terms, limit, expr)

@@ -13,7 +13,6 @@ returned as positive scores.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,6 +31,7 @@ from llama_index_rag_pack.core.errors import (
 )
 from llama_index_rag_pack.core.milvus_filter import and_expressions
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
+from llama_index_rag_pack.storage.document_rows import ids_expression
 from llama_index_rag_pack.storage.filtered_bm25 import Bm25SearchMixin
 from llama_index_rag_pack.storage.hybrid_options import (
     MilvusRanker,
@@ -299,7 +299,7 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         or that ``extra_filter`` rejects, are missing."""
         if not ids:
             return {}
-        expr = f"id in {json.dumps(ids)}"
+        expr = ids_expression("id", ids)
         if extra_filter:
             expr = f"({expr}) and ({extra_filter})"
         rows = self.client.query(

@@ -12,7 +12,6 @@ pymilvus / ``MilvusVectorStore`` API is used, so the same code runs on Milvus Li
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
@@ -25,6 +24,7 @@ from llama_index_rag_pack.components.raptor_nodes import CHILD_KEY, LEVEL_KEY
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.storage import milvus as milvus_utils
 from llama_index_rag_pack.storage.bm25_fields import bm25_row_fields
+from llama_index_rag_pack.storage.document_rows import ids_expression
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +33,6 @@ _SCAN_BATCH = 1000
 _ID_CHUNK = 500
 _QUERY_WINDOW = 16_384  # the most rows one query/search returns
 _EVERY_ROW = 'id != ""'
-
-
-def _quote_ids(ids: Iterable[str]) -> str:
-    """A Milvus list literal of string ids: ``["a", "b"]``."""
-    return "[" + ", ".join(json.dumps(str(i)) for i in ids) + "]"
 
 
 def _level_expr(level: int) -> str:
@@ -49,7 +44,7 @@ def _min_level_expr(level: int) -> str:
 
 
 def _ids_expr(ids: Sequence[str]) -> str:
-    return f"id in {_quote_ids(ids)}"
+    return ids_expression("id", ids)
 
 
 def _restricted(expr: str, only: Collection[str] | None) -> str:
@@ -246,7 +241,7 @@ class RaptorStore:
         out: list[TextNode] = []
         for start in range(0, len(ids), _ID_CHUNK):
             chunk = ids[start : start + _ID_CHUNK]
-            expr = f"{doc_field} in {_quote_ids(chunk)} and {_level_expr(0)}"
+            expr = f"{ids_expression(doc_field, chunk)} and {_level_expr(0)}"
             out.extend(self._scan(expr, with_embeddings=with_embeddings))
         return out
 

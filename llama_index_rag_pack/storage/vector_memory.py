@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
 import threading
 import weakref
@@ -38,6 +37,7 @@ from typing import Any, TypeVar, cast
 import numpy as np
 
 from llama_index_rag_pack.core.similarity import normalize_rows
+from llama_index_rag_pack.storage.document_rows import ids_expression
 
 logger = logging.getLogger(__name__)
 
@@ -217,7 +217,7 @@ def id_filter(client: Any, collection_name: str, expr: str) -> str:
     ids = matching_ids(client, collection_name, expr)
     if ids is None:
         return expr
-    return _ID_EXPRESSIONS.setdefault(ids, "id in " + json.dumps(sorted(ids)))
+    return _ID_EXPRESSIONS.setdefault(ids, ids_expression("id", sorted(ids)))
 
 
 def top_scores(
