@@ -116,6 +116,18 @@ HIDDEN_DIRECT = [
     # a date-part word the generator writes out as it is
     "SELECT DATE_PART('day FROM CURRENT_DATE), secret, salary, EXTRACT(day', CURRENT_DATE) "
     "FROM people",
+    # an alias bound twice: "p" in the derived table d (or the CTE c, or the subquery's select
+    # list) is the sibling subquery p for sqlglot, the outer people row for PostgreSQL
+    "SELECT p.name, (SELECT max(d.s) FROM (SELECT x.name AS secret FROM people x) p, "
+    "(SELECT p.secret AS s) d) AS leak FROM people p",
+    "SELECT p.name, (WITH c AS (SELECT p.secret AS s) SELECT max(c.s) FROM "
+    "(SELECT x.name AS secret FROM people x) p, c) AS leak FROM people p",
+    "SELECT p.name, (SELECT max(d.s) FROM (SELECT x.name AS secret FROM people x) p, "
+    "(SELECT secret AS s) d) AS leak FROM people p",
+    "SELECT people.name, (SELECT max(d.s) FROM (SELECT x.name AS salary FROM people x) people, "
+    "(SELECT people.salary AS s) d) AS leak FROM people",
+    "WITH p AS (SELECT x.name AS secret FROM people x) SELECT q.name, (SELECT max(d.s) FROM p, "
+    "(SELECT p.secret AS s) d) AS leak FROM people q, people p WHERE q.id = p.id",
 ]  # fmt: skip
 HIDDEN_ORACLE = [
     # natural joins and USING compare the hidden column with a guess
@@ -150,6 +162,16 @@ HIDDEN_ORACLE = [
     "WITH people AS (SELECT 1 AS id, 'x' AS name, 'y' AS dept) SELECT * FROM people",
     "SELECT x.name FROM people x, people x",
     "SELECT name FROM (SELECT name, salary AS dept FROM people) t",
+    # an alias bound twice, read where PostgreSQL sees the outer one: an EXISTS oracle, a JOIN's
+    # ON clause (it sees only the join's inputs) and a CTE body
+    "SELECT p.name FROM people p WHERE EXISTS (SELECT 1 FROM (SELECT x.name AS secret FROM "
+    "people x) p, (SELECT p.secret AS s) d WHERE d.s LIKE 'h%')",
+    "SELECT p.name, (SELECT max(q.id) FROM (SELECT x.name AS secret FROM people x) p, people a "
+    "JOIN people q ON p.secret LIKE 'h%' AND q.id = 1) AS leak FROM people p",
+    "SELECT p.name FROM people p WHERE EXISTS (WITH c AS (SELECT 1 AS one FROM people z WHERE "
+    "p.salary > 600000) SELECT 1 FROM (SELECT x.id AS salary FROM people x) p, c)",
+    "SELECT p.name FROM people p WHERE p.id IN (SELECT q.id FROM (SELECT x.id, x.name AS secret "
+    "FROM people x) p, people a JOIN people q ON p.secret LIKE 'h%' AND a.id = q.id)",
 ]  # fmt: skip
 FORBIDDEN_RELATIONS = [
     "SELECT v FROM vault", "SELECT * FROM vault", "SELECT name FROM people, vault",
@@ -605,6 +627,15 @@ BENIGN = [
     ("SELECT name, row_number() OVER (PARTITION BY dept ORDER BY id) AS r FROM people "
      "ORDER BY id", [("Ada", 1), ("Bo", 1), ("Cy", 2)]),
     ("SELECT count(DISTINCT dept) FROM people", [(2,)]),
+    # names bound more than once, always to the same table or CTE
+    ("SELECT name FROM people WHERE id = (SELECT max(id) FROM people WHERE dept = 'eng')",
+     [("Cy",)]),
+    ("SELECT p.name FROM people p WHERE p.id > (SELECT min(q.id) FROM people q "
+     "WHERE q.dept = p.dept) ORDER BY p.name", [("Cy",)]),
+    ("WITH e AS (SELECT id, name FROM people WHERE dept = 'eng') SELECT e.name FROM e "
+     "WHERE e.id = (SELECT max(e.id) FROM e)", [("Cy",)]),
+    ("WITH e AS (SELECT id, name FROM people) SELECT a.name FROM e a JOIN e b ON b.id = a.id + 2",
+     [("Ada",)]),
 ]  # fmt: skip
 
 

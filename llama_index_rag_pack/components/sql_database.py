@@ -38,6 +38,7 @@ from llama_index_rag_pack.components.sql_execution import (
     first_line,
     run_before,
 )
+from llama_index_rag_pack.components.sql_names import check_case_twins
 from llama_index_rag_pack.components.sql_postgres import (
     ROW_TOO_LARGE,
     postgres_execute,
@@ -85,7 +86,8 @@ class SafeSQLDatabase:
 
     Raises:
         ConfigurationError: A missing file or table, an unknown column, an unreachable server,
-            a role that can read too much, an unsupported backend.
+            a role that can read too much, an unsupported backend, a server table or visible
+            column whose name differs from another only by case (the checker ignores case).
 
     Example:
         >>> import sqlite3, tempfile, os
@@ -148,6 +150,8 @@ class SafeSQLDatabase:
         self.limits = limits or SQLLimits()
         try:
             self.allowed, self.hidden = self._resolve_columns(list(tables), dict(columns or {}))
+            if not self._sqlite:  # SQLite ignores case in names, as the checker does
+                check_case_twins(self.engine, self.allowed, self.hidden)
             if self.backend == "postgresql" and role_check != "off":
                 self._check_role(role_check)
         except sa.exc.SQLAlchemyError as error:

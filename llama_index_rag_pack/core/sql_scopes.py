@@ -1,9 +1,11 @@
 """Tables, CTEs and columns resolved scope by scope (part of
 :func:`~llama_index_rag_pack.core.sql_safety.check_sql`).
 
-Every table is an allowed table or a CTE visible where it stands; every column of the qualified
-tree names a visible column of the source its qualifier names, checked against sqlglot's scopes;
-the query's size with every CTE and derived table inlined is bounded.
+Every table is an allowed table or a CTE visible where it stands; every name binds one source
+in the whole statement (or always the same table or CTE), so a qualifier means the same source
+whatever a database's scoping rule; every column of the qualified tree names a visible column of
+the source its qualifier names, checked against sqlglot's scopes; the query's size with every CTE
+and derived table inlined is bounded.
 """
 
 from __future__ import annotations
@@ -75,7 +77,37 @@ def resolve_tables(
         kinds[id(table)] = "table"
         if allowed_lower[name] not in used:
             used.append(allowed_lower[name])
+    _check_bindings(statement, kinds)
     return used, kinds
+
+
+def _check_bindings(statement: exp.Expression, kinds: dict[int, str]) -> None:
+    """Each alias (or bare table/CTE name) names one source in the whole statement.
+
+    Databases differ in which enclosing or sibling FROM items a qualifier can see (PostgreSQL
+    hides a non-LATERAL derived table's siblings, a CTE body's and an ``ON`` clause's, and then
+    looks one level up; sqlglot does not), so a name bound twice can be read by the checker as
+    one source and by the database as another. A name may be bound again only to the same
+    allowed table or the same CTE (CTE names are unique): it then has the same columns, whichever
+    binding the database picks.
+    """
+    bound: dict[str, tuple[str, object]] = {}
+    bindings: list[tuple[str, tuple[str, object]]] = [
+        (cte.alias_or_name, ("cte", cte.alias_or_name.lower()))
+        for cte in statement.find_all(exp.CTE)
+    ]
+    for item in statement.find_all(exp.From, exp.Join):
+        source = item.this
+        if isinstance(source, exp.Table) and kinds.get(id(source)):
+            bindings.append((source.alias_or_name, (kinds[id(source)], source.name.lower())))
+        else:  # a derived table: a source of its own (unnamed ones are named when qualified)
+            bindings.append((source.alias_or_name, ("subquery", id(source))))
+    for name, identity in bindings:
+        if name and bound.setdefault(name.lower(), identity) != identity:
+            raise UnsafeSQLError(
+                f"the name {name!r} is given to two different sources (tables, CTEs or "
+                "subqueries) in the query; give each source its own alias"
+            )
 
 
 def _source_of(scope: Scope, alias: str) -> tuple[exp.Expression, object] | None:
@@ -123,6 +155,22 @@ def _order_by_output(column: exp.Column, scope: Scope) -> int | None:
     return selects.index(name) + 1 if selects.count(name) == 1 else None
 
 
+def _rewrite_by_output(scope: Scope, covered: set[int]) -> None:
+    """Bare ``ORDER BY`` / ``DISTINCT ON`` names of output columns become their positions."""
+    order = scope.expression.args.get("order")
+    distinct = scope.expression.args.get("distinct")
+    by_output = [o.this for o in order.expressions] if order else []
+    on = distinct.args.get("on") if isinstance(distinct, exp.Distinct) else None
+    by_output += on.expressions if isinstance(on, exp.Tuple) else [on] if on else []
+    for column in by_output:
+        if isinstance(column, exp.Column) and not column.table:
+            position = _order_by_output(column, scope)
+            if position is None:
+                raise UnsafeSQLError(_bare(column))
+            covered.add(id(column))
+            column.replace(exp.Literal.number(position))
+
+
 def _bare(column: exp.Column) -> str:
     return (
         f"{column.name!r} does not name a column of one table (a whole row, an alias or an "
@@ -163,18 +211,7 @@ def check_columns(
     for scope in scopes:
         _check_aliases_unique(scope)
         _check_outputs_unique(scope)
-        order = scope.expression.args.get("order")
-        distinct = scope.expression.args.get("distinct")
-        by_output = [o.this for o in order.expressions] if order else []
-        on = distinct.args.get("on") if isinstance(distinct, exp.Distinct) else None
-        by_output += on.expressions if isinstance(on, exp.Tuple) else [on] if on else []
-        for column in by_output:
-            if isinstance(column, exp.Column) and not column.table:
-                position = _order_by_output(column, scope)
-                if position is None:
-                    raise UnsafeSQLError(_bare(column))
-                covered.add(id(column))
-                column.replace(exp.Literal.number(position))
+        _rewrite_by_output(scope, covered)
         for column in scope.columns:
             if id(column) in covered:
                 continue
