@@ -5,7 +5,9 @@ checker, and the command line. Skipped, with the reason, where no PostgreSQL can
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import threading
 import time
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 
 from llama_index_rag_pack import SafeSQLDatabase, SQLExecutionError, SQLQueryEngine
 from llama_index_rag_pack.cli.app import main
+from llama_index_rag_pack.components.sql_postgres import row_guard
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.sql_safety import CheckedSQL
 from llama_index_rag_pack.testing import ScriptedLLM
@@ -53,15 +56,16 @@ def reader_db(shop: Any, **kwargs: Any) -> SafeSQLDatabase:
     )
 
 
-def test_a_percent_sign_in_the_sql_reaches_the_server_as_written(shop: Any) -> None:
+def test_percent_signs_and_braces_in_the_sql_reach_the_server_as_written(shop: Any) -> None:
     llm = ScriptedLLM(
-        replies=["```sql\nSELECT name FROM staff WHERE name LIKE 'A%' ORDER BY name\n```",
+        replies=["```sql\nSELECT name FROM staff WHERE name LIKE 'A%' OR name = '{0}{x}' "
+                 "ORDER BY name\n```",
                  "Abe [1](id=2) and Ann [2](id=3)."]
     )  # fmt: skip
     response = SQLQueryEngine(reader_db(shop), llm=llm, style="text").query("Who starts with A?")
     assert response.metadata["error"] is None
     assert response.metadata["rows"] == [["Abe"], ["Ann"]]
-    assert "LIKE 'A%'" in response.metadata["sql"]
+    assert "LIKE 'A%'" in response.metadata["sql"] and "'{0}{x}'" in response.metadata["sql"]
 
 
 def test_the_role_set_up_statements_grant_only_the_visible_columns(shop: Any) -> None:
@@ -110,17 +114,29 @@ def test_the_database_refuses_hidden_reads_even_past_the_checker(
     assert shop.execute("shop", "SELECT count(*), sum(salary) FROM staff") == [(3, 18000)]
 
 
-def test_a_read_only_transaction_even_for_the_owner(shop: Any, monkeypatch: Any) -> None:
+@pytest.mark.parametrize(
+    ("writes", "message"),
+    [
+        ("SELECT pg_catalog.nextval('staff_seq') AS name", "read-only transaction"),
+        (  # refused when the cursor over it is declared, before the transaction is asked
+            "WITH d AS (DELETE FROM staff RETURNING name) SELECT name FROM d",
+            "data-modifying|read-only transaction",
+        ),
+    ],
+)
+def test_a_read_only_transaction_even_for_the_owner(
+    shop: Any, monkeypatch: Any, writes: str, message: str
+) -> None:
+    shop.execute("shop", "SET ROLE owner", "CREATE SEQUENCE IF NOT EXISTS staff_seq")
     db = SafeSQLDatabase(
         shop.url("shop", "owner", "owner-pw"), tables=["staff"], columns=VISIBLE, role_check="off"
     )
-    sql = "SELECT name FROM staff"
-    writes = "WITH d AS (DELETE FROM staff RETURNING name) SELECT name FROM d"
     monkeypatch.setattr(db, "check", lambda _, **__: CheckedSQL(writes, writes, ()))
     monkeypatch.setattr(db, "_row_guard", lambda checked: writes)
-    with pytest.raises(SQLExecutionError, match="read-only transaction"):
-        db.run(sql)
+    with pytest.raises(SQLExecutionError, match=message):
+        db.run("SELECT name FROM staff")
     assert shop.execute("shop", "SELECT count(*) FROM staff") == [(3,)]
+    assert shop.execute("shop", "SELECT last_value, is_called FROM staff_seq") == [(1, False)]
 
 
 def test_an_expensive_query_stops_at_the_time_out(shop: Any) -> None:
@@ -141,6 +157,87 @@ def test_a_huge_result_row_fails_on_the_server(shop: Any) -> None:
     )
     with pytest.raises(SQLExecutionError, match="larger than 1,000 bytes"):
         db.run(doubled + " SELECT a8.x FROM a8")
+
+
+MB = 1024 * 1024
+#: 64 MB of text from a 1,000-character literal, one REPLACE per CTE (≈50 ms on the server).
+HUGE_VALUE = (
+    "WITH a AS (SELECT replace('" + "a" * 1000 + "', 'a', '" + "b" * 64 + "') AS x), "
+    "b AS (SELECT replace(a.x, 'b', '" + "c" * 64 + "') AS x FROM a), "
+    "c AS (SELECT replace(b.x, 'cccc', '" + "d" * 64 + "') AS x FROM b) "
+)
+
+
+class PeakRSS:
+    """Samples this process's resident memory every few ms; ``growth`` is the peak increase."""
+
+    def __init__(self) -> None:
+        self.base = self.peak = self._rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @staticmethod
+    def _rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.003):
+            self.peak = max(self.peak, self._rss())
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.growth = max(self.peak, self._rss()) - self.base
+
+
+def role_db(shop: Any, role: str, **kwargs: Any) -> SafeSQLDatabase:
+    if role == "reader":
+        return reader_db(shop, **kwargs)
+    url = shop.url("shop", "owner", "owner-pw")
+    return SafeSQLDatabase(url, tables=["staff"], columns=VISIBLE, role_check="off", **kwargs)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="measures memory on Linux")
+@pytest.mark.parametrize("role", ["reader", "owner"])
+def test_an_output_column_named_like_the_guard_cannot_switch_it_off(shop: Any, role: str) -> None:
+    """Rows of 128 MB whose first column is named ``_limited`` (the guard's old alias, which a
+    bare whole-row reference then read instead of the row) fail on the server, unsent."""
+    db = role_db(shop, role, timeout_s=30)  # building the row takes seconds on a busy machine
+    attack = f"{HUGE_VALUE}SELECT 1 AS _limited, c.x AS x1, c.x AS x2 FROM c"  # 128 MB a row
+    with PeakRSS() as memory, pytest.raises(SQLExecutionError, match="larger than 1,000,000"):
+        db.run(attack)
+    assert memory.growth < 64 * MB, f"one query grew the process by {memory.growth / MB:.0f} MB"
+    small = db.run("SELECT s.name AS _limited, s.id AS x FROM staff AS s ORDER BY s.id")
+    assert small.columns == ["_limited", "x"] and small.rows[0] == ("Ann", 1)
+
+
+def test_the_guard_alias_is_drawn_afresh_and_never_one_the_query_uses() -> None:
+    first, second = row_guard("SELECT 1 AS a", 10, 5), row_guard("SELECT 1 AS a", 10, 5)
+    assert first != second and '"_limited"' not in first
+    alias = first.split(" ")[1].removesuffix(".*")
+    assert row_guard(f"SELECT 1 AS {alias}", 10, 5).split(" ")[1] != first.split(" ")[1]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="measures memory on Linux")
+def test_many_rows_each_under_the_limit_are_never_all_held_by_the_client(shop: Any) -> None:
+    """500 rows of 0.9 MB each pass the row guard; they are fetched a few at a time, so the
+    client stops at the byte limit holding a few MB (not the 450 MB result)."""
+    db = reader_db(shop, max_rows=500)
+    value = (
+        "WITH a AS (SELECT replace('" + "a" * 900 + "', 'a', '" + "b" * 64 + "') AS x), "
+        "b AS (SELECT replace(a.x, 'b', '" + "c" * 16 + "') AS x FROM a) "
+    )  # 921,600 characters
+    joins = ", ".join(f"staff AS s{i}" for i in range(6))  # 729 rows
+    with PeakRSS() as memory, pytest.raises(SQLExecutionError, match="larger than 1,000,000"):
+        db.run(f"{value}SELECT b.x FROM b, {joins}")
+    assert memory.growth < 64 * MB, f"grew by {memory.growth / MB:.0f} MB"
+    rows = reader_db(shop, max_rows=500).run(f"SELECT s0.id FROM {joins}").rows
+    assert len(rows) == 500  # a result of many small rows still comes back whole
 
 
 def test_a_plain_postgresql_url_uses_psycopg_3(shop: Any) -> None:

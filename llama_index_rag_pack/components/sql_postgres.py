@@ -6,6 +6,7 @@ the visible columns, and the row guard that makes the server refuse oversized re
 from __future__ import annotations
 
 import importlib.util
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,6 +27,8 @@ __all__ = [
 
 #: The text of the server error a too-large result row raises (see :func:`row_guard`).
 ROW_TOO_LARGE = "result row larger than"
+#: Text bytes of rows one fetch may bring to the client (rows are at most ``max_bytes`` each).
+_BATCH_BYTES = 8_000_000
 _READABLE_TABLES = sa.text(
     "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
     "WHERE c.relkind IN ('r', 'v', 'm', 'f', 'p') "
@@ -117,29 +120,66 @@ def role_statements(
 
 def row_guard(sql: str, max_bytes: int, max_rows: int) -> str:
     """``sql`` limited to ``max_rows`` rows, and failing on the server (before anything is sent)
-    for a row whose text form is over ``max_bytes``: the error names :data:`ROW_TOO_LARGE`."""
-    size = f'octet_length(CAST("_limited" AS TEXT)) > {int(max_bytes)}'
+    for a row whose text form is over ``max_bytes``: the error names :data:`ROW_TOO_LARGE`.
+
+    The row is measured as ``ROW(alias.*)``, which always names the wrapping relation (a bare
+    ``alias`` would read an output column of that name instead), under an alias drawn afresh
+    for each query and absent from ``sql``: no query can name, shadow or predict it."""
+    alias = _fresh_alias(sql)
+    size = f"octet_length(CAST(ROW({alias}.*) AS TEXT)) > {int(max_bytes)}"
     mark = f"'{ROW_TOO_LARGE} {int(max_bytes)} bytes'"
     return (
-        f'SELECT "_limited".* FROM ({sql}) AS "_limited" '
+        f"SELECT {alias}.* FROM ({sql}) AS {alias} "
         f"WHERE CAST(CASE WHEN {size} THEN {mark} END AS INT) IS NULL LIMIT {int(max_rows)}"
     )
+
+
+def _fresh_alias(sql: str) -> str:
+    lowered = sql.lower()
+    while True:
+        alias = f"_limited_{secrets.token_hex(16)}"
+        if alias not in lowered:
+            return f'"{alias}"'
+
+
+class _Batches:
+    """``fetchone`` over a server-side cursor, fetching ``size`` rows at a time, each fetch
+    under a statement time-out of the time left."""
+
+    def __init__(self, raw: Any, cursor: Any, size: int, deadline: float) -> None:
+        self._raw, self._cursor, self._size, self._deadline = raw, cursor, size, deadline
+        self._rows: list[tuple] = []
+        self._done = False
+
+    def fetchone(self) -> tuple | None:
+        if not self._rows and not self._done:
+            _time_left(self._raw, self._deadline)
+            self._rows = list(reversed(self._cursor.fetchmany(self._size)))
+            self._done = len(self._rows) < self._size
+        return self._rows.pop() if self._rows else None
+
+
+def _time_left(raw: Any, deadline: float) -> None:
+    ms = max(1, int((deadline - time.monotonic()) * 1000))
+    raw.execute(f"SET LOCAL statement_timeout = {ms}")
 
 
 def postgres_execute(
     raw: Any, sql: str, deadline: float, *, max_rows: int, max_bytes: int
 ) -> tuple[list[str], list[tuple]]:
     """Run ``sql`` (already row-guarded) in a read-only transaction with a statement time-out
-    of the time left, as one prepared statement (the protocol refuses a second one) without
-    parameters (so no client-side ``%`` formatting); fetch at most ``max_rows`` rows and
-    ``max_bytes`` bytes."""
-    cursor = raw.cursor()
+    of the time left, through a server-side cursor declared over it: one statement sent with
+    the extended protocol (it refuses a second one) without parameters (so no client-side
+    ``%`` formatting); fetch at most ``max_rows`` rows and ``max_bytes`` bytes, a few rows per
+    round trip (about :data:`_BATCH_BYTES` of row text, or one row), so the client never holds
+    the whole result: the rows are at most ``max_bytes`` each (:func:`row_guard`)."""
+    raw.execute("SET TRANSACTION READ ONLY")
+    _time_left(raw, deadline)
+    cursor = raw.cursor(name="rag_pack_rows")
     try:
-        ms = max(1, int((deadline - time.monotonic()) * 1000))
-        cursor.execute("SET TRANSACTION READ ONLY")
-        cursor.execute(f"SET LOCAL statement_timeout = {ms}")
-        cursor.execute(sql, prepare=True)
+        cursor.execute(sql)
         names = [d[0] for d in cursor.description or ()]
-        return names, fetch_bounded(cursor, max_rows, max_bytes)
+        size = max(1, min(int(max_rows), _BATCH_BYTES // max(int(max_bytes), 1)))
+        return names, fetch_bounded(_Batches(raw, cursor, size, deadline), max_rows, max_bytes)
     finally:
         cursor.close()

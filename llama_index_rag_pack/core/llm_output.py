@@ -1,10 +1,14 @@
 """Tolerant readers of LLM text (untrusted input): JSON values and lists of strings.
 
-* :func:`json_values`: core's ``parse_json_markdown`` (``llama_index.core.output_parsers.utils``,
-  plain functions, no LlamaIndex classes) reads the reply first: a fenced ```` ```json ```` block
-  or the outermost ``{...}``/``[...]`` span, with PyYAML's leniency (trailing commas, single
-  quotes, unquoted keys). What it misses on real small-model output is read here: several values
-  or stray braces in prose (each top-level value on its own) and templates echoed with ``{{ }}``.
+* :func:`json_values`: the reply is read first the way core's ``parse_json_markdown``
+  (``llama_index.core.output_parsers.utils``) reads it: a fenced ```` ```json ```` block or the
+  outermost ``{...}``/``[...]`` span, as JSON, else with PyYAML's leniency (trailing commas,
+  single quotes, unquoted keys). It is done here, not by calling core, because core's YAML
+  fallback (``yaml.safe_load``) reads anchors and aliases: a 424-character reply of aliases to
+  aliases stands for 10^8 values (seconds and gigabytes once walked). What it misses on real
+  small-model output is read next: several values or stray braces in prose (each top-level
+  value on its own) and templates echoed with ``{{ }}``. Every step is bounded (see
+  :func:`json_values`).
 * :func:`parse_list`: a list written as a JSON array or one item per line (numbered, bulleted,
   quoted, in bold, in a code fence, wrapped in prose), cleaned and de-duplicated.
 * :func:`strip_code_fences`: the text without its Markdown fence lines.
@@ -20,9 +24,9 @@ from collections.abc import Iterable
 from contextlib import suppress
 from typing import Any
 
-from llama_index.core.output_parsers.utils import parse_json_markdown
+import yaml
 
-from llama_index_rag_pack.core.nesting import shallow
+from llama_index_rag_pack.core.nesting import MAX_JSON_DEPTH
 
 __all__ = ["json_values", "parse_list", "strip_code_fences"]
 
@@ -42,17 +46,86 @@ def strip_code_fences(text: str) -> str:
 
 
 # --------------------------------------------------------------------------- JSON
+#: Characters of a reply :func:`json_values` reads (a structured answer is far shorter).
+MAX_REPLY_CHARS = 200_000
+#: Characters of one reply the slow readers (YAML, Python literals: ~0.3 s and ~30 MB for
+#: 20,000 characters) may read in all; longer spans are read as strict JSON only.
+MAX_LENIENT_CHARS = 20_000
+#: Containers and scalars one value may hold (it is walked, compared and printed).
+MAX_JSON_NODES = 20_000
 _DECODER = json.JSONDecoder()
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 _CLOSERS = {"{": "}", "[": "]"}
 
 
-def _core_json(text: str) -> Any:
-    """Core's reading of ``text``, ``None`` when it finds no JSON object or array."""
+class _Budget:
+    """What is left of :data:`MAX_LENIENT_CHARS` for one reply."""
+
+    def __init__(self) -> None:
+        self.left = MAX_LENIENT_CHARS
+
+    def take(self, text: str) -> bool:
+        if len(text) > self.left:
+            return False
+        self.left -= len(text)
+        return True
+
+
+class _PlainYAML(yaml.SafeLoader):
+    """PyYAML's safe loader without anchors and aliases: a few hundred characters of aliases
+    to aliases stand for 10^8 values once the value is walked (an "alias bomb")."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.YAMLError("YAML anchors and aliases are not read")
+        return super().compose_node(parent, index)
+
+
+def _small(value: Any) -> bool:
+    """Whether ``value`` nests at most :data:`MAX_JSON_DEPTH` deep and holds at most
+    :data:`MAX_JSON_NODES` values (counted without recursion, shared parts each time)."""
+    stack, count = [(value, 1)], 0
+    while stack:
+        item, depth = stack.pop()
+        count += 1
+        if count > MAX_JSON_NODES:
+            return False
+        if isinstance(item, (dict, list, tuple)):
+            if depth > MAX_JSON_DEPTH:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def _outer_span(text: str) -> str:
+    """Core's span (``_marshal_llm_to_json``): the first ``[``/``{`` to the last closer."""
+    text = text.strip()
+    square, brace = text.find("["), text.find("{")
+    if (square < brace and square != -1) or brace == -1:
+        return text[square : text.rfind("]") + 1] if square != -1 else ""
+    return text[brace : text.rfind("}") + 1]
+
+
+def _core_json(text: str, budget: _Budget) -> Any:
+    """Core's reading of ``text`` (``parse_json_markdown``: a ```` ```json ```` block or the
+    outermost span, as JSON, else as YAML for its leniency), with YAML read by
+    :class:`_PlainYAML` and within ``budget``; ``None`` when it finds no object or array."""
+    if "```json" in text:
+        text = text.split("```json")[1].strip().strip("`").strip()
+    span = _outer_span(text)
     try:
-        value = parse_json_markdown(text)
-        json.dumps(value)  # refuse what is not plain JSON: YAML dates, self-referencing aliases
-    except Exception:  # core raises OutputParserException; PyYAML also ValueError/TypeError
+        try:
+            value = json.loads(span)
+        except ValueError:
+            if not budget.take(span):
+                return None
+            value = yaml.load(span, Loader=_PlainYAML)  # noqa: S506 - a safe loader
+        if not _small(value):
+            return None
+        json.dumps(value)  # refuse what is not plain JSON: YAML dates, sets, binary
+    except Exception:  # YAMLError, ValueError, TypeError, RecursionError
         return None
     return value if isinstance(value, (dict, list)) else None
 
@@ -71,14 +144,16 @@ def _balanced_end(text: str, start: int) -> int | None:
     return None
 
 
-def _read_span(span: str) -> Any:
+def _read_span(span: str, budget: _Budget) -> Any:
     """A span that is not strict JSON: without trailing commas, else as a Python literal."""
     with suppress(ValueError):
         return json.loads(_TRAILING_COMMA.sub(r"\1", span))
+    if not budget.take(span):
+        raise ValueError("too long to read leniently")
     return ast.literal_eval(span)
 
 
-def _top_level_values(text: str) -> list[Any]:
+def _top_level_values(text: str, budget: _Budget) -> list[Any]:
     """Every top-level JSON (or Python-literal) object/array in ``text``, in order."""
     found: list[Any] = []
     i = 0
@@ -94,7 +169,7 @@ def _top_level_values(text: str) -> list[Any]:
         if end is None:  # never closed (a truncated reply): nothing after it is top level
             break
         with suppress(ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            found.append(_read_span(text[i:end]))
+            found.append(_read_span(text[i:end], budget))
         i = end
     return found
 
@@ -103,7 +178,10 @@ def json_values(text: str) -> list[Any]:
     """The JSON objects and arrays in an LLM reply, the most likely one first.
 
     Core's ``parse_json_markdown`` reading comes first, then every top-level value found in the
-    text. Nothing found: an empty list.
+    text. Nothing found: an empty list. Bounded for any reply: only its first
+    :data:`MAX_REPLY_CHARS` characters are read, YAML anchors and aliases are refused, the slow
+    lenient readers see at most :data:`MAX_LENIENT_CHARS` of it, and a value holding more than
+    :data:`MAX_JSON_NODES` values or nesting deeper than :data:`MAX_JSON_DEPTH` is dropped.
 
     Example:
         >>> json_values('Sure! ```json\\n{"route": "physics",}\\n```')
@@ -111,17 +189,20 @@ def json_values(text: str) -> list[Any]:
         >>> json_values('{"route": "math"} or maybe {"route": "physics"}')
         [{'route': 'math'}, {'route': 'physics'}]
     """
-    text = text if isinstance(text, str) else ""
-    first = _core_json(text)
-    first = first if first is None or shallow(first) else None
+    text = text[:MAX_REPLY_CHARS] if isinstance(text, str) else ""
+    return _values(text, _Budget())
+
+
+def _values(text: str, budget: _Budget) -> list[Any]:
+    first = _core_json(text, budget)
     found = [] if first is None else [first]
     found += [
         v
-        for v in _top_level_values(text)
-        if isinstance(v, (dict, list)) and shallow(v) and v != first
+        for v in _top_level_values(text, budget)
+        if isinstance(v, (dict, list)) and _small(v) and v != first
     ]
     if not found and "{{" in text:  # a model echoing an escaped template: {{"answer": ...}}
-        return json_values(text.replace("{{", "{").replace("}}", "}"))
+        return _values(text.replace("{{", "{").replace("}}", "}"), budget)
     return found
 
 
@@ -131,8 +212,8 @@ _ITEM_PREFIX = re.compile(
         (?:[-*+•·–—>]\s*)+                    # bullets / quote marks
       | \(?\d{1,3}\s*[.):\]]\s*              # 1.  1)  (1)  1:  1]
       | \(?[a-zA-Z][.)]\s+                   # a)  b.
-      | (?:search\s+)?(?:query|question|q)\s*\#?\d*\s*[:.)-]\s*   # Query 1:  Q2.
-    )""",
+      | (?:search\s+)?(?:query|question|q)\s*(?:\#\d*\s*|\d+\s*)?[:.)-]\s*   # Query 1:  Q2.
+    )""",  # no two quantifiers may match the same run of text: that backtracks quadratically
     re.IGNORECASE | re.VERBOSE,
 )
 _ITEM_QUOTES = "\"'`“”‘’«»"

@@ -64,7 +64,11 @@ __all__ = [
 ]
 
 _SQL_START = re.compile(r"\b(SELECT|WITH)\b", re.I)
-_FENCED = re.compile(r"```[ \t]*(?:sql|sqlite|postgresql|postgres)?[ \t]*\n(.*?)```", re.S | re.I)
+# One run of blanks, then the optional language with its own: two runs side by side would
+# backtrack quadratically over a long run of blanks that ends in something else.
+_FENCED = re.compile(
+    r"```[ \t]*(?:(?:sql|sqlite|postgresql|postgres)[ \t]*)?\n(.*?)```", re.S | re.I
+)
 
 
 @dataclass(frozen=True)
