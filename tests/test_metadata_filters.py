@@ -5,10 +5,11 @@ stay literals, and bad filters get one-line errors."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from llama_index.core.vector_stores import (
     FilterCondition,
@@ -198,3 +199,151 @@ def test_strings_pass_through_and_none_is_no_filter() -> None:
     assert filter_expression(None) == filter_expression(MetadataFilters(filters=[])) == ""
     with pytest.raises(ConfigurationError, match="MetadataFilters or a Milvus expression"):
         filter_expression({"year": 1})  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- keys and ints
+KEYWORD_KEYS = ["IS", "Is", "iS", "NULL", "Like", "EXISTS", "Iso", "INTERVAL", "True", "In"]
+
+
+@pytest.fixture(scope="module")
+def keyword_rows(lite: Any) -> Any:
+    """A collection whose metadata keys are Milvus keywords in every case."""
+    lite.create_collection(
+        "kw", dimension=2, enable_dynamic_field=True, id_type="string", max_length=16
+    )
+    lite.insert(
+        "kw",
+        [{"id": key, "vector": [1.0, 0.0], key: "v"} for key in KEYWORD_KEYS]
+        + [{"id": "none", "vector": [1.0, 1.0], "other": "v"}],
+    )
+    return lite
+
+
+@pytest.mark.parametrize("key", KEYWORD_KEYS)
+def test_a_milvus_keyword_key_in_any_case_is_quoted(keyword_rows: Any, key: str) -> None:
+    expr = filter_expression(MetadataFilters(filters=[MetadataFilter(key=key, value="v")]))
+    assert f"$meta[{json_quoted(key)}]" in expr
+    rows = keyword_rows.query("kw", filter=expr, output_fields=["id"])
+    assert {r["id"] for r in rows} == {key}
+
+
+def json_quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+OUT_OF_INT64 = [2**63, -(2**63) - 1, 10**30, 10**400]
+
+
+@pytest.mark.parametrize("value", OUT_OF_INT64, ids=["2**63", "-2**63-1", "10**30", "10**400"])
+@pytest.mark.parametrize("operator", ["==", "<", ">=", "in", "nin", "contains", "any"])
+def test_an_integer_outside_int64_is_refused_in_one_line(value: int, operator: str) -> None:
+    listed = operator in ("in", "nin", "any")
+    filters = MetadataFilters(
+        filters=[
+            MetadataFilter(key="year", value=[1, value] if listed else value, operator=operator)
+        ]
+    )
+    with pytest.raises(ConfigurationError, match="outside int64") as info:
+        filter_expression(filters)
+    assert "\n" not in str(info.value)
+
+
+def test_the_int64_bounds_themselves_are_values(lite: Any) -> None:
+    for value in (2**63 - 1, -(2**63)):
+        expr = filter_expression(MetadataFilters(filters=[MetadataFilter(key="year", value=value)]))
+        assert lite.query("rows", filter=expr, output_fields=["id"]) == []
+
+
+# ----------------------------------------------------------------------------- string filters
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("true) or (true", "closes no '('"),
+        ('year > 1) or (genre == "x"', "closes no '('"),
+        ("(year > 1", "expected ')'"),
+        ("year > 1 -- )", "unknown operator '--'"),
+        ("year > 1 /* ) */", "unknown operator '/*'"),
+        ("year > 1 # )", "unknown operator '#'"),
+        ('genre == "a\\q") or (true', "unknown escape"),
+        ('genre == "a\n") or (true"', "line break"),
+        ("genre == 'a) or (true", "not closed"),
+        ("genre\x0b== 1", "cannot read"),
+        ("year > 1\x00) or (true", "cannot read"),
+        ("IS == 1", "keyword"),
+        ("exists null", "keyword"),
+        ("tRuE", "not a boolean"),
+        ("{x} == 1", "cannot read"),
+    ],
+)
+def test_a_malformed_string_filter_is_refused_in_one_line(expression: str, message: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(message)) as info:
+        filter_expression(expression)
+    assert "\n" not in str(info.value) and str(info.value).startswith("Bad filter at column")
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        'genre == "a) or (true"',
+        "genre == 'x\") or (\"'",
+        'genre == "back\\\\slash" or genre == "say \\"hi\\""',
+        '$meta["odd key"] == "v" and not (year in [1995, 2010])',
+        "true",
+        "(false) or (year >= -5)",
+        'json_contains(tags, "x") and array_length(tags) == 2',
+    ],
+)
+def test_a_valid_string_filter_is_kept_and_selects_its_rows(lite: Any, expression: str) -> None:
+    assert filter_expression(f"  {expression}\n") == expression
+    scoped = f'({expression}) and (genre == "mystery")'
+    rows = lite.query("rows", filter=scoped, output_fields=["id", "genre"])
+    assert all(r["genre"] == "mystery" for r in rows)
+
+
+# whole conditions whose literals hold parentheses and quotes, and the raw characters that could
+# end a literal or a parenthesis early
+_PIECES = ["(", ")", " or ", " and ", "not ", "true", ") or (", 'genre == "a) or (true"',
+           "genre == 'b\") or (\"'", 'genre == "\\\\"', 'genre in ["(", ")"]', "year == 1",
+           '$meta["x"] == 1', '"', "'", "\\", '\\"', "--", "/*", "\n", ')"', "'("]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.sampled_from(_PIECES), min_size=1, max_size=12))
+@example(pieces=["true", ") or (", "true"])
+@example(pieces=["genre == 'b\") or (\"'", ") or (", "year == 1"])
+def test_no_accepted_string_filter_escapes_its_parentheses(lite: Any, pieces: list[str]) -> None:
+    """Whatever string the check lets through, ``(it) and (scope)`` stays inside the scope."""
+    from pymilvus import MilvusException
+
+    expression = "".join(pieces)
+    try:
+        checked = filter_expression(expression)
+    except ConfigurationError:
+        return
+    if not checked:
+        return
+    try:
+        rows = lite.query(
+            "rows", filter=f'({checked}) and (genre == "mystery")', output_fields=["genre"]
+        )
+    except MilvusException:  # a type error (year == "x") is Milvus' to refuse, in scope or not
+        return
+    assert all(r["genre"] == "mystery" for r in rows), checked
+
+
+@settings(max_examples=150, deadline=None)
+@given(filters=filters_tree())
+def test_every_compiled_filter_passes_the_string_check(filters: MetadataFilters) -> None:
+    """A compiled filter is handed on as a string (to a mode's base retriever): it passes."""
+    expr = filter_expression(filters)
+    assert filter_expression(expr) == expr
+
+
+def test_the_deepest_compiled_filter_passes_the_string_check() -> None:
+    leaf = MetadataFilter(key="IS", value=[1, 2], operator="nin")
+    filters = MetadataFilters(filters=[leaf, MetadataFilter(key="odd key", value=1)])
+    for _ in range(MAX_FILTER_DEPTH - 1):  # each level: (not ((...) and (...))), the deepest form
+        filters = MetadataFilters(filters=[filters, leaf], condition=FilterCondition.NOT)
+    expr = filter_expression(filters)
+    scoped = f'((({expr}) and (tenant == "acme")))'
+    assert filter_expression(scoped) == scoped

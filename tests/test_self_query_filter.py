@@ -430,3 +430,41 @@ def test_field_inference_skips_values_it_cannot_use(tmp_path: Path, caplog: Any)
     assert specs["genre"].allowed == ("mystery", "poetry")  # the bell character is skipped
     assert specs["year"].type == "int"
     assert "1 of 4 sampled values skipped" in caplog.text
+
+
+# ----------------------------------------------------------------------- numbers beyond a float
+HUGE = 10**400  # float(HUGE) raises OverflowError
+OK = {"field": "ok", "op": "==", "value": True}
+HUGE_FILTERS: dict[str, Any] = {
+    "list": [{"field": "rating", "op": ">", "value": HUGE}, OK],
+    "negative": [{"field": "rating", "op": "<", "value": -HUGE}, OK],
+    "mapping": {"rating": {"$gt": HUGE}, "ok": True},
+    "between": [{"field": "rating", "op": "between", "value": [1, HUGE]}, OK],
+    "range mapping": [{"field": "rating", "op": "range", "value": {"min": 1, "max": HUGE}}, OK],
+    "in": [{"field": "rating", "op": "in", "value": [1.5, HUGE]}, OK],
+    "int field": {"year": HUGE, "ok": True},
+}
+
+
+@pytest.mark.parametrize("python_literal", [False, True])
+@pytest.mark.parametrize("form", sorted(HUGE_FILTERS))
+def test_a_number_beyond_a_float_is_a_dropped_condition(form: str, python_literal: bool) -> None:
+    data = {"query": "q", "filter": HUGE_FILTERS[form]}
+    reply = repr(data) if python_literal else json.dumps(data)
+    sq = parse_self_query(reply, FIELDS, "q")
+    assert sq.expression == "(ok == true)", sq  # the valid condition is kept
+    assert len(sq.dropped) == 1 and len(sq.dropped[0]) < 120, sq.dropped
+
+
+@pytest.mark.parametrize("value", [10**400, -(10**400), 10**5000], ids=["e400", "-e400", "e5000"])
+def test_validation_never_raises_on_a_huge_integer(value: int) -> None:
+    for name in ("rating", "year", "ok", "genre"):
+        for op in ("==", ">", "between", "in"):
+            listed = [1, value] if op in ("between", "in") else value
+            cond, problem = validate_condition(FIELDS, name, op, listed)
+            assert cond is None and problem
+    unknown = validate_condition(FIELDS, value, "==", 1)[1]
+    assert unknown.startswith("unknown field") and "number of over 30 digits" in unknown
+    assert "unknown operator" in validate_condition(FIELDS, "year", value, 1)[1]
+    with pytest.raises(ConfigurationError, match="must be numbers"):
+        FieldSpec("rating", "float", minimum=value)

@@ -240,3 +240,52 @@ def test_an_llm_held_to_json_gets_the_schema_of_the_declared_fields(
     (schema,) = llm.schemas
     allowed = schema["properties"]["filter"]["items"]["properties"]["field"]["enum"]
     assert sorted(allowed) == sorted(f["name"] for f in FIELDS)
+
+
+@pytest.mark.parametrize("kind", ["dense", "hybrid_convex", "vector"])
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_inferred_fields_are_sampled_under_the_retrievers_filter(
+    pack: RagPack, kind: str, path: str
+) -> None:
+    """The prompt lists only values of rows the retriever may return (e.g. one tenant's)."""
+    from llama_index_rag_pack import MilvusScoreFusionRetriever
+
+    scope = 'genre == "sci-fi"'
+    if kind == "dense":
+        base: Any = MilvusHybridRetriever(
+            pack.vector_store, embed_model=pack.embed_model, search_type="dense", filters=scope
+        )
+    elif kind == "hybrid_convex":
+        base = MilvusScoreFusionRetriever(
+            pack.vector_store, embed_model=pack.embed_model, filters=scope
+        )
+    else:
+        base = pack.retriever("vector", filters=scope)
+    llm = ScriptedLLM(replies='{"query": "memory", "filter": []}')
+    retriever = SelfQueryRetriever(base, llm=llm)
+    question = "books about memory"
+    run = retriever.retrieve if path == "sync" else lambda q: asyncio.run(retriever.aretrieve(q))
+    nodes = run(question)
+    assert set(doc_ids(nodes)) <= {"mars-2015", "ship-2005"} and nodes
+    genre = next(f for f in retriever.fields if f.name == "genre")
+    assert genre.allowed == ("sci-fi",)
+    (prompt,) = llm.prompts
+    for other in ("mystery", "romance", "poetry", "memory-2012", "garden-2018", "Raven"):
+        assert other not in prompt, other
+    assert "mars-2015" in prompt or "ship-2005" in prompt
+
+
+def test_a_filter_no_row_passes_infers_no_field_and_asks_no_llm(pack: RagPack) -> None:
+    base = MilvusHybridRetriever(
+        pack.vector_store,
+        embed_model=pack.embed_model,
+        search_type="dense",
+        filters='genre == "none"',
+    )
+    llm = ScriptedLLM(replies=lambda prompt: pytest.fail(f"asked the LLM: {prompt[:80]}"))
+    assert infer_field_specs(pack.vector_store.client, "books", scope='genre == "none"') == ()
+    retriever = SelfQueryRetriever(base, llm=llm)
+    assert retriever.fields == () and retriever.retrieve("memory") == []
+    assert asyncio.run(retriever.aretrieve("memory")) == []
+    with pytest.raises(ConfigurationError, match="at least one field"):
+        SelfQueryRetriever(base, llm=llm, fields=[])

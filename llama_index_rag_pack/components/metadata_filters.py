@@ -45,6 +45,7 @@ from llama_index.core.vector_stores.types import (
 )
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.milvus_expr import KEYWORDS, expression_fields
 from llama_index_rag_pack.core.milvus_filter import milvus_literal, signed_zeros
 
 __all__ = ["MAX_FILTER_DEPTH", "Filters", "filter_expression"]
@@ -66,26 +67,28 @@ _LIST_FUNCTIONS = {
     FilterOperator.ANY: "json_contains_any",
     FilterOperator.ALL: "json_contains_all",
 }
-_MILVUS_WORDS = frozenset({"and", "or", "not", "in", "like", "exists", "true", "false", "null"})
 
 
 def filter_expression(filters: Filters, *, schema_fields: Collection[str] = ()) -> str:
     """The Milvus expression of ``filters`` (``""`` for none).
 
     Args:
-        filters: Core's ``MetadataFilters``, a Milvus expression string (returned as it is,
-            stripped), or ``None``.
+        filters: Core's ``MetadataFilters``, a Milvus expression string (checked, then
+            returned stripped; a blank one is ``""``), or ``None``.
         schema_fields: Fields of the collection's schema (never missing: no ``exists`` guard).
 
     Raises:
         ConfigurationError: an unsupported operator or condition, a value of the wrong kind
-            (``None``, a list for ``==``, a scalar for ``in``), or nesting deeper than
-            :data:`MAX_FILTER_DEPTH`.
+            (``None``, a list for ``==``, a scalar for ``in``, an int outside int64), nesting
+            deeper than :data:`MAX_FILTER_DEPTH`, or a malformed expression string.
     """
     if filters is None:
         return ""
     if isinstance(filters, str):
-        return filters.strip()
+        expr = filters.strip()
+        if expr:
+            expression_fields(expr)  # one line naming the problem; it cannot escape its parens
+        return expr
     if not isinstance(filters, MetadataFilters):
         raise ConfigurationError(
             "filters must be llama_index MetadataFilters or a Milvus expression string, "
@@ -116,7 +119,7 @@ def _field(key: str) -> str:
     if not isinstance(key, str) or not key:
         raise ConfigurationError(f"A filter key must be a non-empty string, got {key!r}.")
     plain = key.isidentifier() and key.isascii() and not keyword.iskeyword(key)
-    if plain and key.lower() not in _MILVUS_WORDS:
+    if plain and key.lower() not in KEYWORDS:  # Milvus Lite reads keywords in any case
         return key
     return f"$meta[{milvus_literal(key)}]"
 

@@ -45,11 +45,14 @@ _TYPE_ALIASES = {
     "int32": "int", "int16": "int", "int8": "int", "number": "float", "double": "float",
     "float32": "float", "float64": "float", "boolean": "bool",
 }  # fmt: skip
-#: Words of Milvus' expression grammar that cannot name a field.
+#: Words of Milvus' expression grammar that cannot name a field (compared lower-cased: Milvus
+#: Lite reads its keywords in any case, a server in lower and upper case).
 RESERVED = frozenset(
-    "and or not in like true false exists is null json_contains json_contains_all "
+    "and or not in like true false exists is null iso interval json_contains json_contains_all "
     "json_contains_any array_contains array_contains_all array_contains_any array_length "
-    "text_match phrase_match random_sample".split()
+    "text_match phrase_match random_sample element_filter match_all match_any match_least "
+    "match_most match_exact minimum_should_match threshold st_equals st_touches st_overlaps "
+    "st_crosses st_contains st_intersects st_within st_dwithin st_isvalid".split()
 )
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
 INT64 = (-(2**63), 2**63 - 1)
@@ -187,7 +190,25 @@ def load_field_specs(path: str | Path) -> tuple[FieldSpec, ...]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    return _as_float(value) is not None and math.isfinite(value)
+
+
+def _as_float(value: int | float) -> float | None:
+    """``float(value)``, or ``None`` for an int beyond a float's range (``float`` raises)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return None
+
+
+def _show(value: Any, limit: int | None = None, text: Any = repr) -> str:
+    """``text(value)[:limit]`` for a reason (``str`` of an int of over 4300 digits raises: an
+    int of over 30 digits is named, not written)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return ("a negative" if value < 0 else "a") + " number of over 30 digits"
+    return str(text(value))[:limit]
 
 
 def _clean_string(value: str) -> tuple[str | None, str]:
@@ -206,9 +227,9 @@ def _number(spec: FieldSpec, value: Any) -> tuple[Any, str]:
         try:
             value = float(value.strip()) if spec.type == "float" else int(value.strip())
         except ValueError:
-            return None, f"{value!r} is not a number"
+            return None, f"{_show(value)} is not a number"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None, f"{value!r} is not a number"
+        return None, f"{_show(value)} is not a number"
     if isinstance(value, float) and not math.isfinite(value):
         return None, f"{value!r} is not finite"
     if spec.type == "int":
@@ -217,11 +238,12 @@ def _number(spec: FieldSpec, value: Any) -> tuple[Any, str]:
                 return None, f"{value!r} is not an integer"
             value = int(value)
         if not INT64[0] <= value <= INT64[1]:
-            return None, f"{value} is outside int64"
+            return None, f"{_show(value)} is outside int64"
     else:
-        value = float(value)
-        if abs(value) > 1e300:
-            return None, f"{value!r} is too large"
+        as_float = _as_float(value)
+        if as_float is None or abs(as_float) > 1e300:
+            return None, f"{_show(value)} is too large"
+        value = as_float
     if spec.minimum is not None and value < spec.minimum:
         return None, f"{value} is below the minimum {spec.minimum}"
     if spec.maximum is not None and value > spec.maximum:
@@ -237,12 +259,14 @@ def coerce_value(spec: FieldSpec, value: Any, *, check_allowed: bool = True) -> 
             return None, f"{value!r} is not a string"
         if isinstance(value, float) and not math.isfinite(value):
             return None, f"{value!r} is not a string"
+        if isinstance(value, int) and abs(value) >= 10**MAX_STRING:
+            return None, f"{_show(value)} is longer than {MAX_STRING} characters"
         out, problem = _clean_string(str(value))
     elif spec.type == "bool":
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
             value = value.strip().lower() == "true"
         if not isinstance(value, bool):
-            return None, f"{value!r} is not a boolean"
+            return None, f"{_show(value)} is not a boolean"
         out, problem = value, ""
     else:
         out, problem = _number(spec, value)
@@ -304,10 +328,10 @@ def validate_condition(
     """
     spec = next((f for f in fields if isinstance(name, str) and f.name == name), None)
     if spec is None:
-        return None, f"unknown field {str(name)[:80]!r}"
+        return None, f"unknown field {_show(name, 80, str)!r}"
     canonical = normalize_op(op)
     if canonical is None:
-        return None, f"unknown operator {str(op)[:40]!r} on {spec.name!r}"
+        return None, f"unknown operator {_show(op, 40, str)!r} on {spec.name!r}"
     if canonical in (">", ">=", "<", "<=") and spec.type in ("string", "bool"):
         return None, f"operator {canonical!r} needs a number field, {spec.name!r} is {spec.type}"
     if canonical in ("in", "not in", "between"):

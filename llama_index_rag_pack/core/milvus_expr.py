@@ -1,10 +1,18 @@
 """Check a Milvus boolean expression before it is sent, and name the fields it reads (pure).
 
-``rag-pack ask --filter EXPR`` checks the expression here before any model loads: a bad operator,
-an unknown function, an unclosed string or bracket is one line naming it and its column. The
-grammar is the part of Milvus' that metadata filters use: comparisons (``== != < <= > >=``),
-``in`` / ``not in`` lists, ``like``, ``exists``, ``and`` / ``&&``, ``or`` / ``||``, ``not`` /
-``!``, parentheses, the JSON and array functions, and fields as names or ``$meta["key"]``.
+Every string filter is checked here before it is used: ``rag-pack ask --filter EXPR`` before any
+model loads, and every ``filters="..."`` of the Python API (a retriever, ``pack.run``, a chat
+engine, ``pack.delete``) before it is ``and``-ed with a tenant's scope. A bad operator, an unknown
+function, an unclosed string or bracket is one line naming it and its column. The grammar is the
+part of Milvus' that metadata filters use: comparisons (``== != < <= > >=``), ``in`` / ``not in``
+lists, ``like``, ``exists``, ``and`` / ``&&``, ``or`` / ``||``, ``not`` / ``!``, parentheses,
+``true`` / ``false``, the JSON and array functions, and fields as names or ``$meta["key"]``.
+
+An expression that passes is read by Milvus (a server and Milvus Lite) as this parser reads it, so
+its parentheses balance and it cannot close the parentheses it is wrapped in: strings are
+tokenised as both read them (no line break inside, only the escapes ``\\ \" \' \n \r
+\t``), white space is only space, tab and line breaks, there are no comments, and a Milvus
+keyword (``is``, ``null``, ``iso``, ... in any case) is refused as a bare field name.
 
 Example:
     >>> sorted(expression_fields('year > 2010 and (genre in ["a", "b"] or not exists tags)'))
@@ -21,27 +29,40 @@ import re
 from dataclasses import dataclass
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.metadata_fields import RESERVED
 
-__all__ = ["FUNCTIONS", "expression_fields"]
+__all__ = ["FUNCTIONS", "KEYWORDS", "MAX_NESTING", "expression_fields"]
 
 FUNCTIONS = frozenset(
     "json_contains json_contains_any json_contains_all array_contains array_contains_any "
     "array_contains_all array_length text_match".split()
 )
 _COMPARE = ("==", "!=", "<=", ">=", "<", ">")
+#: What Milvus (server and Lite) skips between tokens: no other white space, and no comments.
+_SPACE = " \t\r\n"
+# A string as both Milvus parsers read it: no line break inside, and only the escapes both know
+# (Milvus Lite refuses any other), so a quote or bracket inside one is never read as code.
+_STRING = r""""(?:[^"\\\r\n]|\\["'\\nrt])*"|'(?:[^'\\\r\n]|\\["'\\nrt])*'"""
 _TOKEN = re.compile(
-    r"""\s*(?:
-      (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
-    | (?P<number>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)
-    | (?P<meta>\$meta\s*\[\s*(?:"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')\s*\])
+    rf"""[{_SPACE}]*(?:
+      (?P<string>{_STRING})
+    | (?P<number>-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)
+    | (?P<meta>\$meta[{_SPACE}]*\[[{_SPACE}]*(?:{_STRING})[{_SPACE}]*\])
     | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
     | (?P<op>==|!=|<=|>=|&&|\|\||[<>!()\[\],])
-    | (?P<bad>\S+?)(?=\s|$|[()\[\],"'])
+    | (?P<bad>[^{_SPACE}]+?)(?=[{_SPACE}()\[\],"']|$)
     )""",
     re.X,
 )
 _WORDS = {"and": "and", "or": "or", "not": "not", "in": "in", "like": "like", "exists": "exists"}
-_MAX_TOKENS = 4096
+_BOOLEANS = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
+#: Words a bare field cannot be: Milvus reads them as keywords (``$meta["is"]`` names the key).
+KEYWORDS = RESERVED | FUNCTIONS
+_MAX_TOKENS = 200_000
+#: Nesting (parentheses and ``not``) an expression may have: room for every compiled filter.
+MAX_NESTING = 128
+_ESCAPED = {"n": "\n", "r": "\r", "t": "\t"}
+_ESCAPE_HINT = "(use \\\\ \\\" \\' \\n \\r \\t)"
 
 
 @dataclass(frozen=True)
@@ -51,23 +72,56 @@ class _Tok:
     col: int
 
 
+def _bad(expr: str, text: str, col: int) -> ConfigurationError:
+    if text[:1] in "\"'":
+        return _error(col, _string_problem(expr, col - 1))
+    if text.startswith("$meta"):
+        return _error(col, 'expected $meta["key"] with a closed string key')
+    if all(ch in "=<>!&|~^%*/+-.:;?@#" for ch in text):
+        return _error(col, f"unknown operator {text[:20]!r} " + _OPS_HINT)
+    return _error(col, f"cannot read {text[:20]!r}")
+
+
+def _string_problem(expr: str, start: int) -> str:
+    """Why the string opening at ``start`` is not one both Milvus parsers read the same way."""
+    quote, i = expr[start], start + 1
+    while i < len(expr) and expr[i] != quote:
+        if expr[i] in "\r\n":
+            return "a string holds a line break (write \\n)"
+        if expr[i] == "\\":
+            if i + 1 < len(expr) and expr[i + 1] not in "\"'\\nrt":
+                return f"unknown escape {expr[i : i + 2]!r} in a string " + _ESCAPE_HINT
+            i += 1
+        i += 1
+    return "a string is not closed"
+
+
+def _word(tok_text: str, col: int) -> tuple[str, str]:
+    low = tok_text.lower()
+    if low in _WORDS:
+        return "word", low
+    if low in ("true", "false"):
+        if tok_text not in _BOOLEANS:
+            raise _error(col, f"{tok_text!r} is not a boolean (write true or false)")
+        return "bool", low
+    return "name", tok_text
+
+
 def _tokens(expr: str) -> list[_Tok]:
     toks, pos = [], 0
     while pos < len(expr):
-        if not expr[pos:].strip():
+        if not expr[pos:].strip(_SPACE):
             break
         m = _TOKEN.match(expr, pos)
         if m is None or m.end() == pos:
-            raise _error(pos + 1, f"cannot read {expr[pos : pos + 10].strip()!r}")
+            raise _error(pos + 1, f"cannot read {expr[pos : pos + 10].strip(_SPACE)!r}")
         kind = m.lastgroup or "bad"
         text = m.group(kind)
         col = m.start(kind) + 1
         if kind == "bad":
-            if text[:1] in "\"'":
-                raise _error(col, "a string is not closed")
-            raise _error(col, f"unknown operator {text!r} " + _OPS_HINT)
-        if kind == "name" and text.lower() in _WORDS:
-            kind, text = "word", text.lower()
+            raise _bad(expr, text, col)
+        if kind == "name":
+            kind, text = _word(text, col)
         toks.append(_Tok(kind, text, col))
         pos = m.end()
         if len(toks) > _MAX_TOKENS:
@@ -107,12 +161,14 @@ class _Parser:
             raise _error(1, "the expression is empty")
         self.disjunction(0)
         tok = self.peek()
+        if tok is not None and tok.text == ")":
+            raise _error(tok.col, "')' closes no '(' (parentheses must balance)")
         if tok is not None:
             raise _error(tok.col, f"unexpected {tok.text!r}")
         return self.fields
 
     def disjunction(self, depth: int) -> None:
-        if depth > 64:
+        if depth > MAX_NESTING:
             raise _error(self.peek().col if self.peek() else self.end, "nested too deeply")
         self.conjunction(depth)
         while self.take("or", "||"):
@@ -131,6 +187,8 @@ class _Parser:
         elif self.take("("):
             self.disjunction(depth + 1)
             self.expect(")", "a parenthesised condition")
+        elif self.peek() is not None and self.peek().kind == "bool":
+            self.i += 1  # ``true`` / ``false`` alone: a condition every row passes / fails
         else:
             self.condition()
 
@@ -138,6 +196,8 @@ class _Parser:
         tok = self.peek()
         if tok is None or tok.kind not in ("name", "meta"):
             raise _error(tok.col if tok else self.end, f"expected a field after {after}")
+        if tok.kind == "name" and tok.text.lower() in KEYWORDS:
+            raise _error(tok.col, f"{tok.text!r} is a Milvus keyword: write $meta[{tok.text!r}]")
         self.i += 1
         self.fields.add(tok.text if tok.kind == "name" else _meta_key(tok.text))
 
@@ -170,9 +230,7 @@ class _Parser:
 
     def value(self, after: str) -> None:
         tok = self.peek()
-        literal = tok is not None and (
-            tok.kind in ("string", "number") or tok.text in ("true", "false")
-        )
+        literal = tok is not None and tok.kind in ("string", "number", "bool")
         if literal:
             self.i += 1
         elif self.take("["):
@@ -186,8 +244,8 @@ class _Parser:
 
 
 def _meta_key(text: str) -> str:
-    inner = text[text.index("[") + 1 : text.rindex("]")].strip()
-    return re.sub(r"\\(.)", r"\1", inner[1:-1])
+    inner = text[text.index("[") + 1 : text.rindex("]")].strip(_SPACE)
+    return re.sub(r"\\(.)", lambda m: _ESCAPED.get(m.group(1), m.group(1)), inner[1:-1])
 
 
 def expression_fields(expr: str) -> set[str]:

@@ -7,7 +7,8 @@ written as Milvus literals:
 * strings in double quotes; ``\\`` ``"`` and newline, carriage return and tab are escaped
   (``\\\\``, ``\\"``, ``\\n``, ``\\r``, ``\\t``: the escapes Milvus' parser accepts; other
   control characters are rejected before this by validation);
-* integers in decimal, floats by ``repr`` (finite only), booleans as ``true``/``false``;
+* integers in decimal (int64 only: Milvus holds no other), floats by ``repr`` (finite only),
+  booleans as ``true``/``false``;
 * ``in``/``not in`` as a ``[...]`` list (a float zero listed as both ``0.0`` and ``-0.0``, so
   they match what ``==`` matches; NaN is never a value, so it matches neither), ``between`` as
   ``(lo <= f and f <= hi)``.
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from llama_index_rag_pack.core.metadata_fields import Condition
+from llama_index_rag_pack.core.metadata_fields import INT64, Condition
 
 __all__ = ["and_expressions", "compile_conditions", "milvus_literal", "signed_zeros"]
 
@@ -31,7 +32,7 @@ def milvus_literal(value: object) -> str:
     """``value`` (str, int, float or bool) as a Milvus expression literal.
 
     Raises:
-        ValueError: another type, or a float that is not finite.
+        ValueError: another type, an int outside int64, or a float that is not finite.
 
     Example:
         >>> print(milvus_literal('say "hi" \\\\ bye'))
@@ -42,6 +43,8 @@ def milvus_literal(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
+        if not INT64[0] <= value <= INT64[1]:
+            raise ValueError("an integer outside int64 (-2**63 to 2**63 - 1) cannot be a value")
         return str(value)
     if isinstance(value, float):
         if not math.isfinite(value):

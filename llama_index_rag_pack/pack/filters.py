@@ -63,7 +63,13 @@ def scoped_kwargs(pack: Any, spec: Any, kwargs: dict[str, Any]) -> dict[str, Any
 
 
 def pack_filter_expression(pack: Any, filters: Filters) -> str:
-    """``filters`` as a Milvus expression on ``pack``'s collection (``""`` for none)."""
+    """``filters`` as a Milvus expression on ``pack``'s collection (``""`` for none).
+
+    Every search and ``pack.delete`` compiles its filters here, so an expression string is
+    always checked first (:func:`~llama_index_rag_pack.core.milvus_expr.expression_fields`): a
+    malformed one, ``'true) or (true'`` among them, is a one-line :class:`ConfigurationError`
+    and never reaches the ``and`` with a tenant's scope.
+    """
     # LlamaIndex loads only when a filter is compiled (``rag-pack --help`` reads the modes)
     from llama_index_rag_pack.components.metadata_filters import filter_expression
 

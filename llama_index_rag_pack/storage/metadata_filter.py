@@ -23,7 +23,13 @@ from llama_index_rag_pack.core.milvus_filter import and_expressions
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
 
-__all__ = ["check_filterable", "infer_field_specs", "milvus_target", "with_filter"]
+__all__ = [
+    "check_filterable",
+    "infer_field_specs",
+    "milvus_target",
+    "retriever_filter",
+    "with_filter",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +74,15 @@ def milvus_target(retriever: Any) -> tuple[Any, str]:
         return store.client, store.collection_name
     inner = getattr(retriever, "dense", retriever)
     return inner.client, inner.collection_name
+
+
+def retriever_filter(retriever: Any) -> str:
+    """The Milvus expression a filterable retriever searches under (its ``filters=``, a tenant's
+    scope included; ``""`` for none): what it may read, so what may be sampled for its prompt."""
+    if isinstance(retriever, CheckedVectorIndexRetriever):
+        return str(retriever._kwargs.get("string_expr", "") or "")
+    inner = getattr(retriever, "dense", retriever)
+    return str(getattr(inner, "filter", "") or "")
 
 
 def _filtered(retriever: MilvusHybridRetriever, expression: str) -> MilvusHybridRetriever:
@@ -139,11 +154,21 @@ def _spec(name: str, kind: str, values: list[Any], whole: bool) -> FieldSpec:
 
 
 def infer_field_specs(
-    client: Any, collection_name: str, *, sample_size: int = 200, exclude: tuple[str, ...] = ()
+    client: Any,
+    collection_name: str,
+    *,
+    sample_size: int = 200,
+    exclude: tuple[str, ...] = (),
+    scope: str = "",
 ) -> tuple[FieldSpec, ...]:
     """Field declarations from the collection's scalar fields and the metadata keys of a sample
     of rows (type from the values; a string field with few values, when the sample is the whole
     collection, gets them as its allowed values).
+
+    Only rows under the Milvus expression ``scope`` are sampled (pass the expression the
+    retriever searches under, :func:`retriever_filter`): the keys and values shown to the LLM are
+    then only those the retriever may return, never another tenant's. A ``scope`` no row is under
+    gives ``()`` (there is nothing to describe, and nothing outside it may be shown).
 
     Raises:
         ConfigurationError: no filterable field found (declare the fields yourself).
@@ -153,7 +178,12 @@ def infer_field_specs(
         f["name"]: _SCALAR_TYPES.get(getattr(f.get("type"), "name", str(f.get("type"))))
         for f in info.get("fields", [])
     }
-    rows = client.query(collection_name, filter="", output_fields=["*"], limit=sample_size)
+    rows = client.query(collection_name, filter=scope, output_fields=["*"], limit=sample_size)
+    if scope and not rows:
+        logger.warning(
+            "self-query: no row of %r is under %r: no field inferred", collection_name, scope
+        )
+        return ()
     whole = len(rows) < sample_size
     values: dict[str, list[Any]] = {}
     for row in rows:

@@ -31,6 +31,7 @@ from llama_index_rag_pack.storage.metadata_filter import (
     check_filterable,
     infer_field_specs,
     milvus_target,
+    retriever_filter,
     with_filter,
 )
 
@@ -72,7 +73,9 @@ class SelfQueryRetriever(LLMQueryRetriever):
         llm: The LLM that writes the query and filter.
         fields: The declared fields (:class:`FieldSpec` or dicts with ``name``, ``type``,
             ``description``, ``allowed``, ``minimum``, ``maximum``); ``None`` infers them from
-            the collection's schema and a sample of rows.
+            the collection's schema and a sample of the rows ``retriever`` searches (under its
+            filter, a tenant's scope included; when no row passes it, no field is inferred and
+            the LLM is not asked: the question is searched as it is).
         description: What the documents are, for the prompt.
         fallback_without_filter: Search again without the filter when it finds nothing.
         prompt: The prompt (``{description}``, ``{fields}``, ``{operators}``, ``{question}``).
@@ -110,10 +113,14 @@ class SelfQueryRetriever(LLMQueryRetriever):
         if llm is None:
             raise ConfigurationError("SelfQueryRetriever needs llm= (it writes the filter).")
         self.retriever = retriever
-        if fields is None:
-            fields = infer_field_specs(*milvus_target(retriever), sample_size=sample_size)
+        inferred = fields is None
+        if inferred:  # sampled under the retriever's own scope: a tenant sees only its own rows
+            scope = retriever_filter(retriever)
+            fields = infer_field_specs(
+                *milvus_target(retriever), sample_size=sample_size, scope=scope
+            )
         self.fields: tuple[FieldSpec, ...] = field_specs(fields)
-        if not self.fields:
+        if not self.fields and not inferred:  # inferred: the scope holds no row, nothing to ask
             raise ConfigurationError("SelfQueryRetriever needs at least one field to filter on.")
         self.description = description
         self.fallback_without_filter = fallback_without_filter
@@ -138,12 +145,16 @@ class SelfQueryRetriever(LLMQueryRetriever):
     def parse(self, question: str) -> SelfQuery:
         """The query and filter the LLM reads from ``question`` (no search). An LLM that can
         constrain its decoding (the local llama.cpp model) is held to the reply's JSON schema."""
+        if not self.fields:  # no row under the retriever's scope when it was made: no filter
+            return self._read("", question)
         with json_output(self_query_schema(self.fields)):
             reply = self.llm.complete(self._format(question)).text
         return self._read(reply, question)
 
     async def aparse(self, question: str) -> SelfQuery:
         """Async :meth:`parse`."""
+        if not self.fields:
+            return self._read("", question)
         with json_output(self_query_schema(self.fields)):
             reply = (await self.llm.acomplete(self._format(question))).text
         return self._read(reply, question)
