@@ -22,9 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from peak_rss import PeakRSS
 
 from llama_index_rag_pack import SafeSQLDatabase, SQLExecutionError, SQLQueryEngine, UnsafeSQLError
 from llama_index_rag_pack.core.errors import RagPackError
@@ -449,42 +448,6 @@ def backend(request: pytest.FixtureRequest, sqlite_backend: Backend) -> Backend:
 
 
 # ---------------------------------------------------------------- measuring one attack
-class PeakRSS:
-    """Samples this process's resident memory every few ms; ``growth`` is the peak increase."""
-
-    def __init__(self) -> None:
-        self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-        self.base = self.peak = self._rss()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    def _rss(self) -> int:
-        try:
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * self._page
-        except OSError:  # not Linux: no measurement
-            return 0
-
-    def _sample(self) -> None:
-        while True:
-            self.peak = max(self.peak, self._rss())
-            if self._stop.wait(0.003):  # wakes at once when the attack is over
-                return
-
-    def __enter__(self) -> PeakRSS:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._rss())
-
-    @property
-    def growth(self) -> int:
-        return self.peak - self.base
-
-
 def _script(first: str, repair: str) -> Callable[[str], str]:
     def reply(prompt: str) -> str:
         if prompt.startswith("Answer the question from the query result"):

@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 from typing import Any
 
 import pytest
+from peak_rss import PeakRSS
 
 from llama_index_rag_pack import SafeSQLDatabase, SQLExecutionError, SQLQueryEngine
 from llama_index_rag_pack.cli.app import main
@@ -166,33 +166,6 @@ HUGE_VALUE = (
     "b AS (SELECT replace(a.x, 'b', '" + "c" * 64 + "') AS x FROM a), "
     "c AS (SELECT replace(b.x, 'cccc', '" + "d" * 64 + "') AS x FROM b) "
 )
-
-
-class PeakRSS:
-    """Samples this process's resident memory every few ms; ``growth`` is the peak increase."""
-
-    def __init__(self) -> None:
-        self.base = self.peak = self._rss()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    @staticmethod
-    def _rss() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.003):
-            self.peak = max(self.peak, self._rss())
-
-    def __enter__(self) -> PeakRSS:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.growth = max(self.peak, self._rss()) - self.base
 
 
 def role_db(shop: Any, role: str, **kwargs: Any) -> SafeSQLDatabase:

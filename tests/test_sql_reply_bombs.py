@@ -9,12 +9,12 @@ import asyncio
 import json
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from peak_rss import PeakRSS
 
 from llama_index_rag_pack import SQLQueryEngine
 from llama_index_rag_pack.core import llm_output
@@ -36,33 +36,6 @@ def alias_bomb(depth: int = 8, width: int = 10) -> str:
 
 
 FENCE_THEN_BLANKS = "```" + " " * 100_000 + "x\nSELECT p.name FROM people p"
-
-
-class PeakRSS:
-    """Samples this process's resident memory every few ms; ``growth`` is the peak increase."""
-
-    def __init__(self) -> None:
-        self.base = self.peak = self._rss()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-
-    @staticmethod
-    def _rss() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.003):
-            self.peak = max(self.peak, self._rss())
-
-    def __enter__(self) -> PeakRSS:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.growth = max(self.peak, self._rss()) - self.base
 
 
 needs_proc = pytest.mark.skipif(
