@@ -251,6 +251,11 @@ RESOURCE_BOMBS = [
     _BIG + " SELECT strpos(c.x, substr(c.x, 1, 50000) || 'b') FROM c",
     _BIG + " SELECT replace(c.x, substr(c.x, 1, 50000) || 'b', '') FROM c",
     _BIG + " SELECT split_part(c.x, substr(c.x, 1, 50000) || 'b', 1) FROM c",
+    # rows of 4 x 256 MB under an output column named like the old row guard's alias
+    "WITH a AS (SELECT replace('" + "a" * 1000 + "', 'a', '" + "b" * 64 + "') AS x), "
+    "b AS (SELECT replace(a.x, 'b', '" + "c" * 64 + "') AS x FROM a), "
+    "c AS (SELECT replace(b.x, 'cccc', '" + "d" * 64 + "') AS x FROM b) "
+    "SELECT 1 AS _limited, c.x AS x1, c.x AS x2, c.x AS x3, c.x AS x4 FROM c",
 ]  # fmt: skip
 PARSER_BOMBS = [
     "SELECT " + "(" * 60 + "1" + ")" * 60, "SELECT " + "(" * 3000 + "1" + ")" * 3000,
@@ -271,6 +276,12 @@ PARSER_BOMBS = [
     "SELECT ((((((((((((((((((((((((((((((name))))))))))))))))))))))))))))) FROM people",
     "SELECT name FROM people WHERE name = '", "SELECT 'unterminated", "SELECT \"", "((((",
     "SELECT name FROM people WHERE id = 1e99999", "SELECT 99999999999999999999999999999999999",
+    # replies that are slow to read before any SQL is checked: YAML aliases to aliases (10^8
+    # values once expanded) and a code fence followed by a long run of blanks
+    "{sql: \"SELECT p.name FROM people p\", a0: &a0 [1,1,1,1,1,1,1,1,1,1], "
+    + ", ".join(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 8))
+    + "}",
+    "```" + " " * 100_000 + "x\nSELECT p.name FROM people p",
 ]  # fmt: skip
 ENCODINGS = [
     "SELECT name FROM people\x00; DROP TABLE people", "SELECT name FROM pe\x00ople",
