@@ -347,3 +347,20 @@ def test_the_deepest_compiled_filter_passes_the_string_check() -> None:
     expr = filter_expression(filters)
     scoped = f'((({expr}) and (tenant == "acme")))'
     assert filter_expression(scoped) == scoped
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        "not " * 5000 + "a == 1",
+        "!" * 5000 + "a == 1",
+        "a in " + "[" * 5000 + "1" + "]" * 5000,
+        "(" * 5000 + "a == 1" + ")" * 5000,
+        "not (" * 2000 + "a == 1" + ")" * 2000,
+    ],
+    ids=["not", "bang", "lists", "parens", "mixed"],
+)
+def test_a_deeply_nested_string_filter_is_one_error_not_a_recursion_error(expr: str) -> None:
+    with pytest.raises(ConfigurationError, match="nested too deeply") as info:
+        filter_expression(expr)
+    assert "\n" not in str(info.value)

@@ -167,9 +167,14 @@ class _Parser:
             raise _error(tok.col, f"unexpected {tok.text!r}")
         return self.fields
 
-    def disjunction(self, depth: int) -> None:
+    def nested(self, depth: int) -> None:
+        """Refuse nesting (parentheses, ``not``, lists) past :data:`MAX_NESTING`: the parser
+        recurses on it."""
         if depth > MAX_NESTING:
             raise _error(self.peek().col if self.peek() else self.end, "nested too deeply")
+
+    def disjunction(self, depth: int) -> None:
+        self.nested(depth)
         self.conjunction(depth)
         while self.take("or", "||"):
             self.conjunction(depth)
@@ -180,9 +185,10 @@ class _Parser:
             self.negation(depth)
 
     def negation(self, depth: int) -> None:
-        if self.take("not", "!"):
-            self.negation(depth + 1)
-        elif self.take("exists"):
+        while self.take("not", "!"):
+            depth += 1
+            self.nested(depth)
+        if self.take("exists"):
             self.field("exists")
         elif self.take("("):
             self.disjunction(depth + 1)
@@ -228,16 +234,17 @@ class _Parser:
         nxt = self.toks[self.i + 1] if self.i + 1 < len(self.toks) else None
         return nxt is not None and nxt.text == "("
 
-    def value(self, after: str) -> None:
+    def value(self, after: str, depth: int = 0) -> None:
         tok = self.peek()
         literal = tok is not None and tok.kind in ("string", "number", "bool")
         if literal:
             self.i += 1
         elif self.take("["):
+            self.nested(depth + 1)
             if not self.take("]"):
-                self.value("[")
+                self.value("[", depth + 1)
                 while self.take(","):
-                    self.value(",")
+                    self.value(",", depth + 1)
                 self.expect("]", "a list")
         else:
             raise _error(tok.col if tok else self.end, f"expected a value after {after}")
