@@ -41,6 +41,7 @@ from llama_index_rag_pack.components.onnx_encoder import (
 )
 from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.text_decoding import without_lone_surrogates
 
 __all__ = ["EmbedBackend", "LocalEmbedding", "cached_model_dir"]
 
@@ -243,6 +244,7 @@ class LocalEmbedding(BaseEmbedding):
         return self._onnx is not None or self._torch is None
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
+        texts = [without_lone_surrogates(t) for t in texts]  # the tokenizers refuse them
         encoder = self._onnx_encoder() if self._on_onnx() else None
         if encoder is not None:
             return encoder.encode(texts).tolist()

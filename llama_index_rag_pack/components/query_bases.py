@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any, ClassVar
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
@@ -42,14 +43,25 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.components.settings import LazyLLMMixin
 from llama_index_rag_pack.core.errors import ConfigurationError, check_query
+from llama_index_rag_pack.core.text_decoding import without_lone_surrogates
 
 __all__ = ["LLMQueryRetriever", "PackQueryEngine", "PackRetriever", "wrapped_retriever"]
 
 
 def _checked(query_bundle: QueryBundle) -> tuple[QueryBundle, str]:
     """What a subclass's ``_search`` / ``_answer`` get: the bundle and its text, checked
-    non-empty. Every query of a pack retriever or engine is checked here, once."""
-    return query_bundle, check_query(query_bundle)
+    non-empty, surrogates (which UTF-8 cannot encode) replaced by U+FFFD. Every query of a pack
+    retriever or engine is checked here, once."""
+    text = check_query(query_bundle)
+    clean = without_lone_surrogates(text)
+    if clean != text:
+        strs = query_bundle.custom_embedding_strs
+        query_bundle = dataclasses.replace(
+            query_bundle,
+            query_str=clean,
+            custom_embedding_strs=[without_lone_surrogates(s) for s in strs] if strs else strs,
+        )
+    return query_bundle, clean
 
 
 class PackRetriever(BaseRetriever):

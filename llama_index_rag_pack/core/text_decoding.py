@@ -11,9 +11,10 @@ Latin-1's printable range), else with its best guess (``cp1251`` Russian, ``shif
 from __future__ import annotations
 
 import codecs
+import re
 from dataclasses import dataclass
 
-__all__ = ["TextEncoding", "detect_text_encoding"]
+__all__ = ["TextEncoding", "detect_text_encoding", "without_lone_surrogates"]
 
 _BOMS = (
     (codecs.BOM_UTF32_LE, "utf-32"),
@@ -75,3 +76,22 @@ def detect_text_encoding(data: bytes) -> TextEncoding | None:
         except UnicodeDecodeError:
             return TextEncoding("latin-1")
     return TextEncoding(best.encoding, "replace")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(text: str) -> str:
+    """``text`` with every surrogate code point replaced by U+FFFD.
+
+    A Python string can hold surrogates (an LLM reply or a question decoded with
+    ``surrogateescape``), but UTF-8 cannot encode them: tokenizers, gRPC and Milvus refuse such a
+    text with their own errors. Replaced, the rest of the text is searched and embedded as it is.
+
+    Example:
+        >>> without_lone_surrogates("vector " + chr(0xD800) + " search") == "vector \uFFFD search"
+        True
+    """
+    if text.isascii():
+        return text
+    return _SURROGATE.sub("\ufffd", text)
