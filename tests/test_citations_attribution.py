@@ -418,3 +418,16 @@ def test_attribution_splits_passages_without_importing_nltk() -> None:
 @given(st.text(alphabet="Ab. J?!U\n", max_size=60))
 def test_prose_sentences_give_the_text_back(text: str) -> None:
     assert "".join(split_prose_sentences(text)) == text
+
+
+def test_a_runaway_answer_is_scored_up_to_the_bound_and_the_rest_skipped(embed_model) -> None:
+    from llama_index_rag_pack.components.citation_attribution import MAX_SCORED_SENTENCES
+
+    node = NodeWithScore(node=TextNode(text="Milvus is a vector database."), score=1.0)
+    answer = "Milvus is a vector database. " * (MAX_SCORED_SENTENCES + 50)
+    attribution = SentenceAttributor(embed_model).attribute(answer, [node])
+    origins = [v.origin for v in attribution.verdicts]
+    assert len(origins) == MAX_SCORED_SENTENCES + 50
+    assert SentenceOrigin.SKIPPED not in origins[:MAX_SCORED_SENTENCES]
+    assert set(origins[MAX_SCORED_SENTENCES:]) == {SentenceOrigin.SKIPPED}
+    assert origins[0] == SentenceOrigin.ATTRIBUTED

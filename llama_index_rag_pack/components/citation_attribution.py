@@ -61,6 +61,10 @@ logger = logging.getLogger(__name__)
 __all__ = ["Attribution", "SentenceAttributor", "passage_sentences", "resolve_attributor"]
 
 _CACHE_SIZE = 4096
+#: Sentences of one answer that are scored against the passages (in answer order); the rest
+#: are ``skipped``, as a sentence without a content word is. An answer is a few sentences: this
+#: only bounds the time (sentences x passage sentences) of a runaway reply.
+MAX_SCORED_SENTENCES = 200
 
 
 @dataclass
@@ -212,13 +216,20 @@ class SentenceAttributor:
     # ------------------------------------------------------------------ steps
     def _prepare(self, answer: str, nodes: Sequence[Any]) -> _Prepared:
         sentences = answer_sentences(answer or "")
-        tokens = [content_tokens(s.text, self.stopwords) for s in sentences]
-        scored = [i for i, t in enumerate(tokens) if t]
+        scored: list[int] = []
+        tokens: list[list[str]] = []
+        for i, sentence in enumerate(sentences):
+            if len(scored) == MAX_SCORED_SENTENCES:
+                break
+            words = content_tokens(sentence.text, self.stopwords)
+            if words:
+                scored.append(i)
+                tokens.append(words)
         passages = []
         for node in nodes:
             text = _node_text(node)
             passages.append(Passage.from_sentences(text, passage_sentences(text) if text else []))
-        return _Prepared(sentences, scored, [tokens[i] for i in scored], passages)
+        return _Prepared(sentences, scored, tokens, passages)
 
     def _texts(self, prepared: _Prepared) -> list[str]:
         if not prepared.scored or not prepared.passages:
@@ -267,7 +278,8 @@ class SentenceAttributor:
         )
         marked = marked_answer(prepared.sentences, verdicts) if prepared.sentences else answer
         result = Attribution(marked, prepared.sentences, verdicts, prepared.passages)
-        logger.debug("Attribution: %s", result.to_dict())
+        if logger.isEnabledFor(logging.DEBUG):  # the dict costs as much as the scoring
+            logger.debug("Attribution: %s", result.to_dict())
         return result
 
 
