@@ -89,7 +89,7 @@ def without_lone_surrogates(text: str) -> str:
     text with their own errors. Replaced, the rest of the text is searched and embedded as it is.
 
     Example:
-        >>> without_lone_surrogates("vector " + chr(0xD800) + " search") == "vector \uFFFD search"
+        >>> without_lone_surrogates("vector " + chr(0xD800) + " search") == "vector \ufffd search"
         True
     """
     if text.isascii():
