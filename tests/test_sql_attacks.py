@@ -256,6 +256,21 @@ RESOURCE_BOMBS = [
     "b AS (SELECT replace(a.x, 'b', '" + "c" * 64 + "') AS x FROM a), "
     "c AS (SELECT replace(b.x, 'cccc', '" + "d" * 64 + "') AS x FROM b) "
     "SELECT 1 AS _limited, c.x AS x1, c.x AS x2, c.x AS x3, c.x AS x4 FROM c",
+    # many subqueries, each keeping a ~960 KB value for the whole statement (SQLite evaluates an
+    # uncorrelated scalar subquery once and keeps it; it materialises IN lists and what it cannot
+    # flatten): every value within the length limit, 250 to 350 MB held together
+    _BIG + " SELECT 1 AS k WHERE '' IN (" + ",".join(["(SELECT x FROM c)"] * 260) + ")",
+    _BIG + " SELECT " + " + ".join(["length((SELECT x FROM c))"] * 190) + " AS k",
+    _BIG + " SELECT 1 AS k WHERE "
+    + " AND ".join(f"'{i}' NOT IN (SELECT c.x FROM c)" for i in range(120)),
+    _BIG + " SELECT " + ", ".join(f"(SELECT c.x FROM c) AS x{i}" for i in range(64)),
+    _BIG + " SELECT count(*) AS k FROM "
+    + ", ".join(f"(SELECT DISTINCT c.x || '{i}' AS x FROM c) d{i}" for i in range(60)),
+    _BIG + " SELECT 1 AS k WHERE "
+    + " AND ".join(f"EXISTS (SELECT c.x FROM c WHERE c.x > '{i}')" for i in range(120)),
+    # windows that each keep a running copy of one 960 KB value
+    _BIG + " SELECT " + " + ".join(f"length(max(c.x || 'i{i}') OVER ())" for i in range(120))
+    + " AS n FROM c",
 ]  # fmt: skip
 PARSER_BOMBS = [
     "SELECT " + "(" * 60 + "1" + ")" * 60, "SELECT " + "(" * 3000 + "1" + ")" * 3000,
@@ -610,6 +625,13 @@ BENIGN = [
      "WHERE e.id = (SELECT max(e.id) FROM e)", [("Cy",)]),
     ("WITH e AS (SELECT id, name FROM people) SELECT a.name FROM e a JOIN e b ON b.id = a.id + 2",
      [("Ada",)]),
+    # a few subqueries, CTE reads and derived tables: well within max_subqueries
+    ("WITH e AS (SELECT p.id, p.name FROM people p WHERE p.dept IN (SELECT q.dept FROM people q "
+     "WHERE q.id < 3)), m AS (SELECT max(e.id) AS top FROM e) SELECT e.name, (SELECT count(*) "
+     "FROM people r WHERE r.dept = 'eng') AS n, m.top FROM e JOIN m ON e.id <= m.top "
+     "WHERE EXISTS (SELECT 1 FROM people s WHERE s.id = e.id) AND e.id IN (SELECT d.id FROM "
+     "(SELECT t.id FROM people t WHERE t.id > 1 UNION SELECT 1 AS id) d) ORDER BY e.name",
+     [("Ada", 2, 3), ("Bo", 2, 3), ("Cy", 2, 3)]),
 ]  # fmt: skip
 
 

@@ -57,6 +57,20 @@ class SQLLimits:
             twice doubles at every step, and planning can't be interrupted).
         max_columns: Most columns the query may return (a row is built whole before anything
             can check its size).
+        max_subqueries: Most subqueries the statement may hold: scalar, ``IN`` and ``EXISTS``
+            subqueries, derived tables and CTE reads, each CTE or derived table counted again,
+            with the subqueries it holds, wherever it is read (a database may inline it there).
+            Each may keep a value of up to ``max_result_bytes`` for the whole statement (SQLite
+            evaluates an uncorrelated scalar subquery once and keeps its result; it materialises
+            a derived table or CTE it cannot flatten), about four copies of it in SQLite, and
+            the value-length limit caps each value, not how many are held: 16 keep that near
+            64 MB with the default 1 MB, far below the 200 MB a query may use, while a
+            reporting query uses a handful (a few CTEs, an ``IN``/``EXISTS`` filter, a scalar
+            subquery or two).
+        max_aggregates: Most aggregate and window calls the statement may hold (a CTE's counted
+            wherever it is read): each keeps a running value of up to ``max_result_bytes``
+            (about 2 MB in SQLite for a 1 MB text), so 32 keep that near 64 MB, while a report
+            computes a few per column it shows.
     """
 
     max_chars: int = 20_000
@@ -66,11 +80,13 @@ class SQLLimits:
     max_nodes: int = 4_000
     max_expanded: int = 50_000
     max_columns: int = 64
+    max_subqueries: int = 16
+    max_aggregates: int = 32
 
     def __post_init__(self) -> None:
         names = (
             "max_chars", "max_tokens", "max_nesting", "max_depth", "max_nodes", "max_expanded",
-            "max_columns",
+            "max_columns", "max_subqueries", "max_aggregates",
         )  # fmt: skip
         for name in names:
             value = getattr(self, name)

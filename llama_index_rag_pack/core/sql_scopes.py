@@ -4,8 +4,8 @@
 Every table is an allowed table or a CTE visible where it stands; every name binds one source
 in the whole statement (or always the same table or CTE), so a qualifier means the same source
 whatever a database's scoping rule; every column of the qualified tree names a visible column of
-the source its qualifier names, checked against sqlglot's scopes; the query's size with every CTE
-and derived table inlined is bounded.
+the source its qualifier names, checked against sqlglot's scopes; the query's size and the
+subqueries it holds, with every CTE and derived table inlined, are bounded.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
-from sqlglot.optimizer.scope import Scope, traverse_scope
+from sqlglot.optimizer.scope import Scope, find_all_in_scope, traverse_scope
 
 from llama_index_rag_pack.core.sql_limits import SQLLimits, UnsafeSQLError
 
@@ -197,6 +197,49 @@ def _bounded_expansion(scopes: list[Scope], limits: SQLLimits) -> None:
             )
 
 
+def _own_accumulators(scope: Scope) -> int:
+    """Aggregate and window calls of ``scope`` itself (a window over an aggregate counts once)."""
+    return sum(
+        1
+        for node in find_all_in_scope(scope.expression, exp.AggFunc, exp.Window)
+        if not (isinstance(node, exp.AggFunc) and isinstance(node.parent, exp.Window))
+    )
+
+
+def _bounded_subqueries(scopes: list[Scope], limits: SQLLimits) -> None:
+    """Refuse queries that hold too many subqueries (derived tables and CTE reads included) or
+    aggregate and window calls at once.
+
+    Each may keep a value of up to ``max_result_bytes`` for the whole statement (SQLite keeps an
+    uncorrelated scalar subquery's result and materialises what it cannot flatten; an aggregate
+    or a window keeps its running value), so the counts bound the memory the value-length limit
+    alone does not. A CTE or derived table counts once per read, with what it holds, as a
+    database may inline it there.
+    """
+    held: dict[int, tuple[int, int]] = {}
+    for scope in scopes:  # sqlglot yields a scope after the scopes it reads
+        reads = [(1, c) for c in scope.subquery_scopes]
+        reads += [(0, c) for c in scope.set_operation_scopes]
+        reads += [(1, src) for _, src in scope.selected_sources.values() if isinstance(src, Scope)]
+        subqueries, accumulators = 0, _own_accumulators(scope)
+        for own, child in reads:
+            child_subqueries, child_accumulators = held.get(id(child.expression), (0, 0))
+            subqueries += own + child_subqueries
+            accumulators += child_accumulators
+        held[id(scope.expression)] = (subqueries, accumulators)
+        if subqueries > limits.max_subqueries:
+            raise UnsafeSQLError(
+                f"the query holds more than {limits.max_subqueries} subqueries (scalar, IN, "
+                "EXISTS, derived tables, CTE reads; limit max_subqueries); use joins or fewer "
+                "subqueries"
+            )
+        if accumulators > limits.max_aggregates:
+            raise UnsafeSQLError(
+                f"the query holds more than {limits.max_aggregates} aggregate and window calls "
+                "(CTEs counted where they are read; limit max_aggregates); compute fewer at once"
+            )
+
+
 def check_columns(
     statement: exp.Expression,
     allowed: Mapping[str, Sequence[str]],
@@ -208,6 +251,7 @@ def check_columns(
     covered: set[int] = set()
     scopes = list(traverse_scope(statement))
     _bounded_expansion(scopes, limits)
+    _bounded_subqueries(scopes, limits)
     for scope in scopes:
         _check_aliases_unique(scope)
         _check_outputs_unique(scope)
