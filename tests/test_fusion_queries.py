@@ -14,6 +14,7 @@ from llama_index_rag_pack.components.fusion_queries import (
     parse_queries,
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS
 from llama_index_rag_pack.testing import SyncCallError
 
 ORIGINAL = "How does Milvus run keyword search?"
@@ -72,6 +73,13 @@ def test_parse_keeps_words_that_start_like_preamble():
         "Okapi BM25 explained",
         "Notebook search tips",
     ]
+
+
+def test_parse_reads_only_the_lines_that_end_within_the_bound():
+    long_line = "milvus " * (MAX_REPLY_CHARS // 7)  # crosses the bound: not read, even in part
+    assert parse_queries("milvus bm25\n" + long_line + "\nmilvus sparse") == ["milvus bm25"]
+    lines = "milvus bm25\n" + "1.\n" * (MAX_REPLY_CHARS // 3 - 10) + "milvus sparse\n"
+    assert parse_queries(lines) == ["milvus bm25", "milvus sparse"]
 
 
 @settings(max_examples=200, deadline=None)

@@ -17,6 +17,7 @@ from llama_index_rag_pack.components.json_output import requested_json_schema
 from llama_index_rag_pack.components.judge_prompts import JUDGE_REPLY_SCHEMA
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.judge_verdicts import CallBudget, parse_judge_reply
+from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS
 from llama_index_rag_pack.testing import ScriptedLLM
 
 CORPUS = {
@@ -158,6 +159,26 @@ def test_a_failing_judge_call_is_logged_and_scored_zero(caplog: Any) -> None:
 def test_parse_judge_reply(reply: str, score: int, follow_up: str | None) -> None:
     verdict = parse_judge_reply(reply, "Who?")
     assert (verdict.score, verdict.follow_up) == (score, follow_up)
+
+
+@pytest.mark.parametrize(
+    ("reply", "follow_up"),
+    [
+        ('Score: 1\nFollow-up: "Who wrote it?",', "Who wrote it?"),  # a quote and comma after
+        ("Score: 1\nfollow_up = 'Who wrote it?' }", "Who wrote it?"),
+        ("Score: 1\n\n-- Follow up question:\n  Who wrote it?  ", "Who wrote it?"),  # next line
+        ("Score: 1\nNext question: Who   wrote it?", "Who wrote it?"),
+        ("Score: 1\nWhat is it? No. Who wrote it?", "Who wrote it?"),  # the last question
+    ],
+)
+def test_follow_up_lines(reply: str, follow_up: str) -> None:
+    assert parse_judge_reply(reply, "Who?").follow_up == follow_up
+
+
+def test_only_the_head_of_a_long_reply_is_read() -> None:
+    assert parse_judge_reply("Score: 2 " + "x" * 300_000).score == 2
+    verdict = parse_judge_reply("x" * MAX_REPLY_CHARS + " Score: 2")
+    assert (verdict.score, verdict.problem) == (0, "no score in the reply")
 
 
 def test_follow_up_repeating_the_question_is_dropped() -> None:

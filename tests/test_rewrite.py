@@ -12,7 +12,11 @@ from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import MetadataMode, TextNode
 
 from llama_index_rag_pack.components.fusion import FusionRetriever
-from llama_index_rag_pack.components.rewrite import RewriteRetriever, parse_rewrite
+from llama_index_rag_pack.components.rewrite import (
+    MAX_REWRITE_READ,
+    RewriteRetriever,
+    parse_rewrite,
+)
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.storage.milvus import flush, open_vector_store
@@ -132,6 +136,15 @@ def test_raise_on_failure(dense, scripted_llm):
 )
 def test_parse_rewrite(reply, expected):
     assert parse_rewrite(reply) == expected
+
+
+def test_parse_rewrite_reads_only_the_head_of_a_reply():
+    preamble, query = "Here is the query:\n", "greek philosophers"
+    fits = preamble * ((MAX_REWRITE_READ - len(query) - 1) // len(preamble))
+    assert parse_rewrite(fits + query + "\n") == query
+    crosses = preamble * (MAX_REWRITE_READ // len(preamble))  # the query line crosses the bound
+    assert len(crosses) < MAX_REWRITE_READ < len(crosses) + len(query)
+    assert parse_rewrite(crosses + query) is None  # neither read nor cut
 
 
 def test_parse_rewrite_max_chars_is_inclusive():

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from llama_index_rag_pack.core import route_scores, similarity
 from llama_index_rag_pack.core import threshold_calibration as calibration
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS
 from llama_index_rag_pack.core.route_names import normalize_name, resolve_name
 from llama_index_rag_pack.core.route_replies import parse_route_reply
 
@@ -108,6 +109,11 @@ def test_longer_names_shadow_their_parts() -> None:
     assert parse_route_reply("use python docs", names).indices == [1]
     assert resolve_name("python", names) == 1
     assert resolve_name("docs", names) == 0
+
+
+def test_only_the_head_of_a_long_reply_is_read() -> None:
+    assert parse_route_reply("physics " + "x" * 300_000, NAMES).indices == [NAMES.index("physics")]
+    assert parse_route_reply("x" * MAX_REPLY_CHARS + " physics", NAMES).status == "invalid"
 
 
 def test_normalize_name() -> None:

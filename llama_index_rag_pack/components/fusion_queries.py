@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from llama_index.core.prompts import PromptTemplate
 
 from llama_index_rag_pack.core.errors import check_query
-from llama_index_rag_pack.core.llm_output import parse_list
+from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS, parse_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
@@ -55,7 +55,9 @@ def parse_queries(
         num_queries: Keep at most this many (the first ones).
 
     Returns:
-        The queries, in the order the model gave them (possibly empty).
+        The queries, in the order the model gave them (possibly empty). Only the lines that end
+        within the first :data:`~llama_index_rag_pack.core.llm_output.MAX_REPLY_CHARS`
+        characters are read.
 
     Example:
         >>> reply = 'Sure! Here are some:\\n1. What is BM25?\\n2. "BM25 ranking"\\n3. **hybrid**'
@@ -64,6 +66,8 @@ def parse_queries(
         >>> parse_queries(reply, original="What is BM25?", num_queries=1)
         ['BM25 ranking']
     """
+    if text and len(text) > MAX_REPLY_CHARS:  # read only the lines that end within the bound
+        text = "".join(text[: MAX_REPLY_CHARS + 1].splitlines(keepends=True)[:-1])
     return parse_list(text, exclude=[original] if original else [], limit=num_queries)
 
 

@@ -59,7 +59,7 @@ __all__ = ["NO_ANSWER", "JudgeQueryEngine", "JudgeResponse"]
 
 #: The answer when no retrieved chunk was judged relevant (no LLM call is spent on it).
 NO_ANSWER = "None of the retrieved passages answers the question."
-_SPACE_BEFORE_PUNCT = re.compile(r"\s+([.,;:!?])")
+_SPACE_BEFORE_PUNCT = re.compile(r"(?<!\s)\s+([.,;:!?])")  # from the start of a run: linear
 
 
 @dataclass

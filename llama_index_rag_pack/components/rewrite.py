@@ -18,14 +18,14 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index_rag_pack.components.node_tags import annotate_node
 from llama_index_rag_pack.components.query_bases import LLMQueryRetriever, wrapped_retriever
 from llama_index_rag_pack.core.errors import check_query
-from llama_index_rag_pack.core.llm_output import parse_list
+from llama_index_rag_pack.core.llm_output import MAX_LENIENT_CHARS, parse_list
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_REWRITE_PROMPT", "RewriteRetriever", "parse_rewrite"]
+__all__ = ["DEFAULT_REWRITE_PROMPT", "MAX_REWRITE_READ", "RewriteRetriever", "parse_rewrite"]
 
 DEFAULT_REWRITE_PROMPT = PromptTemplate(
     "Rewrite the user's message below as one short search query that would find documents "
@@ -35,11 +35,14 @@ DEFAULT_REWRITE_PROMPT = PromptTemplate(
     "Search query:"
 )
 
-_LABEL_RE = re.compile(
-    r"^\s*(?:rewritten|better|improved|new|optimi[sz]ed|stand-?alone|rephrased|condensed)?"
-    r"\s*(?:search\s+)?(?:query|question)\s*:\s*",
+_LABEL_RE = re.compile(  # read on stripped lines; no two quantifiers match the same blanks
+    r"^(?:(?:rewritten|better|improved|new|optimi[sz]ed|stand-?alone|rephrased|condensed)\s*)?"
+    r"(?:search\s+)?(?:query|question)\s*:\s*",
     re.IGNORECASE,
 )
+#: Characters of a reply :func:`parse_rewrite` reads in all (its first whole lines): each line is
+#: read as a list (JSON or lenient), so the reply's bound on lenient reading must hold over them.
+MAX_REWRITE_READ = MAX_LENIENT_CHARS
 
 
 def parse_rewrite(text: str, *, max_chars: int = 500) -> str | None:
@@ -47,6 +50,8 @@ def parse_rewrite(text: str, *, max_chars: int = 500) -> str | None:
 
     Strips preamble ("Sure! Here is a better query:"), labels ("Search query:"), numbering,
     quotes and the ``**`` markers of the classic rewrite prompt; takes the first query line.
+    Reads only the lines that end within the first :data:`MAX_REWRITE_READ` characters: a query
+    after them (or longer than ``max_chars``) gives ``None``.
 
     Example:
         >>> parse_rewrite(
@@ -56,8 +61,10 @@ def parse_rewrite(text: str, *, max_chars: int = 500) -> str | None:
     """
     if not text or not text.strip():
         return None
-    text = text.replace("**", "\n")
-    for line in text.splitlines():
+    lines = text[: MAX_REWRITE_READ + 1].splitlines()
+    if len(text) > MAX_REWRITE_READ:
+        lines.pop()  # cut by the bound (or ending just past it): not read, nor what follows
+    for line in "\n".join(lines).replace("**", "\n").splitlines():
         line = _LABEL_RE.sub("", line.strip())
         if not line:
             continue

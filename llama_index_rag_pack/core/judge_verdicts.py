@@ -17,7 +17,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from llama_index_rag_pack.core.llm_output import json_values, strip_code_fences
+from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS, json_values, strip_code_fences
 
 __all__ = ["DEFAULT_SCORE", "CallBudget", "JudgeVerdict", "parse_judge_reply"]
 
@@ -36,16 +36,21 @@ _FOLLOW_UP_KEYS = (
     "question",
 )
 _FRACTION = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)\s*/\s*(\d+)\b")
+# No two quantifiers of these may match the same run of text (each run is ended by a character
+# the next part must start with): a reply of blanks then makes them backtrack linearly, not
+# quadratically or worse. "Score: 1", "score is (2", "rating - 2", "Score ** 2".
 _LABELLED = re.compile(
-    r"\b(?:score|relevance|rating|grade|label|judge?ment)\b[\s*\"']*(?:is|of|:|=|-)?[\s*\"'(\[]*"
-    r"(-?\d+(?:\.\d+)?)",
+    r"\b(?:score|relevance|rating|grade|label|judge?ment)\b[\s*\"']*"
+    r"(?:(?:is|of|:|=|-|[(\[])[\s*\"'(\[]*)?(-?\d+(?:\.\d+)?)",
     re.I,
 )
-_QUESTION = re.compile(r"[A-Z][^.?!\n]*\?")
+_CAPITAL = re.compile(r"[A-Z]")
+_SENTENCE_END = re.compile(r"(?<=[.?!\n])")
 _BARE = re.compile(r"^\W*(-?\d+(?:\.\d+)?)\W*$")
+# a follow-up line: its label, then the rest of the line (its tail is cut by _without_tail)
 _FOLLOW_UP_LINE = re.compile(
-    r"^\W*(?:follow[\s_-]*up(?:[\s_]+question)?|new[\s_]+question|next[\s_]+question)"
-    r"[\s*\"']*[:=-]\s*[\"']?(.+?)[\"']?\s*[,}]?\s*$",
+    r"^[^\w\n]*(?:follow[\s_-]*up(?:[\s_]+question)?|new[\s_]+question|next[\s_]+question)"
+    r"[\s*\"']*[:=-]\s*[\"']?([^\n]+)",
     re.I | re.M,
 )
 
@@ -119,12 +124,32 @@ def _from_text(text: str) -> float | None:
     return float(bare.group(1)) if bare else None
 
 
+def _questions(text: str) -> list[str]:
+    """Each sentence ending in ``?``, from its first capital letter (one pass over ``text``)."""
+    found = []
+    for sentence in _SENTENCE_END.split(text):
+        capital = _CAPITAL.search(sentence) if sentence.endswith("?") else None
+        if capital:
+            found.append(sentence[capital.start() :])
+    return found
+
+
+def _without_tail(line: str) -> str:
+    """``line`` less a closing quote, ``,`` or ``}`` and blanks at its end (one character kept)."""
+    end = len(line.rstrip())
+    if end and line[end - 1] in ",}":
+        end = len(line[: end - 1].rstrip())
+    if end and line[end - 1] in "\"'":
+        end -= 1
+    return line[: max(end, 1)]
+
+
 def _follow_up_from_text(text: str, question: str) -> str | None:
     match = _FOLLOW_UP_LINE.search(text)
     if match:
-        return match.group(1)
+        return _without_tail(match.group(1))
     asked = " ".join(question.lower().split())
-    for found in reversed(_QUESTION.findall(text)):
+    for found in reversed(_questions(text)):
         if " ".join(found.lower().split()) != asked:
             return found
     return None
@@ -147,7 +172,9 @@ def parse_judge_reply(reply: str | None, question: str = "") -> JudgeVerdict:
         question: The question that was judged (a follow-up that merely repeats it is dropped).
 
     Returns:
-        The verdict; an unusable score becomes :data:`DEFAULT_SCORE` with ``problem`` set.
+        The verdict; an unusable score becomes :data:`DEFAULT_SCORE` with ``problem`` set. Only
+        the first :data:`~llama_index_rag_pack.core.llm_output.MAX_REPLY_CHARS` characters of
+        the reply are read, in time linear in their number.
 
     Example:
         >>> parse_judge_reply('```json\\n{"score": 1, "follow_up": "Where was she born?"}\\n```')
@@ -157,7 +184,7 @@ def parse_judge_reply(reply: str | None, question: str = "") -> JudgeVerdict:
         >>> parse_judge_reply("Relevance: 7").problem
         'score 7 is outside 0-2'
     """
-    text = strip_code_fences(reply or "")
+    text = strip_code_fences((reply or "")[:MAX_REPLY_CHARS])
     if not text:
         return JudgeVerdict(DEFAULT_SCORE, problem="empty reply")
     value, follow, found = _from_json(text)

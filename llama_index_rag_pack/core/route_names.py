@@ -6,6 +6,7 @@ replies with these.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 
@@ -17,6 +18,13 @@ def normalize_name(text: str) -> str:
     return " ".join(re.sub(r"[^0-9a-z]+", " ", text.lower()).split())
 
 
+@functools.lru_cache(maxsize=64)
+def _forms(names: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The route names normalized, and without spaces (a reply may name thousands of routes)."""
+    normalized = tuple(normalize_name(n) for n in names)
+    return normalized, tuple(n.replace(" ", "") for n in normalized)
+
+
 def resolve_name(ref: str, names: Sequence[str]) -> int | None:
     """Index of the route ``ref`` names (exact, normalized, or unique containment), else None."""
     if ref in names:
@@ -24,11 +32,10 @@ def resolve_name(ref: str, names: Sequence[str]) -> int | None:
     norm = normalize_name(ref)
     if not norm:
         return None
-    normalized = [normalize_name(n) for n in names]
+    normalized, compacts = _forms(tuple(names))
     if norm in normalized:
         return normalized.index(norm)
     compact = norm.replace(" ", "")
-    compacts = [n.replace(" ", "") for n in normalized]
     if compact in compacts:
         return compacts.index(compact)
     # "python docs route" contains "python docs"; "python" is contained in only "python docs"
@@ -67,10 +74,21 @@ def names_in_text(text: str, names: Sequence[str]) -> list[int]:
             if n and n in compact:
                 start = compact.index(n)
                 hits.append((start, start + len(n), i))
-    kept = [
-        h
-        for h in hits
-        if not any(o[0] <= h[0] and h[1] <= o[1] and (o[1] - o[0]) > (h[1] - h[0]) for o in hits)
-    ]
-    kept.sort()
-    return dedupe([h[2] for h in kept])
+    return dedupe([h[2] for h in _unshadowed(hits)])
+
+
+def _unshadowed(hits: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The hits no longer hit contains, by start: one sort and one sweep (n log n).
+
+    In (start, longest first) order, a hit lies inside a longer one exactly when a hit with
+    another span came before it and reached at least as far; hits with one span stand together.
+    """
+    hits = sorted(hits, key=lambda h: (h[0], -h[1], h[2]))
+    kept: list[tuple[int, int, int]] = []
+    reach, span_reach, span = -1, -1, (-1, -1)
+    for start, end, route in hits:
+        if (start, end) != span:
+            reach, span_reach, span = max(reach, span_reach), end, (start, end)
+        if reach < end:
+            kept.append((start, end, route))
+    return kept

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from llama_index_rag_pack.core.llm_output import json_values
+from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS, json_values
 from llama_index_rag_pack.core.route_names import dedupe, names_in_text, resolve_name
 
 __all__ = ["ParsedRouteReply", "parse_route_reply"]
@@ -33,12 +33,13 @@ _NONE_WORDS = re.compile(
 )
 _NUMBER_PATTERNS = (
     re.compile(r"^\W*#?\(?\[?(\d{1,3})\]?\)?\W*$"),  # "2", "2.", "(2)", "#2", "[2]"
-    re.compile(
-        r"\b(?:choice|route|option|number|answer|source|index|selection|pick)\s*(?:is|:|=|#|no\.?)?\s*#?(\d{1,3})\b",
+    re.compile(  # "Choice: 2", "route is #2"
+        r"\b(?:choice|route|option|number|answer|source|index|selection|pick)"
+        r"\s*(?:(?:is|:|=|#|no\.?)\s*)?#?(\d{1,3})\b",
         re.I,
     ),
-    re.compile(r"^\s*\(?(\d{1,3})[.):]\s", re.M),  # "2. physics is ..." or "2) ..."
-)
+    re.compile(r"^[^\S\n]*\(?(\d{1,3})[.):]\s", re.M),  # "2. physics is ..." or "2) ..."
+)  # no two quantifiers match the same run of text: backtracking stays linear in the reply
 
 
 @dataclass
@@ -99,6 +100,7 @@ def _numbers_to_indices(numbers: list[int], n: int) -> tuple[list[int] | None, s
 def _from_refs(refs: list[Any], names: Sequence[str]) -> tuple[list[int] | None, str]:
     numbers: list[int] = []
     indices: list[int] = []
+    resolved: dict[str, int | None] = {}  # a JSON list may repeat one name thousands of times
     for ref in refs:
         if isinstance(ref, int):
             numbers.append(ref)
@@ -107,7 +109,9 @@ def _from_refs(refs: list[Any], names: Sequence[str]) -> tuple[list[int] | None,
         if re.fullmatch(r"#?\d{1,3}", text):
             numbers.append(int(text.lstrip("#")))
             continue
-        idx = resolve_name(text, names)
+        if text not in resolved:
+            resolved[text] = resolve_name(text, names)
+        idx = resolved[text]
         if idx is None:
             return None, f"unknown route {text!r}"
         indices.append(idx)
@@ -131,7 +135,9 @@ def parse_route_reply(
             first ``max_outputs``; prose naming more routes than that is ambiguous (``invalid``).
 
     Returns:
-        A :class:`ParsedRouteReply`.
+        A :class:`ParsedRouteReply`. Only the first
+        :data:`~llama_index_rag_pack.core.llm_output.MAX_REPLY_CHARS` characters are read, in
+        time linear in their number (n log n for the names found).
 
     Example:
         >>> parse_route_reply(
@@ -139,7 +145,7 @@ def parse_route_reply(
         ... )
         ParsedRouteReply(status='ok', indices=[1], reason='black holes', problem='')
     """
-    text = (reply or "").strip()
+    text = (reply or "")[:MAX_REPLY_CHARS].strip()
     if not text:
         return ParsedRouteReply("invalid", problem="empty reply")
     # 1. JSON
