@@ -138,3 +138,39 @@ def test_ids_expression_is_one_field_compared_with_literals(ids: list[str]) -> N
     """Whatever the ids, the expression names ``doc_id`` and nothing else: no id becomes code."""
     expr = ids_expression("doc_id", [*EVIL_IDS, *ids])
     assert expression_fields(expr) == {"doc_id"}
+
+
+# ----------------------------------------------------------------------------- failed writes
+def test_a_reindex_with_bad_chunk_options_changes_nothing(tmp_path: Path, embed_model: Any) -> None:
+    from llama_index_rag_pack.cli.app import main
+    from llama_index_rag_pack.core.errors import ConfigurationError
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Milvus is a vector database. It stores embeddings.")
+    uri = str(tmp_path / "cli.db")
+    assert main(["--uri", uri, "index", str(docs)]) == 0
+    pack = RagPack.open(uri=uri, embed_model=embed_model)
+    chunks, sentences = pack.count(), pack.sentence_index.count()
+    assert chunks and sentences
+    for options in (["--chunk-overlap", "300"], ["--chunk-size", "0", "--overwrite"]):
+        assert main(["--uri", uri, "index", str(docs), *options]) == 2
+    with pytest.raises(ConfigurationError, match="chunk_overlap"):
+        RagPack(input_dir=docs, uri=uri, overwrite=True, chunk_overlap=999, embed_model="nope")
+    pack = RagPack.open(uri=uri, embed_model=embed_model)
+    assert (pack.count(), pack.sentence_index.count()) == (chunks, sentences)
+
+
+def test_an_insert_that_fails_before_storing_keeps_the_old_rows(
+    tmp_path: Path, embed_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pack = _pack(tmp_path, embed_model, [Document(id_="a", text="Milvus stores vectors.")])
+    before, sentences = _chunks(pack), _sentence_chunks(pack)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the embedding server went away")
+
+    monkeypatch.setattr(type(pack.embed_model), "get_text_embedding_batch", broken)
+    with pytest.raises(RuntimeError, match="went away"):
+        pack.insert([Document(id_="a", text="Milvus stores vectors and runs searches.")])
+    assert _chunks(pack) == before and _sentence_chunks(pack) == sentences

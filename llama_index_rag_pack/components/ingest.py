@@ -271,6 +271,20 @@ def chunk_id(position: int, document: BaseNode, tenant_field: str | None = None)
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"llama-index-rag-pack:{key}:{position}"))
 
 
+def check_chunking(chunk_size: int, chunk_overlap: int) -> None:
+    """Raise :class:`ConfigurationError` unless ``0 <= chunk_overlap < chunk_size`` (whole
+    numbers): checked before anything is read, loaded or deleted."""
+    for name, value in (("chunk_size", chunk_size), ("chunk_overlap", chunk_overlap)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigurationError(f"{name} must be a whole number, got {value!r}")
+    if chunk_size <= 0:
+        raise ConfigurationError(f"chunk_size must be > 0, got {chunk_size}")
+    if not 0 <= chunk_overlap < chunk_size:
+        raise ConfigurationError(
+            f"chunk_overlap must be >= 0 and < chunk_size ({chunk_size}), got {chunk_overlap}"
+        )
+
+
 def split_documents(
     documents: Sequence[Document],
     *,
@@ -285,18 +299,14 @@ def split_documents(
     the same documents twice gives the same ids, and equal scores rank the same way every time;
     with ``tenant_field``, from the document's tenant too (:func:`chunk_id`).
     """
-    if chunk_size <= 0:
-        raise ConfigurationError(f"chunk_size must be > 0, got {chunk_size}")
-    if not 0 <= chunk_overlap < chunk_size:
-        raise ConfigurationError(
-            f"chunk_overlap must be >= 0 and < chunk_size ({chunk_size}), got {chunk_overlap}"
-        )
+    check_chunking(chunk_size, chunk_overlap)
     ids = functools.partial(chunk_id, tenant_field=tenant_field) if tenant_field else chunk_id
     splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=ids)
     return splitter.get_nodes_from_documents(documents, show_progress=show_progress)
 
 
 __all__ = [
+    "check_chunking",
     "chunk_id",
     "find_files",
     "LoadedDocuments",

@@ -7,6 +7,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from llama_index.core.indices.utils import embed_nodes
+
 from llama_index_rag_pack.components.sentences import embed_sentence_units, sentence_units
 from llama_index_rag_pack.pack.modes import DEFAULT_MODE, DENSE_ONLY_DEFAULT_MODE
 from llama_index_rag_pack.storage import milvus as milvus_utils
@@ -14,7 +16,14 @@ from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["default_mode_for", "index_sentences", "open_pack_store", "open_sentence_index"]
+__all__ = [
+    "default_mode_for",
+    "embed_chunks",
+    "open_pack_store",
+    "open_sentence_index",
+    "sentence_vectors",
+    "store_sentences",
+]
 
 
 def open_pack_store(
@@ -39,27 +48,38 @@ def open_sentence_index(
     return index
 
 
-def index_sentences(
+def embed_chunks(nodes: Sequence[Any], embed_model: Any, show_progress: bool = False) -> None:
+    """Give every chunk its embedding now, as core's index would when storing it (so that a
+    model that fails, fails before any old row is deleted)."""
+    vectors = embed_nodes(nodes, embed_model, show_progress=show_progress)
+    for node in nodes:
+        node.embedding = vectors[node.node_id]
+
+
+def sentence_vectors(
     index: MilvusSentenceIndex | None,
     nodes: Sequence[Any],
     embed_model: Any,
     show_progress: bool = False,
-) -> int:
-    """Store the sentences of new chunks ``nodes`` in ``index`` (the sentences of the chunks
-    they replace go with those chunks: ``storage.document_rows.delete_document_rows``).
-
-    Returns:
-        The number of sentences written (0 without a sentence index).
-    """
+) -> tuple[list[Any], list[Any]]:
+    """The sentence units of new chunks ``nodes`` and their vectors, for :func:`store_sentences`
+    (none without a sentence index)."""
     if index is None:
-        return 0
+        return [], []
     units = sentence_units(nodes)
     if not units:
+        return [], []
+    return units, embed_sentence_units(units, embed_model, show_progress=show_progress)
+
+
+def store_sentences(index: MilvusSentenceIndex | None, units: list[Any], vectors: list[Any]) -> int:
+    """Store what :func:`sentence_vectors` made (the sentences of the chunks they replace went
+    with those chunks: ``storage.document_rows.delete_document_rows``); the number written."""
+    if index is None or not units:
         return 0
-    vectors = embed_sentence_units(units, embed_model, show_progress=show_progress)
     index.create(dim=len(vectors[0]))
     written = index.insert(units, vectors)
-    logger.info("Indexed %d sentences of %d chunks", written, len(nodes))
+    logger.info("Indexed %d sentences", written)
     return written
 
 

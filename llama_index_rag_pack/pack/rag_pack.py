@@ -18,6 +18,7 @@ from llama_index.core.schema import Document
 from llama_index_rag_pack.components.ingest import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
+    check_chunking,
     drop_blank_documents,
     load_documents,
     split_documents,
@@ -130,6 +131,7 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
     ) -> None:
         if similarity_top_k <= 0:
             raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k}")
+        check_chunking(chunk_size, chunk_overlap)  # before anything is read, loaded or dropped
         if documents is not None and input_dir is not None:
             raise ConfigurationError("Give documents or input_dir, not both.")
         self.chunk_size = chunk_size
@@ -228,26 +230,28 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
             The number of chunks written.
         """
         documents = drop_blank_documents(documents)
-        field = self.tenant_field
+        field, store, sentences = self.tenant_field, self.vector_store, self.sentence_index
         if field is not None:
             check_tenants(documents, field)
-        nodes = []
-        for owner, group in group_by_tenant(documents, field).items():
+        groups = group_by_tenant(documents, field)
+        nodes = [
+            node
+            for group in groups.values()
+            for node in split_documents(
+                group, chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap,
+                show_progress=self.show_progress, tenant_field=field,
+            )
+        ]  # fmt: skip
+        indexing.embed_chunks(nodes, self.embed_model, self.show_progress)
+        units, vectors = indexing.sentence_vectors(
+            sentences, nodes, self.embed_model, self.show_progress
+        )
+        for owner, group in groups.items():  # only now: a failure above leaves the old rows
             ids = list(dict.fromkeys(doc.doc_id for doc in group))
-            delete_document_rows(
-                self.vector_store, ids, tenant=owner, sentence_index=self.sentence_index
-            )
-            nodes += split_documents(
-                group,
-                chunk_size=self.chunk_size,
-                chunk_overlap=self.chunk_overlap,
-                show_progress=self.show_progress,
-                tenant_field=field,
-            )
+            delete_document_rows(store, ids, tenant=owner, sentence_index=sentences)
         self.index.insert_nodes(nodes, show_progress=self.show_progress)
-        milvus_utils.flush(self.vector_store)
-        sentences, embed = self.sentence_index, self.embed_model
-        indexing.index_sentences(sentences, nodes, embed, self.show_progress)
+        milvus_utils.flush(store)
+        indexing.store_sentences(sentences, units, vectors)
         self._retrievers.clear()
         self._query_engines.clear()
         logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
