@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,48 @@ def test_a_looping_answer_stops_repeating(local_llm) -> None:
     text = local_llm.complete("What does the aardvark eat?", max_tokens=200).text
     sentences = [s.strip() for s in text.split(".") if s.strip()]
     assert len(sentences) == len(set(sentences)), text  # no sentence said twice
+
+
+SURROGATE_PROMPT = "What is " + chr(0xDCFF) + " Milvus?"  # a byte not UTF-8, decoded by Python
+
+
+@pytest.mark.slow
+async def test_a_prompt_with_a_lone_surrogate_is_answered_sync_async_and_streamed(local_llm):
+    assert local_llm.complete(SURROGATE_PROMPT, max_tokens=4).text
+    assert (await local_llm.acomplete(SURROGATE_PROMPT, max_tokens=4)).text
+    chunks: list[str] = []
+
+    def consume() -> None:
+        chunks.extend(
+            r.delta or "" for r in local_llm.stream_complete(SURROGATE_PROMPT, max_tokens=4)
+        )
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive() and "".join(chunks)
+
+
+@pytest.mark.slow
+def test_a_request_the_engine_refuses_ends_the_stream_with_one_error(local_llm, monkeypatch):
+    server = local_llm._server()
+
+    def refuse(*args, **kwargs):
+        raise TypeError("str is not valid UTF-8")
+
+    monkeypatch.setattr(type(server), "handle_chat_completions", refuse, raising=False)
+    with pytest.raises(LocalLLMError, match="rejected the request"):
+        local_llm.complete("Hello", max_tokens=4)
+    failure: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            list(local_llm.stream_complete("Hello", max_tokens=4))
+        except BaseException as e:  # noqa: BLE001 - what escapes is the point
+            failure.append(e)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    reader.join(60)
+    assert not reader.is_alive(), "the stream waited for ever"
+    assert len(failure) == 1 and isinstance(failure[0], LocalLLMError)

@@ -46,6 +46,7 @@ from llama_index_rag_pack.components.local_llm_engine import (
     raise_for_error,
     request_body,
 )
+from llama_index_rag_pack.core.text_decoding import without_lone_surrogates
 
 __all__ = ["LocalGGUFLLM", "LocalLLMError", "loaded_models"]
 
@@ -184,17 +185,16 @@ class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
         out = []
         for m in messages:
             role = m.role.value if isinstance(m.role, MessageRole) else str(m.role)
-            out.append(
-                {"role": role if role in _CHAT_ROLES else "user", "content": m.content or ""}
-            )
+            content = without_lone_surrogates(m.content or "")  # llama.cpp takes UTF-8 only
+            out.append({"role": role if role in _CHAT_ROLES else "user", "content": content})
         return out
 
     def _chat_body(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> dict:
         return {"messages": self._messages(messages), **self._body(kwargs)}
 
     def _prompt_body(self, prompt: str, formatted: bool, kwargs: dict[str, Any]) -> dict:
-        if formatted:  # already templated by the caller: sent as is
-            return {"prompt": prompt, **self._body(kwargs)}
+        if formatted:  # already templated by the caller: sent as is (as UTF-8)
+            return {"prompt": without_lone_surrogates(prompt), **self._body(kwargs)}
         return self._chat_body([ChatMessage(role=MessageRole.USER, content=prompt)], kwargs)
 
     def _send(self, body: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
@@ -212,7 +212,7 @@ class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
                 result = server.handle_chat_completions(body)
             else:
                 result = server.handle_completions(body)
-        except ValueError as e:  # invalid schema/grammar, bad template input
+        except (ValueError, TypeError) as e:  # invalid schema/grammar, bad template input
             raise LocalLLMError(f"The local LLM rejected the request: {one_line(e)}") from e
         raise_for_error(result)
         choice = result["choices"][0]
@@ -227,7 +227,7 @@ class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
         failure: list[BaseException] = []
         try:
             server, body = self._send(dict(body))
-        except LocalLLMError as e:
+        except Exception as e:  # the consumer waits for an item: it must get one
             emit(e)
             return
         chat = "messages" in body
@@ -251,9 +251,10 @@ class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
         try:
             handle = server.handle_chat_completions if chat else server.handle_completions
             handle({**body, "stream": True}, on_chunk)
-        except ValueError as e:
+        except Exception as e:  # ValueError, TypeError: a request llama.cpp refuses
             failure.append(LocalLLMError(f"The local LLM rejected the request: {one_line(e)}"))
-        emit(failure[0] if failure else None)
+        finally:  # always one last item, or the consumer would wait for ever
+            emit(failure[0] if failure else None)
 
     def _stream_sync(self, body: dict[str, Any]) -> Iterator[str]:
         """Text deltas of one request, generated in a worker thread."""
