@@ -67,7 +67,7 @@ def test_load_round_trip_and_defaults(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (['{"question": "ok"}', "{not json"], r"bad\.jsonl:2: invalid JSON"),
+        (['{"question": "ok"}', "{not json"], r"bad\.jsonl:2: not valid JSON"),
         (['{"question": ""}'], r"bad\.jsonl:1: 'question' must be a non-empty string"),
         (['["a list"]'], r"bad\.jsonl:1: expected a JSON object, got list"),
         (

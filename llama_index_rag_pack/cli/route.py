@@ -130,23 +130,16 @@ def cmd_route(args: argparse.Namespace) -> int:
 def _labelled_queries(path: str) -> list[dict[str, Any]]:
     """``--fit FILE``: one JSON object per line with ``query`` and ``route`` (a name, a list of
     names, or null for a question no route should take); read before any model loads."""
-    import json
-    from pathlib import Path
-
     from llama_index_rag_pack.core.errors import ConfigurationError
+    from llama_index_rag_pack.core.json_files import parse_json, read_text_file
 
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigurationError(f"--fit {path}: cannot read it ({e}).") from None
+    missing = f"--fit {path}: cannot read it (no such file)."
+    lines = read_text_file(path, what="the --fit labelled queries", missing=missing).split("\n")
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigurationError(f"--fit {path}:{number}: not JSON ({e.msg}).") from None
+        row = parse_json(line, where=f"--fit {path}:{number}", hint="one JSON object per line")
         if isinstance(row, dict) and set(row) == {"_meta"}:
             continue  # a description line
         if not isinstance(row, dict) or "query" not in row or "route" not in row:

@@ -17,9 +17,54 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.json_files import (
+    in_file,
+    parse_json,
+    read_json_file,
+    write_text_atomic,
+)
+
 __all__ = ["JudgedChunk", "SearchNode", "SearchTree"]
 
 SCORE_LABELS = {2: "answers", 1: "partial", 0: "irrelevant", None: "not judged"}
+
+_TEXT, _OPT_TEXT, _INT = (str,), (str, type(None)), (int,)
+_OPT_INT, _OPT_NUMBER = (int, type(None)), (int, float, type(None))
+# The fields of each level read from JSON and the types they may hold (the nested ``child``,
+# ``chunks`` and ``root`` are read by their own class).
+_CHUNK_FIELDS: dict[str, tuple[type, ...]] = {
+    "chunk_id": _TEXT, "text": _TEXT, "source": _OPT_TEXT, "retrieval_score": _OPT_NUMBER,
+    "score": _OPT_INT, "follow_up": _OPT_TEXT, "child": (dict, type(None)), "problem": _TEXT,
+}  # fmt: skip
+_NODE_FIELDS: dict[str, tuple[type, ...]] = {
+    "question": _TEXT, "depth": _INT, "chunks": (list,), "answer": _TEXT, "cited_ids": (list,),
+    "llm_calls": _INT, "stop": _TEXT,
+}  # fmt: skip
+_TREE_FIELDS: dict[str, tuple[type, ...]] = {
+    "root": (dict,), "llm_calls": _INT, "max_depth": _OPT_INT, "max_branching": _OPT_INT,
+    "max_llm_calls": _OPT_INT,
+}  # fmt: skip
+_NESTED = ("child", "chunks", "root")
+
+
+def _checked(
+    data: Any, what: str, types: dict[str, tuple[type, ...]], *, required: str
+) -> dict[str, Any]:
+    """The fields of ``data`` but the nested ones, each of the types ``types`` allows."""
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"a {what} must be a JSON object, got {type(data).__name__}.")
+    if required not in data:
+        raise ConfigurationError(f"a {what} has no {required!r}.")
+    unknown = sorted(set(data) - set(types))
+    if unknown:
+        raise ConfigurationError(f"a {what} has unknown fields {unknown}.")
+    for name, value in data.items():
+        if not isinstance(value, types[name]) or isinstance(value, bool):
+            raise ConfigurationError(f"{what} field {name!r} has the wrong type: {value!r:.60}.")
+    if not all(isinstance(i, str) for i in data.get("cited_ids", [])):
+        raise ConfigurationError(f"{what} field 'cited_ids' must be a list of strings.")
+    return {k: v for k, v in data.items() if k not in _NESTED}
 
 
 @dataclass
@@ -48,9 +93,16 @@ class JudgedChunk:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JudgedChunk:
+        """Read :func:`~dataclasses.asdict`'s form, every field's type checked.
+
+        Raises:
+            ConfigurationError: not an object, an unknown field or a field of the wrong type.
+        """
+        fields = _checked(data, "chunk", _CHUNK_FIELDS, required="chunk_id")
+        if fields.get("score") not in SCORE_LABELS:
+            raise ConfigurationError(f"chunk score must be 2, 1, 0 or null, got {data['score']!r}.")
         child = data.get("child")
-        fields = {k: v for k, v in data.items() if k != "child"}
-        return cls(**fields, child=SearchNode.from_dict(child) if child else None)
+        return cls(**fields, child=SearchNode.from_dict(child) if child is not None else None)
 
 
 @dataclass
@@ -79,9 +131,16 @@ class SearchNode:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchNode:
-        fields = {k: v for k, v in data.items() if k != "chunks"}
-        chunks = [JudgedChunk.from_dict(c) for c in data.get("chunks", [])]
-        return cls(**fields, chunks=chunks)
+        """Read :func:`~dataclasses.asdict`'s form, every field's type checked.
+
+        Raises:
+            ConfigurationError: not an object, an unknown field or a field of the wrong type.
+        """
+        fields = _checked(data, "question node", _NODE_FIELDS, required="question")
+        chunks = data.get("chunks", [])
+        if not isinstance(chunks, list):
+            raise ConfigurationError(f"chunks must be a list, got {type(chunks).__name__}.")
+        return cls(**fields, chunks=[JudgedChunk.from_dict(c) for c in chunks])
 
     def walk(self) -> Iterator[SearchNode]:
         """This node, then every node below it (depth first)."""
@@ -128,7 +187,13 @@ class SearchTree:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SearchTree:
-        fields = {k: v for k, v in data.items() if k != "root"}
+        """Read :meth:`to_dict`'s form, every field's type checked.
+
+        Raises:
+            ConfigurationError: not an object, no root, an unknown field or a field of the wrong
+                type (anywhere in the tree).
+        """
+        fields = _checked(data, "search tree", _TREE_FIELDS, required="root")
         return cls(root=SearchNode.from_dict(data["root"]), **fields)
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -136,18 +201,35 @@ class SearchTree:
 
     @classmethod
     def from_json(cls, text: str) -> SearchTree:
-        return cls.from_dict(json.loads(text))
+        """Read :meth:`to_json`'s text.
+
+        Raises:
+            ConfigurationError: not JSON, nested too deeply, or not a search tree.
+        """
+        return cls.from_dict(parse_json(text, where="Cannot read a search tree"))
 
     def save(self, path: str | Path) -> Path:
-        """Write the tree as JSON to ``path``; returns the path."""
-        path = Path(path)
-        path.write_text(self.to_json() + "\n", encoding="utf-8")
-        return path
+        """Write the tree as JSON to ``path`` atomically (a failed save leaves the previous file
+        as it was); returns the path.
+
+        Raises:
+            ConfigurationError: ``path`` is a directory, a text holds a lone surrogate (refused:
+                nothing is written), or the write fails.
+        """
+        return write_text_atomic(path, self.to_json() + "\n", what="the search tree")
 
     @classmethod
     def load(cls, path: str | Path) -> SearchTree:
-        """Reopen a tree written by :meth:`save`."""
-        return cls.from_json(Path(path).read_text(encoding="utf-8"))
+        """Reopen a tree written by :meth:`save`.
+
+        Raises:
+            ConfigurationError: a missing file, not a regular file, not UTF-8 JSON, or not a
+                search tree; the message names the file.
+        """
+        hint = "give a file written by `rag-pack judge --save-tree`"
+        data = read_json_file(path, what="a search tree", hint=hint)
+        with in_file(path):
+            return cls.from_dict(data)
 
     # ------------------------------------------------------------------ rendering
     def render_text(self, width: int = 90) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.json_files import in_file, read_json_file
 
 __all__ = [
     "FIELD_TYPES",
@@ -156,15 +157,17 @@ def field_specs(declared: Iterable[FieldSpec | Mapping[str, Any]]) -> tuple[Fiel
     "allowed", "minimum", "maximum"}``).
 
     Raises:
-        ConfigurationError: a bad declaration, an unknown key or a duplicate name.
+        ConfigurationError: a declaration that is neither a spec nor a dict, a field of the wrong
+            type, a bad declaration, an unknown key or a duplicate name.
     """
     specs: list[FieldSpec] = []
     for item in declared:
         if isinstance(item, Mapping):
-            unknown = set(item) - {"name", "type", "description", "allowed", "minimum", "maximum"}
-            if unknown:
-                raise ConfigurationError(f"Field declaration has unknown keys {sorted(unknown)}.")
-            item = FieldSpec(**{**item, "allowed": tuple(item.get("allowed") or ())})
+            item = _declared_field(item)
+        elif not isinstance(item, FieldSpec):
+            raise ConfigurationError(
+                f"A field declaration must be an object with a name and a type, got {item!r:.60}."
+            )
         specs.append(item)
     names = [s.name for s in specs]
     if len(set(names)) != len(names):
@@ -172,21 +175,36 @@ def field_specs(declared: Iterable[FieldSpec | Mapping[str, Any]]) -> tuple[Fiel
     return tuple(specs)
 
 
+def _declared_field(item: Mapping[str, Any]) -> FieldSpec:
+    """One dict declaration, its keys and their types checked, as a :class:`FieldSpec`."""
+    unknown = set(item) - {"name", "type", "description", "allowed", "minimum", "maximum"}
+    if unknown:
+        raise ConfigurationError(f"Field declaration has unknown keys {sorted(unknown)}.")
+    name = item.get("name")
+    for key in ("type", "description"):
+        if not isinstance(item.get(key, ""), str):
+            raise ConfigurationError(f"Field {name!r:.60}: {key} must be a string.")
+    allowed = item.get("allowed") or ()
+    if isinstance(allowed, (str, bytes, Mapping)) or not isinstance(allowed, Iterable):
+        raise ConfigurationError(f"Field {name!r:.60}: allowed must be a list of values.")
+    return FieldSpec(**{**item, "allowed": tuple(allowed)})
+
+
 def load_field_specs(path: str | Path) -> tuple[FieldSpec, ...]:
-    """Field declarations from a JSON file: a list of dicts, or ``{"fields": [...]}``.
+    """Field declarations from a JSON file: a list of dicts, or ``{"fields": [...]}``. Only a
+    regular UTF-8 file is read (a FIFO or device is refused, never waited on).
 
     Raises:
-        ConfigurationError: the file is missing, not JSON, or declares bad fields.
+        ConfigurationError: the file is missing, not a regular file, not JSON, nested too deeply,
+            or declares bad fields (one line naming the file).
     """
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ConfigurationError(f"Cannot read field declarations from {path}: {e}") from None
+    data = read_json_file(path, what="field declarations")
     if isinstance(data, dict):
         data = data.get("fields")
     if not isinstance(data, list):
         raise ConfigurationError(f"{path} must hold a JSON list of fields or {{'fields': [...]}}.")
-    return field_specs(data)
+    with in_file(path):
+        return field_specs(data)
 
 
 def _is_number(value: Any) -> bool:

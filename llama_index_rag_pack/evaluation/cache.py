@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.json_files import read_json_file, write_json_atomic
 from llama_index_rag_pack.evaluation.labelled import LabelledExample
 
 logger = logging.getLogger(__name__)
@@ -37,6 +39,23 @@ def stable_hash(*parts: Any) -> str:
         h.update(json.dumps(p, sort_keys=True, default=repr, ensure_ascii=False).encode())
         h.update(b"\x00")
     return h.hexdigest()[:16]
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_cache(data: Any) -> bool:
+    """Whether ``data`` has a cache file's form: ``results`` maps question ids to objects,
+    ``timing`` (when present) holds numbers of questions and seconds."""
+    if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
+        return False
+    if not all(isinstance(r, dict) for r in data["results"].values()):
+        return False
+    timing = data.get("timing", {"questions": 0, "seconds": 0.0})
+    return isinstance(timing, dict) and all(
+        _is_number(timing.get(k, 0)) for k in ("questions", "seconds")
+    )
 
 
 def example_key(ex: LabelledExample) -> str:
@@ -69,31 +88,38 @@ class ResultCache:
     timing: dict[str, Any] = field(default_factory=lambda: {"questions": 0, "seconds": 0.0})
 
     def load(self) -> dict[str, dict[str, Any]]:
-        """Cached results by question id (empty when forced, missing or unreadable)."""
+        """Cached results by question id: empty (with a warning, the results are recomputed and
+        the file rewritten) when forced, missing, unreadable (a directory or FIFO, not UTF-8 JSON,
+        nested too deeply) or not a cache's form."""
         if self.force or not self.path.exists():
             return {}
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            logger.warning("Unreadable cache %s: recomputing", self.path)
+            data = read_json_file(self.path, what="the result cache")
+        except ConfigurationError as e:
+            logger.warning("%s Recomputing.", e)
+            return {}
+        if not _is_cache(data):
+            logger.warning("%s is not a result cache: recomputing", self.path)
             return {}
         self.timing = data.get("timing", {"questions": 0, "seconds": 0.0})
-        return data.get("results", {})
+        return data["results"]
 
     def save(
         self, strategy: str, results: dict[str, dict[str, Any]], computed: int, seconds: float
     ) -> None:
         """Write ``results`` (atomically), adding ``computed`` questions in ``seconds`` to the
-        timing."""
+        timing.
+
+        Raises:
+            ConfigurationError: the path is a directory, a text holds a lone surrogate (refused:
+                nothing is written), or the write fails; the previous file is left as it was.
+        """
         self.timing = {
             "questions": self.timing.get("questions", 0) + computed,
             "seconds": self.timing.get("seconds", 0.0) + seconds,
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
         payload = {"strategy": strategy, "timing": self.timing, "results": results}
-        tmp.write_text(json.dumps(payload, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(self.path)
+        write_json_atomic(self.path, payload, what="the result cache")
 
     @staticmethod
     def stale(

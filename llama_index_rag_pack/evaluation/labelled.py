@@ -25,6 +25,7 @@ from typing import Any
 from llama_index.core.schema import Document
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.json_files import parse_json, read_text_file, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -158,8 +159,13 @@ def parse_example(obj: Any, *, where: str, default_id: str) -> LabelledExample:
             f"{where}: 'question' must be a non-empty string, got {question!r}"
         )
     qid = obj.get("id", default_id)
+    qtype, corpus = obj.get("type"), obj.get("corpus")
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        raise ConfigurationError(f"{where}: 'id' must be a string or an integer, got {qid!r:.60}")
+    for name, value in (("type", qtype), ("corpus", corpus)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigurationError(f"{where}: {name!r} must be a string, got {value!r:.60}")
     extra = {k: v for k, v in obj.items() if k not in _KNOWN_FIELDS}
-    qtype = obj.get("type")
     return LabelledExample(
         id=str(qid),
         question=question.strip(),
@@ -183,7 +189,8 @@ def load_labelled_set(
             ``test``); the set is then named ``<name>-<split>``. ``None`` keeps every question.
 
     Raises:
-        ConfigurationError: unknown name, unreadable file, invalid line (its number is given),
+        ConfigurationError: unknown name, unreadable file (missing, a directory or FIFO, not
+            UTF-8), invalid line (its number is given; JSON nested too deeply counts),
             duplicate ids, no questions, records naming different corpora, or a ``split`` that
             no record has.
     """
@@ -224,24 +231,19 @@ def _read_examples(path: Path) -> tuple[list[LabelledExample], set[str]]:
     examples: list[LabelledExample] = []
     corpora: set[str] = set()
     seen: set[str] = set()
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigurationError(
-                    f"{where}: invalid JSON ({e.msg}); one JSON object per line."
-                ) from e
-            ex = parse_example(obj, where=where, default_id=f"q{lineno}")
-            if ex.id in seen:
-                raise ConfigurationError(f"{where}: duplicate id {ex.id!r}; ids must be unique.")
-            seen.add(ex.id)
-            if isinstance(obj, dict) and obj.get("corpus"):
-                corpora.add(str(obj["corpus"]))
-            examples.append(ex)
+    text = read_text_file(path, what="the labelled set")
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        obj = parse_json(line, where=where, hint="one JSON object per line")
+        ex = parse_example(obj, where=where, default_id=f"q{lineno}")
+        if ex.id in seen:
+            raise ConfigurationError(f"{where}: duplicate id {ex.id!r}; ids must be unique.")
+        seen.add(ex.id)
+        if obj.get("corpus"):
+            corpora.add(str(obj["corpus"]))
+        examples.append(ex)
     if not examples:
         raise ConfigurationError(f"{path} holds no questions.")
     return examples, corpora
@@ -274,13 +276,20 @@ def _is_shipped_corpus(corpus: str) -> bool:
 def save_labelled_set(
     examples: Iterable[LabelledExample], path: str | Path, *, corpus: str | None = None
 ) -> None:
-    """Write examples as JSONL (the format :func:`load_labelled_set` reads)."""
-    with open(path, "w", encoding="utf-8") as fh:
-        for ex in examples:
-            rec = ex.to_dict()
-            if corpus:
-                rec["corpus"] = corpus
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    """Write examples as JSONL (the format :func:`load_labelled_set` reads), atomically: a
+    failed save leaves the previous file as it was.
+
+    Raises:
+        ConfigurationError: ``path`` is a directory, a text holds a lone surrogate (refused:
+            nothing is written), or the write fails.
+    """
+    lines = []
+    for ex in examples:
+        rec = ex.to_dict()
+        if corpus:
+            rec["corpus"] = corpus
+        lines.append(json.dumps(rec, ensure_ascii=False) + "\n")
+    write_text_atomic(path, "".join(lines), what="the labelled set")
 
 
 def load_corpus(corpus: str | None, *, titles: Sequence[str] | None = None) -> list[Document]:

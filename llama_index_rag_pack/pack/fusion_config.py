@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -41,6 +40,7 @@ from llama_index_rag_pack.core.convex_fusion import (
     check_rrf_k,
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.json_files import read_json_file, write_json_atomic
 from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
 
 logger = logging.getLogger(__name__)
@@ -82,6 +82,11 @@ class FusionConfig:
     fitted_on: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.fitted_on, Mapping):
+            raise ConfigurationError(
+                f"fitted_on must be an object (dataset, metric, scores), got "
+                f"{type(self.fitted_on).__name__}."
+            )
         alpha, normalization, candidate_pool, sentence_weight = check_convex_settings(
             self.alpha, self.normalization, self.candidate_pool, self.sentence_weight
         )
@@ -121,7 +126,10 @@ class FusionConfig:
             raise ConfigurationError(
                 f"{source} has unknown keys {unknown}; valid keys: {', '.join(sorted(known))}."
             )
-        return cls(**dict(data))
+        try:
+            return cls(**dict(data))
+        except ConfigurationError as e:
+            raise ConfigurationError(f"{source}: {e}") from None
 
 
 def default_fusion_config_path() -> Path:
@@ -133,32 +141,31 @@ def load_fusion_config(path: str | Path) -> FusionConfig:
     """The config saved at ``path``.
 
     Raises:
-        ConfigurationError: the file is missing, is not JSON, or holds bad values.
+        ConfigurationError: the file is missing, is not a regular file, is not UTF-8 JSON, nests
+            too deeply, or holds bad values (one line naming the file).
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigurationError(
-            f"No fusion config at {path}: write one with `rag-pack eval --fit --fit-out {path}` "
-            "or leave fusion_config unset."
-        ) from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise ConfigurationError(
-            f"Cannot read the fusion config {path} ({e}); fit it again with `rag-pack eval --fit`."
-        ) from None
+    data = read_json_file(
+        path,
+        what="the fusion config",
+        missing=f"No fusion config at {path}: write one with `rag-pack eval --fit --fit-out "
+        f"{path}` or leave fusion_config unset.",
+        hint="fit it again with `rag-pack eval --fit`",
+    )
     return FusionConfig.from_dict(data, source=str(path))
 
 
 def save_fusion_config(config: FusionConfig, path: str | Path | None = None) -> Path:
     """Write ``config`` as JSON (atomically) to ``path`` (default
-    :func:`default_fusion_config_path`); returns the path."""
+    :func:`default_fusion_config_path`); returns the path.
+
+    Raises:
+        ConfigurationError: ``path`` is a directory or the write fails (the previous file is
+            left as it was).
+    """
     path = Path(path) if path is not None else default_fusion_config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(config.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    data = config.to_dict()
+    return write_json_atomic(path, data, what="the fusion config", indent=2, sort_keys=True)
 
 
 def resolve_fusion_config(spec: FusionConfig | str | Path | None = None) -> FusionConfig:

@@ -4,7 +4,7 @@ named Milvus collection), and sources read from a JSON file or discovered in a M
 
 from __future__ import annotations
 
-import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +14,7 @@ from llama_index.core.schema import Document
 
 from llama_index_rag_pack.components.routes import Route
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.json_files import in_file, read_json_file
 from llama_index_rag_pack.pack.modes import RetrievalMode
 
 __all__ = [
@@ -101,6 +102,11 @@ def coerce_source(value: RouteSource | Mapping[str, Any]) -> RouteSource:
             raise ConfigurationError(
                 f"Unknown source field(s) {unknown}; use {sorted(allowed | {'collection'})}."
             )
+        for key, types in _FIELD_TYPES.items():
+            if key in data:
+                _check_type(f"source field {key!r}", data[key], types)
+        if not all(isinstance(u, str) for u in data.get("utterances") or ()):
+            raise ConfigurationError("source field 'utterances' must be a list of strings.")
         return RouteSource(**data)
     raise ConfigurationError(
         f"A source must be a RouteSource or a dict, got {type(value).__name__}."
@@ -133,6 +139,38 @@ def checked_sources(sources: Sequence[RouteSource | Mapping[str, Any]] | None) -
 
 
 # ------------------------------------------------------------------ sources from files / databases
+_NONE, _NUMBER = type(None), (int, float)
+# The types a source's fields (and the pack options beside them in a routes file) may have.
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "description": (str, _NONE),
+    "utterances": (list, tuple),
+    "collection_name": (str, _NONE),
+    "input_dir": (str, Path, _NONE),
+    "threshold": (*_NUMBER, _NONE),
+    "mode": (str,),
+}
+_OPTION_TYPES: dict[str, tuple[type, ...]] = {
+    "fallback": (str, _NONE),
+    "threshold": (*_NUMBER, _NONE),
+    "top_k_routes": (int,),
+    "selector": (str, _NONE),
+}
+
+
+def _check_type(name: str, value: Any, types: tuple[type, ...]) -> None:
+    """``ConfigurationError`` unless ``value`` is one of ``types`` (a bool is no number) and, for
+    a number, finite."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if (
+        not isinstance(value, types)
+        or (isinstance(value, bool) and bool not in types)
+        or (number and not math.isfinite(value))
+    ):
+        kinds = " or ".join(sorted({"null" if t is _NONE else t.__name__ for t in types}))
+        raise ConfigurationError(f"{name} must be {kinds}, got {value!r:.60}.")
+
+
 def load_sources(path: str | Path) -> tuple[list[RouteSource], dict[str, Any]]:
     """Read sources from a JSON file: a list of sources, or
     ``{"sources": [...], "fallback": ..., "threshold": ...}``.
@@ -140,22 +178,21 @@ def load_sources(path: str | Path) -> tuple[list[RouteSource], dict[str, Any]]:
     Returns:
         The sources and the pack options found beside them (``fallback``, ``threshold``,
         ``top_k_routes``, ``selector``).
+
+    Raises:
+        ConfigurationError: the file is missing, not a regular file, not UTF-8 JSON, nested too
+            deeply, or holds no sources or a field of the wrong type (one line naming the file).
     """
     p = Path(path)
-    if not p.is_file():
-        raise ConfigurationError(
-            f"Routes file {str(p)!r} not found: give a JSON file with the sources."
-        )
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ConfigurationError(f"Routes file {str(p)!r} is not valid JSON ({e}).") from e
+    data = read_json_file(
+        p,
+        what="the routes file",
+        missing=f"Routes file {str(p)!r} not found: give a JSON file with the sources.",
+    )
     options: dict[str, Any] = {}
     if isinstance(data, dict):
         raw = data.get("sources", data.get("routes"))
-        options = {
-            k: data[k] for k in ("fallback", "threshold", "top_k_routes", "selector") if k in data
-        }
+        options = {k: data[k] for k in _OPTION_TYPES if k in data}
     else:
         raw = data
     if not isinstance(raw, list) or not raw:
@@ -163,7 +200,10 @@ def load_sources(path: str | Path) -> tuple[list[RouteSource], dict[str, Any]]:
             f"Routes file {str(p)!r} has no sources: "
             "expected a list of {name, description, collection}."
         )
-    return [coerce_source(s) for s in raw], options
+    with in_file(p):
+        for key, value in options.items():
+            _check_type(key, value, _OPTION_TYPES[key])
+        return [coerce_source(s) for s in raw], options
 
 
 def discover_sources(
