@@ -232,7 +232,7 @@ def metrics(examples: list[Any], nodes: list[Any], rankings: list[list[int]]) ->
 
 
 def run(split: str) -> dict[str, Any]:
-    from llama_index_rag_pack.components.ingest import split_documents
+    from llama_index_rag_pack.components.chunking import split_documents
     from llama_index_rag_pack.evaluation.labelled import load_corpus, load_labelled_set
 
     examples = list(load_labelled_set("wiki_qa_para", split=split).examples)

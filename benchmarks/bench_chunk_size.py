@@ -60,7 +60,7 @@ def build_collection(uri: str, size: int, documents: list[Any], embed: CachedEmb
     """Chunks and their sentence index for one chunk size, in a new collection."""
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_rag_pack.components.ingest import split_documents
+    from llama_index_rag_pack.components.chunking import split_documents
     from llama_index_rag_pack.components.sentences import sentence_units
     from llama_index_rag_pack.storage.milvus import flush, open_vector_store
     from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex

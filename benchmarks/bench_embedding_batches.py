@@ -28,7 +28,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 def texts_of(articles: int) -> dict[str, list[str]]:
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_rag_pack.components.ingest import split_documents
+    from llama_index_rag_pack.components.chunking import split_documents
     from llama_index_rag_pack.components.sentences import sentence_units
     from llama_index_rag_pack.evaluation.labelled import load_corpus
 

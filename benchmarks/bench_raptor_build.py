@@ -203,7 +203,7 @@ def run_peer(chunks_path: str) -> dict[str, Any]:
 def prepare_chunks(n_articles: int, raw_path: str, indexed_path: str) -> int:
     """Write the chunks twice: as text (``raw_path``) and with their embeddings, as they come out
     of an indexed collection (``indexed_path``; embedded once here, outside any timing)."""
-    from llama_index_rag_pack.components.ingest import split_documents
+    from llama_index_rag_pack.components.chunking import split_documents
     from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 
     docs = load_wikipedia_documents(limit=n_articles)

@@ -184,7 +184,7 @@ def pair_separation(
 
 def text_case(n_articles: int) -> dict[str, Any]:
     """Real text: the shipped Wikipedia articles, chunked and embedded with the bundled model."""
-    from llama_index_rag_pack.components.ingest import split_documents
+    from llama_index_rag_pack.components.chunking import split_documents
     from llama_index_rag_pack.components.settings import resolve_embed_model
     from llama_index_rag_pack.core.clustering import cluster_embeddings
     from llama_index_rag_pack.core.dimension_reduction import reduce_embeddings

@@ -111,7 +111,7 @@ def umap_end_to_end(x: np.ndarray) -> list[dict[str, Any]]:
 
 
 def text_vectors(n_articles: int) -> np.ndarray:
-    from llama_index_rag_pack.components.ingest import split_documents
+    from llama_index_rag_pack.components.chunking import split_documents
     from llama_index_rag_pack.components.settings import resolve_embed_model
     from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 

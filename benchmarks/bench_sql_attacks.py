@@ -299,7 +299,7 @@ def main() -> int:
         for label, path in (("before", str(old)), ("after", None)):
             cluster = None
             try:
-                root = tmp / label
+                root = tmp / f"databases-{label}"  # tmp / "before" is the old checkout
                 root.mkdir()
                 backends = {"sqlite": _setup_sqlite(attacks, root)}
                 cluster, pg = _setup_postgres(attacks, conftest)

@@ -184,7 +184,7 @@ def old_format_collection(uri: str, name: str, embed_model) -> None:
     from llama_index.vector_stores.milvus import MilvusVectorStore
     from llama_index.vector_stores.milvus.utils import BM25BuiltInFunction
 
-    from llama_index_rag_pack.components.ingest import split_documents
+    from llama_index_rag_pack.components.chunking import split_documents
 
     store = MilvusVectorStore(
         uri=uri,
@@ -257,7 +257,7 @@ def test_a_custom_analyzer_is_recorded_and_needed_to_search(tmp_path, embed_mode
 
 # ------------------------------------------------------------------ Lite and a server agree
 def test_lite_and_a_milvus_lite_server_rank_dev_questions_alike(tmp_path, milvus_server):
-    from llama_index_rag_pack.components.ingest import split_documents
+    from llama_index_rag_pack.components.chunking import split_documents
     from llama_index_rag_pack.evaluation.labelled import load_corpus, load_labelled_set
 
     dev = load_labelled_set("wiki_qa_para", split="dev")

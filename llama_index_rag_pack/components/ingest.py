@@ -1,29 +1,31 @@
-"""Loading and chunking documents: readers for txt/md/pdf/html and a guarded splitter."""
+"""Loading documents: readers for txt/md/pdf/html that keep binaries, devices and oversized
+files out (chunking them: :mod:`~llama_index_rag_pack.components.chunking`)."""
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
-import uuid
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from llama_index.core import SimpleDirectoryReader
-from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.schema import BaseNode, Document
+from llama_index.core.schema import Document
 from llama_index.core.utils import get_tqdm_iterable
 
 from llama_index_rag_pack.core.errors import ConfigurationError, EmptyCorpusError
-from llama_index_rag_pack.core.text_decoding import detect_text_encoding
+from llama_index_rag_pack.core.text_decoding import (
+    detect_text_encoding,
+    escape_undecodable,
+    without_lone_surrogates,
+)
 
 logger = logging.getLogger(__name__)
 
 SUPPORTED_EXTENSIONS = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".rst")
-# all-MiniLM-L6-v2 reads at most 256 word pieces: longer chunks would be embedded truncated.
-DEFAULT_CHUNK_SIZE = 256
-DEFAULT_CHUNK_OVERLAP = 32
+#: Larger files are skipped (a PDF's size is mostly images): 32 MiB of text is ~36,000 chunks,
+#: 27 s and 0.6 GB to split, about an hour to embed on 2 cores; bigger is a log or a dump.
+MAX_FILE_BYTES, MAX_PDF_BYTES = 32 * 2**20, 512 * 2**20
 
 
 @dataclass
@@ -62,9 +64,10 @@ def load_documents(
 ) -> list[Document]:
     """Read files and directories into LlamaIndex ``Document`` objects.
 
-    Document ids are the file paths, so re-indexing a file replaces its old chunks. Binary or
-    undecodable files, unreadable PDFs and blank files are skipped with a warning each (see
-    :func:`read_documents` for the list of skipped files).
+    Document ids are the file paths (a name's bytes that are not UTF-8 escaped: ``caf\\xe9.txt``),
+    so re-indexing a file replaces its old chunks. Binary, undecodable or blank files, unreadable
+    PDFs, FIFOs and devices, and files over :data:`MAX_FILE_BYTES` (32 MiB; PDFs
+    :data:`MAX_PDF_BYTES`, 512 MiB) are skipped with a warning each (:func:`read_documents`).
 
     Raises:
         ConfigurationError: a path does not exist.
@@ -94,15 +97,16 @@ def read_documents(
     files = find_files(paths, recursive=recursive, extensions=extensions)
     loaded = LoadedDocuments()
     for path in get_tqdm_iterable(files, show_progress, "Reading files"):
+        name = escape_undecodable(str(path))  # printable and loggable whatever its bytes
         try:
             docs = _read_file(path)
         except _Skip as skip:
-            loaded.skipped.append(SkippedFile(str(path), str(skip)))
-            logger.warning("Skipped %s: %s", path, skip)
+            loaded.skipped.append(SkippedFile(name, str(skip)))
+            logger.warning("Skipped %s: %s", name, skip)
             continue
         if not any(d.text and d.text.strip() for d in docs):
-            loaded.skipped.append(SkippedFile(str(path), "blank (no text in it)"))
-            logger.warning("Skipped %s: blank (no text in it)", path)
+            loaded.skipped.append(SkippedFile(name, "blank (no text in it)"))
+            logger.warning("Skipped %s: blank (no text in it)", name)
             continue
         loaded.documents.extend(d for d in docs if d.text and d.text.strip())
     if not loaded.documents:
@@ -170,13 +174,15 @@ NOT_TEXT = (
 
 
 def _read_file(path: Path) -> list[Document]:
-    """The documents of one file (a PDF may give one per page).
+    """The documents of one file (a PDF may give one per page), ids and metadata valid UTF-8.
 
     Raises:
-        _Skip: the file is binary, undecodable or an unreadable PDF.
+        _Skip: not a regular file, too large, binary, undecodable or an unreadable PDF.
     """
-    if path.suffix.lower() == ".pdf":
-        return _read_pdf(path)
+    is_pdf = path.suffix.lower() == ".pdf"
+    _check_regular_file(path, MAX_PDF_BYTES if is_pdf else MAX_FILE_BYTES)
+    if is_pdf:
+        return _valid_utf8(_read_pdf(path))
     encoding = detect_text_encoding(path.read_bytes())
     if encoding is None:
         raise _Skip(NOT_TEXT)
@@ -187,7 +193,37 @@ def _read_file(path: Path) -> list[Document]:
         errors=encoding.errors,
         raise_on_error=True,
     )
-    return reader.load_data()
+    return _valid_utf8(reader.load_data())
+
+
+def _check_regular_file(path: Path, limit: int) -> None:
+    """Raise :class:`_Skip` unless ``path`` (symlinks followed) is a regular file of at most
+    ``limit`` bytes: a FIFO would block for ever, a device (``/dev/zero``) never ends."""
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise _Skip(f"cannot be read ({e.strerror or e}); check it exists and is readable") from e
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a device, socket or other special file"
+        raise _Skip(f"not a regular file ({kind}); name a file that holds the text to index")
+    if st.st_size > limit:
+        raise _Skip(
+            f"too large ({st.st_size / 2**20:.1f} MiB, the limit is {limit / 2**20:g} MiB); "
+            "split it into smaller files"
+        )
+
+
+def _valid_utf8(documents: list[Document]) -> list[Document]:
+    """``documents`` with ids, string metadata and text that UTF-8 (so gRPC, Milvus) can encode:
+    a file name's undecodable bytes escaped (stable, unique), stray surrogates in text replaced."""
+    for doc in documents:
+        doc.id_ = escape_undecodable(doc.id_)
+        for key, value in doc.metadata.items():
+            if isinstance(value, str):
+                doc.metadata[key] = escape_undecodable(value)
+        if doc.text and not doc.text.isascii():
+            doc.set_content(without_lone_surrogates(doc.text))
+    return documents
 
 
 def _read_pdf(path: Path) -> list[Document]:
@@ -249,71 +285,12 @@ def drop_blank_documents(documents: Iterable[Document]) -> list[Document]:
     return kept
 
 
-def chunk_id(position: int, document: BaseNode, tenant_field: str | None = None) -> str:
-    """The id of chunk number ``position`` of ``document``: stable across runs and machines.
-
-    With ``tenant_field``, the document's tenant is part of the id, so two tenants' documents
-    with the same id never share chunk ids.
-
-    Example:
-        >>> from llama_index.core import Document
-        >>> chunk_id(0, Document(id_="a", text="x")) == chunk_id(0, Document(id_="a", text="y"))
-        True
-        >>> chunk_id(0, Document(id_="a", text="x")) == chunk_id(1, Document(id_="a", text="x"))
-        False
-        >>> acme, globex = (Document(id_="a", text="x", metadata={"t": t}) for t in "AG")
-        >>> chunk_id(0, acme, "t") == chunk_id(0, globex, "t")
-        False
-    """
-    key = document.node_id
-    if tenant_field is not None:
-        key = json.dumps([(document.metadata or {}).get(tenant_field), key])
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"llama-index-rag-pack:{key}:{position}"))
-
-
-def check_chunking(chunk_size: int, chunk_overlap: int) -> None:
-    """Raise :class:`ConfigurationError` unless ``0 <= chunk_overlap < chunk_size`` (whole
-    numbers): checked before anything is read, loaded or deleted."""
-    for name, value in (("chunk_size", chunk_size), ("chunk_overlap", chunk_overlap)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigurationError(f"{name} must be a whole number, got {value!r}")
-    if chunk_size <= 0:
-        raise ConfigurationError(f"chunk_size must be > 0, got {chunk_size}")
-    if not 0 <= chunk_overlap < chunk_size:
-        raise ConfigurationError(
-            f"chunk_overlap must be >= 0 and < chunk_size ({chunk_size}), got {chunk_overlap}"
-        )
-
-
-def split_documents(
-    documents: Sequence[Document],
-    *,
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-    show_progress: bool = False,
-    tenant_field: str | None = None,
-) -> list[BaseNode]:
-    """Split documents into sentence-aware chunks of at most ``chunk_size`` tokens.
-
-    A chunk's id is derived from its document's id and its position in it (a UUID5), so indexing
-    the same documents twice gives the same ids, and equal scores rank the same way every time;
-    with ``tenant_field``, from the document's tenant too (:func:`chunk_id`).
-    """
-    check_chunking(chunk_size, chunk_overlap)
-    ids = functools.partial(chunk_id, tenant_field=tenant_field) if tenant_field else chunk_id
-    splitter = SentenceSplitter(chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=ids)
-    return splitter.get_nodes_from_documents(documents, show_progress=show_progress)
-
-
 __all__ = [
-    "check_chunking",
-    "chunk_id",
     "find_files",
     "LoadedDocuments",
     "load_documents",
     "read_documents",
     "SkippedFile",
     "drop_blank_documents",
-    "split_documents",
     "SUPPORTED_EXTENSIONS",
 ]

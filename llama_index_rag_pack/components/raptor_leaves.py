@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 
 from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeRelationship, TextNode
 
-from llama_index_rag_pack.components.ingest import split_documents
+from llama_index_rag_pack.components.chunking import split_documents
 from llama_index_rag_pack.components.raptor_nodes import (
     CHILD_KEY,
     CLUSTER_KEY,

@@ -95,3 +95,57 @@ def without_lone_surrogates(text: str) -> str:
     if text.isascii():
         return text
     return _SURROGATE.sub("\ufffd", text)
+
+
+def escape_undecodable(text: str) -> str:
+    """``text`` as valid UTF-8 that still tells apart the names it may stand for.
+
+    A file name with bytes that are not UTF-8 reaches Python with each such byte as a lone
+    surrogate (``surrogateescape``); gRPC and Milvus cannot encode it. Here each one becomes its
+    byte's escape (``\\xe9``), the way ``ls -b`` shows it: stable across runs, different for
+    names that differ only in those bytes (unlike :func:`without_lone_surrogates`), and the
+    identity for valid text. Other lone surrogates become their code point's escape
+    (``\\ud800``).
+
+    Example:
+        >>> escape_undecodable(b"caf\\xe9.txt".decode("utf-8", "surrogateescape"))
+        'caf\\\\xe9.txt'
+        >>> escape_undecodable("café.txt")
+        'café.txt'
+    """
+    if text.isascii() or not _SURROGATE.search(text):
+        return text
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that is not an escaped byte
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+__all__ += ["escape_undecodable"]
+
+
+def split_at_breaks(text: str, limit: int) -> list[str]:
+    """``text`` cut into pieces of at most ``limit`` characters (joined, they are ``text``), each
+    ending at the last paragraph break in its second half, else line break, sentence or word end.
+
+    Example:
+        >>> split_at_breaks("one two. three\\n\\nfour five", 16)
+        ['one two. three\\n\\n', 'four five']
+        >>> split_at_breaks("abcdef", 4)
+        ['abcd', 'ef']
+    """
+    pieces, start = [], 0
+    while len(text) - start > limit:
+        end = start + limit
+        for sep in ("\n\n", "\n", ". ", "\u3002", " "):
+            cut = text.rfind(sep, start + limit // 2, end)
+            if cut >= 0:
+                end = cut + len(sep)
+                break
+        pieces.append(text[start:end])
+        start = end
+    pieces.append(text[start:])
+    return pieces
+
+
+__all__ += ["split_at_breaks"]

@@ -15,14 +15,13 @@ from llama_index.core.base.response.schema import RESPONSE_TYPE
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document
 
-from llama_index_rag_pack.components.ingest import (
+from llama_index_rag_pack.components.chunking import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
     check_chunking,
-    drop_blank_documents,
-    load_documents,
     split_documents,
 )
+from llama_index_rag_pack.components.ingest import drop_blank_documents, load_documents
 from llama_index_rag_pack.components.settings import (
     default_milvus_uri,
     describe_embed_model,

@@ -4,7 +4,7 @@ Document ids come from users (file paths, ids of their own), so they only ever e
 expression as escaped literals (:func:`ids_expression`). With tenants, several tenants may use the
 same document id: every lookup and delete by id is also scoped to the document's tenant, and the
 chunk ids of a collection with tenants include the tenant
-(:func:`~llama_index_rag_pack.components.ingest.chunk_id`), so one tenant's insert or delete
+(:func:`~llama_index_rag_pack.components.chunking.chunk_id`), so one tenant's insert or delete
 never replaces or removes another tenant's rows.
 """
 

@@ -27,7 +27,7 @@ from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 from llama_index.core.schema import BaseNode, TextNode
 
-from llama_index_rag_pack.components.ingest import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from llama_index_rag_pack.components.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from llama_index_rag_pack.components.raptor_leaves import make_leaves
 from llama_index_rag_pack.components.raptor_levels import BuildStats, ClusterOptions, LevelBuilder
 from llama_index_rag_pack.components.raptor_summaries import (

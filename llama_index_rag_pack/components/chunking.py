@@ -1,0 +1,129 @@
+"""Chunking documents: sentence-aware chunks with stable ids, long texts cut first.
+
+A chunk's id is derived from its document's id (and tenant) and its position in it, so indexing
+the same documents twice gives the same ids. Texts longer than :data:`MAX_SPLIT_CHARS` are cut
+at paragraph ends before LlamaIndex's ``SentenceSplitter`` sees them (nltk's sentence tokenizer
+gives up after 5 s, at about 7 MB of text), and whatever the splitter raises is one
+:class:`~llama_index_rag_pack.core.errors.ConfigurationError` naming the file.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Sequence
+
+from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.schema import BaseNode, Document, MetadataMode
+from llama_index.core.utils import get_tokenizer, get_tqdm_iterable
+
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.text_decoding import split_at_breaks
+
+__all__ = [
+    "DEFAULT_CHUNK_OVERLAP",
+    "DEFAULT_CHUNK_SIZE",
+    "MAX_SPLIT_CHARS",
+    "check_chunking",
+    "chunk_id",
+    "split_documents",
+]
+
+# all-MiniLM-L6-v2 reads at most 256 word pieces: longer chunks would be embedded truncated.
+DEFAULT_CHUNK_SIZE = 256
+DEFAULT_CHUNK_OVERLAP = 32
+#: Longer texts are cut (at paragraph ends) before chunking: nltk times out at 5 s, ~7 MB.
+MAX_SPLIT_CHARS = 100_000
+
+
+def chunk_id(position: int, document: BaseNode, tenant_field: str | None = None) -> str:
+    """The id of chunk number ``position`` of ``document``: stable across runs and machines.
+
+    With ``tenant_field``, the document's tenant is part of the id, so two tenants' documents
+    with the same id never share chunk ids.
+
+    Example:
+        >>> from llama_index.core import Document
+        >>> chunk_id(0, Document(id_="a", text="x")) == chunk_id(0, Document(id_="a", text="y"))
+        True
+        >>> chunk_id(0, Document(id_="a", text="x")) == chunk_id(1, Document(id_="a", text="x"))
+        False
+        >>> acme, globex = (Document(id_="a", text="x", metadata={"t": t}) for t in "AG")
+        >>> chunk_id(0, acme, "t") == chunk_id(0, globex, "t")
+        False
+    """
+    key = document.node_id
+    if tenant_field is not None:
+        key = json.dumps([(document.metadata or {}).get(tenant_field), key])
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"llama-index-rag-pack:{key}:{position}"))
+
+
+def check_chunking(chunk_size: int, chunk_overlap: int) -> None:
+    """Raise :class:`ConfigurationError` unless ``0 <= chunk_overlap < chunk_size`` (whole
+    numbers): checked before anything is read, loaded or deleted."""
+    for name, value in (("chunk_size", chunk_size), ("chunk_overlap", chunk_overlap)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigurationError(f"{name} must be a whole number, got {value!r}")
+    if chunk_size <= 0:
+        raise ConfigurationError(f"chunk_size must be > 0, got {chunk_size}")
+    if not 0 <= chunk_overlap < chunk_size:
+        raise ConfigurationError(
+            f"chunk_overlap must be >= 0 and < chunk_size ({chunk_size}), got {chunk_overlap}"
+        )
+
+
+def split_documents(
+    documents: Sequence[Document],
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+    show_progress: bool = False,
+    tenant_field: str | None = None,
+) -> list[BaseNode]:
+    """Split documents into sentence-aware chunks of at most ``chunk_size`` tokens.
+
+    A chunk's id is derived from its document's id and its position in it (a UUID5), so indexing
+    the same documents twice gives the same ids, and equal scores rank the same way every time;
+    with ``tenant_field``, from the document's tenant too (:func:`chunk_id`). Texts longer than
+    :data:`MAX_SPLIT_CHARS` are first cut at paragraph ends (:class:`_LongTextSplitter`).
+
+    Raises:
+        ConfigurationError: bad ``chunk_size``/``chunk_overlap``, or a document that cannot be
+            split with them (its metadata, e.g. a long file path, fills the chunk size).
+    """
+    check_chunking(chunk_size, chunk_overlap)
+    ids = functools.partial(chunk_id, tenant_field=tenant_field) if tenant_field else chunk_id
+    tokenizer = get_tokenizer()
+    splitter = _LongTextSplitter(
+        chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=ids, tokenizer=tokenizer
+    )
+    nodes: list[BaseNode] = []
+    for doc in get_tqdm_iterable(documents, show_progress, "Splitting documents"):
+        name = (doc.metadata or {}).get("file_path") or doc.doc_id
+        modes = (MetadataMode.EMBED, MetadataMode.LLM)
+        metadata_len = max(len(tokenizer(doc.get_metadata_str(m))) for m in modes)
+        if metadata_len >= chunk_size:
+            raise ConfigurationError(
+                f"{name}: its metadata (file path and other fields) is {metadata_len} tokens, "
+                f"which leaves no room for text in chunks of {chunk_size}; use a larger chunk "
+                f"size (--chunk-size / chunk_size {metadata_len + 64} or more)"
+            )
+        try:
+            nodes += splitter.get_nodes_from_documents([doc])
+        except (ValueError, TimeoutError) as e:
+            raise ConfigurationError(
+                f"{name}: cannot be split into chunks of {chunk_size} tokens ({e}); use a larger "
+                "chunk size, or split the file into smaller ones"
+            ) from e
+    return nodes
+
+
+class _LongTextSplitter(SentenceSplitter):
+    """A ``SentenceSplitter`` that cuts texts into pieces first (:data:`MAX_SPLIT_CHARS`)."""
+
+    def split_text_metadata_aware(self, text: str, metadata_str: str) -> list[str]:
+        chunks: list[str] = []
+        for piece in split_at_breaks(text, MAX_SPLIT_CHARS):
+            chunks += super().split_text_metadata_aware(piece, metadata_str)
+        return chunks
