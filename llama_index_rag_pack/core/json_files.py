@@ -135,15 +135,15 @@ def parse_json(text: str, *, where: str, hint: str = "", max_depth: int = MAX_FI
     """
     try:
         data = json.loads(text)
+        too_deep = json_depth(data) > max_depth
     except json.JSONDecodeError as e:
         reason = f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
         raise ConfigurationError(_sentence(where, reason, hint)) from None
-    except RecursionError:
+    except RecursionError:  # the decoder's own stack gave out first
+        too_deep = True
+    if too_deep:
         reason = f"JSON nested more than {max_depth} levels deep"
         raise ConfigurationError(_sentence(where, reason, hint)) from None
-    if json_depth(data) > max_depth:
-        reason = f"JSON nested more than {max_depth} levels deep"
-        raise ConfigurationError(_sentence(where, reason, hint))
     return data
 
 
