@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.core.errors import (
         CollectionNotFoundError,
         ConfigurationError,
+        EmbeddingError,
         EmptyCorpusError,
         LLMNotConfiguredError,
         MilvusUnavailableError,
@@ -131,6 +132,7 @@ _EXPORTS: dict[str, str] = {
     "cluster_embeddings": ".core.clustering",
     "CollectionNotFoundError": ".core.errors",
     "ConfigurationError": ".core.errors",
+    "EmbeddingError": ".core.errors",
     "EmptyCorpusError": ".core.errors",
     "LLMNotConfiguredError": ".core.errors",
     "MilvusUnavailableError": ".core.errors",
@@ -206,6 +208,7 @@ __all__ = [
     "render_references",
     "CollectionNotFoundError",
     "ConfigurationError",
+    "EmbeddingError",
     "EmptyCorpusError",
     "EvalHarness",
     "EvalReport",

@@ -107,7 +107,8 @@ def test_headings_and_analyzer_names():
         "Crew",
         "Landing",
     ]
-    assert resolve_analyzer(None).name == "english"
+    assert resolve_analyzer(None).name == "auto"
+    assert resolve_analyzer("english").name == "english"
     assert not resolve_analyzer("standard").client_side
     assert resolve_analyzer(str.split).name.startswith("custom:")
     with pytest.raises(ConfigurationError, match="english"):
@@ -144,7 +145,7 @@ def english_pack(tmp_path_factory, embed_model):
 
 
 def test_a_query_finds_other_forms_of_its_words_on_lite(english_pack, embed_model, tmp_path):
-    assert english_pack.vector_store.bm25_analysis.name == "english"
+    assert english_pack.vector_store.bm25_analysis.name == "auto"  # the default
     assert top_doc(english_pack, "running") == "jog"
     assert top_doc(english_pack, "sailing winds") == "sail"
     assert top_doc(english_pack, "kneading") == "bake"
@@ -219,14 +220,14 @@ def test_an_old_collection_still_answers_and_reindex_upgrades_it(tmp_path, embed
     assert upgrade_bm25_analysis(uri, "old") == len(DOCS)
     pack = RagPack.open(uri=uri, collection_name="old", embed_model=embed_model)
     client = pack.vector_store.client
-    assert stored_bm25_analysis(client, "old") == "english"
+    assert stored_bm25_analysis(client, "old") == "auto"
     assert count_entities(pack.vector_store) == len(DOCS)
     assert sorted(r["id"] for r in client.query("old", filter="", output_fields=["id"])) == (
         ids_before
     )
     assert top_doc(pack, "running") == "jog"
     assert top_doc(pack, "running", mode="vector") == "jog"  # vectors kept
-    assert upgrade_bm25_analysis(uri, "old") == 0  # already English
+    assert upgrade_bm25_analysis(uri, "old") == 0  # already auto
 
 
 def test_a_custom_analyzer_is_recorded_and_needed_to_search(tmp_path, embed_model):
@@ -288,10 +289,8 @@ def test_rag_pack_index_reindex_upgrades_an_old_collection(tmp_path, embed_model
     uri = str(tmp_path / "cli_old.db")
     old_format_collection(uri, "docs", embed_model)
     assert main(["--uri", uri, "--collection", "docs", "index", "--reindex"]) == 0
-    assert f"{len(DOCS)} chunks re-indexed with the English BM25 analysis" in (
-        capsys.readouterr().out
-    )
+    assert f"{len(DOCS)} chunks re-indexed with the auto BM25 analysis" in (capsys.readouterr().out)
     assert main(["--uri", uri, "--collection", "docs", "index", "--reindex"]) == 0
-    assert "already uses the English BM25 analysis" in capsys.readouterr().out
+    assert "already uses the auto BM25 analysis" in capsys.readouterr().out
     assert main(["--uri", uri, "--collection", "docs", "index"]) == 2
     assert "--reindex" in capsys.readouterr().err

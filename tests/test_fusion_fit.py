@@ -322,7 +322,12 @@ def test_fusion_config_round_trips_and_validates(tmp_path: Path) -> None:
         "rrf_k": 20.0,
         "candidate_pool": 50,
         "sentence_weight": 0.4,
+        "unread_alpha": 0.05,
+        "unread_sentence_weight": 0.2,
     }
+    # a file saved before the unread weights existed still loads, with their defaults
+    path.write_text(json.dumps({"alpha": 0.2}))
+    assert load_fusion_config(path).unread_alpha == 0.05
     path.write_text(json.dumps({"alpha": 0.2, "alfa": 0.3}))
     with pytest.raises(ConfigurationError, match=r"unknown keys \['alfa'\]"):
         load_fusion_config(path)
@@ -335,6 +340,10 @@ def test_fusion_config_round_trips_and_validates(tmp_path: Path) -> None:
         FusionConfig(candidate_pool=0)
     with pytest.raises(ConfigurationError, match="rrf_k"):
         FusionConfig(rrf_k=-1)
+    with pytest.raises(ConfigurationError, match="unread_alpha"):
+        FusionConfig(unread_alpha=1.5)
+    with pytest.raises(ConfigurationError, match="unread_sentence_weight"):
+        FusionConfig(unread_sentence_weight=-0.1)
 
 
 def test_resolve_reads_the_data_dir_file_only_when_unset(

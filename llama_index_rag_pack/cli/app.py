@@ -74,6 +74,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             chunk_size=args.chunk_size,
             chunk_overlap=args.chunk_overlap,
             sentence_index=not args.no_sentence_index,
+            bm25_analyzer=args.bm25_analyzer or "auto",
             show_progress=True,
             **{k: v for k, v in pack_kwargs(args).items() if k != "llm"},
         )
@@ -217,8 +218,10 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--embed-model",
         default=None,
-        help="local sentence-transformers model directory, or a Hub model name already in "
-        "LlamaIndex's cache (never downloaded)",
+        help="local sentence-transformers model directory, a Hub model name already in "
+        "LlamaIndex's cache (never downloaded), or openai:MODEL for an OpenAI-compatible "
+        "embeddings endpoint ($RAG_PACK_EMBED_API_BASE or $OPENAI_BASE_URL, "
+        "$RAG_PACK_EMBED_API_KEY or $OPENAI_API_KEY); the bundled default is English-only",
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="log details and show tracebacks"
@@ -232,9 +235,18 @@ def _add_index_command(sub: Any) -> None:
     p.add_argument(
         "--reindex",
         action="store_true",
-        help="rebuild the stored collection's BM25 side with the English analysis (stop words, "
-        "stems, titles), keeping its chunks and vectors: upgrades a collection indexed before "
-        "it (no paths)",
+        help="re-analyse the stored collection's BM25 side with the per-language auto "
+        "analysis (or --bm25-analyzer), keeping its chunks and vectors (no paths). A collection "
+        "keeps the analysis it was indexed with until then: one indexed with the English "
+        "analysis (before auto) gets nothing from BM25 for a Chinese or Japanese question",
+    )
+    p.add_argument(
+        "--bm25-analyzer",
+        default=None,
+        metavar="NAME",
+        help="BM25 analysis of a new collection (or of --reindex): auto (default: each chunk "
+        "in its own language), chinese, japanese, german, french, spanish, russian, ... "
+        "(any Snowball language), unicode, english, standard",
     )
     p.add_argument(
         "--no-sentence-index",

@@ -239,8 +239,14 @@ def _fit_and_compare(args: argparse.Namespace, harness: Any) -> list[Any]:
     )
     _out(fit_table(fit, config.fitted_on["metric"]))
     path = save_fusion_config(config, args.fit_out)
+    weights = (
+        f"unread_alpha={config.unread_alpha:g}, unread_sentence_weight="
+        f"{config.unread_sentence_weight:g} (questions the embedding model cannot read)"
+        if config.fitted_on.get("questions_fitted") == "unread"
+        else f"alpha={config.alpha:g}"
+    )
     _out(
-        f"fusion config: {path} (alpha={config.alpha:g}, {config.normalization}, "
+        f"fusion config: {path} ({weights}, {config.normalization}, "
         f"rrf_k={config.rrf_k:g}, candidate_pool={config.candidate_pool})"
     )
     _out()

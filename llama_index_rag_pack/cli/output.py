@@ -64,6 +64,8 @@ def print_models(pack: Any) -> None:
     info = pack.describe()
     out(f"  embedding : {info['embedding']}")
     out(f"  store     : {info['vector_store']}")
+    if info.get("bm25"):
+        out(f"  bm25      : {info['bm25']}")
     out(f"  llm       : {info['llm']}")
 
 

@@ -11,18 +11,19 @@ from llama_index_rag_pack.storage.bm25_upgrade import upgrade_bm25_analysis
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    """Rebuild the BM25 side of the stored collection with the English analysis."""
+    """Re-analyse the BM25 side of the stored collection (``auto``, or ``--bm25-analyzer``)."""
     if args.paths:
         raise ConfigurationError(
             "--reindex rebuilds the stored chunks of the collection: give no paths with it."
         )
     uri = args.uri or default_milvus_uri()
     collection = args.collection or default_collection()
+    name = getattr(args, "bm25_analyzer", None) or "auto"
     timings: dict[str, float] = {}
-    with step("re-analysing the stored chunks for BM25 (English)", timings):
-        copied = upgrade_bm25_analysis(uri, collection, token=args.token)
+    with step(f"re-analysing the stored chunks for BM25 ({name})", timings):
+        copied = upgrade_bm25_analysis(uri, collection, token=args.token, bm25_analyzer=name)
     if copied:
-        out(f"Collection {collection!r}: {copied} chunks re-indexed with the English BM25 analysis")
+        out(f"Collection {collection!r}: {copied} chunks re-indexed with the {name} BM25 analysis")
     else:
-        out(f"Collection {collection!r} already uses the English BM25 analysis: nothing to do.")
+        out(f"Collection {collection!r} already uses the {name} BM25 analysis: nothing to do.")
     return 0

@@ -10,6 +10,8 @@ and what the LLM reads; sentences only decide the ranking.
 Example:
     >>> chunk_sentences("Dr. Smith arrived. He spoke at length about the budget.")
     ['Dr. Smith arrived.', 'He spoke at length about the budget.']
+    >>> chunk_sentences("RAPTOR 先对文本块聚类。然后总结每个聚类！")
+    ['RAPTOR 先对文本块聚类。', '然后总结每个聚类！']
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from pathlib import PurePath
 from typing import Any
 
 from llama_index.core.schema import BaseNode, MetadataMode
+
+from llama_index_rag_pack.core.annotations import join_sentence_parts, split_cjk_sentences
+from llama_index_rag_pack.core.words import count_words
 
 __all__ = [
     "MIN_SENTENCE_WORDS",
@@ -70,6 +75,8 @@ def chunk_sentences(
 ) -> list[str]:
     """The sentences of ``text``, whitespace-normalised; fragments shorter than ``min_words``
     words are joined to the sentence after them (a trailing fragment to the one before).
+    Chinese and Japanese sentences end at 。！？ (and their full-width forms), and their words
+    are counted as the segmenter cuts them.
 
     The chunk-side splitter: ``split`` cuts the text, by default LlamaIndex's punkt tokenizer
     ("Dr. Smith" stays one sentence; importing NLTK takes about 2 s). Answers are split by
@@ -77,18 +84,19 @@ def chunk_sentences(
     so citation markers can be put back into the answer text."""
     out: list[str] = []
     pending = ""
-    for piece in (split or _splitter())(text):
-        sentence = " ".join(f"{pending} {piece}".split())
+    pieces = (split or _splitter())(text)
+    for piece in (part for whole in pieces for part in split_cjk_sentences(whole)):
+        sentence = join_sentence_parts(pending, piece)
         if not sentence:
             continue
-        if len(sentence.split()) < min_words:
+        if count_words(sentence) < min_words:
             pending = sentence
             continue
         out.append(sentence)
         pending = ""
     if pending:
         if out:
-            out[-1] = f"{out[-1]} {pending}"
+            out[-1] = join_sentence_parts(out[-1], pending)
         else:
             out.append(pending)
     return out

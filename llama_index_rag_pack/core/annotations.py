@@ -11,9 +11,23 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["attach_markers", "parse_annotations", "split_prose_sentences", "split_sentences"]
+__all__ = [
+    "attach_markers",
+    "join_sentence_parts",
+    "parse_annotations",
+    "split_cjk_sentences",
+    "split_prose_sentences",
+    "split_sentences",
+]
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+#: Where a sentence ends: whitespace after . ! ?, or right after 。！？ (and closing quotes or
+#: brackets), which Chinese and Japanese write without a space after them.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|[。！？]+[”’」』）】]*\s*")
+_CJK_END = re.compile(r"[。！？]+[”’」』）】]*\s*")
+#: Kana, Han and the CJK punctuation written between them without spaces.
+_CJK_CHAR = re.compile(
+    r"[\u3000-\u303f\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uff01-\uff0f\uff1a-\uff1f]"
+)
 _CLOSING = ".!?;:"
 _ANNOTATION_LINE = re.compile(r"^\W*(?:s(?:entence)?\s*)?(\d+)\s*[:\-=>)\]]+\s*(.*)$", re.I)
 #: Words whose period does not end a sentence (titles, "No.", "vs.", "approx.", ...).
@@ -36,14 +50,45 @@ def split_sentences(text: str) -> list[str]:
         >>> split_sentences("One. Two!  Three")
         ['One. ', 'Two!  ', 'Three']
     """
+    return _cut_after(_SENTENCE_END, text)
+
+
+def _cut_after(pattern: re.Pattern[str], text: str) -> list[str]:
+    """``text`` cut after each match of ``pattern``, the match kept with the piece before it."""
     pieces: list[str] = []
     last = 0
-    for m in _SENTENCE_END.finditer(text):
+    for m in pattern.finditer(text):
         pieces.append(text[last : m.end()])
         last = m.end()
     if last < len(text):
         pieces.append(text[last:])
     return pieces
+
+
+def split_cjk_sentences(text: str) -> list[str]:
+    """``text`` cut after each 。！？ (with the closing quotes or brackets after it); lossless.
+
+    Example:
+        >>> split_cjk_sentences("它先聚类。然后“总结！”最后")
+        ['它先聚类。', '然后“总结！”', '最后']
+    """
+    return _cut_after(_CJK_END, text)
+
+
+def join_sentence_parts(*parts: str) -> str:
+    """Parts of one sentence joined with single spaces, except between two CJK characters
+    (``"检索" + "方法"`` is ``"检索方法"``): the whitespace-normalised form of a sentence.
+
+    Example:
+        >>> join_sentence_parts("Dr.", " Smith  arrived."), join_sentence_parts("短句。", "下一句")
+        ('Dr. Smith arrived.', '短句。下一句')
+    """
+    out = ""
+    for word in " ".join(parts).split():
+        if out and not (_CJK_CHAR.match(out[-1]) and _CJK_CHAR.match(word[0])):
+            out += " "
+        out += word
+    return out
 
 
 def split_prose_sentences(text: str) -> list[str]:

@@ -7,7 +7,6 @@ Pure numpy and rapidfuzz (no LlamaIndex); the decisions built on them are in
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +15,7 @@ import numpy as np
 from rapidfuzz import fuzz, process
 
 from llama_index_rag_pack.core.similarity import normalize_rows
+from llama_index_rag_pack.core.words import lexical_words
 
 __all__ = [
     "DEFAULT_MARGIN",
@@ -43,19 +43,20 @@ DEFAULT_MAX_SOURCES = 1
 #: rapidfuzz ``fuzz.ratio`` (0..100) from which two words count as the same word.
 TOKEN_MATCH_CUTOFF = 85.0
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-
 
 # --------------------------------------------------------------------------- lexical support
 def content_tokens(text: str, stopwords: Collection[str] = ()) -> list[str]:
-    """Lower-cased words of ``text`` minus ``stopwords``, in order, without repeats.
+    """Lower-cased words of ``text`` minus ``stopwords``, in order, without repeats (Chinese
+    and Japanese runs cut into words by their segmenter).
 
     Example:
         >>> content_tokens("The cheetah runs; the cheetah sleeps.", {"the"})
         ['cheetah', 'runs', 'sleeps']
+        >>> content_tokens("猎豹跑得很快")
+        ['猎豹', '跑', '得', '很快']
     """
     seen: dict[str, None] = {}
-    for word in _WORD.findall((text or "").lower()):
+    for word in lexical_words(text or ""):
         if word not in stopwords and word not in seen:
             seen[word] = None
     return list(seen)

@@ -10,15 +10,29 @@ a ``milvus-lite server`` and a Milvus server or cluster index the same terms and
 
 Analyzers (:func:`resolve_analyzer`):
 
-* ``english`` (the default): lower-cased letter/digit runs, Lucene's English stop words (Milvus'
+* ``auto`` (the default for new collections): each chunk in its own language(s)
+  (:class:`LanguageAnalyzer`, :mod:`~llama_index_rag_pack.core.languages`). Chinese runs are
+  segmented by jieba's dictionary, Japanese runs by Sudachi, the words of the rest stemmed with
+  the Snowball stemmer of their identified language (German, French, Spanish, Russian, ... and
+  English) minus its stop words, other scripts without spaces (Hangul, Thai, ...) cut into
+  character bigrams. A chunk's language is recorded in its metadata (``language``) and the
+  collection's languages with the collection, and a question is analysed by its own language
+  among those. On English text ``auto`` gives exactly the ``english`` terms.
+* ``chinese``, ``japanese``: that language's segmenter for every CJK run, English for the rest.
+* a Snowball language's name (``german``, ``french``, ``spanish``, ``russian``, ...): its stemmer
+  and stop words for every word, bigrams for CJK runs.
+* ``unicode``: the script-aware fallback alone: lower-cased words, bigrams for CJK runs.
+* ``english``: lower-cased letter/digit runs, Lucene's English stop words (Milvus'
   ``_english_`` list) removed, then the Snowball English stemmer (Porter2, from PyStemmer: the
-  stemmer of ``bm25s`` and LlamaIndex's ``BM25Retriever``). A chunk's analysed copy starts with
-  its title and section headings, so a question naming an article finds it.
+  stemmer of ``bm25s`` and LlamaIndex's ``BM25Retriever``); a run of CJK characters stays one
+  term. The analysis of collections made before ``auto``.
 * ``standard``: no client-side analysis; Milvus' own ``standard`` analyzer reads the original
   text (what collections indexed before the ``english`` analyzer use).
-* any callable ``text -> list[str]`` for another language (e.g. a PyStemmer stemmer of that
-  language over your own stop words); a collection records its name, so reopen it with the same
+* any callable ``text -> list[str]``; a collection records its name, so reopen it with the same
   callable.
+
+Every analysis heads a chunk's analysed copy with its title and section headings, so a question
+naming an article finds it.
 
 Example:
     >>> english_terms("The runners were running in Milvus's new indexes")
@@ -29,20 +43,35 @@ Example:
 
 from __future__ import annotations
 
-import functools
-import re
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.language_analysis import (
+    AUTO_VERSION,
+    LanguageAnalyzer,
+    LanguageProfile,
+    analysis_names,
+    english_terms,
+    fixed_analyzer,
+)
+from llama_index_rag_pack.core.stop_words import ENGLISH_STOP_WORDS
+from llama_index_rag_pack.core.words import word_tokens
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ANALYSIS_PROPERTY",
     "ENGLISH_STOP_WORDS",
     "HEADING_KEYS",
+    "LANGUAGES_PROPERTY",
     "MAX_ANALYSED_BYTES",
+    "READ_SHARE",
+    "VERSION_PROPERTY",
+    "AnalysedChunk",
     "Bm25Analysis",
     "BM25Analyzer",
     "analyze_for_bm25",
@@ -52,44 +81,21 @@ __all__ = [
     "word_tokens",
 ]
 
-#: Lucene's English stop words: Milvus' ``_english_`` list, what a server's ``english``
-#: analyzer removes.
-ENGLISH_STOP_WORDS = frozenset(
-    "a an and are as at be but by for if in into is it no not of on or such that the their "
-    "then there these they this to was will with".split()
-)
-#: Runs of Unicode letters and digits: the words Milvus' ``standard`` tokenizer keeps whole, so
-#: an analysed copy (terms joined by spaces) is split back into exactly these terms.
-_WORD = re.compile(r"[^\W_]+")
 #: A Milvus VARCHAR holds at most 65,535 bytes: an analysed copy is cut (at a space) below that.
 MAX_ANALYSED_BYTES = 65_000
 #: The collection property that records how its BM25 field was analysed.
 ANALYSIS_PROPERTY = "rag_pack.bm25_analyzer"
+#: ... the version of a language-aware analysis and the segmenters it ran with (JSON).
+VERSION_PROPERTY = "rag_pack.bm25_analysis_version"
+#: ... and how many chunks were analysed in each language (JSON ``{"en": 120, "zh": 30}``).
+LANGUAGES_PROPERTY = "rag_pack.bm25_languages"
+#: The share of a collection's chunks in an embedding model's languages from which the model
+#: counts as reading the collection (:meth:`Bm25Analysis.read_by`).
+READ_SHARE = 0.8
+#: The analysis of a new collection when none is asked for.
+DEFAULT_ANALYZER = "auto"
 
 BM25Analyzer = Callable[[str], Sequence[str]]
-
-
-@functools.lru_cache(maxsize=8)
-def _stemmer(language: str) -> Any:
-    import Stemmer  # PyStemmer: Snowball stemmers in C
-
-    return Stemmer.Stemmer(language)
-
-
-def word_tokens(text: str) -> list[str]:
-    """Lower-cased runs of letters and digits (``_`` and punctuation separate words)."""
-    return _WORD.findall(text.lower())
-
-
-def english_terms(text: str) -> list[str]:
-    """``text`` as English BM25 terms: lower-cased words, stop words dropped, Snowball-stemmed.
-
-    Example:
-        >>> english_terms("Is it raining? The storms are coming!")
-        ['rain', 'storm', 'come']
-    """
-    words = [w for w in word_tokens(text) if w not in ENGLISH_STOP_WORDS]
-    return list(_stemmer("english").stemWords(words)) if words else []
 
 
 def analyze_for_bm25(text: str, analyzer: BM25Analyzer) -> str:
@@ -99,11 +105,29 @@ def analyze_for_bm25(text: str, analyzer: BM25Analyzer) -> str:
     Terms the analyzer returns with spaces or punctuation inside are split into their words, so
     Milvus' ``standard`` tokenizer reads back exactly the terms joined here.
     """
-    terms = [w for term in analyzer(text) for w in word_tokens(str(term))]
-    out = " ".join(terms)
+    return _joined(analyzer(text))
+
+
+def _joined(terms: Sequence[str]) -> str:
+    out = " ".join(w for term in terms for w in word_tokens(str(term)))
     if len(out.encode()) > MAX_ANALYSED_BYTES:
         out = out.encode()[:MAX_ANALYSED_BYTES].decode(errors="ignore").rsplit(" ", 1)[0]
     return out
+
+
+@dataclass(frozen=True)
+class AnalysedChunk:
+    """A chunk's analysed copy and the languages it was analysed in.
+
+    Attributes:
+        text: The terms joined by spaces (what the BM25 field holds).
+        language: The chunk's main language (``None`` for an analysis that does not tell).
+        languages: Every language whose analysis gave terms.
+    """
+
+    text: str
+    language: str | None = None
+    languages: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -111,31 +135,115 @@ class Bm25Analysis:
     """How a collection's BM25 field is filled and how its queries are analysed.
 
     Attributes:
-        name: ``english``, ``standard`` or ``custom:<callable name>`` (what the collection records).
+        name: ``auto``, ``english``, ``standard``, a language (``chinese``, ``german``, ...) or
+            ``custom:<callable name>`` (what the collection records).
         analyzer: The client-side analysis, or ``None`` for ``standard`` (Milvus reads the
             original text).
+        profile: Under a language-aware analysis, the collection's chunks per language (what
+            questions are identified among); updated as chunks are written.
     """
 
     name: str
     analyzer: BM25Analyzer | None = None
+    profile: LanguageProfile = field(default_factory=LanguageProfile, compare=False, repr=False)
 
     @property
     def client_side(self) -> bool:
         """True when the client analyses (an analysed copy in its own field)."""
         return self.analyzer is not None
 
+    @property
+    def language_aware(self) -> bool:
+        """True for ``auto`` and the fixed-language analyses (they record languages)."""
+        return isinstance(self.analyzer, LanguageAnalyzer)
+
+    @property
+    def version(self) -> int | None:
+        """The version of a language-aware analysis (``None`` for the others)."""
+        return AUTO_VERSION if self.language_aware else None
+
+    def document_hint(self, text: str) -> str | None:
+        """A document's language under a language-aware analysis (what its short chunks
+        take), else ``None``."""
+        if isinstance(self.analyzer, LanguageAnalyzer):
+            return self.analyzer.document_hint(text)
+        return None
+
+    def analyse_document(
+        self,
+        text: str,
+        headings: Sequence[str] = (),
+        *,
+        language: str | None = None,
+        hint: str | None = None,
+    ) -> AnalysedChunk:
+        """The analysed copy of a chunk (its headings, then its text) and its languages.
+
+        Args:
+            language: The chunk's language when it was recorded before (its metadata), so a
+                chunk is analysed alike every time.
+            hint: Its document's language (:meth:`document_hint`).
+        """
+        if self.analyzer is None:
+            return AnalysedChunk(text)
+        head = "\n".join(h for h in headings if h)
+        full = f"{head}\n{text}" if head else text
+        if isinstance(self.analyzer, LanguageAnalyzer):
+            found = self.analyzer.analyse_document(full, language=language, hint=hint)
+            return AnalysedChunk(_joined(found.terms), found.language, found.languages)
+        return AnalysedChunk(_joined(self.analyzer(full)))
+
     def document_text(self, text: str, headings: Sequence[str] = ()) -> str:
         """The analysed copy of a chunk: its headings (title, sections) then its text."""
-        if self.analyzer is None:
-            return text
-        head = "\n".join(h for h in headings if h)
-        return analyze_for_bm25(f"{head}\n{text}" if head else text, self.analyzer)
+        return self.analyse_document(text, headings).text
 
     def query_text(self, query: str) -> str:
         """What a BM25 search sends for ``query`` (the query itself under ``standard``)."""
         if self.analyzer is None:
             return query
+        if isinstance(self.analyzer, LanguageAnalyzer):
+            return _joined(self.analyzer.query_terms(query, self.profile))
         return analyze_for_bm25(query, self.analyzer)
+
+    def query_language(self, query: str) -> str | None:
+        """The main language of a question as this analysis reads it (``None`` when it does
+        not tell: ``standard`` and custom analyses)."""
+        if isinstance(self.analyzer, LanguageAnalyzer):
+            return self.analyzer.query_language(query, self.profile)
+        return "en" if self.name == "english" else None
+
+    def share_in(self, languages: Collection[str]) -> float | None:
+        """The share of the collection's chunks whose main language is one of ``languages``
+        (``None`` when the analysis does not record languages, or before any chunk)."""
+        counts = self.profile.counts()
+        total = sum(counts.values())
+        if not total:
+            return 1.0 if self.name == "english" and "en" in languages else None
+        return sum(n for code, n in counts.items() if code in languages) / total
+
+    def read_by(self, languages: Collection[str], query: str) -> bool:
+        """Whether a model that reads ``languages`` reads ``query`` and the collection: the
+        question's language is one of them and so are the main languages of at least
+        :data:`READ_SHARE` of the chunks (unknown languages count as read)."""
+        asked, share = self.query_language(query), self.share_in(languages)
+        return (asked is None or asked in languages) and (share is None or share >= READ_SHARE)
+
+    def describe(self) -> str:
+        """One line for ``pack.describe()``: the analysis and the collection's languages."""
+        if self.analyzer is None:
+            return "standard (Milvus analyses the original text)"
+        if not self.language_aware:
+            if self.name == "english":
+                return (
+                    "english (indexed before per-language analysis; `rag-pack index --reindex` "
+                    "upgrades it to auto)"
+                )
+            return self.name
+        counts = self.profile.counts()
+        langs = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+        return f"{self.name} v{self.version}" + (
+            f" (chunks per language: {langs})" if langs else ""
+        )
 
 
 #: Metadata keys whose values head a chunk's analysed copy, in this order: the document's
@@ -175,31 +283,40 @@ def _callable_name(analyzer: Callable[..., Any]) -> str:
 
 
 def resolve_analyzer(spec: str | BM25Analyzer | Bm25Analysis | None) -> Bm25Analysis:
-    """``english`` (default for ``None``), ``standard``, or a callable ``text -> terms``.
+    """A named analysis (``None``: ``auto``), or a callable ``text -> terms``.
 
     Raises:
         ConfigurationError: an unknown name, or something neither a name nor a callable.
 
     Example:
-        >>> resolve_analyzer("english").name, resolve_analyzer("standard").client_side
-        ('english', False)
+        >>> resolve_analyzer(None).name, resolve_analyzer("standard").client_side
+        ('auto', False)
+        >>> resolve_analyzer("German").name
+        'german'
     """
     if isinstance(spec, Bm25Analysis):
         return spec
     if spec is None:
-        spec = "english"
+        spec = DEFAULT_ANALYZER
     if isinstance(spec, str):
         name = spec.strip().lower()
         if name == "english":
             return Bm25Analysis("english", english_terms)
         if name == "standard":
             return Bm25Analysis("standard")
+        if name == "auto":
+            return Bm25Analysis("auto", LanguageAnalyzer.auto())
+        fixed = fixed_analyzer(name)
+        if fixed is not None:
+            return Bm25Analysis(name, fixed)
         raise ConfigurationError(
-            f"Unknown bm25_analyzer {spec!r}: use 'english', 'standard', or a callable "
-            "text -> list of terms (another language: e.g. a PyStemmer stemmer of it)."
+            f"Unknown bm25_analyzer {spec!r}: use 'auto' (default), 'english', 'standard', one "
+            f"of {', '.join(n for n in analysis_names() if n != 'auto')}, or a callable text "
+            "-> list of terms."
         )
     if callable(spec):
         return Bm25Analysis(_callable_name(spec), spec)
     raise ConfigurationError(
-        f"bm25_analyzer must be 'english', 'standard' or a callable, got {type(spec).__name__}"
+        f"bm25_analyzer must be a name ('auto', 'english', 'chinese', ...) or a callable, got "
+        f"{type(spec).__name__}"
     )

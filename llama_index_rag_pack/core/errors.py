@@ -18,6 +18,7 @@ __all__ = [
     "LLMNotConfiguredError",
     "MilvusUnavailableError",
     "CollectionNotFoundError",
+    "EmbeddingError",
 ]
 
 
@@ -43,6 +44,10 @@ class MilvusUnavailableError(RagPackError, ConnectionError):
 
 class CollectionNotFoundError(RagPackError, LookupError):
     """The Milvus collection to reopen does not exist (nothing was indexed there yet)."""
+
+
+class EmbeddingError(RagPackError, RuntimeError):
+    """The embedding endpoint could not be reached or refused a request (``openai:MODEL``)."""
 
 
 EMPTY_QUERY_MESSAGE = "The query is empty: ask a question with some text in it."

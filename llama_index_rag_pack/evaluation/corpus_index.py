@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
+from llama_index_rag_pack.core.language_analysis import AUTO_VERSION
 from llama_index_rag_pack.evaluation.cache import stable_hash
 from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet
 from llama_index_rag_pack.pack.rag_pack import RagPack
@@ -47,10 +48,12 @@ def questions_about(dataset: LabelledSet, documents: Sequence[Any]) -> list[Labe
     return examples
 
 
-#: Version of the sentence index's layout (splitting, headers); part of the index key.
-SENTENCE_INDEX_VERSION = "sentences-v1"
-#: Version of the BM25 field's analysis (core.bm25_analysis, English); part of the index key.
-BM25_INDEX_VERSION = "bm25-english-v1"
+#: Version of the sentence index's layout (splitting, headers; v2: Chinese and Japanese
+#: sentences end at their full stops); part of the index key.
+SENTENCE_INDEX_VERSION = "sentences-v2"
+#: Version of the BM25 field's analysis (core.bm25_analysis, the default ``auto``); part of the
+#: index key.
+BM25_INDEX_VERSION = f"bm25-auto-v{AUTO_VERSION}"
 
 
 def index_key(

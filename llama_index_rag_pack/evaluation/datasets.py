@@ -6,6 +6,8 @@
   of wiki markup).
 * :func:`load_lee_documents`: the Lee news corpus (300 short Australian news articles), also in
   the gensim wheel.
+* :func:`load_zh_tutorials`: five developer tutorials (four in Chinese), shipped with the
+  labelled sets (the ``zh_qa`` set's corpus).
 
 Install them with ``pip install 'llama-index-rag-pack[data]'``. Nothing is downloaded.
 """
@@ -246,6 +248,41 @@ def load_lee_documents(limit: int | None = None) -> list[Document]:
     return docs
 
 
+def shipped_data_dir() -> Path:
+    """Where the shipped labelled sets (and the ``zh_tutorials`` corpus) live:
+    ``evaluation/data`` inside an installed wheel (when packaged there), else ``benchmarks/data``
+    of a source checkout."""
+    packaged = Path(__file__).resolve().parent / "data"
+    if packaged.is_dir() and any(packaged.glob("*.jsonl")):
+        return packaged
+    return Path(__file__).resolve().parents[2] / "benchmarks" / "data"
+
+
+def load_zh_tutorials() -> list[Document]:
+    """Five developer tutorials, four in Chinese with English code and one English README
+    (``zh_tutorials``: RAPTOR, hybrid retrieval on Milvus, query transformation and routing,
+    citations), the corpus of the ``zh_qa`` labelled set. Ids ``zh:<file stem>``; they ship with
+    the labelled sets.
+
+    Raises:
+        ConfigurationError: the files are not there (an install without the shipped data).
+    """
+    folder = shipped_data_dir() / "zh_tutorials"
+    files = sorted(folder.glob("*.txt")) if folder.is_dir() else []
+    if not files:
+        raise ConfigurationError(
+            f"The zh_tutorials corpus is missing from {folder}: reinstall llama-index-rag-pack."
+        )
+    return [
+        Document(
+            id_=f"zh:{path.stem}",
+            text=path.read_text(encoding="utf-8"),
+            metadata={"title": path.stem.replace("-", " "), "file_name": path.name},
+        )
+        for path in files
+    ]
+
+
 def _flatten_answer(answer: object) -> str:
     if isinstance(answer, dict):
         return "; ".join(f"{k}: {_flatten_answer(v)}" for k, v in answer.items())
@@ -304,5 +341,7 @@ __all__ = [
     "iter_wikipedia_pages",
     "load_lee_documents",
     "load_wikipedia_documents",
+    "load_zh_tutorials",
+    "shipped_data_dir",
     "wikipedia_titles",
 ]

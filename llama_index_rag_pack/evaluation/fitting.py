@@ -248,6 +248,12 @@ def fit_from_candidates(
 ) -> tuple[FusionFit, FusionConfig]:
     """Fit on the harness's questions and their collected ``candidates``.
 
+    When most questions are ones the embedding model cannot read (their language or their
+    chunks' is not the model's: a Chinese set with the bundled English model), the fit is of
+    those questions and becomes the config's ``unread_alpha`` and ``unread_sentence_weight``
+    (the other weights stay as the pack had them); otherwise of the questions it reads, as
+    ``alpha`` and ``sentence_weight``.
+
     Args:
         harness: The :class:`~llama_index_rag_pack.evaluation.harness.EvalHarness` the
             candidates were collected with.
@@ -260,6 +266,11 @@ def fit_from_candidates(
     """
     examples = harness.examples()
     fit_metric = FitMetric.parse(metric or default_fit_metric(examples))
+    reads = harness.prepare().retriever("hybrid_convex").reads
+    unread = [ex for ex in examples if not reads(ex.question)]
+    for_unread = 2 * len(unread) > len(examples)
+    if for_unread:  # most questions are in a language the embedding model cannot read
+        examples = unread
     questions = fit_questions(examples, candidates, fit_metric)
     fit = fit_fusion(questions, fit_metric.rank_metric)
     provenance = {
@@ -268,8 +279,21 @@ def fit_from_candidates(
         "metric": fit_metric.name,
         "seed": harness.seed,
         "limit": harness.limit,
+        "questions_fitted": "unread" if for_unread else "read",
     }
-    return fit, fitted_config(fit, candidate_pool=candidate_pool, provenance=provenance)
+    config = fitted_config(fit, candidate_pool=candidate_pool, provenance=provenance)
+    if for_unread:
+        base = harness.prepare().fusion_config
+        config = FusionConfig(
+            **{
+                **config.to_dict(),
+                "alpha": base.alpha,
+                "sentence_weight": base.sentence_weight,
+                "unread_alpha": config.alpha,
+                "unread_sentence_weight": config.sentence_weight,
+            }
+        )
+    return fit, config
 
 
 def fit_table(fit: FusionFit, metric: str) -> str:
@@ -315,6 +339,9 @@ def comparison_strategies(config: FusionConfig) -> list[Strategy]:
     """The rows that show a fit: each input alone, the hybrid modes with the built-in defaults,
     and with ``config``'s values (every value explicit, so no saved config changes them)."""
     pool = {"candidate_pool": config.candidate_pool}
+    alpha, weight = config.alpha, config.sentence_weight
+    if config.fitted_on.get("questions_fitted") == "unread":
+        alpha, weight = config.unread_alpha, config.unread_sentence_weight
     return [
         Strategy("vector", "vector", description="dense alone"),
         Strategy("bm25", "bm25", description="BM25 alone"),
@@ -338,14 +365,14 @@ def comparison_strategies(config: FusionConfig) -> list[Strategy]:
             "hybrid_convex_fitted",
             "hybrid_convex",
             {
-                "alpha": config.alpha,
+                "alpha": alpha,
                 "normalization": config.normalization,
-                "sentence_weight": config.sentence_weight,
+                "sentence_weight": weight,
                 **pool,
             },
             description=(
-                f"convex, {config.normalization}, alpha={config.alpha:g}, "
-                f"sentence weight={config.sentence_weight:g} (fitted)"
+                f"convex, {config.normalization}, alpha={alpha:g}, sentence weight={weight:g} "
+                "(fitted)"
             ),
         ),
     ]

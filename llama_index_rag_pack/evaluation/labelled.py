@@ -6,8 +6,9 @@ One JSON object per line::
      "evidence": ["sentence holding the answer"], "type": "entity", "corpus": "wikipedia"}
 
 Only ``question`` is required; retrieval metrics need ``relevant_ids`` and answer metrics need
-``answers``. ``corpus`` names what the ids refer to: ``wikipedia``/``lee`` (shipped corpora),
-several shipped corpora indexed together (``wikipedia+lee``) or a path to files to index. An
+``answers``. ``corpus`` names what the ids refer to: ``wikipedia``/``lee``/``zh_tutorials``
+(shipped corpora), several shipped corpora indexed together (``wikipedia+lee``) or a path to
+files to index. An
 optional ``split`` (``dev``/``test``) lets ``load_labelled_set(..., split=)`` keep one part. The
 shipped sets live in ``benchmarks/data`` (see its README).
 """
@@ -26,22 +27,14 @@ from llama_index.core.schema import Document
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.json_files import parse_json, read_text_file, write_text_atomic
+from llama_index_rag_pack.evaluation.datasets import shipped_data_dir
 
 logger = logging.getLogger(__name__)
 
-SHIPPED_CORPORA = ("wikipedia", "lee")
+SHIPPED_CORPORA = ("wikipedia", "lee", "zh_tutorials")
 _KNOWN_FIELDS = frozenset(
     {"id", "question", "answers", "relevant_ids", "evidence", "type", "corpus"}
 )
-
-
-def shipped_data_dir() -> Path:
-    """Where the shipped labelled sets live: ``evaluation/data`` inside an installed wheel (when
-    packaged there), else ``benchmarks/data`` of a source checkout."""
-    packaged = Path(__file__).resolve().parent / "data"
-    if packaged.is_dir() and any(packaged.glob("*.jsonl")):
-        return packaged
-    return Path(__file__).resolve().parents[2] / "benchmarks" / "data"
 
 
 def shipped_sets() -> dict[str, Path]:
@@ -303,12 +296,15 @@ def load_corpus(corpus: str | None, *, titles: Sequence[str] | None = None) -> l
 
     if not corpus:
         raise ConfigurationError(
-            "This labelled set names no corpus: pass --corpus wikipedia|lee|PATH (files to index)."
+            "This labelled set names no corpus: pass --corpus wikipedia|lee|zh_tutorials|PATH "
+            "(files to index)."
         )
     if corpus == "wikipedia":
         return datasets.load_wikipedia_documents(titles)
     if corpus == "lee":
         return datasets.load_lee_documents()
+    if corpus == "zh_tutorials":
+        return datasets.load_zh_tutorials()
     if "+" in corpus and _is_shipped_corpus(corpus):
         return [doc for part in corpus.split("+") for doc in load_corpus(part, titles=titles)]
     path = Path(corpus)

@@ -35,9 +35,13 @@ from llama_index_rag_pack.core.convex_fusion import (
     DEFAULT_CANDIDATE_POOL,
     TUNED_ALPHA,
     TUNED_SENTENCE_WEIGHT,
+    TUNED_UNREAD_ALPHA,
+    TUNED_UNREAD_SENTENCE_WEIGHT,
     ScoreNormalization,
+    check_alpha,
     check_convex_settings,
     check_rrf_k,
+    check_sentence_weight,
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.json_files import read_json_file, write_json_atomic
@@ -68,6 +72,10 @@ class FusionConfig:
         candidate_pool: Candidates each side of every hybrid search fetches.
         sentence_weight: Weight of the sentence list in ``hybrid_convex`` (chunks scored by
             their best sentence; used when the collection has a sentence index), in [0, 1].
+        unread_alpha: ``alpha`` for a question the embedding model cannot read: in a language
+            it was not trained on, or over chunks mostly in one (the bundled model reads
+            English only; docs/languages.md).
+        unread_sentence_weight: ``sentence_weight`` for such a question.
         fitted_on: Where the values come from (dataset, metric, scores); informative only.
 
     Raises:
@@ -79,6 +87,8 @@ class FusionConfig:
     rrf_k: float = DEFAULT_RRF_K
     candidate_pool: int = DEFAULT_CANDIDATE_POOL
     sentence_weight: float = TUNED_SENTENCE_WEIGHT
+    unread_alpha: float = TUNED_UNREAD_ALPHA
+    unread_sentence_weight: float = TUNED_UNREAD_SENTENCE_WEIGHT
     fitted_on: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -90,12 +100,18 @@ class FusionConfig:
         alpha, normalization, candidate_pool, sentence_weight = check_convex_settings(
             self.alpha, self.normalization, self.candidate_pool, self.sentence_weight
         )
+        unread_alpha = check_alpha(self.unread_alpha, "unread_alpha")
+        unread_sentence_weight = check_sentence_weight(
+            self.unread_sentence_weight, "unread_sentence_weight"
+        )
         checked = {
             "alpha": alpha,
             "normalization": normalization.value,
             "rrf_k": check_rrf_k(self.rrf_k),
             "candidate_pool": candidate_pool,
             "sentence_weight": sentence_weight,
+            "unread_alpha": unread_alpha,
+            "unread_sentence_weight": unread_sentence_weight,
             "fitted_on": dict(self.fitted_on),
         }
         for name, value in checked.items():

@@ -48,6 +48,61 @@ def open_sentence_index(
     return index
 
 
+#: Chunks sampled to tell whether a corpus is mostly in a language the embedding model can't read.
+LANGUAGE_SAMPLE = 64
+
+
+def warn_if_model_cannot_read(nodes: Sequence[Any], embed_model: Any) -> str | None:
+    """One warning line when the bundled English embedding model meets chunks mostly in other
+    languages (a sample of them); the line is also returned. BM25 still reads them in their
+    language, so this is never an error."""
+    from llama_index_rag_pack.components.settings import is_bundled_embed_model
+    from llama_index_rag_pack.core.language_analysis import LanguageAnalyzer
+
+    if not nodes or not is_bundled_embed_model(embed_model):
+        return None
+    step = max(1, len(nodes) // LANGUAGE_SAMPLE)
+    sample = list(nodes)[::step][:LANGUAGE_SAMPLE]
+    analyzer = LanguageAnalyzer.auto()
+    counts: dict[str, int] = {}
+    for node in sample:
+        language = analyzer.main_language(node.get_content()[:2000])
+        counts[language] = counts.get(language, 0) + 1
+    other = len(sample) - counts.get("en", 0)
+    if other * 2 <= len(sample):
+        return None
+    shares = ", ".join(
+        f"{code} {100 * n // len(sample)}%"
+        for code, n in sorted(counts.items(), key=lambda kv: -kv[1])
+        if code != "en"
+    )
+    message = (
+        f"Most chunks are not English ({shares} of a sample) and the embedding model is the "
+        "bundled English all-MiniLM-L6-v2: BM25 reads them in their language, but dense and "
+        "hybrid ranking will be weak. For a multilingual model pass embed_model='openai:MODEL' "
+        "(an OpenAI-compatible endpoint, e.g. text-embedding-v3) or a local multilingual "
+        "sentence-transformers directory (--embed-model; docs/languages.md)."
+    )
+    logger.warning(message)
+    return message
+
+
+def before_embedding(store: Any, nodes: Sequence[Any], embed_model: Any) -> None:
+    """What indexing checks before the chunks are embedded and anything is written: their BM25
+    analysis (a store of the pack's analyses them now, so a segmenter that fails does so with
+    the collection untouched) and whether the embedding model reads their language."""
+    prepare = getattr(store, "prepare_bm25", None)
+    if callable(prepare):
+        prepare(list(nodes))
+    warn_if_model_cannot_read(nodes, embed_model)
+
+
+def describe_bm25(store: Any) -> dict[str, str]:
+    """``{"bm25": ...}``: the store's BM25 analysis in one line (``{}`` without BM25)."""
+    analysis = getattr(store, "bm25_analysis", None)
+    return {"bm25": analysis.describe()} if analysis is not None else {}
+
+
 def embed_chunks(nodes: Sequence[Any], embed_model: Any, show_progress: bool = False) -> None:
     """Give every chunk its embedding now, as core's index would when storing it (so that a
     model that fails, fails before any old row is deleted)."""

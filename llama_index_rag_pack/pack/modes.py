@@ -155,6 +155,10 @@ def build_hybrid_convex(
         normalization=_given(normalization, config.normalization),
         candidate_pool=_given(candidate_pool, config.candidate_pool),
         sentence_weight=_given(sentence_weight, config.sentence_weight),
+        # weights given here are meant for every question
+        unread_weights=None
+        if alpha is not None or sentence_weight is not None
+        else (config.unread_alpha, config.unread_sentence_weight),
         in_memory=lite,
         concurrent_searches=not lite,
         reranker=reranker,

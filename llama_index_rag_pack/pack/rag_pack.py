@@ -87,8 +87,9 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
         chunk_overlap: Overlap between chunks, in tokens.
         similarity_top_k: Chunks retrieved per query.
         enable_bm25: Keep a BM25 sparse field beside the dense vectors (hybrid search).
-        bm25_analyzer: A new collection's BM25 analysis: ``english`` (stop words, stems, titles),
-            ``standard`` or a callable ``text -> terms``; others keep theirs (docs/fusion.md).
+        bm25_analyzer: A new collection's BM25 analysis: ``auto`` (each chunk in its own
+            language; docs/languages.md), a language (``chinese``, ``german``, ...),
+            ``english``, ``standard`` or a callable ``text -> terms``; others keep theirs.
         sentence_index: Also embed every sentence (headed by its document's title) into
             ``<collection>__sentences``, so hybrid search scores a chunk by its best sentence.
         fusion_config: Defaults of the hybrid modes: a ``FusionConfig`` or the path of one saved
@@ -121,7 +122,7 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
         chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
         similarity_top_k: int = 4,
         enable_bm25: bool = True,
-        bm25_analyzer: str | Callable[[str], Sequence[str]] | None = "english",
+        bm25_analyzer: str | Callable[[str], Sequence[str]] | None = "auto",
         sentence_index: bool = True,
         fusion_config: FusionConfig | str | Path | None = None,
         tenant_field: str | None = None,
@@ -218,6 +219,7 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
             "vector_store": f"Milvus collection {getattr(store, 'collection_name', '?')!r}"
             + (f" at {self.uri}" if self.uri else ""),
             "llm": describe_llm(self._llm) if self._llm is not None else "(not loaded yet)",
+            **indexing.describe_bm25(store),
         }
 
     # ------------------------------------------------------------------ indexing
@@ -241,6 +243,7 @@ class RagPack(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack)
                 show_progress=self.show_progress, tenant_field=field,
             )
         ]  # fmt: skip
+        indexing.before_embedding(store, nodes, self.embed_model)  # a failure touches nothing
         indexing.embed_chunks(nodes, self.embed_model, self.show_progress)
         units, vectors = indexing.sentence_vectors(
             sentences, nodes, self.embed_model, self.show_progress

@@ -14,24 +14,29 @@ analysis, as it was indexed;
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 from llama_index_rag_pack.core.bm25_analysis import (
     ANALYSIS_PROPERTY,
+    LANGUAGES_PROPERTY,
+    VERSION_PROPERTY,
     Bm25Analysis,
     BM25Analyzer,
-    document_headings,
     resolve_analyzer,
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.language_analysis import AUTO_VERSION, LanguageProfile
+from llama_index_rag_pack.core.segmenters import segmenter_versions
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "BM25_TEXT_FIELD",
-    "add_analysed_nodes",
-    "bm25_row_fields",
+    "LANGUAGE_KEY",
+    "analysis_outdated",
+    "collection_properties",
     "check_async_client",
     "store_analysis",
     "bm25_input_field",
@@ -43,6 +48,10 @@ __all__ = [
 
 #: The field holding a chunk's analysed copy (read by the BM25 function, never shown).
 BM25_TEXT_FIELD = "bm25_text"
+#: The metadata key recording a chunk's main language under a language-aware analysis
+#: (ISO 639 code: ``en``, ``zh``, ``de``, ...); filterable (``language == "zh"``), kept out of
+#: the text embedded and shown to the LLM.
+LANGUAGE_KEY = "language"
 
 
 def function_type_name(value: Any) -> str:
@@ -101,7 +110,7 @@ def collection_bm25_analysis(
             raise ConfigurationError(
                 f"Collection {collection_name!r} was indexed with the BM25 analyzer {stored!r}: "
                 "pass the same callable as bm25_analyzer= to search it, or re-index it with "
-                "`rag-pack index --reindex` (English analysis)."
+                "`rag-pack index --reindex` (the auto analysis)."
             )
         if wanted.name != stored:
             logger.warning(
@@ -111,6 +120,8 @@ def collection_bm25_analysis(
                 wanted.name,
             )
         return wanted
+    if isinstance(requested, Bm25Analysis) and requested.name == stored:
+        return requested  # the store's own: its language profile is shared
     if wanted is not None and wanted.name != stored:
         logger.info(
             "Collection %r was indexed with the %r BM25 analysis: searched with it (asked for "
@@ -119,7 +130,56 @@ def collection_bm25_analysis(
             stored,
             wanted.name,
         )
-    return resolve_analyzer(stored)
+    analysis = resolve_analyzer(stored)
+    if analysis.language_aware:
+        props = collection_properties(client, collection_name)
+        analysis.profile.update(LanguageProfile.from_json(props.get(LANGUAGES_PROPERTY)).counts())
+        _check_version(collection_name, props.get(VERSION_PROPERTY))
+    return analysis
+
+
+def collection_properties(client: Any, collection_name: str) -> dict[str, Any]:
+    """The collection's properties (``rag_pack.*`` records among them)."""
+    return dict(client.describe_collection(collection_name).get("properties") or {})
+
+
+def _version_record() -> str:
+    return json.dumps({"version": AUTO_VERSION, **segmenter_versions()}, sort_keys=True)
+
+
+def analysis_outdated(client: Any, collection_name: str, analysis: Bm25Analysis) -> bool:
+    """True when the collection was analysed by this language-aware analysis at another
+    version of it or of its segmenters than the installed ones."""
+    if not analysis.language_aware:
+        return False
+    recorded = collection_properties(client, collection_name).get(VERSION_PROPERTY)
+    try:
+        then = json.loads(recorded) if recorded else {}
+    except (TypeError, ValueError):
+        then = {}
+    return not isinstance(then, dict) or then != json.loads(_version_record())
+
+
+def _check_version(collection_name: str, recorded: Any) -> None:
+    """Log once when a collection was analysed by another version of the analysis or its
+    segmenters than the ones installed (a few terms may then differ between old chunks and new
+    questions; `rag-pack index --reindex` re-analyses the chunks)."""
+    try:
+        then = json.loads(recorded) if recorded else None
+    except (TypeError, ValueError):
+        then = None
+    if not isinstance(then, dict):
+        return
+    now = json.loads(_version_record())
+    changed = sorted(k for k in now if k in then and then[k] != now[k])
+    if changed:
+        logger.warning(
+            "Collection %r was analysed for BM25 with %s; installed now: %s. Terms of a few words "
+            "may differ: `rag-pack index --reindex` re-analyses its chunks.",
+            collection_name,
+            ", ".join(f"{k} {then[k]}" for k in changed),
+            ", ".join(f"{k} {now[k]}" for k in changed),
+        )
 
 
 def bm25_store_kwargs(analysis: Bm25Analysis, *, new: bool) -> dict[str, Any]:
@@ -135,10 +195,14 @@ def bm25_store_kwargs(analysis: Bm25Analysis, *, new: bool) -> dict[str, Any]:
         hybrid_ranker="RRFRanker",
         hybrid_ranker_params={"k": 60},
     )
+    properties = {ANALYSIS_PROPERTY: analysis.name}
+    if analysis.language_aware:
+        properties[VERSION_PROPERTY] = _version_record()
+        properties[LANGUAGES_PROPERTY] = analysis.profile.to_json()
     if not analysis.client_side:
         kwargs["sparse_embedding_function"] = BM25BuiltInFunction()
         if new:
-            kwargs["collection_properties"] = {ANALYSIS_PROPERTY: analysis.name}
+            kwargs["collection_properties"] = properties
         return kwargs
     from pymilvus import DataType
 
@@ -148,7 +212,7 @@ def bm25_store_kwargs(analysis: Bm25Analysis, *, new: bool) -> dict[str, Any]:
         scalar_field_types=[DataType.VARCHAR],
     )
     if new:
-        kwargs["collection_properties"] = {ANALYSIS_PROPERTY: analysis.name}
+        kwargs["collection_properties"] = properties
     return kwargs
 
 
@@ -181,40 +245,3 @@ def check_async_client(analysis: Bm25Analysis | None, use_async_client: bool) ->
             "use_async_client off (async methods then run in a worker thread) or pass "
             "bm25_analyzer='standard'."
         )
-
-
-def bm25_row_fields(
-    analysis: Bm25Analysis | None, text: str, metadata: Any = None
-) -> dict[str, str]:
-    """The analysed field of one row (``{}`` unless the analysis runs on the client)."""
-    if analysis is None or not analysis.client_side:
-        return {}
-    return {BM25_TEXT_FIELD: analysis.document_text(text, document_headings(metadata))}
-
-
-def add_analysed_nodes(store: Any, nodes: Any, analysis: Bm25Analysis, **add_kwargs: Any) -> Any:
-    """``MilvusVectorStore.add`` with each row's analysed copy in :data:`BM25_TEXT_FIELD`
-    (the rows are otherwise what ``MilvusVectorStore.add`` writes)."""
-    from llama_index.core.vector_stores.utils import node_to_metadata_dict
-
-    rows = []
-    for node in nodes:
-        row = node_to_metadata_dict(node, remove_text=True, text_field=store.text_key)
-        text = getattr(node, store.text_key, None)
-        if not isinstance(text, str):  # as MilvusVectorStore.add reads it
-            text = node.dict()[store.text_key]
-        row[store.text_key] = text
-        row["id"] = node.node_id
-        row[store.embedding_field] = node.embedding
-        row.update(bm25_row_fields(analysis, text, node.metadata))
-        rows.append(row)
-    write = store.client.upsert if store.upsert_mode else store.client.insert
-    for start in range(0, len(rows), store.batch_size):
-        write(
-            store.collection_name,
-            rows[start : start + store.batch_size],
-            partition_name=add_kwargs.get("milvus_partition_name"),
-        )
-    if add_kwargs.get("force_flush", False):
-        store.client.flush(store.collection_name)
-    return [node.node_id for node in nodes]

@@ -12,7 +12,7 @@ from typing import Any
 
 from llama_index_rag_pack.core.bm25_analysis import BM25Analyzer, resolve_analyzer
 from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
-from llama_index_rag_pack.storage.bm25_fields import stored_bm25_analysis
+from llama_index_rag_pack.storage.bm25_fields import analysis_outdated, stored_bm25_analysis
 from llama_index_rag_pack.storage.milvus import collection_dim, flush, open_client
 from llama_index_rag_pack.storage.milvus import open_vector_store as open_store
 from llama_index_rag_pack.storage.vector_memory import forget_vectors
@@ -63,17 +63,20 @@ def upgrade_bm25_analysis(
     collection_name: str,
     *,
     token: str | None = None,
-    bm25_analyzer: str | BM25Analyzer | None = "english",
+    bm25_analyzer: str | BM25Analyzer | None = "auto",
     similarity_metric: str = "COSINE",
 ) -> int:
     """Rebuild a collection's BM25 side with ``bm25_analyzer``, keeping its chunks, vectors,
-    metadata and ids (no re-embedding; its sentence index stays valid).
+    metadata and ids (no re-embedding; its sentence index stays valid). A collection analysed
+    by the same language-aware analysis with another version of it or of its segmenters is
+    re-analysed too; chunks keep the language recorded in their metadata.
 
     The chunks are copied into a new collection, which then replaces the old one, so an
     interruption leaves the old collection whole.
 
     Returns:
-        The number of chunks copied (0 when the collection already had that analysis).
+        The number of chunks copied (0 when the collection already had that analysis, at the
+        installed version).
 
     Raises:
         CollectionNotFoundError: no such collection.
@@ -89,7 +92,7 @@ def upgrade_bm25_analysis(
             f"Collection {collection_name!r} has no BM25 field: re-index its documents with "
             "`rag-pack index PATH --overwrite` to add one."
         )
-    if stored == analysis.name:
+    if stored == analysis.name and not analysis_outdated(client, collection_name, analysis):
         logger.info("Collection %r already uses the %r BM25 analysis", collection_name, stored)
         return 0
     dim = collection_dim(client, collection_name) or 0

@@ -191,7 +191,7 @@ def open_vector_store(
     enable_bm25: bool = True,
     must_exist: bool = False,
     similarity_metric: str = "COSINE",
-    bm25_analyzer: str | BM25Analyzer | Bm25Analysis | None = "english",
+    bm25_analyzer: str | BM25Analyzer | Bm25Analysis | None = "auto",
     tenant_field: str | None = None,
     **store_kwargs: Any,
 ) -> Any:
@@ -207,8 +207,9 @@ def open_vector_store(
             ``sparse_embedding`` field), so dense, BM25 and hybrid search share one collection.
         must_exist: Raise :class:`CollectionNotFoundError` instead of creating a new collection.
         similarity_metric: ``COSINE`` (default, right for MiniLM), ``IP`` or ``L2``.
-        bm25_analyzer: A new collection's BM25 analysis: ``english`` (default), ``standard``
-            or a callable (:mod:`~llama_index_rag_pack.storage.bm25_fields`); an existing one
+        bm25_analyzer: A new collection's BM25 analysis: ``auto`` (default: each chunk in its
+            own language), a language (``chinese``, ``german``, ...), ``english``, ``standard``
+            or a callable (:mod:`~llama_index_rag_pack.core.bm25_analysis`); an existing one
             keeps its own. The store's ``bm25_analysis`` says which is in use.
         tenant_field: A new collection's tenant field, a VARCHAR partition key
             (:mod:`~llama_index_rag_pack.storage.tenants`); an existing one keeps its own, and

@@ -18,12 +18,16 @@ from typing import Any
 
 from llama_index.core.schema import BaseNode, NodeWithScore, TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
-from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
+from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
 from llama_index_rag_pack.components.raptor_nodes import CHILD_KEY, LEVEL_KEY
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.storage import milvus as milvus_utils
-from llama_index_rag_pack.storage.bm25_fields import bm25_row_fields
+from llama_index_rag_pack.storage.bm25_rows import (
+    analyse_nodes,
+    analysed_row,
+    record_languages,
+)
 from llama_index_rag_pack.storage.document_rows import ids_expression
 
 logger = logging.getLogger(__name__)
@@ -121,14 +125,26 @@ class RaptorStore:
         return milvus_utils.count_entities(self.client, self.collection_name)
 
     # ------------------------------------------------------------------ writes
-    def _row(self, node: BaseNode) -> dict[str, Any]:
-        entry = node_to_metadata_dict(node, remove_text=True, text_field=self.text_key)
-        entry[self.text_key] = node.get_content(metadata_mode="none")
-        entry["id"] = node.node_id
-        entry[self.embedding_field] = [float(v) for v in node.get_embedding()]
+    def _rows_of(self, nodes: Sequence[BaseNode]) -> list[dict[str, Any]]:
+        """The Milvus rows of ``nodes``, with their analysed BM25 copies (and, under a
+        language-aware analysis, their languages, counted in the collection's profile)."""
         analysis = getattr(self.vector_store, "bm25_analysis", None)
-        entry.update(bm25_row_fields(analysis, entry[self.text_key], node.metadata))
-        return entry
+        texts = [node.get_content(metadata_mode="none") for node in nodes]
+        analysed = analyse_nodes(analysis, nodes, texts)
+        client_side = analysis is not None and analysis.client_side
+        rows = [
+            analysed_row(
+                node,
+                text,
+                [float(v) for v in node.get_embedding()],
+                found if client_side else None,
+                self.text_key,
+                self.embedding_field,
+            )
+            for node, text, found in zip(nodes, texts, analysed, strict=True)
+        ]
+        record_languages(self.client, self.collection_name, analysis, analysed)
+        return rows
 
     def add(self, nodes: Sequence[BaseNode]) -> None:
         """Insert new nodes (with embeddings)."""
@@ -137,7 +153,7 @@ class RaptorStore:
         if not self.exists():
             self.vector_store.add(list(nodes))  # creates the collection with the store's schema
         else:
-            rows = [self._row(n) for n in nodes]
+            rows = self._rows_of(nodes)
             for start in range(0, len(rows), _SCAN_BATCH):
                 self.client.insert(self.collection_name, rows[start : start + _SCAN_BATCH])
         self.flush()
@@ -149,7 +165,7 @@ class RaptorStore:
         if not self.exists():
             self.add(nodes)
             return
-        rows = [self._row(n) for n in nodes]
+        rows = self._rows_of(nodes)
         for start in range(0, len(rows), _SCAN_BATCH):
             self.client.upsert(self.collection_name, rows[start : start + _SCAN_BATCH])
         self.flush()

@@ -22,13 +22,16 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack.components.metadata_filters import Filters
 from llama_index_rag_pack.components.query_bases import PackRetriever
+from llama_index_rag_pack.components.settings import embed_model_languages
 from llama_index_rag_pack.core.convex_fusion import (
     DEFAULT_CANDIDATE_POOL,
     TUNED_ALPHA,
     TUNED_SENTENCE_WEIGHT,
     ScoreNormalization,
+    check_alpha,
     check_candidate_pool,
     check_convex_settings,
+    check_sentence_weight,
     convex_fusion,
 )
 from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
@@ -75,6 +78,9 @@ class MilvusScoreFusionRetriever(PackRetriever):
         normalization: ``min_max`` (relative score fusion) or ``dist_based`` (mean ± 3σ).
         candidate_pool: Candidates each side fetches (at least ``similarity_top_k``).
         sentence_weight: Weight of the sentence list in [0, 1] (0 = dense and BM25 only).
+        unread_weights: ``(alpha, sentence_weight)`` for a question the embedding model cannot
+            read (:meth:`reads`: the bundled model reads English only); ``None``: the same
+            weights for every question.
         sentence_pool: Sentences the sentence search fetches before grouping them by chunk.
         in_memory: Search in-memory copies of the chunk and sentence vectors
             (:mod:`~llama_index_rag_pack.storage.vector_memory`) and of the BM25 index
@@ -122,6 +128,7 @@ class MilvusScoreFusionRetriever(PackRetriever):
         normalization: str | ScoreNormalization = ScoreNormalization.MIN_MAX,
         candidate_pool: int = DEFAULT_CANDIDATE_POOL,
         sentence_weight: float = TUNED_SENTENCE_WEIGHT,
+        unread_weights: tuple[float, float] | None = None,
         sentence_pool: int = DEFAULT_SENTENCE_POOL,
         in_memory: bool = False,
         concurrent_searches: bool = True,
@@ -145,6 +152,12 @@ class MilvusScoreFusionRetriever(PackRetriever):
         self.alpha, self.normalization, self.candidate_pool, self.sentence_weight = (
             check_convex_settings(alpha, normalization, candidate_pool, sentence_weight)
         )
+        self.unread_weights = None
+        if unread_weights is not None:
+            self.unread_weights = (
+                check_alpha(unread_weights[0], "unread alpha"),
+                check_sentence_weight(unread_weights[1], "unread sentence_weight"),
+            )
         check_candidate_pool(sentence_pool)
         self.similarity_top_k = similarity_top_k
         self.concurrent_searches = bool(concurrent_searches)
@@ -168,8 +181,9 @@ class MilvusScoreFusionRetriever(PackRetriever):
         )
         self.sparse = MilvusHybridRetriever(vector_store, search_type="sparse", **common)
         self.embed_model = self.dense.embed_model
+        self.dense_languages = embed_model_languages(self.embed_model)
         self.sentences: MilvusSentenceRetriever | None = None
-        if self.sentence_weight > 0:
+        if self.sentence_weight > 0 or (self.unread_weights or (0, 0))[1] > 0:
             if MilvusSentenceIndex(self.dense.client, self.dense.collection_name).exists():
                 self.sentences = MilvusSentenceRetriever(
                     vector_store,
@@ -185,8 +199,23 @@ class MilvusScoreFusionRetriever(PackRetriever):
                 )
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
+    def weights(self, query: str) -> tuple[float, float]:
+        """The dense and sentence weights for ``query``: ``unread_weights`` when the embedding
+        model cannot read the question's language or the collection's main one (the bundled
+        model reads English only), else ``alpha`` and ``sentence_weight``."""
+        if self.unread_weights is None or self.reads(query):
+            return self.alpha, self.sentence_weight
+        return self.unread_weights
+
+    def reads(self, query: str) -> bool:
+        """Whether the embedding model reads ``query`` and the collection's chunks
+        (:meth:`~llama_index_rag_pack.core.bm25_analysis.Bm25Analysis.read_by`)."""
+        languages, analysis = self.dense_languages, self.sparse.bm25_analysis
+        return languages is None or analysis is None or analysis.read_by(languages, query)
+
     def _fuse(
         self,
+        weights: tuple[float, float],
         dense: list[NodeWithScore],
         sparse: list[NodeWithScore],
         sentences: list[NodeWithScore] | None = None,
@@ -194,11 +223,11 @@ class MilvusScoreFusionRetriever(PackRetriever):
         fused = convex_fusion(
             dense,
             sparse,
-            alpha=self.alpha,
+            alpha=weights[0],
             normalization=self.normalization,
             top_n=self.pre_top_k,
             sentences=sentences or (),
-            sentence_weight=self.sentence_weight if sentences is not None else 0.0,
+            sentence_weight=weights[1] if sentences is not None else 0.0,
         )
         for n in fused:
             # the node objects were built for this query by the side that found them
@@ -213,33 +242,35 @@ class MilvusScoreFusionRetriever(PackRetriever):
         )
 
     def _fused(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        weights = self.weights(query)
         if self._searches_memory(query):
-            return self._fused_in_memory(query_bundle, query)
+            return self._fused_in_memory(query_bundle, query, weights)
         if not self.concurrent_searches:
-            return self._fused_in_turn(query_bundle, query)
+            return self._fused_in_turn(query_bundle, query, weights)
         # BM25 (and the sentence search) run in worker threads, in copies of this thread's
         # context so their instrumentation spans stay children of this query's span
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="hybrid-search") as pool:
             sparse = pool.submit(contextvars.copy_context().run, self.sparse.retrieve, query_bundle)
             if self.sentences is None:
-                return self._fuse(self.dense.retrieve(query_bundle), sparse.result())
+                return self._fuse(weights, self.dense.retrieve(query_bundle), sparse.result())
             embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
             bundle = self._embedded(query_bundle, embedding)
             sentences = pool.submit(contextvars.copy_context().run, self.sentences.retrieve, bundle)
             dense = self.dense.retrieve(bundle)
-            return self._fuse(dense, sparse.result(), sentences.result())
+            return self._fuse(weights, dense, sparse.result(), sentences.result())
 
     async def _afused(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        weights = self.weights(query)
         if self._searches_memory(query):
             # every step is blocking Python or numpy work in this process
-            return await asyncio.to_thread(self._fused_in_memory, query_bundle, query)
+            return await asyncio.to_thread(self._fused_in_memory, query_bundle, query, weights)
         if not self.concurrent_searches:
-            return await self._afused_in_turn(query_bundle, query)
+            return await self._afused_in_turn(query_bundle, query, weights)
         if self.sentences is None:
             dense, sparse = await asyncio.gather(
                 self.dense.aretrieve(query_bundle), self.sparse.aretrieve(query_bundle)
             )
-            return self._fuse(dense, sparse)
+            return self._fuse(weights, dense, sparse)
         sparse_task = asyncio.ensure_future(self.sparse.aretrieve(query_bundle))
         try:
             embedding = query_bundle.embedding or await self.embed_model.aget_query_embedding(query)
@@ -250,24 +281,30 @@ class MilvusScoreFusionRetriever(PackRetriever):
         dense, sparse, sentences = await asyncio.gather(
             self.dense.aretrieve(bundle), sparse_task, self.sentences.aretrieve(bundle)
         )
-        return self._fuse(dense, sparse, sentences)
+        return self._fuse(weights, dense, sparse, sentences)
 
-    def _fused_in_turn(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+    def _fused_in_turn(
+        self, query_bundle: QueryBundle, query: str, weights: tuple[float, float]
+    ) -> list[NodeWithScore]:
         sparse = self.sparse.retrieve(query_bundle)
         if self.sentences is None:
-            return self._fuse(self.dense.retrieve(query_bundle), sparse)
+            return self._fuse(weights, self.dense.retrieve(query_bundle), sparse)
         embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
         bundle = self._embedded(query_bundle, embedding)
-        return self._fuse(self.dense.retrieve(bundle), sparse, self.sentences.retrieve(bundle))
+        return self._fuse(
+            weights, self.dense.retrieve(bundle), sparse, self.sentences.retrieve(bundle)
+        )
 
-    async def _afused_in_turn(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+    async def _afused_in_turn(
+        self, query_bundle: QueryBundle, query: str, weights: tuple[float, float]
+    ) -> list[NodeWithScore]:
         sparse = await self.sparse.aretrieve(query_bundle)
         if self.sentences is None:
-            return self._fuse(await self.dense.aretrieve(query_bundle), sparse)
+            return self._fuse(weights, await self.dense.aretrieve(query_bundle), sparse)
         embedding = query_bundle.embedding or await self.embed_model.aget_query_embedding(query)
         bundle = self._embedded(query_bundle, embedding)
         dense = await self.dense.aretrieve(bundle)
-        return self._fuse(dense, sparse, await self.sentences.aretrieve(bundle))
+        return self._fuse(weights, dense, sparse, await self.sentences.aretrieve(bundle))
 
     # ------------------------------------------------------------------ in-memory search
     def _searches_memory(self, query: str) -> bool:
@@ -283,7 +320,9 @@ class MilvusScoreFusionRetriever(PackRetriever):
             return None
         return matching_ids(self.dense.client, self.dense.collection_name, self.dense.filter)
 
-    def _fused_in_memory(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+    def _fused_in_memory(
+        self, query_bundle: QueryBundle, query: str, weights: tuple[float, float]
+    ) -> list[NodeWithScore]:
         """BM25, dense and sentence scores from in-memory copies, all as bare ids; fused on
         ids; then one read of the chunks returned.
 
@@ -296,12 +335,12 @@ class MilvusScoreFusionRetriever(PackRetriever):
         fused = convex_fusion(
             dense,
             sparse,
-            alpha=self.alpha,
+            alpha=weights[0],
             normalization=self.normalization,
             # room for chunks whose sentences outlived them (skipped below)
             top_n=2 * self.pre_top_k,
             sentences=sentences or (),
-            sentence_weight=self.sentence_weight if sentences is not None else 0.0,
+            sentence_weight=weights[1] if sentences is not None else 0.0,
         )
         return self._with_payloads(fused)[: self.pre_top_k]
 

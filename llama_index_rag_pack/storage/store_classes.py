@@ -9,7 +9,7 @@ import functools
 from typing import Any
 
 from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis
-from llama_index_rag_pack.storage.bm25_fields import add_analysed_nodes
+from llama_index_rag_pack.storage.bm25_rows import add_analysed_nodes, prepare_analysed
 from llama_index_rag_pack.storage.document_rows import delete_document_rows
 from llama_index_rag_pack.storage.tenants import ANY_TENANT
 
@@ -30,6 +30,7 @@ def loop_safe_store_class() -> type:
     class LoopSafeMilvusVectorStore(MilvusVectorStore):
         _bm25_analysis: Any = PrivateAttr(default=None)
         _tenant_field: Any = PrivateAttr(default=None)
+        _analysed: Any = PrivateAttr(default_factory=dict)
 
         @classmethod
         def class_name(cls) -> str:
@@ -45,21 +46,24 @@ def loop_safe_store_class() -> type:
             """The partition-key field that keeps tenants apart (``None``: no tenants)."""
             return self._tenant_field
 
+        def prepare_bm25(self, nodes: Any) -> None:
+            """Analyse ``nodes`` for BM25 before anything is written (``add`` uses them)."""
+            self._analysed = prepare_analysed(self, self._bm25_analysis, nodes)
+
         def add(self, nodes: Any, **add_kwargs: Any) -> Any:
             analysis = self._bm25_analysis
             if analysis is None or not analysis.client_side:
                 return super().add(nodes, **add_kwargs)
-            return add_analysed_nodes(self, nodes, analysis, **add_kwargs)
+            prepared, self._analysed = self._analysed, {}
+            return add_analysed_nodes(self, nodes, analysis, prepared=prepared, **add_kwargs)
 
         async def async_add(self, nodes: Any, **kwargs: Any) -> Any:
             return await asyncio.to_thread(self.add, nodes, **kwargs)
 
         def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
-            """Delete the chunks of document ``ref_doc_id`` (a list: of each), of every tenant.
-
-            The id is written as an escaped literal (``MilvusVectorStore.delete`` pastes it into
-            the expression as it is), and every chunk is found, however many there are.
-            """
+            """Delete the chunks of document ``ref_doc_id`` (a list: of each), of every tenant:
+            the id is written as an escaped literal (``MilvusVectorStore.delete`` pastes it into
+            the expression as it is), and every chunk is found, however many there are."""
             ids = ref_doc_id if isinstance(ref_doc_id, list) else [ref_doc_id]
             delete_document_rows(self, [str(i) for i in ids], tenant=ANY_TENANT)
 
