@@ -253,3 +253,26 @@ def test_another_dump_is_streamed_and_a_limit_stops_reading(
     everything = len(read)
     assert len(datasets.load_wikipedia_documents(limit=2, path=dump)) == 2
     assert len(read) == 2 * everything  # read again: another dump is never kept
+
+
+def test_shipped_zh_qa_set_is_labelled_against_its_corpus() -> None:
+    from collections import Counter
+
+    from llama_index_rag_pack.evaluation.labelled import load_corpus
+
+    dataset = load_labelled_set("zh_qa")
+    assert dataset.corpus == "zh_tutorials"
+    documents = {d.doc_id: d.text for d in load_corpus("zh_tutorials")}
+    assert len(documents) == 5
+    splits = Counter(ex.extra.get("split") for ex in dataset.examples)
+    assert splits == {"dev": 60, "test": 90}
+    assert {ex.extra.get("lang") for ex in dataset.examples} == {"zh", "zh-code", "en"}
+    seen: set[str] = set()
+    for ex in dataset.examples:
+        (doc_id,) = ex.relevant_ids
+        for sentence in ex.evidence:
+            assert documents[doc_id].count(sentence) == 1, (ex.id, sentence)
+            assert sentence not in seen
+            seen.add(sentence)
+        assert all(any(a in e for e in ex.evidence) for a in ex.answers), ex.id
+    assert len(load_labelled_set("zh_qa", split="test").examples) == 90

@@ -29,6 +29,14 @@ EXPECTED = {
     ],
     "routing_two_sources.py": [r"route: food \(", r"route: tech \("],
     "quickstart.py": [r"^A: ", r"^  - Milvus: "],
+    "chinese_documents.py": [
+        r"^bm25: auto v1 \(chunks per language: zh 3, ",
+        r"^RAPTOR 为什么要先降维再聚类？ -> RAPTOR 树状检索 \(zh\)$",
+        r"^Milvus 怎么把两路检索结果融合起来？ -> Milvus 混合检索 \(zh\)$",
+        r"^ツチブタは何を食べますか？ -> ツチブタ \(ja\)$",
+        r"^What do aardvarks eat\? -> Aardvark \(en\)$",
+        r"RAPTOR 先把文档切成文本块.*\[1\]",
+    ],
 }
 
 

@@ -481,3 +481,58 @@ def test_an_english_collection_keeps_the_english_weights(embed_model):
     analysis.profile.update({"zh": 60})
     assert not analysis.read_by({"en"}, "Which animal digs burrows?")  # most chunks are not
     assert Bm25Analysis("standard").read_by({"en"}, "土豚吃什么？")  # unknown: read
+
+
+@pytest.mark.integration
+def test_eval_fit_on_chinese_questions_fits_the_unread_weights(tmp_path, monkeypatch, capsys):
+    from llama_index_rag_pack.cli import main
+    from llama_index_rag_pack.pack.fusion_config import FusionConfig, load_fusion_config
+
+    monkeypatch.setenv("RAG_PACK_DATA_DIR", str(tmp_path / "data"))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    chinese = {k: v for k, v in DOCS.items() if k.startswith("zh-")}
+    chinese["zh-tea"] = (
+        "茶",
+        "龙井茶产自杭州西湖一带，采摘后要经过杀青和炒制，才能保持绿茶的清香。",
+    )
+    chinese["zh-rail"] = ("高铁", "京沪高铁全长一千三百多公里，列车最高时速可以达到三百五十公里。")
+    questions = [
+        ("土豚白天在哪里睡觉？", "zh-aardvark", "洞穴"),
+        ("土豚用什么舔食蚂蚁？", "zh-aardvark", "舌头"),
+        ("长江最后流进哪里？", "zh-river", "东海"),
+        ("长江大概有多长？", "zh-river", "六千三百公里"),
+        ("龙井茶是哪里产的？", "zh-tea", "杭州"),
+        ("京沪高铁列车跑多快？", "zh-rail", "三百五十公里"),
+    ]
+    lines = []
+    for key, (title, text) in chinese.items():
+        (corpus / f"{key}.txt").write_text(f"{title}\n\n{text}", encoding="utf-8")
+    for i, (question, key, answer) in enumerate(questions):
+        sentence = next(s for s in split_sentences(chinese[key][1]) if answer in s)
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"q{i}",
+                    "question": question,
+                    "answers": [answer],
+                    "relevant_ids": [str((corpus / f"{key}.txt").resolve())],
+                    "evidence": [sentence.strip()],
+                },
+                ensure_ascii=False,
+            )
+        )
+    dataset = tmp_path / "zh_tiny.jsonl"
+    dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    args = ["--llm", "none", "eval", "--dataset", str(dataset), "--corpus", str(corpus)]
+    args += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "out"), "--no-chart"]
+    args += ["--fit", "--candidate-pool", "8", "--top-k", "5"]
+    assert main(args) == 0
+    assert "questions the embedding model cannot read" in capsys.readouterr().out
+    config = load_fusion_config(tmp_path / "data" / "fusion.json")
+    shipped = FusionConfig()
+    assert config.fitted_on["questions_fitted"] == "unread"
+    # the weights for questions the model reads stay as they were
+    assert (config.alpha, config.sentence_weight) == (shipped.alpha, shipped.sentence_weight)
+    scores = config.fitted_on["scores"]
+    assert scores[f"convex_{config.normalization}"]["score"] >= scores["dense_alone"]
