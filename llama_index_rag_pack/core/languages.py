@@ -275,8 +275,10 @@ def _identifier(candidates: tuple[str, ...] | None) -> Any:
     return ident
 
 
+@functools.lru_cache(maxsize=256)
 def _scores(text: str, candidates: tuple[str, ...] | None) -> dict[str, float]:
-    """Log-probability of ``text`` under each candidate language."""
+    """Log-probability of ``text`` under each candidate language (a question is identified
+    for its BM25 terms and for its fusion weights: once)."""
     with _IDENTIFIER_LOCK:  # one model in memory; classification takes a fraction of a ms
         ident = _identifier(candidates)
         raw = ident._decide(text)
