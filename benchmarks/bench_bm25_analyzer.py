@@ -15,9 +15,9 @@ English stop words and a Snowball stemmer (``analyzer_params``). This script che
    analyzer's row is checked against Lite's own ranking.
 
 3. **The pack's analysis.** The same chunks in BM25-only Lite collections filled the way the pack
-   fills them (``core.bm25_analysis``: an English-analysed copy in the field BM25 reads, queries
-   analysed alike), without and with each chunk's title and headings: what stems and titles buy
-   on Lite itself.
+   fills them (``documents.bm25_analysis``: an English-analysed copy in the field BM25 reads,
+   queries analysed alike), without and with each chunk's title and headings: what stems and
+   titles buy on Lite itself.
 
 Dev is the tuning split; test is reported. No embeddings: BM25 alone.
 
@@ -157,9 +157,9 @@ def lite_rankings(texts: list[str], questions: list[str]) -> dict[str, Any]:
 
 def pack_lite_rankings(nodes: list[Any], questions: list[str]) -> dict[str, list[list[int]]]:
     """Top-k chunk positions from BM25-only Lite collections filled the pack's way: the analysed
-    copy (``core.bm25_analysis``, English) in the field BM25 reads, queries analysed alike;
+    copy (``documents.bm25_analysis``, English) in the field BM25 reads, queries analysed alike;
     without and with the chunk's title and headings in front."""
-    from llama_index_rag_pack.core.bm25_analysis import document_headings, resolve_analyzer
+    from llama_index_rag_pack.documents.bm25_analysis import document_headings, resolve_analyzer
 
     analysis = resolve_analyzer("english")
     queries = [analysis.query_text(q) for q in questions]
@@ -210,7 +210,7 @@ def pack_lite_rankings(nodes: list[Any], questions: list[str]) -> dict[str, list
 
 
 def metrics(examples: list[Any], nodes: list[Any], rankings: list[list[int]]) -> dict[str, float]:
-    from llama_index_rag_pack.core.metrics import answer_in_text
+    from llama_index_rag_pack.evaluation.metrics import answer_in_text
     from llama_index_rag_pack.evaluation.scoring import evidence_in_text
 
     ev1 = ev5 = ans1 = mrr = 0.0
@@ -232,7 +232,7 @@ def metrics(examples: list[Any], nodes: list[Any], rankings: list[list[int]]) ->
 
 
 def run(split: str) -> dict[str, Any]:
-    from llama_index_rag_pack.components.chunking import split_documents
+    from llama_index_rag_pack.documents.chunking import split_documents
     from llama_index_rag_pack.evaluation.labelled import load_corpus, load_labelled_set
 
     examples = list(load_labelled_set("wiki_qa_para", split=split).examples)

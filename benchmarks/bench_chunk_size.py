@@ -60,10 +60,10 @@ def build_collection(uri: str, size: int, documents: list[Any], embed: CachedEmb
     """Chunks and their sentence index for one chunk size, in a new collection."""
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_rag_pack.components.chunking import split_documents
-    from llama_index_rag_pack.components.sentences import sentence_units
-    from llama_index_rag_pack.storage.milvus import flush, open_vector_store
-    from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
+    from llama_index_rag_pack.documents.chunking import split_documents
+    from llama_index_rag_pack.documents.sentences import sentence_units
+    from llama_index_rag_pack.milvus.connection import flush, open_vector_store
+    from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
 
     nodes = split_documents(documents, chunk_size=size, chunk_overlap=size // 8)
     vectors = embed([n.get_content(metadata_mode=MetadataMode.EMBED) for n in nodes])
@@ -80,8 +80,8 @@ def build_collection(uri: str, size: int, documents: list[Any], embed: CachedEmb
 
 
 def retrievers(store: Any, embed_model: Any) -> dict[str, Any]:
-    from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-    from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+    from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+    from llama_index_rag_pack.fusion.score_fusion import MilvusScoreFusionRetriever
 
     return {
         "vector": MilvusHybridRetriever(
@@ -95,7 +95,7 @@ def retrievers(store: Any, embed_model: Any) -> dict[str, Any]:
 
 
 def score(examples: list[Any], ranked: list[list[Any]], size: int) -> dict[str, float]:
-    from llama_index_rag_pack.core.metrics import answer_in_text
+    from llama_index_rag_pack.evaluation.metrics import answer_in_text
     from llama_index_rag_pack.evaluation.scoring import evidence_in_text
 
     def evidence(ex: Any, node: Any) -> bool:
@@ -121,8 +121,8 @@ def score(examples: list[Any], ranked: list[list[Any]], size: int) -> dict[str, 
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from llama_index_rag_pack.components.settings import resolve_embed_model
     from llama_index_rag_pack.evaluation.labelled import load_corpus, load_labelled_set
+    from llama_index_rag_pack.models.settings import resolve_embed_model
 
     examples = list(load_labelled_set("wiki_qa_para", split=args.split).examples)
     documents = load_corpus("wikipedia+lee")

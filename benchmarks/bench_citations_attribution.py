@@ -27,7 +27,7 @@ Engines (``CitedQueryEngine`` over a fixed retriever, the bundled MiniLM for att
   answers, attributed. Its sentences have no gold label, so a citation counts as correct when it
   points at the gold chunk (the 3 other chunks are about other articles).
 
-Metrics (sentence level, :func:`llama_index_rag_pack.core.metrics.citation_precision` /
+Metrics (sentence level, :func:`llama_index_rag_pack.evaluation.metrics.citation_precision` /
 ``citation_recall``): precision = cited chunks that support the sentence / all cited chunks;
 recall = supported sentences citing a supporting chunk / supported sentences; plus the share of
 unsupported sentences flagged ``unsupported`` and of supported ones wrongly flagged.
@@ -45,14 +45,14 @@ from _attribution_set import build_split, load_items
 from _results import add_out_argument, md_table, write_results
 from bench_citations_precision import FixedRetriever
 
-from llama_index_rag_pack.components.citation_attribution import SentenceAttributor
-from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
-from llama_index_rag_pack.core.attribution_scores import (
+from llama_index_rag_pack.citations.attribution_scores import (
     DEFAULT_MAX_SOURCES,
     DEFAULT_THRESHOLD,
     DEFAULT_WEIGHT,
 )
-from llama_index_rag_pack.core.metrics import citation_precision, citation_recall
+from llama_index_rag_pack.citations.citation_attribution import SentenceAttributor
+from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.evaluation.metrics import citation_precision, citation_recall
 from llama_index_rag_pack.testing import ScriptedLLM
 
 KINDS = ("short", "truncated", "reordered", "unsupported")
@@ -172,8 +172,8 @@ def run_engine(labelled: list[dict], llm, embed_model) -> tuple[dict, list]:
 
 
 def smollm(labelled: list[dict], embed_model, max_new_tokens: int) -> dict:
-    from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
-    from llama_index_rag_pack.components.settings import bundled_gguf_path
+    from llama_index_rag_pack.models.local_llm import LocalGGUFLLM
+    from llama_index_rag_pack.models.settings import bundled_gguf_path
 
     llm = LocalGGUFLLM(model_path=bundled_gguf_path(), max_new_tokens=max_new_tokens).load()
     timing, responses = run_engine(labelled, llm, embed_model)
@@ -280,7 +280,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    from llama_index_rag_pack.components.settings import resolve_embed_model
+    from llama_index_rag_pack.models.settings import resolve_embed_model
 
     embed_model = resolve_embed_model()
     items = load_items()

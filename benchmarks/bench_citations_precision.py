@@ -37,7 +37,7 @@ from _results import add_out_argument, md_table, write_results
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
 from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 from llama_index_rag_pack.testing import ScriptedLLM
 
@@ -204,8 +204,8 @@ def main() -> None:
         )
     }
 
-    from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
-    from llama_index_rag_pack.components.settings import bundled_gguf_path
+    from llama_index_rag_pack.models.local_llm import LocalGGUFLLM
+    from llama_index_rag_pack.models.settings import bundled_gguf_path
 
     path = bundled_gguf_path()
     if path is None:

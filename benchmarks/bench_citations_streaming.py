@@ -43,7 +43,7 @@ from _results import (
     write_results,
 )
 
-from llama_index_rag_pack.core.references import ReferenceManager, render_references
+from llama_index_rag_pack.citations.references import ReferenceManager, render_references
 from llama_index_rag_pack.testing import split_tokens
 
 HERE = Path(__file__).resolve().parent

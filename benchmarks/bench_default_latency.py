@@ -3,7 +3,7 @@
 On the ``wiki_qa_para`` dev split and the evaluation harness's cached index (3,602 chunks on
 Milvus Lite, the sentence index beside it), each question is retrieved by the pack's ``bm25`` and
 ``hybrid_convex`` retrievers (taken in turn), each as the pack runs it on a Lite file (BM25 scored
-on an in-memory copy, ``storage/bm25_memory.py``) and with BM25 scored by Milvus Lite itself (how
+on an in-memory copy, ``milvus/bm25_memory.py``) and with BM25 scored by Milvus Lite itself (how
 they ran before). The default's steps are timed one by one, exactly as
 ``MilvusScoreFusionRetriever`` runs them on a Lite file: the BM25 search (50 candidates, also
 timed in Lite); embedding the query; the in-memory dense and sentence searches; the fusion;
@@ -42,8 +42,8 @@ def _bare(key: str, score: float) -> Any:
 def steps(retriever: Any, question: str) -> dict[str, float]:
     """The default's steps for ``question``, timed (ms), as the retriever runs them on a Lite
     file; the BM25 search is also timed in Milvus Lite (not counted in the total)."""
-    from llama_index_rag_pack.core.convex_fusion import convex_fusion
-    from llama_index_rag_pack.storage.vector_memory import memory_vectors, top_scores
+    from llama_index_rag_pack.fusion.convex_fusion import convex_fusion
+    from llama_index_rag_pack.milvus.vector_memory import memory_vectors, top_scores
 
     limit = retriever.dense.similarity_top_k
     terms = retriever.sparse.bm25_query(question)
@@ -97,7 +97,7 @@ def bm25_in_lite(retriever: Any) -> Any:
 def torch_query_retriever(pack: Any) -> Any:
     """A copy of the default retriever whose queries are embedded on PyTorch (same vectors; the
     pack hands out one cached retriever per mode, so the copy is shallow and changed alone)."""
-    from llama_index_rag_pack.components.local_embedding import LocalEmbedding
+    from llama_index_rag_pack.models.local_embedding import LocalEmbedding
 
     retriever = copy.copy(pack.retriever("hybrid_convex", similarity_top_k=10))
     retriever.embed_model = LocalEmbedding(pack.embed_model.model_name, backend="torch")

@@ -3,7 +3,7 @@
 LlamaIndex's ``BaseEmbedding.get_text_embedding_batch`` cuts a list into batches in the order it
 is given, so a batch pads every text to its longest one. The pack's bundled embedding model
 sorts the texts by length first and returns the vectors in the caller's order
-(``components/settings.py``). This runs both on the same texts, in one process, alternating:
+(``models/settings.py``). This runs both on the same texts, in one process, alternating:
 the sentences and the chunks that indexing the demo's 8 shipped Wikipedia articles embeds.
 
 Run:  python benchmarks/bench_embedding_batches.py [--articles 8] [--rounds 2]
@@ -28,8 +28,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 def texts_of(articles: int) -> dict[str, list[str]]:
     from llama_index.core.schema import MetadataMode
 
-    from llama_index_rag_pack.components.chunking import split_documents
-    from llama_index_rag_pack.components.sentences import sentence_units
+    from llama_index_rag_pack.documents.chunking import split_documents
+    from llama_index_rag_pack.documents.sentences import sentence_units
     from llama_index_rag_pack.evaluation.labelled import load_corpus
 
     nodes = split_documents(load_corpus("wikipedia")[:articles])
@@ -49,7 +49,7 @@ def main() -> None:
     import numpy as np
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
-    from llama_index_rag_pack.components.settings import resolve_embed_model
+    from llama_index_rag_pack.models.settings import resolve_embed_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--articles", type=int, default=8)

@@ -25,7 +25,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.retrievers import QueryFusionRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from llama_index_rag_pack.components.fusion import FusionRetriever
+from llama_index_rag_pack.fusion.rag_fusion import FusionRetriever
 from llama_index_rag_pack.testing import ScriptedLLM
 
 REPLY = (

@@ -49,9 +49,9 @@ def main() -> None:
     add_out_argument(ap)
     args = ap.parse_args()
 
-    from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
-    from llama_index_rag_pack.components.settings import bundled_gguf_path
     from llama_index_rag_pack.evaluation.harness import EvalHarness
+    from llama_index_rag_pack.models.local_llm import LocalGGUFLLM
+    from llama_index_rag_pack.models.settings import bundled_gguf_path
 
     path = bundled_gguf_path()
     if path is None:

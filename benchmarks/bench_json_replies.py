@@ -1,6 +1,6 @@
 """How often the bundled SmolLM2-135M's replies to the pack's JSON prompts parse: the judge's
 verdicts, logical routing and self-query filters, with free decoding and with the reply held to
-a JSON schema (llama.cpp grammar, :func:`~llama_index_rag_pack.components.json_output.json_output`).
+a JSON schema (llama.cpp grammar, :func:`~llama_index_rag_pack.models.json_output.json_output`).
 
 A fixed prompt set: 5 questions x 3 passages for the judge (the pack's judge prompt), 12
 questions over 3 routes for routing (the selector's prompt), 10 questions over 3 declared fields
@@ -25,19 +25,19 @@ from typing import Any
 
 from _results import add_out_argument, md_table, write_results
 
-from llama_index_rag_pack.components.json_output import json_output
-from llama_index_rag_pack.components.judge_prompts import DEFAULT_JUDGE_PROMPT, JUDGE_REPLY_SCHEMA
-from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
-from llama_index_rag_pack.components.logical_selector import (
+from llama_index_rag_pack.judge.judge_prompts import DEFAULT_JUDGE_PROMPT, JUDGE_REPLY_SCHEMA
+from llama_index_rag_pack.judge.judge_verdicts import parse_judge_reply
+from llama_index_rag_pack.milvus.metadata_fields import field_specs
+from llama_index_rag_pack.models.json_output import json_output
+from llama_index_rag_pack.models.local_llm import LocalGGUFLLM
+from llama_index_rag_pack.models.settings import bundled_gguf_path
+from llama_index_rag_pack.routing.logical_selector import (
     DEFAULT_ROUTE_SELECT_PROMPT,
     route_reply_schema,
 )
-from llama_index_rag_pack.components.settings import bundled_gguf_path
-from llama_index_rag_pack.core.judge_verdicts import parse_judge_reply
-from llama_index_rag_pack.core.metadata_fields import field_specs
-from llama_index_rag_pack.core.route_replies import parse_route_reply
-from llama_index_rag_pack.core.self_query import parse_self_query
-from llama_index_rag_pack.storage.self_query_retriever import DEFAULT_SELF_QUERY_PROMPT
+from llama_index_rag_pack.routing.route_replies import parse_route_reply
+from llama_index_rag_pack.self_query.replies import parse_self_query
+from llama_index_rag_pack.self_query.self_query_retriever import DEFAULT_SELF_QUERY_PROMPT
 
 PASSAGES = [
     "Animal Farm is a novella written by George Orwell, published in England in 1945.",

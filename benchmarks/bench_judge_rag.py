@@ -112,7 +112,7 @@ def scripted_reply(prompt: str) -> str:
 
 
 def evaluate(engine: Any, questions: list[dict], evidence: dict, judged: bool) -> list[dict]:
-    from llama_index_rag_pack.core.metrics import exact_match, token_f1
+    from llama_index_rag_pack.evaluation.metrics import exact_match, token_f1
 
     rows = []
     for q in questions:
@@ -155,7 +155,7 @@ def summary(rows: list[dict]) -> dict[str, float]:
 
 def main() -> None:
     from llama_index_rag_pack import RagPack, judge_query_engine
-    from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
+    from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
     from llama_index_rag_pack.evaluation.datasets import load_fanoutqa_questions
     from llama_index_rag_pack.testing import ScriptedLLM
 
@@ -188,7 +188,7 @@ def main() -> None:
     retriever = pack.retriever("vector", similarity_top_k=args.top_k)
     llm = ScriptedLLM(replies=scripted_reply)
     if args.llm:
-        from llama_index_rag_pack.components.settings import resolve_llm
+        from llama_index_rag_pack.models.settings import resolve_llm
 
         llm = resolve_llm(args.llm)
     flat = CitedQueryEngine(retriever, llm, style="empty")

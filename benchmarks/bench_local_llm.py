@@ -93,7 +93,7 @@ class TransformersSide:
 
 class LlamaCppSide:
     def __init__(self, path: str, threads: int | None) -> None:
-        from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
+        from llama_index_rag_pack.models.local_llm import LocalGGUFLLM
 
         self.llm = LocalGGUFLLM(model_path=path, n_threads=threads).load()
         self.threads = self.llm._key()[3]
@@ -112,7 +112,7 @@ class LlamaCppSide:
 
 
 def worker(side_name: str, threads: int | None) -> dict[str, Any]:
-    from llama_index_rag_pack.components.settings import bundled_gguf_path
+    from llama_index_rag_pack.models.settings import bundled_gguf_path
 
     path = bundled_gguf_path()
     start = time.perf_counter()

@@ -39,8 +39,8 @@ BACKENDS = ("onnx", "torch")
 _FIRST_QUERY = """
 import json, sys, time
 start = time.perf_counter()
-from llama_index_rag_pack.components.local_embedding import LocalEmbedding
-from llama_index_rag_pack.components.settings import bundled_embed_model_path
+from llama_index_rag_pack.models.local_embedding import LocalEmbedding
+from llama_index_rag_pack.models.settings import bundled_embed_model_path
 imported = time.perf_counter()
 model = LocalEmbedding(bundled_embed_model_path(), backend=sys.argv[1],
                        onnx_dir=sys.argv[2] or None)
@@ -83,8 +83,8 @@ import json, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[3])
 from bench_embedding_batches import texts_of
-from llama_index_rag_pack.components.local_embedding import LocalEmbedding
-from llama_index_rag_pack.components.settings import bundled_embed_model_path
+from llama_index_rag_pack.models.local_embedding import LocalEmbedding
+from llama_index_rag_pack.models.settings import bundled_embed_model_path
 variant = sys.argv[1]
 model = LocalEmbedding(bundled_embed_model_path(), backend=variant.split("_")[0])
 model.get_text_embedding_batch(["load the model first"])
@@ -141,9 +141,9 @@ def batches(articles: int) -> dict[str, dict[str, Any]]:
 
 
 def main() -> None:
-    from llama_index_rag_pack.components.local_embedding import LocalEmbedding
-    from llama_index_rag_pack.components.settings import bundled_embed_model_path
     from llama_index_rag_pack.evaluation.labelled import load_labelled_set
+    from llama_index_rag_pack.models.local_embedding import LocalEmbedding
+    from llama_index_rag_pack.models.settings import bundled_embed_model_path
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--articles", type=int, default=4)

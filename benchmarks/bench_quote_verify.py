@@ -31,7 +31,7 @@ from difflib import SequenceMatcher
 
 from _results import add_out_argument, md_table, write_results
 
-from llama_index_rag_pack.core import quotes
+from llama_index_rag_pack.citations import quotes
 from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 
 PASSAGE = 1500

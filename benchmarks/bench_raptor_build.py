@@ -143,8 +143,8 @@ def latency(fn: Any, queries: list[str]) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------- the two sides
 def run_ours(chunks_path: str, workdir: str) -> dict[str, Any]:
-    from llama_index_rag_pack.storage.milvus import open_vector_store
-    from llama_index_rag_pack.storage.raptor_retriever import RaptorRetriever
+    from llama_index_rag_pack.milvus.connection import open_vector_store
+    from llama_index_rag_pack.raptor.raptor_retriever import RaptorRetriever
 
     chunks = load_chunks(chunks_path)
     embed = embed_model()
@@ -203,7 +203,7 @@ def run_peer(chunks_path: str) -> dict[str, Any]:
 def prepare_chunks(n_articles: int, raw_path: str, indexed_path: str) -> int:
     """Write the chunks twice: as text (``raw_path``) and with their embeddings, as they come out
     of an indexed collection (``indexed_path``; embedded once here, outside any timing)."""
-    from llama_index_rag_pack.components.chunking import split_documents
+    from llama_index_rag_pack.documents.chunking import split_documents
     from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 
     docs = load_wikipedia_documents(limit=n_articles)
@@ -232,7 +232,7 @@ def fill_numba_cache() -> None:
     functions (what any earlier clustering on the machine leaves behind)."""
     code = (
         "import numpy as np\n"
-        "from llama_index_rag_pack.core.dimension_reduction import reduce_embeddings\n"
+        "from llama_index_rag_pack.raptor.dimension_reduction import reduce_embeddings\n"
         "reduce_embeddings(np.random.default_rng(0).normal(size=(300, 384)), 10, random_state=0)"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

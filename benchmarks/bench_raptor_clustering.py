@@ -143,7 +143,7 @@ def pair_separation(
     cases with fewer than 2 clusters, with the topic split (ours) and without it (the reference
     keeps any set of at most ``reduction_dim + 1`` rows as one cluster).
     """
-    from llama_index_rag_pack.core.clustering import cluster_embeddings
+    from llama_index_rag_pack.raptor.clustering import cluster_embeddings
 
     rng = np.random.default_rng(seed)
     rows = {t: np.flatnonzero(titles == t) for t in np.unique(titles)}
@@ -184,11 +184,11 @@ def pair_separation(
 
 def text_case(n_articles: int) -> dict[str, Any]:
     """Real text: the shipped Wikipedia articles, chunked and embedded with the bundled model."""
-    from llama_index_rag_pack.components.chunking import split_documents
-    from llama_index_rag_pack.components.settings import resolve_embed_model
-    from llama_index_rag_pack.core.clustering import cluster_embeddings
-    from llama_index_rag_pack.core.dimension_reduction import reduce_embeddings
+    from llama_index_rag_pack.documents.chunking import split_documents
     from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
+    from llama_index_rag_pack.models.settings import resolve_embed_model
+    from llama_index_rag_pack.raptor.clustering import cluster_embeddings
+    from llama_index_rag_pack.raptor.dimension_reduction import reduce_embeddings
 
     nodes = split_documents(
         load_wikipedia_documents(limit=n_articles), chunk_size=256, chunk_overlap=32
@@ -220,9 +220,9 @@ def run_case(case: str, n: int) -> dict[str, Any]:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from llama_index_rag_pack.core.clustering import cluster_embeddings
-    from llama_index_rag_pack.core.dimension_reduction import reduce_embeddings
-    from llama_index_rag_pack.core.mixture_selection import (
+    from llama_index_rag_pack.raptor.clustering import cluster_embeddings
+    from llama_index_rag_pack.raptor.dimension_reduction import reduce_embeddings
+    from llama_index_rag_pack.raptor.mixture_selection import (
         choose_n_clusters,
         exhaustive_n_clusters,
     )
@@ -542,7 +542,7 @@ def main() -> None:
     )
     bic_title = "Choosing k by BIC on the same global UMAP reduction (10-d)"
     description = (
-        "Ours (`llama_index_rag_pack.core.clustering`) vs the reference algorithm "
+        "Ours (`llama_index_rag_pack.raptor.clustering`) vs the reference algorithm "
         "(llama-index-packs-raptor 0.4.2's clustering.py, the RAPTOR paper's code, reproduced "
         "in the script) on synthetic unit-normalised 384-d vectors from 60 Gaussian topics; "
         "every case in a fresh process, both in this venv (same numpy, scikit-learn, "

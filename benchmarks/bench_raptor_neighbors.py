@@ -48,7 +48,7 @@ def recall(found: np.ndarray, exact: np.ndarray) -> float:
 
 
 def measure(x: np.ndarray, label: str) -> list[dict[str, Any]]:
-    from llama_index_rag_pack.core.dimension_reduction import (
+    from llama_index_rag_pack.raptor.dimension_reduction import (
         approximate_neighbors,
         exact_neighbors,
     )
@@ -82,7 +82,7 @@ def measure(x: np.ndarray, label: str) -> list[dict[str, Any]]:
 
 def umap_end_to_end(x: np.ndarray) -> list[dict[str, Any]]:
     """The seeded global reduction of ``x`` on the exact graph, then on the HNSW graph."""
-    from llama_index_rag_pack.core import dimension_reduction as dr
+    from llama_index_rag_pack.raptor import dimension_reduction as dr
 
     spent: dict[str, float] = {}
     for name in ("exact_neighbors", "approximate_neighbors"):
@@ -111,9 +111,9 @@ def umap_end_to_end(x: np.ndarray) -> list[dict[str, Any]]:
 
 
 def text_vectors(n_articles: int) -> np.ndarray:
-    from llama_index_rag_pack.components.chunking import split_documents
-    from llama_index_rag_pack.components.settings import resolve_embed_model
+    from llama_index_rag_pack.documents.chunking import split_documents
     from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
+    from llama_index_rag_pack.models.settings import resolve_embed_model
 
     nodes = split_documents(
         load_wikipedia_documents(limit=n_articles), chunk_size=32, chunk_overlap=0

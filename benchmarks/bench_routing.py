@@ -54,13 +54,13 @@ from llama_index.core.schema import QueryBundle  # noqa: E402
 from llama_index.core.selectors import EmbeddingSingleSelector  # noqa: E402
 from llama_index.core.tools.types import ToolMetadata  # noqa: E402
 
-from llama_index_rag_pack.components.logical_selector import LogicalSelector  # noqa: E402
-from llama_index_rag_pack.components.routes import Route, RoutingError  # noqa: E402
-from llama_index_rag_pack.components.semantic_selector import (  # noqa: E402
+from llama_index_rag_pack.models.settings import resolve_embed_model  # noqa: E402
+from llama_index_rag_pack.routing.logical_selector import LogicalSelector  # noqa: E402
+from llama_index_rag_pack.routing.routes import Route, RoutingError  # noqa: E402
+from llama_index_rag_pack.routing.semantic_selector import (  # noqa: E402
     DEFAULT_SEMANTIC_THRESHOLD,
     SemanticSelector,
 )
-from llama_index_rag_pack.components.settings import resolve_embed_model  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "routing_queries.jsonl"
 
@@ -282,8 +282,8 @@ def main() -> None:
     llm_note = ""
     llm_info: dict[str, Any] | None = None
     if not args.skip_llm or args.only_llm:
-        from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
-        from llama_index_rag_pack.components.settings import bundled_gguf_path
+        from llama_index_rag_pack.models.local_llm import LocalGGUFLLM
+        from llama_index_rag_pack.models.settings import bundled_gguf_path
 
         path = bundled_gguf_path()
         if path is None:

@@ -5,7 +5,7 @@ rows each) and 90 hand-written questions that name no table (``data/many_tables_
 "Which bills are past their due date?" -> ``fin_invoices``). Each question's right table must be
 among the ``k`` tables put into the prompt. Compared, with the same bundled embedding model:
 
-* ours: :class:`~llama_index_rag_pack.components.sql_tables.SQLTableSelector` (what
+* ours: :class:`~llama_index_rag_pack.sql.sql_tables.SQLTableSelector` (what
   ``SQLQueryEngine(max_tables_in_prompt=k)`` uses): each table's name in words, its allowed
   columns and a few sample values, embedded once;
 * core: ``ObjectIndex`` over ``SQLTableNodeMapping`` (what core's
@@ -37,8 +37,8 @@ KS = (1, 3, 5, 10, 20)
 
 
 def ours(path: Path, tables: list[str], embed_model: Any) -> tuple[Any, dict[str, str]]:
-    from llama_index_rag_pack.components.sql_database import SafeSQLDatabase
-    from llama_index_rag_pack.components.sql_tables import SQLTableSelector
+    from llama_index_rag_pack.sql.sql_database import SafeSQLDatabase
+    from llama_index_rag_pack.sql.sql_tables import SQLTableSelector
 
     descriptions = SafeSQLDatabase(path, tables=tables).table_descriptions()
     selector = SQLTableSelector(descriptions, top_k=max(KS), embed_model=embed_model)
@@ -74,7 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_out_argument(parser)
     args = parser.parse_args()
-    from llama_index_rag_pack.components.settings import resolve_embed_model
+    from llama_index_rag_pack.models.settings import resolve_embed_model
 
     embed_model = resolve_embed_model(None)
     items = questions()

@@ -81,7 +81,7 @@ def _first_sentence(text: str) -> str:
 def example_llm(args: argparse.Namespace) -> Any:
     """The scripted LLM, or with ``--real-llm`` the one the pack resolves."""
     if args.real_llm:
-        from llama_index_rag_pack.components.settings import resolve_llm
+        from llama_index_rag_pack.models.settings import resolve_llm
 
         return resolve_llm(None)
     from llama_index_rag_pack.testing import ScriptedLLM

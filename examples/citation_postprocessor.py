@@ -8,8 +8,8 @@ from _common import SAMPLE_DOCS, example_llm, parse_args
 from llama_index.core import StorageContext, VectorStoreIndex
 
 from llama_index_rag_pack import CitationPostprocessor
-from llama_index_rag_pack.components.settings import resolve_embed_model
-from llama_index_rag_pack.storage.milvus import open_vector_store
+from llama_index_rag_pack.milvus.connection import open_vector_store
+from llama_index_rag_pack.models.settings import resolve_embed_model
 
 
 def main() -> None:

@@ -10,32 +10,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from llama_index_rag_pack.components.citation_attribution import SentenceAttributor
-    from llama_index_rag_pack.components.citation_postprocessor import CitationPostprocessor
-    from llama_index_rag_pack.components.cited_chat_engine import (
+    from llama_index_rag_pack.chat.cited_chat_engine import (
         CitedChatEngine,
         CitedChatResponse,
         CitedStreamingChatResponse,
     )
-    from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
-    from llama_index_rag_pack.components.fusion import FusionRetriever
-    from llama_index_rag_pack.components.hyde import HyDERetriever
-    from llama_index_rag_pack.components.judge_query_engine import JudgeQueryEngine, JudgeResponse
-    from llama_index_rag_pack.components.local_embedding import LocalEmbedding
-    from llama_index_rag_pack.components.logical_selector import LogicalSelector
-    from llama_index_rag_pack.components.prompt_router import PromptRouter
-    from llama_index_rag_pack.components.raptor_levels import RaptorBuildError
-    from llama_index_rag_pack.components.rewrite import RewriteRetriever
-    from llama_index_rag_pack.components.router import FusionRouterRetriever
-    from llama_index_rag_pack.components.routes import Route, RouteSelection, RoutingError
-    from llama_index_rag_pack.components.semantic_selector import SemanticSelector
-    from llama_index_rag_pack.components.sql_database import (
-        SafeSQLDatabase,
-        SQLExecutionError,
-        SQLResult,
-    )
-    from llama_index_rag_pack.components.sql_query_engine import SQLQueryEngine
-    from llama_index_rag_pack.core.clustering import cluster_embeddings
+    from llama_index_rag_pack.citations.citation_attribution import SentenceAttributor
+    from llama_index_rag_pack.citations.citation_postprocessor import CitationPostprocessor
+    from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
+    from llama_index_rag_pack.citations.reference_styles import ReferenceStyle
+    from llama_index_rag_pack.citations.references import ReferenceManager, render_references
     from llama_index_rag_pack.core.errors import (
         CollectionNotFoundError,
         ConfigurationError,
@@ -45,24 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
         MilvusUnavailableError,
         RagPackError,
     )
-    from llama_index_rag_pack.core.judge_tree import JudgedChunk, SearchNode, SearchTree
-    from llama_index_rag_pack.core.metadata_fields import FieldSpec, load_field_specs
-    from llama_index_rag_pack.core.milvus_filter import compile_conditions, milvus_literal
-    from llama_index_rag_pack.core.rank_fusion import (
-        distribution_based_fusion,
-        reciprocal_rank_fusion,
-        relative_score_fusion,
-        union_fusion,
-    )
-    from llama_index_rag_pack.core.reference_styles import ReferenceStyle
-    from llama_index_rag_pack.core.references import ReferenceManager, render_references
-    from llama_index_rag_pack.core.self_query import SelfQuery, parse_self_query
-    from llama_index_rag_pack.core.sql_safety import (
-        CheckedSQL,
-        SQLLimits,
-        UnsafeSQLError,
-        check_sql,
-    )
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import (
         LabelledExample,
@@ -70,7 +36,25 @@ if TYPE_CHECKING:  # pragma: no cover
         load_labelled_set,
     )
     from llama_index_rag_pack.evaluation.report import EvalReport
-    from llama_index_rag_pack.pack.fusion_config import FusionConfig
+    from llama_index_rag_pack.fusion.fusion_config import FusionConfig
+    from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+    from llama_index_rag_pack.fusion.hyde import HyDERetriever
+    from llama_index_rag_pack.fusion.rag_fusion import FusionRetriever
+    from llama_index_rag_pack.fusion.rank_fusion import (
+        distribution_based_fusion,
+        reciprocal_rank_fusion,
+        relative_score_fusion,
+        union_fusion,
+    )
+    from llama_index_rag_pack.fusion.rewrite import RewriteRetriever
+    from llama_index_rag_pack.fusion.score_fusion import MilvusScoreFusionRetriever
+    from llama_index_rag_pack.fusion.sentence_retriever import MilvusSentenceRetriever
+    from llama_index_rag_pack.judge.judge_query_engine import JudgeQueryEngine, JudgeResponse
+    from llama_index_rag_pack.judge.judge_tree import JudgedChunk, SearchNode, SearchTree
+    from llama_index_rag_pack.milvus.metadata_fields import FieldSpec, load_field_specs
+    from llama_index_rag_pack.milvus.milvus_filter import compile_conditions, milvus_literal
+    from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
+    from llama_index_rag_pack.models.local_embedding import LocalEmbedding
     from llama_index_rag_pack.pack.judge import judge_query_engine
     from llama_index_rag_pack.pack.modes import (
         ModeSpec,
@@ -82,54 +66,70 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.pack.routed import RoutedRagPack
     from llama_index_rag_pack.pack.self_query import configure_self_query
     from llama_index_rag_pack.pack.sources import RouteSource
-    from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-    from llama_index_rag_pack.storage.metadata_filter import infer_field_specs
-    from llama_index_rag_pack.storage.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
-    from llama_index_rag_pack.storage.raptor_tree import RaptorTree
-    from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
-    from llama_index_rag_pack.storage.self_query_retriever import SelfQueryRetriever
-    from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
-    from llama_index_rag_pack.storage.sentence_retriever import MilvusSentenceRetriever
+    from llama_index_rag_pack.raptor.clustering import cluster_embeddings
+    from llama_index_rag_pack.raptor.raptor_levels import RaptorBuildError
+    from llama_index_rag_pack.raptor.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
+    from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
+    from llama_index_rag_pack.routing.logical_selector import LogicalSelector
+    from llama_index_rag_pack.routing.prompt_router import PromptRouter
+    from llama_index_rag_pack.routing.router import FusionRouterRetriever
+    from llama_index_rag_pack.routing.routes import Route, RouteSelection, RoutingError
+    from llama_index_rag_pack.routing.semantic_selector import SemanticSelector
+    from llama_index_rag_pack.self_query.metadata_filter import infer_field_specs
+    from llama_index_rag_pack.self_query.replies import SelfQuery, parse_self_query
+    from llama_index_rag_pack.self_query.self_query_retriever import SelfQueryRetriever
+    from llama_index_rag_pack.sql.sql_database import (
+        SafeSQLDatabase,
+        SQLExecutionError,
+        SQLResult,
+    )
+    from llama_index_rag_pack.sql.sql_query_engine import SQLQueryEngine
+    from llama_index_rag_pack.sql.sql_safety import (
+        CheckedSQL,
+        SQLLimits,
+        UnsafeSQLError,
+        check_sql,
+    )
 
 __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
-    "SentenceAttributor": ".components.citation_attribution",
-    "CitationPostprocessor": ".components.citation_postprocessor",
-    "CitedChatEngine": ".components.cited_chat_engine",
-    "LocalEmbedding": ".components.local_embedding",
-    "CitedChatResponse": ".components.cited_chat_engine",
-    "CitedStreamingChatResponse": ".components.cited_chat_engine",
-    "CitedQueryEngine": ".components.cited_query_engine",
-    "FusionRetriever": ".components.fusion",
-    "HyDERetriever": ".components.hyde",
+    "SentenceAttributor": ".citations.citation_attribution",
+    "CitationPostprocessor": ".citations.citation_postprocessor",
+    "CitedChatEngine": ".chat.cited_chat_engine",
+    "LocalEmbedding": ".models.local_embedding",
+    "CitedChatResponse": ".chat.cited_chat_engine",
+    "CitedStreamingChatResponse": ".chat.cited_chat_engine",
+    "CitedQueryEngine": ".citations.cited_query_engine",
+    "FusionRetriever": ".fusion.rag_fusion",
+    "HyDERetriever": ".fusion.hyde",
     # judge-driven recursive RAG (issue 16, section 3)
-    "JudgeQueryEngine": ".components.judge_query_engine",
-    "JudgeResponse": ".components.judge_query_engine",
-    "JudgedChunk": ".core.judge_tree",
-    "SearchNode": ".core.judge_tree",
-    "SearchTree": ".core.judge_tree",
+    "JudgeQueryEngine": ".judge.judge_query_engine",
+    "JudgeResponse": ".judge.judge_query_engine",
+    "JudgedChunk": ".judge.judge_tree",
+    "SearchNode": ".judge.judge_tree",
+    "SearchTree": ".judge.judge_tree",
     "judge_query_engine": ".pack.judge",
-    "LogicalSelector": ".components.logical_selector",
-    "PromptRouter": ".components.prompt_router",
-    "RaptorBuildError": ".components.raptor_levels",
-    "RewriteRetriever": ".components.rewrite",
-    "FusionRouterRetriever": ".components.router",
-    "Route": ".components.routes",
-    "RouteSelection": ".components.routes",
-    "RoutingError": ".components.routes",
-    "SemanticSelector": ".components.semantic_selector",
+    "LogicalSelector": ".routing.logical_selector",
+    "PromptRouter": ".routing.prompt_router",
+    "RaptorBuildError": ".raptor.raptor_levels",
+    "RewriteRetriever": ".fusion.rewrite",
+    "FusionRouterRetriever": ".routing.router",
+    "Route": ".routing.routes",
+    "RouteSelection": ".routing.routes",
+    "RoutingError": ".routing.routes",
+    "SemanticSelector": ".routing.semantic_selector",
     # text-to-SQL
-    "SafeSQLDatabase": ".components.sql_database",
-    "SQLExecutionError": ".components.sql_database",
-    "SQLResult": ".components.sql_database",
-    "SQLQueryEngine": ".components.sql_query_engine",
-    "CheckedSQL": ".core.sql_safety",
-    "SQLLimits": ".core.sql_safety",
-    "UnsafeSQLError": ".core.sql_safety",
-    "check_sql": ".core.sql_safety",
-    "cluster_embeddings": ".core.clustering",
+    "SafeSQLDatabase": ".sql.sql_database",
+    "SQLExecutionError": ".sql.sql_database",
+    "SQLResult": ".sql.sql_database",
+    "SQLQueryEngine": ".sql.sql_query_engine",
+    "CheckedSQL": ".sql.sql_safety",
+    "SQLLimits": ".sql.sql_safety",
+    "UnsafeSQLError": ".sql.sql_safety",
+    "check_sql": ".sql.sql_safety",
+    "cluster_embeddings": ".raptor.clustering",
     "CollectionNotFoundError": ".core.errors",
     "ConfigurationError": ".core.errors",
     "EmbeddingError": ".core.errors",
@@ -137,19 +137,19 @@ _EXPORTS: dict[str, str] = {
     "LLMNotConfiguredError": ".core.errors",
     "MilvusUnavailableError": ".core.errors",
     "RagPackError": ".core.errors",
-    "distribution_based_fusion": ".core.rank_fusion",
-    "reciprocal_rank_fusion": ".core.rank_fusion",
-    "relative_score_fusion": ".core.rank_fusion",
-    "union_fusion": ".core.rank_fusion",
-    "ReferenceStyle": ".core.reference_styles",
-    "ReferenceManager": ".core.references",
-    "render_references": ".core.references",
+    "distribution_based_fusion": ".fusion.rank_fusion",
+    "reciprocal_rank_fusion": ".fusion.rank_fusion",
+    "relative_score_fusion": ".fusion.rank_fusion",
+    "union_fusion": ".fusion.rank_fusion",
+    "ReferenceStyle": ".citations.reference_styles",
+    "ReferenceManager": ".citations.references",
+    "render_references": ".citations.references",
     "EvalHarness": ".evaluation.harness",
     "LabelledExample": ".evaluation.labelled",
     "LabelledSet": ".evaluation.labelled",
     "load_labelled_set": ".evaluation.labelled",
     "EvalReport": ".evaluation.report",
-    "FusionConfig": ".pack.fusion_config",
+    "FusionConfig": ".fusion.fusion_config",
     "ModeSpec": ".pack.modes",
     "RetrievalMode": ".pack.modes",
     "register_mode": ".pack.modes",
@@ -157,23 +157,23 @@ _EXPORTS: dict[str, str] = {
     "RagPack": ".pack.rag_pack",
     "RoutedRagPack": ".pack.routed",
     "RouteSource": ".pack.sources",
-    "MilvusHybridRetriever": ".storage.hybrid",
-    "RaptorRetrieveMode": ".storage.raptor_retriever",
-    "RaptorRetriever": ".storage.raptor_retriever",
-    "RaptorTree": ".storage.raptor_tree",
-    "MilvusScoreFusionRetriever": ".storage.score_fusion",
-    "MilvusSentenceIndex": ".storage.sentence_index",
-    "MilvusSentenceRetriever": ".storage.sentence_retriever",
+    "MilvusHybridRetriever": ".fusion.hybrid",
+    "RaptorRetrieveMode": ".raptor.raptor_retriever",
+    "RaptorRetriever": ".raptor.raptor_retriever",
+    "RaptorTree": ".raptor.raptor_tree",
+    "MilvusScoreFusionRetriever": ".fusion.score_fusion",
+    "MilvusSentenceIndex": ".milvus.sentence_index",
+    "MilvusSentenceRetriever": ".fusion.sentence_retriever",
     # self-query
-    "FieldSpec": ".core.metadata_fields",
-    "load_field_specs": ".core.metadata_fields",
-    "compile_conditions": ".core.milvus_filter",
-    "milvus_literal": ".core.milvus_filter",
-    "SelfQuery": ".core.self_query",
-    "parse_self_query": ".core.self_query",
+    "FieldSpec": ".milvus.metadata_fields",
+    "load_field_specs": ".milvus.metadata_fields",
+    "compile_conditions": ".milvus.milvus_filter",
+    "milvus_literal": ".milvus.milvus_filter",
+    "SelfQuery": ".self_query.replies",
+    "parse_self_query": ".self_query.replies",
     "configure_self_query": ".pack.self_query",
-    "infer_field_specs": ".storage.metadata_filter",
-    "SelfQueryRetriever": ".storage.self_query_retriever",
+    "infer_field_specs": ".self_query.metadata_filter",
+    "SelfQueryRetriever": ".self_query.self_query_retriever",
 }
 
 

@@ -27,7 +27,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import ToolSelection
 
-from llama_index_rag_pack.components.delta_streams import DeltaStreamingLLM
+from llama_index_rag_pack.models.delta_streams import DeltaStreamingLLM
 
 __all__ = ["ScriptedLLM", "ToolCallReply", "ScriptExhaustedError", "SyncCallError", "split_tokens"]
 

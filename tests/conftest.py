@@ -162,7 +162,7 @@ def copies_from_the_first_search() -> Any:
     """Lite collections are held in memory from their first search in this process, so every
     test that searches one exercises the in-memory path; ``test_vector_memory`` tests the
     default (Milvus answers the first few queries)."""
-    from llama_index_rag_pack.storage import vector_memory
+    from llama_index_rag_pack.milvus import vector_memory
 
     default = vector_memory.SEARCHES_BEFORE_COPY
     vector_memory.SEARCHES_BEFORE_COPY = 0
@@ -172,7 +172,7 @@ def copies_from_the_first_search() -> Any:
 
 @pytest.fixture(scope="session")
 def embed_model() -> Any:
-    from llama_index_rag_pack.components.settings import resolve_embed_model
+    from llama_index_rag_pack.models.settings import resolve_embed_model
 
     return resolve_embed_model()
 
@@ -184,7 +184,7 @@ def milvus_uri(tmp_path: Path) -> str:
 
 @pytest.fixture()
 def vector_store(milvus_uri: str) -> Any:
-    from llama_index_rag_pack.storage.milvus import open_vector_store
+    from llama_index_rag_pack.milvus.connection import open_vector_store
 
     return open_vector_store(milvus_uri, "test_collection", dim=384)
 
@@ -235,7 +235,7 @@ class JsonHeldLLM(ScriptedLLM):
     schemas: list = []
 
     def _next_reply(self, prompt: str) -> Any:
-        from llama_index_rag_pack.components.json_output import requested_json_schema
+        from llama_index_rag_pack.models.json_output import requested_json_schema
 
         self.schemas.append(requested_json_schema())
         return super()._next_reply(prompt)
@@ -269,8 +269,8 @@ def gated_llm() -> Callable[..., GatedLLM]:
 
 @pytest.fixture(scope="session")
 def local_llm() -> Any:
-    from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
-    from llama_index_rag_pack.components.settings import bundled_gguf_path
+    from llama_index_rag_pack.models.local_llm import LocalGGUFLLM
+    from llama_index_rag_pack.models.settings import bundled_gguf_path
 
     path = bundled_gguf_path()
     if path is None:

@@ -1,6 +1,8 @@
-"""The package's layers, read from the source: dependencies point only down, there are no import
-cycles, pymilvus is imported only under ``storage/``, ``core/`` has no LlamaIndex, and no module
-or function outgrows the size limits (docs/ARCHITECTURE.md)."""
+"""The package's feature packages, read from the source (docs/ARCHITECTURE.md): each package
+imports only its own modules and those of the packages below it, there are no import cycles
+(loads by name included), pymilvus is imported only under ``milvus/``, pure modules import neither
+LlamaIndex nor pymilvus, ``core/`` holds only what several features share, no folder holds more
+than 20 modules, and no module or function outgrows the size limits."""
 
 from __future__ import annotations
 
@@ -15,13 +17,39 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "llama_index_rag_pack"
 ROOT = "llama_index_rag_pack"
 
-# Bottom to top: a module may import its own layer and the layers below it, never above.
-LAYERS = ("core", "components", "storage", "pack", "evaluation", "cli")
+#: Each package's level: a module imports its own package and packages of lower levels only
+#: (packages of one level never import each other). Read bottom to top as a question travels
+#: the other way: cli -> pack -> a feature -> milvus, documents, models -> core.
+LEVELS = {
+    "core": 0,
+    "models": 1,
+    "documents": 1,
+    "milvus": 2,
+    "citations": 3,
+    "fusion": 3,
+    "raptor": 3,
+    "chat": 4,
+    "judge": 4,
+    "routing": 4,
+    "self_query": 4,
+    "sql": 4,
+    "pack": 5,
+    "evaluation": 6,
+    "cli": 7,
+}
 # The package root's public facades sit on top of everything.
 FACADES = {ROOT, f"{ROOT}.testing"}
+#: Modules that load package modules by name (``importlib.import_module``): the root's lazy
+#: public names and the CLI's subcommand table, both on top, so no load can close a cycle.
+LOADS_BY_NAME = {ROOT, f"{ROOT}.cli.app"}
+#: What a pure module says of itself, right after its docstring.
+PURE_MARKER = "# Pure module: no LlamaIndex, no pymilvus"
+#: The Milvus libraries, reached only through ``milvus/``.
+MILVUS_LIBRARIES = ("pymilvus", "milvus_lite", "llama_index.vector_stores.milvus")
 
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
+MAX_FOLDER_MODULES = 20
 
 
 @dataclass(frozen=True)
@@ -42,6 +70,8 @@ def _modules() -> dict[str, Path]:
 
 
 MODULES = _modules()
+SOURCES = {m: p.read_text(encoding="utf-8") for m, p in MODULES.items()}
+TREES = {m: ast.parse(src) for m, src in SOURCES.items()}
 
 
 def _resolve(module: str, node: ast.ImportFrom) -> str:
@@ -51,11 +81,27 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
+def _loaded_by_name(module: str, node: ast.Call) -> str | None:
+    """The module an ``importlib.import_module("...")`` call loads (``None`` for another call
+    or a name computed at run time)."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name != "import_module" or not node.args:
+        return None
+    arg = node.args[0]
+    if not isinstance(arg, ast.Constant) or not isinstance(arg.value, str):
+        return None
+    target = arg.value
+    if target.startswith("."):  # relative to the package given second, the root's table
+        target = ROOT + target
+    return target
+
+
 def _imports() -> Iterator[Import]:
     """Every import in the package, at module level or inside functions (a lazy import is still
-    a dependency)."""
-    for module, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    a dependency), and every module loaded by name."""
+    for module, tree in TREES.items():
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     yield Import(module, alias.name, node.lineno)
@@ -64,33 +110,69 @@ def _imports() -> Iterator[Import]:
                 for alias in node.names:
                     full = f"{base}.{alias.name}"
                     yield Import(module, full if full in MODULES else base, node.lineno)
+            elif isinstance(node, ast.Call) and (target := _loaded_by_name(module, node)):
+                yield Import(module, target, node.lineno)
 
 
 IMPORTS = list(_imports())
 
 
-def _layer(module: str) -> int:
+def _package(module: str) -> str:
     if module in FACADES:
-        return len(LAYERS)
+        return "facade"
     parts = module.split(".")
-    if len(parts) < 2 or parts[1] not in LAYERS:
-        raise AssertionError(f"{module} sits outside the layers {LAYERS}; move it into one")
-    return LAYERS.index(parts[1])
+    if len(parts) < 2 or parts[1] not in LEVELS:
+        raise AssertionError(f"{module} sits outside the packages {sorted(LEVELS)}; move it")
+    return parts[1]
 
 
-def test_every_module_belongs_to_a_layer() -> None:
+def _level(module: str) -> int:
+    package = _package(module)
+    return len(LEVELS) if package == "facade" else LEVELS[package]
+
+
+def test_every_module_belongs_to_a_package() -> None:
     for module in MODULES:
-        _layer(module)
+        _package(module)
 
 
-def test_no_upward_imports() -> None:
-    upward = [
-        f"{i.source}:{i.line} imports {i.target} "
-        f"({LAYERS[_layer(i.source)]} -> {(LAYERS + ('facade',))[_layer(i.target)]})"
+def test_packages_import_only_their_own_modules_and_those_below() -> None:
+    wrong = [
+        f"{i.source}:{i.line} imports {i.target} ({_package(i.source)} -> {_package(i.target)})"
         for i in IMPORTS
-        if i.target.startswith(ROOT) and _layer(i.target) > _layer(i.source)
+        if i.target.startswith(ROOT)
+        and i.target in MODULES
+        and _package(i.target) != _package(i.source)
+        and _level(i.target) >= _level(i.source)
     ]
-    assert upward == []
+    assert wrong == []
+
+
+def test_features_never_import_pack_cli_or_evaluation() -> None:
+    features = {p for p, level in LEVELS.items() if 3 <= level <= 4}
+    wrong = [
+        f"{i.source}:{i.line} imports {i.target}"
+        for i in IMPORTS
+        if i.target in MODULES
+        and _package(i.source) in features
+        and _package(i.target) in {"pack", "cli", "evaluation"}
+    ]
+    assert wrong == []
+
+
+def test_modules_are_loaded_by_name_only_from_the_top() -> None:
+    by_name = sorted(
+        {
+            i.source
+            for i in IMPORTS
+            for node in ast.walk(TREES[i.source])
+            if isinstance(node, ast.Call)
+            and _loaded_by_name(i.source, node) == i.target
+            and node.lineno == i.line
+            and i.target.startswith(ROOT)
+        }
+    )
+    assert set(by_name) <= LOADS_BY_NAME, by_name
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -145,40 +227,70 @@ def test_the_cycle_finder_finds_cycles() -> None:
     assert _cycles({"a": {"b"}, "b": set()}) == []
 
 
-@pytest.mark.parametrize(
-    ("library", "allowed"),
-    [("pymilvus", ("storage",)), ("milvus_lite", ("storage",))],
-)
-def test_milvus_is_reached_only_through_storage(library: str, allowed: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("library", MILVUS_LIBRARIES)
+def test_milvus_is_reached_only_through_the_milvus_package(library: str) -> None:
     outside = [
         f"{i.source}:{i.line}"
         for i in IMPORTS
-        if i.target.split(".")[0] == library and i.source.split(".")[1:2] != list(allowed)
+        if (i.target == library or i.target.startswith(f"{library}."))
+        and _package(i.source) != "milvus"
     ]
     assert outside == []
 
 
-# No LlamaIndex import is allowed in core (core.llm_output reads LLM JSON as core's
-# parse_json_markdown does, but with a YAML loader that refuses aliases: it cannot call it).
-CORE_LLAMA_INDEX_ALLOWLIST: set[tuple[str, str]] = set()
+PURE = {m for m, src in SOURCES.items() if PURE_MARKER in src}
 
 
-def test_core_is_pure() -> None:
-    """No LlamaIndex classes and no package module above core in ``core/``."""
+def test_pure_modules_import_neither_llama_index_nor_pymilvus_nor_an_impure_module() -> None:
     impure = [
         f"{i.source}:{i.line} imports {i.target}"
         for i in IMPORTS
-        if i.source.startswith(f"{ROOT}.core")
+        if i.source in PURE
         and (
-            (
-                i.target.startswith("llama_index.")
-                and (i.source, i.target) not in CORE_LLAMA_INDEX_ALLOWLIST
+            i.target.split(".")[0] in {"llama_index", "pymilvus", "milvus_lite"}
+            or (
+                i.target in MODULES
+                and i.target not in PURE
+                and MODULES[i.target].stem != "__init__"
             )
-            or i.target.startswith("pymilvus")
-            or (i.target.startswith(ROOT) and not i.target.startswith(f"{ROOT}.core"))
         )
     ]
     assert impure == []
+
+
+def test_the_pure_marker_is_where_it_says_and_core_is_mostly_pure() -> None:
+    assert len(PURE) >= 40  # the algorithm modules of every feature say so
+    core = {m for m in MODULES if _package(m) == "core" and MODULES[m].stem != "__init__"}
+    # core's LlamaIndex bases: where a query enters a retriever or engine, and node tags
+    assert core - PURE == {f"{ROOT}.core.query_bases", f"{ROOT}.core.node_tags"}
+
+
+def test_core_holds_only_what_several_features_share() -> None:
+    """Every core module is imported (directly, or through another core module) by modules of
+    at least two other packages."""
+    users: dict[str, set[str]] = {m: set() for m in MODULES if _package(m) == "core"}
+    for i in IMPORTS:
+        if i.target in users and _package(i.source) not in {"core", "facade"}:
+            users[i.target].add(_package(i.source))
+    changed = True
+    while changed:  # a core module used by another core module serves that one's users too
+        changed = False
+        for i in IMPORTS:
+            if i.target in users and i.source in users and i.source != i.target:
+                before = len(users[i.target])
+                users[i.target] |= users[i.source]
+                changed = changed or len(users[i.target]) != before
+    lonely = {m: sorted(p) for m, p in users.items() if len(p) < 2 and m != f"{ROOT}.core"}
+    assert lonely == {}, f"move these into the one package that uses them: {lonely}"
+
+
+def test_no_folder_holds_more_than_twenty_modules() -> None:
+    folders: dict[Path, int] = {}
+    for path in MODULES.values():
+        folders[path.parent] = folders.get(path.parent, 0) + 1
+    crowded = {str(p.relative_to(PACKAGE)): n for p, n in folders.items()}
+    crowded = {p: n for p, n in crowded.items() if n > MAX_FOLDER_MODULES}
+    assert crowded == {}
 
 
 def _is_template(node: ast.stmt) -> bool:
@@ -233,24 +345,22 @@ def test_the_root_lists_each_public_name_once_in_each_table() -> None:
 
 
 def test_from_sources_works_after_importing_only_the_rag_pack_module() -> None:
-    """No pack module sets a class attribute of another: ``RagPack.from_sources`` needs nothing
-    but its own module imported."""
+    """``RagPack.from_sources`` needs nothing but its own module imported, and no module is
+    loaded by name for it (``RoutedRagPack`` shares ``RagPackBase`` instead of subclassing
+    ``RagPack``, so the two modules do not import each other)."""
     import subprocess
     import sys
 
     code = (
-        "import sys\n"
         "from llama_index_rag_pack.pack.rag_pack import RagPack\n"
-        "assert 'llama_index_rag_pack.pack.routed' not in sys.modules\n"
+        "from llama_index_rag_pack.pack.routed import RoutedRagPack\n"
         "try:\n"
         "    RagPack.from_sources([])\n"
         "except Exception as e:\n"
         "    print(type(e).__name__, e)\n"
-        "print('routed loaded:', 'llama_index_rag_pack.pack.routed' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "routed loaded: True" in done.stdout
     assert "ConfigurationError" in done.stdout, done.stdout  # RoutedRagPack's own check ran
 
 
@@ -292,9 +402,9 @@ def test_async_twins_take_exactly_the_parameters_of_their_sync_twin() -> None:
 
     twins = {where: (sync, twin) for where, sync, twin in _sync_async_twins()}
     assert {
-        "llama_index_rag_pack.components.fusion_queries.agenerate_queries",
-        "llama_index_rag_pack.storage.raptor_retriever.RaptorRetriever.afrom_documents",
-        "llama_index_rag_pack.pack.rag_pack.RagPack.arun",
+        "llama_index_rag_pack.fusion.fusion_queries.agenerate_queries",
+        "llama_index_rag_pack.raptor.raptor_retriever.RaptorRetriever.afrom_documents",
+        "llama_index_rag_pack.pack.pack_base.RagPackBase.arun",
     } <= set(twins)
     drifted = {
         where: (str(inspect.signature(sync)), str(inspect.signature(twin)))

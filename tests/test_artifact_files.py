@@ -17,7 +17,6 @@ from llama_index.core.embeddings import MockEmbedding
 
 from llama_index_rag_pack.cli import main
 from llama_index_rag_pack.cli.route import _labelled_queries
-from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.json_files import (
     parse_json,
@@ -26,20 +25,21 @@ from llama_index_rag_pack.core.json_files import (
     write_json_atomic,
     write_text_atomic,
 )
-from llama_index_rag_pack.core.judge_tree import JudgedChunk, SearchNode, SearchTree
-from llama_index_rag_pack.core.metadata_fields import load_field_specs
 from llama_index_rag_pack.evaluation.cache import ResultCache
 from llama_index_rag_pack.evaluation.labelled import (
     LabelledExample,
     load_labelled_set,
     save_labelled_set,
 )
-from llama_index_rag_pack.pack.fusion_config import (
+from llama_index_rag_pack.fusion.fusion_config import (
     FusionConfig,
     load_fusion_config,
     save_fusion_config,
 )
+from llama_index_rag_pack.judge.judge_tree import JudgedChunk, SearchNode, SearchTree
+from llama_index_rag_pack.milvus.metadata_fields import load_field_specs
 from llama_index_rag_pack.pack.sources import load_sources
+from llama_index_rag_pack.routing.semantic_selector import SemanticSelector
 
 DEEP = '{"a":' * 100_000 + "1" + "}" * 100_000
 posix_only = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core.schema import Document
 
-from llama_index_rag_pack.core.bm25_analysis import (
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.documents.bm25_analysis import (
     ENGLISH_STOP_WORDS,
     MAX_ANALYSED_BYTES,
     analyze_for_bm25,
@@ -21,12 +22,11 @@ from llama_index_rag_pack.core.bm25_analysis import (
     resolve_analyzer,
     word_tokens,
 )
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.milvus.bm25_fields import BM25_TEXT_FIELD, stored_bm25_analysis
+from llama_index_rag_pack.milvus.bm25_upgrade import upgrade_bm25_analysis
+from llama_index_rag_pack.milvus.connection import count_entities, flush, open_vector_store
 from llama_index_rag_pack.pack.rag_pack import RagPack
-from llama_index_rag_pack.storage.bm25_fields import BM25_TEXT_FIELD, stored_bm25_analysis
-from llama_index_rag_pack.storage.bm25_upgrade import upgrade_bm25_analysis
-from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-from llama_index_rag_pack.storage.milvus import count_entities, flush, open_vector_store
 
 # ------------------------------------------------------------------ the pure function
 ascii_words = st.lists(
@@ -185,7 +185,7 @@ def old_format_collection(uri: str, name: str, embed_model) -> None:
     from llama_index.vector_stores.milvus import MilvusVectorStore
     from llama_index.vector_stores.milvus.utils import BM25BuiltInFunction
 
-    from llama_index_rag_pack.components.chunking import split_documents
+    from llama_index_rag_pack.documents.chunking import split_documents
 
     store = MilvusVectorStore(
         uri=uri,
@@ -258,7 +258,7 @@ def test_a_custom_analyzer_is_recorded_and_needed_to_search(tmp_path, embed_mode
 
 # ------------------------------------------------------------------ Lite and a server agree
 def test_lite_and_a_milvus_lite_server_rank_dev_questions_alike(tmp_path, milvus_server):
-    from llama_index_rag_pack.components.chunking import split_documents
+    from llama_index_rag_pack.documents.chunking import split_documents
     from llama_index_rag_pack.evaluation.labelled import load_corpus, load_labelled_set
 
     dev = load_labelled_set("wiki_qa_para", split="dev")

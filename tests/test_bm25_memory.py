@@ -1,4 +1,4 @@
-"""The in-memory BM25 index (storage/bm25_memory.py): Lite's BM25 formula exactly, the same
+"""The in-memory BM25 index (milvus/bm25_memory.py): Lite's BM25 formula exactly, the same
 ranking as searching in Milvus Lite, filters still applied, never stale after the pack's writes,
 a chunk gone from the collection never returned, a ``standard`` collection left in Milvus."""
 
@@ -15,10 +15,10 @@ from llama_index.core import Document
 from pymilvus import DataType, Function, FunctionType, MilvusClient
 
 from llama_index_rag_pack import RagPack
-from llama_index_rag_pack.storage import milvus as milvus_utils
-from llama_index_rag_pack.storage.bm25_memory import LITE_BM25_B, LITE_BM25_K1, MemoryBM25
-from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-from llama_index_rag_pack.storage.vector_memory import forget_vectors
+from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.milvus import connection as milvus_utils
+from llama_index_rag_pack.milvus.bm25_memory import LITE_BM25_B, LITE_BM25_K1, MemoryBM25
+from llama_index_rag_pack.milvus.vector_memory import forget_vectors
 
 DOCS = [
     Document(
@@ -143,7 +143,7 @@ def test_lite_bm25_mode_ranks_in_memory_like_milvus(pack):
 def test_default_mode_fuses_the_in_memory_bm25_side(pack):
     fast = pack.retriever("hybrid_convex", similarity_top_k=4)
     assert fast.sparse._bm25_copy("q") is not None
-    from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+    from llama_index_rag_pack.fusion.score_fusion import MilvusScoreFusionRetriever
 
     slow = MilvusScoreFusionRetriever(
         pack.vector_store, embed_model=pack.embed_model, similarity_top_k=4

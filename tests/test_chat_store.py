@@ -12,7 +12,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.memory import Memory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from llama_index_rag_pack.components.chat_store import (
+from llama_index_rag_pack.chat.chat_store import (
     InProcessChatStore,
     _memory_takes_a_store,
     new_memory,

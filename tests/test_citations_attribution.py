@@ -19,31 +19,31 @@ from hypothesis import strategies as st
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from llama_index_rag_pack.cli.evidence import (
-    highlight,
-    highlight_marks,
-    passage_window,
-    print_evidence,
-)
-from llama_index_rag_pack.components.citation_attribution import (
-    SentenceAttributor,
-    passage_sentences,
-    resolve_attributor,
-)
-from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
-from llama_index_rag_pack.core.annotations import split_prose_sentences
-from llama_index_rag_pack.core.attribution import (
+from llama_index_rag_pack.citations.annotations import split_prose_sentences
+from llama_index_rag_pack.citations.attribution import (
     SentenceOrigin,
     SentenceSupport,
     answer_sentences,
     attribution_note,
     marked_answer,
 )
-from llama_index_rag_pack.core.attribution_scores import (
+from llama_index_rag_pack.citations.attribution_scores import (
     Passage,
     choose_sources,
     content_tokens,
     token_containment,
+)
+from llama_index_rag_pack.citations.citation_attribution import (
+    SentenceAttributor,
+    passage_sentences,
+    resolve_attributor,
+)
+from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.cli.evidence import (
+    highlight,
+    highlight_marks,
+    passage_window,
+    print_evidence,
 )
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.testing import ScriptedLLM
@@ -396,8 +396,8 @@ def test_attribution_splits_passages_without_importing_nltk() -> None:
     code = (
         "import sys\n"
         "from llama_index.core.schema import NodeWithScore, TextNode\n"
-        "from llama_index_rag_pack.components.citation_attribution import SentenceAttributor\n"
-        "from llama_index_rag_pack.components.settings import resolve_embed_model\n"
+        "from llama_index_rag_pack.citations.citation_attribution import SentenceAttributor\n"
+        "from llama_index_rag_pack.models.settings import resolve_embed_model\n"
         "text = 'Neil Armstrong walked on the Moon in 1969. Dr. Aldrin followed him.'\n"
         "node = NodeWithScore(node=TextNode(text=text), score=1.0)\n"
         "attributor = SentenceAttributor(resolve_embed_model())\n"
@@ -421,7 +421,7 @@ def test_prose_sentences_give_the_text_back(text: str) -> None:
 
 
 def test_a_runaway_answer_is_scored_up_to_the_bound_and_the_rest_skipped(embed_model) -> None:
-    from llama_index_rag_pack.components.citation_attribution import MAX_SCORED_SENTENCES
+    from llama_index_rag_pack.citations.citation_attribution import MAX_SCORED_SENTENCES
 
     node = NodeWithScore(node=TextNode(text="Milvus is a vector database."), score=1.0)
     answer = "Milvus is a vector database. " * (MAX_SCORED_SENTENCES + 50)

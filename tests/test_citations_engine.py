@@ -18,14 +18,18 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.query_engine import RetrieverQueryEngine
 from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, TextNode
 
-from llama_index_rag_pack.components.citation_postprocessor import CitationPostprocessor
-from llama_index_rag_pack.components.citation_prompts import DEFAULT_CITATION_QA_PROMPT
-from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
-from llama_index_rag_pack.components.cited_responses import CitedResponse
-from llama_index_rag_pack.core.annotations import attach_markers, parse_annotations, split_sentences
+from llama_index_rag_pack.citations.annotations import (
+    attach_markers,
+    parse_annotations,
+    split_sentences,
+)
+from llama_index_rag_pack.citations.citation_postprocessor import CitationPostprocessor
+from llama_index_rag_pack.citations.citation_prompts import DEFAULT_CITATION_QA_PROMPT
+from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.citations.cited_responses import CitedResponse
+from llama_index_rag_pack.citations.quotes import QuoteMatch
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.quotes import QuoteMatch
-from llama_index_rag_pack.storage.milvus import flush, open_vector_store
+from llama_index_rag_pack.milvus.connection import flush, open_vector_store
 from llama_index_rag_pack.testing import ScriptedLLM, ToolCallReply
 
 CHEETAH_URL = "https://en.wikipedia.org/wiki/Cheetah"
@@ -537,7 +541,7 @@ class TestPostprocessor:
 def test_local_llm_stream_is_rewritten_consistently(retriever, local_llm) -> None:
     """Whatever the real local model writes, no well-formed marker survives and citations are
     valid."""
-    from llama_index_rag_pack.core.citation_markers import MATCH, scan_marker
+    from llama_index_rag_pack.citations.citation_markers import MATCH, scan_marker
 
     engine = CitedQueryEngine(retriever, local_llm, style="text", streaming=True)
     response = engine.query("How fast can a cheetah run?")

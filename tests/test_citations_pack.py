@@ -10,9 +10,9 @@ from llama_index.core import Document
 from llama_index.core.query_engine import RetrieverQueryEngine
 
 from llama_index_rag_pack import RagPack, cli
+from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.citations.cited_responses import CitedResponse
 from llama_index_rag_pack.cli import output as cli_output
-from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
-from llama_index_rag_pack.components.cited_responses import CitedResponse
 from llama_index_rag_pack.testing import ScriptedLLM
 
 DOCS = [
@@ -97,7 +97,7 @@ def test_cli_ask_streams_the_rewritten_answer(pack, monkeypatch, fmt, marker, li
     printed: list[tuple[str, dict[str, Any]]] = []
     monkeypatch.setattr(cli_output, "out", lambda text="", **kw: printed.append((text, kw)))
     monkeypatch.setattr(
-        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
+        "llama_index_rag_pack.pack.pack_base.resolve_llm",
         lambda spec=None: ScriptedLLM(replies=cite_apollo),
     )
     code = cli.main(
@@ -123,7 +123,7 @@ def test_cli_ask_streams_the_rewritten_answer(pack, monkeypatch, fmt, marker, li
 @pytest.mark.integration
 def test_cli_no_citations_and_no_stream(pack, monkeypatch, capsys) -> None:
     monkeypatch.setattr(
-        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
+        "llama_index_rag_pack.pack.pack_base.resolve_llm",
         lambda spec=None: ScriptedLLM(replies=cite_apollo),
     )
     assert (
@@ -152,7 +152,7 @@ def ask(milvus_uri: str, *args: str) -> int:
 @pytest.mark.integration
 def test_cli_answer_without_markers_gets_attributed_citations(pack, monkeypatch, capsys) -> None:
     monkeypatch.setattr(
-        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
+        "llama_index_rag_pack.pack.pack_base.resolve_llm",
         lambda spec=None: ScriptedLLM(default_reply="Armstrong and Aldrin walked on the Moon."),
     )
     assert ask(pack.uri, "Who walked on the Moon?") == 0
@@ -166,7 +166,7 @@ def test_cli_answer_without_markers_gets_attributed_citations(pack, monkeypatch,
 @pytest.mark.integration
 def test_cli_show_sources_highlights_the_supporting_sentence(pack, monkeypatch, capsys) -> None:
     monkeypatch.setattr(
-        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
+        "llama_index_rag_pack.pack.pack_base.resolve_llm",
         lambda spec=None: ScriptedLLM(
             default_reply="Armstrong and Aldrin walked on the Moon. Aardvarks can fly to Mars."
         ),
@@ -188,7 +188,7 @@ def test_cli_show_sources_highlights_the_supporting_sentence(pack, monkeypatch, 
 @pytest.mark.integration
 def test_cli_unsupported_answer_lists_retrieved_chunks(pack, monkeypatch, capsys) -> None:
     monkeypatch.setattr(
-        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
+        "llama_index_rag_pack.pack.pack_base.resolve_llm",
         lambda spec=None: ScriptedLLM(default_reply="Bananas are yellow."),
     )
     assert ask(pack.uri, "Who walked on the Moon?") == 0

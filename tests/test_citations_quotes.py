@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rapidfuzz import fuzz
 
-from llama_index_rag_pack.core.quotes import (
+from llama_index_rag_pack.citations.quotes import (
     QuoteCheck,
     QuoteMatch,
     normalize_with_map,

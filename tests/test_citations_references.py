@@ -17,10 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.core.citation_markers import MAX_MARKER_LEN
-from llama_index_rag_pack.core.citations import Citation, default_source_id
-from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.reference_styles import (
+from llama_index_rag_pack.citations.citation_markers import MAX_MARKER_LEN
+from llama_index_rag_pack.citations.cited_sources import Citation, default_source_id
+from llama_index_rag_pack.citations.reference_styles import (
     EmptyReferenceStyle,
     HTMLReferenceStyle,
     MarkdownReferenceStyle,
@@ -28,7 +27,8 @@ from llama_index_rag_pack.core.reference_styles import (
     TextReferenceStyle,
     resolve_style,
 )
-from llama_index_rag_pack.core.references import ReferenceManager, render_references
+from llama_index_rag_pack.citations.references import ReferenceManager, render_references
+from llama_index_rag_pack.core.errors import ConfigurationError
 
 # The marker grammar, written independently as one regex (the reference for the state machine).
 MARKER_RE = re.compile(
@@ -411,9 +411,9 @@ def test_importable_without_llama_index() -> None:
         root = types.ModuleType("llama_index_rag_pack")
         root.__path__ = [{str(package)!r}]
         sys.modules["llama_index_rag_pack"] = root
-        refs = importlib.import_module("llama_index_rag_pack.core.references")
+        refs = importlib.import_module("llama_index_rag_pack.citations.references")
         print(refs.render_references("A [1](id=1)", ["x"], style="text").splitlines()[0])
-        styles = importlib.import_module("llama_index_rag_pack.core.reference_styles")
+        styles = importlib.import_module("llama_index_rag_pack.citations.reference_styles")
         try:
             styles.resolve_style("nope")
         except ValueError as e:

@@ -241,9 +241,9 @@ def counted_models(monkeypatch: pytest.MonkeyPatch, embed_model: Any) -> dict[st
         calls["embed"] += 1
         return embed_model
 
-    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", resolve_llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", resolve_llm)
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings._load_local_embedding", load_embedding
+        "llama_index_rag_pack.models.settings._load_local_embedding", load_embedding
     )
     monkeypatch.delenv("RAG_PACK_EMBED_MODEL", raising=False)
     return calls
@@ -276,7 +276,7 @@ def test_chat_keeps_the_conversation_and_its_commands(
     index_uri: str, counted_models: dict[str, int], monkeypatch, capsys
 ) -> None:
     llm = ScriptedLLM(replies=_resolving_answer)
-    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", lambda spec=None: llm)
     script = "What is Milvus?\nIs it open source?\n/sources\n/history\n/reset\n/history\n/x\n"
     monkeypatch.setattr(sys, "stdin", io.StringIO(script))
     code, out, err = _run(capsys, "--uri", index_uri, "chat", "--format", "text")
@@ -425,7 +425,7 @@ def test_ask_route_answers_through_the_cited_engine(
     routed_uri: str, routes_file: str, counted_models, monkeypatch, capsys, fmt, marker, listing
 ) -> None:
     llm = ScriptedLLM(replies=lambda prompt: "Yeast ferments sugar [1](id=1).")
-    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", lambda spec=None: llm)
     code, out, err = _run(
         capsys,
         *("--uri", routed_uri, "ask", "Why does bread dough rise?", "--routes", routes_file),
@@ -442,7 +442,7 @@ def test_ask_route_without_a_match_names_the_closest_route(
     routed_uri: str, routes_file: str, counted_models, monkeypatch, capsys
 ) -> None:
     llm = ScriptedLLM(replies=[])  # any LLM call would fail the test
-    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", lambda spec=None: llm)
     argv = ["--uri", routed_uri, "ask", "Who won the 1998 world cup?", "--routes", routes_file]
     code, out, err = _run(capsys, *argv, "--route-threshold", "0.6")
     assert code == 1, err
@@ -453,7 +453,7 @@ def test_ask_route_without_a_match_names_the_closest_route(
     assert "--route-fallback NAME" in line and "Empty Response" not in out
 
     llm = ScriptedLLM(replies=lambda prompt: "The context does not say [1](id=1).")
-    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", lambda spec=None: llm)
     code, out, err = _run(
         capsys, *argv, "--route-threshold", "0.6", "--route-fallback", "space", "--format", "text"
     )

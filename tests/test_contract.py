@@ -431,7 +431,7 @@ def test_a_mode_added_through_the_registry_gets_the_contract(
 def test_every_mode_checks_its_query_in_the_pack_retriever_base(
     mode: str, request: pytest.FixtureRequest
 ) -> None:
-    from llama_index_rag_pack.components.query_bases import PackRetriever
+    from llama_index_rag_pack.core.query_bases import PackRetriever
 
     retriever = _pack_for(mode, request).retriever(mode)
     assert isinstance(retriever, PackRetriever), type(retriever).__mro__
@@ -445,8 +445,8 @@ def test_every_mode_checks_its_query_in_the_pack_retriever_base(
 def test_a_registered_base_mode_serves_the_query_side_modes(
     single: RagPack, query_mode: str
 ) -> None:
+    from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
     from llama_index_rag_pack.pack.modes import base_modes, register_mode, unregister_mode
-    from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
 
     def build_dense_top3(pack: RagPack, similarity_top_k: int | None = None) -> Any:
         return MilvusHybridRetriever(

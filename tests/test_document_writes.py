@@ -14,8 +14,8 @@ from llama_index.core import Document
 from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
 
 from llama_index_rag_pack import RagPack
-from llama_index_rag_pack.core.milvus_expr import expression_fields
-from llama_index_rag_pack.storage.document_rows import ids_expression
+from llama_index_rag_pack.milvus.document_rows import ids_expression
+from llama_index_rag_pack.milvus.milvus_expr import expression_fields
 
 # ids that close the quoted list of an unescaped ``doc_id in ["..."]`` and match every row
 EVIL_IDS = ['x"] or true or doc_id in ["', 'x\\"] or true or doc_id in [\\"', "a'] or true or ['"]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.core.metrics import (
+from llama_index_rag_pack.evaluation.metrics import (
     answer_in_text,
     citation_precision,
     citation_recall,

@@ -56,7 +56,7 @@ def test_example_runs_offline(
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", [script, "--data-dir", str(tmp_path / "data")])
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings._load_local_embedding", lambda *a: embed_model
+        "llama_index_rag_pack.models.settings._load_local_embedding", lambda *a: embed_model
     )
     monkeypatch.setattr(Settings, "_llm", ScriptedLLM(default_reply="Milvus is a database."))
     if script == "quickstart.py":

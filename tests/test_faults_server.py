@@ -23,9 +23,9 @@ from llama_index.core import Document
 
 from llama_index_rag_pack.cli import main
 from llama_index_rag_pack.core.errors import MilvusUnavailableError
+from llama_index_rag_pack.milvus.connection import count_entities, open_vector_store
 from llama_index_rag_pack.pack.rag_pack import RagPack
-from llama_index_rag_pack.storage.milvus import count_entities, open_vector_store
-from llama_index_rag_pack.storage.raptor_tree import RaptorTree
+from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 from llama_index_rag_pack.testing import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,7 +142,7 @@ def test_server_killed_during_a_query_then_back(
     assert "Milvus is an open-source vector database" in str(pack.run("What is Milvus?"))
 
     # the CLI: the same fault is one line on stderr and exit status 2, then the next ask works
-    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", lambda spec=None: llm)
     monkeypatch.setattr(embed_class, "_get_query_embedding", kill_then_embed)
     argv = ["--uri", server.uri, "--collection", "faults", "ask", "What is Milvus?", "--no-stream"]
     capfd.readouterr()
@@ -179,8 +179,8 @@ TREE_OPTIONS = dict(
 BUILDER = """
 import sys, time
 sys.path.insert(0, sys.argv[2])  # this test module's folder
-from llama_index_rag_pack.storage.milvus import open_vector_store
-from llama_index_rag_pack.storage.raptor_tree import RaptorTree
+from llama_index_rag_pack.milvus.connection import open_vector_store
+from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 from llama_index_rag_pack.testing import ScriptedLLM
 from test_faults_server import TREE_OPTIONS, raptor_docs, summary
 

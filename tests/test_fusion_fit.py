@@ -15,16 +15,14 @@ from llama_index.core import Document
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_rag_pack import RagPack
-from llama_index_rag_pack.core.convex_fusion import (
-    TUNED_ALPHA,
-    ScoredId,
-    ScoreNormalization,
-    convex_fusion,
-    ranked,
-    two_list_rrf,
-)
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.fusion_fit import (
+from llama_index_rag_pack.evaluation.fitting import (
+    FitMetric,
+    comparison_strategies,
+    default_fit_metric,
+    fit_questions,
+)
+from llama_index_rag_pack.evaluation.fusion_fit import (
     ALPHA_GRID,
     FitQuestion,
     RankMetric,
@@ -34,14 +32,16 @@ from llama_index_rag_pack.core.fusion_fit import (
     fit_rrf_k,
     score_inputs,
 )
-from llama_index_rag_pack.evaluation.fitting import (
-    FitMetric,
-    comparison_strategies,
-    default_fit_metric,
-    fit_questions,
-)
 from llama_index_rag_pack.evaluation.labelled import LabelledExample
-from llama_index_rag_pack.pack.fusion_config import (
+from llama_index_rag_pack.fusion.convex_fusion import (
+    TUNED_ALPHA,
+    ScoredId,
+    ScoreNormalization,
+    convex_fusion,
+    ranked,
+    two_list_rrf,
+)
+from llama_index_rag_pack.fusion.fusion_config import (
     FusionConfig,
     load_fusion_config,
     resolve_fusion_config,

@@ -8,11 +8,11 @@ import pytest
 from llama_index.core import Document
 
 from llama_index_rag_pack import RagPack, RetrievalMode
-from llama_index_rag_pack.components.fusion import FusionRetriever
-from llama_index_rag_pack.components.hyde import HyDERetriever
-from llama_index_rag_pack.components.rewrite import RewriteRetriever
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.fusion.hyde import HyDERetriever
+from llama_index_rag_pack.fusion.rag_fusion import FusionRetriever
+from llama_index_rag_pack.fusion.rewrite import RewriteRetriever
 
 DOCS = [
     Document(
@@ -94,7 +94,7 @@ def test_pack_modes_build_the_right_classes(pack):
 
 @pytest.mark.parametrize("mode", ["hyde", "rewrite"])
 def test_query_side_modes_search_through_the_default_mode(pack, mode):
-    from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+    from llama_index_rag_pack.fusion.score_fusion import MilvusScoreFusionRetriever
 
     assert pack.default_mode == "hybrid_convex"
     assert isinstance(pack.retriever(mode).retriever, MilvusScoreFusionRetriever)

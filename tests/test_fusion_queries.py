@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.components.fusion_queries import (
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS
+from llama_index_rag_pack.fusion.fusion_queries import (
     agenerate_queries,
     generate_queries,
     parse_queries,
 )
-from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS
 from llama_index_rag_pack.testing import SyncCallError
 
 ORIGINAL = "How does Milvus run keyword search?"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.rank_fusion import (
+from llama_index_rag_pack.fusion.rank_fusion import (
     FusionMode,
     distribution_based_fusion,
     fuse,

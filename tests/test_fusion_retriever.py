@@ -13,15 +13,15 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-from llama_index_rag_pack.components.fusion import FusionRetriever
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.rank_fusion import (
+from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.fusion.rag_fusion import FusionRetriever
+from llama_index_rag_pack.fusion.rank_fusion import (
     fuse,
     reciprocal_rank_fusion,
     relative_score_fusion,
 )
-from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-from llama_index_rag_pack.storage.milvus import flush, open_vector_store
+from llama_index_rag_pack.milvus.connection import flush, open_vector_store
 from llama_index_rag_pack.testing import ScriptedLLM
 
 CORPUS = {

@@ -12,8 +12,8 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
-from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-from llama_index_rag_pack.storage.milvus import flush, open_vector_store
+from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.milvus.connection import flush, open_vector_store
 
 CORPUS = {
     "milvus": (
@@ -317,13 +317,13 @@ def test_equal_scores_come_back_ordered_by_node_id(store, embed_model):
 
 # ----------------------------------------------------------------------------- score fusion
 def fusion_retriever(store, embed_model, **kwargs):
-    from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+    from llama_index_rag_pack.fusion.score_fusion import MilvusScoreFusionRetriever
 
     return MilvusScoreFusionRetriever(store, embed_model=embed_model, **kwargs)
 
 
 def test_score_fusion_is_the_convex_combination_of_both_candidate_lists(store, embed_model):
-    from llama_index_rag_pack.core.convex_fusion import convex_fusion
+    from llama_index_rag_pack.fusion.convex_fusion import convex_fusion
 
     q = "keyword ranking function of search engines"
     dense = MilvusHybridRetriever(

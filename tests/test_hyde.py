@@ -16,10 +16,10 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import QueryBundle, TextNode
 
-from llama_index_rag_pack.components.hyde import HyDERetriever, clean_passage, mean_embedding
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-from llama_index_rag_pack.storage.milvus import flush, open_vector_store
+from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.fusion.hyde import HyDERetriever, clean_passage, mean_embedding
+from llama_index_rag_pack.milvus.connection import flush, open_vector_store
 
 CORPUS = {
     "photosynthesis": "Photosynthesis converts light energy, water and carbon dioxide into glucose "

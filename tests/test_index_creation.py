@@ -1,5 +1,5 @@
 """New collections get their indexes without pymilvus' fixed half-second waits
-(storage/index_creation.py): the same indexes ``MilvusVectorStore`` would make, built, loaded
+(milvus/index_creation.py): the same indexes ``MilvusVectorStore`` would make, built, loaded
 and searchable, on Milvus Lite and on a ``milvus-lite`` server."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from llama_index.vector_stores.milvus import IndexManagement, MilvusVectorStore
 from pymilvus.client import grpc_handler
 
 from llama_index_rag_pack import RagPack
-from llama_index_rag_pack.storage.milvus import open_vector_store
-from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
+from llama_index_rag_pack.milvus.connection import open_vector_store
+from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
 
 
 def no_fixed_waits(monkeypatch):

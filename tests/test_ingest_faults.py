@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from llama_index.core import Document
 
 from llama_index_rag_pack.cli import main
-from llama_index_rag_pack.components.ingest import read_documents
 from llama_index_rag_pack.core.errors import EmptyCorpusError
 from llama_index_rag_pack.core.text_decoding import detect_text_encoding
+from llama_index_rag_pack.documents.ingest import read_documents
+from llama_index_rag_pack.milvus.connection import count_entities
 from llama_index_rag_pack.pack.rag_pack import RagPack
-from llama_index_rag_pack.storage.milvus import count_entities
 
 TEXTS = {
     "english.txt": ("The aardvark eats ants and termites at night.", "utf-8"),

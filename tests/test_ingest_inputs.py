@@ -23,10 +23,10 @@ from llama_index.core import Document
 from llama_index.core.utils import get_tokenizer
 
 from llama_index_rag_pack.cli import main
-from llama_index_rag_pack.components import ingest
-from llama_index_rag_pack.components.chunking import split_documents
-from llama_index_rag_pack.components.ingest import load_documents, read_documents
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.documents import ingest
+from llama_index_rag_pack.documents.chunking import split_documents
+from llama_index_rag_pack.documents.ingest import load_documents, read_documents
 from llama_index_rag_pack.pack.rag_pack import RagPack
 
 GOOD = "The aardvark eats ants and termites at night."
@@ -102,7 +102,7 @@ needs_fifo = pytest.mark.skipif(
 SPECIAL_FILES_SCRIPT = """
 import json, resource, sys, time
 resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
-from llama_index_rag_pack.components.ingest import read_documents
+from llama_index_rag_pack.documents.ingest import read_documents
 start = time.perf_counter()
 loaded = read_documents(sys.argv[1:])
 print(json.dumps({"seconds": time.perf_counter() - start,

@@ -81,9 +81,9 @@ def test_cli_judge_shows_saves_and_reopens_the_tree(
     index_uri: str, embed_model: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
 ) -> None:
     llm = ScriptedLLM(replies=judge)
-    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", lambda spec=None: llm)
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings._load_local_embedding", lambda *a: embed_model
+        "llama_index_rag_pack.models.settings._load_local_embedding", lambda *a: embed_model
     )
     monkeypatch.delenv("RAG_PACK_EMBED_MODEL", raising=False)
     saved = tmp_path / "tree.json"

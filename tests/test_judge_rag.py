@@ -13,11 +13,11 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack import JudgeQueryEngine, SearchTree
-from llama_index_rag_pack.components.json_output import requested_json_schema
-from llama_index_rag_pack.components.judge_prompts import JUDGE_REPLY_SCHEMA
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.judge_verdicts import CallBudget, parse_judge_reply
 from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS
+from llama_index_rag_pack.judge.judge_prompts import JUDGE_REPLY_SCHEMA
+from llama_index_rag_pack.judge.judge_verdicts import CallBudget, parse_judge_reply
+from llama_index_rag_pack.models.json_output import requested_json_schema
 from llama_index_rag_pack.testing import ScriptedLLM
 
 CORPUS = {

@@ -12,32 +12,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core.schema import Document, TextNode
 
-from llama_index_rag_pack.components.sentences import chunk_sentences
-from llama_index_rag_pack.core.annotations import split_sentences
-from llama_index_rag_pack.core.attribution_scores import content_tokens
-from llama_index_rag_pack.core.bm25_analysis import (
+from llama_index_rag_pack.citations.annotations import split_sentences
+from llama_index_rag_pack.citations.attribution_scores import content_tokens
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.documents.bm25_analysis import (
     LANGUAGES_PROPERTY,
     english_terms,
     resolve_analyzer,
 )
-from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.language_analysis import LanguageAnalyzer, LanguageProfile
-from llama_index_rag_pack.core.languages import (
+from llama_index_rag_pack.documents.language_analysis import LanguageAnalyzer, LanguageProfile
+from llama_index_rag_pack.documents.languages import (
     fold_width,
     identify,
     normalize_language,
     query_languages,
     script_runs,
 )
-from llama_index_rag_pack.core.stop_words import ENGLISH_STOP_WORDS
-from llama_index_rag_pack.core.words import count_words, lexical_words
-from llama_index_rag_pack.pack.rag_pack import RagPack
-from llama_index_rag_pack.storage.bm25_fields import (
+from llama_index_rag_pack.documents.sentences import chunk_sentences
+from llama_index_rag_pack.documents.stop_words import ENGLISH_STOP_WORDS
+from llama_index_rag_pack.documents.words import count_words, lexical_words
+from llama_index_rag_pack.milvus.bm25_fields import (
     BM25_TEXT_FIELD,
     LANGUAGE_KEY,
     stored_bm25_analysis,
 )
-from llama_index_rag_pack.storage.bm25_upgrade import upgrade_bm25_analysis
+from llama_index_rag_pack.milvus.bm25_upgrade import upgrade_bm25_analysis
+from llama_index_rag_pack.pack.rag_pack import RagPack
 
 AUTO = LanguageAnalyzer.auto()
 
@@ -151,7 +151,7 @@ def test_snowball_languages_get_their_stemmer_and_stop_words(text, language, ste
     found = AUTO.analyse_document(text)
     assert found.language == language
     assert stems <= set(found.terms)
-    from llama_index_rag_pack.core.stop_words import stop_words
+    from llama_index_rag_pack.documents.stop_words import stop_words
 
     assert not set(found.terms) & {w for w in stop_words(language) if len(w) > 3}
 
@@ -410,7 +410,7 @@ def test_an_english_collection_keeps_its_analysis_until_reindexed(tmp_path, embe
 
 @pytest.mark.integration
 def test_a_failed_segmenter_loses_nothing(tmp_path, embed_model, monkeypatch):
-    import llama_index_rag_pack.core.language_analysis as analysis_module
+    import llama_index_rag_pack.documents.language_analysis as analysis_module
 
     uri = str(tmp_path / "keep.db")
     pack = RagPack(documents()[:4], uri=uri, collection_name="keep", embed_model=embed_model)
@@ -472,7 +472,7 @@ def test_questions_the_english_model_cannot_read_get_the_unread_weights(world, t
 
 
 def test_an_english_collection_keeps_the_english_weights(embed_model):
-    from llama_index_rag_pack.core.bm25_analysis import Bm25Analysis
+    from llama_index_rag_pack.documents.bm25_analysis import Bm25Analysis
 
     analysis = resolve_analyzer("auto")
     analysis.profile.update({"en": 95, "de": 5})
@@ -486,7 +486,7 @@ def test_an_english_collection_keeps_the_english_weights(embed_model):
 @pytest.mark.integration
 def test_eval_fit_on_chinese_questions_fits_the_unread_weights(tmp_path, monkeypatch, capsys):
     from llama_index_rag_pack.cli import main
-    from llama_index_rag_pack.pack.fusion_config import FusionConfig, load_fusion_config
+    from llama_index_rag_pack.fusion.fusion_config import FusionConfig, load_fusion_config
 
     monkeypatch.setenv("RAG_PACK_DATA_DIR", str(tmp_path / "data"))
     corpus = tmp_path / "corpus"

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from llama_index_rag_pack.core.errors import MilvusUnavailableError
-from llama_index_rag_pack.storage.lite import lite_lock_problem, lock_holders, lock_is_held
-from llama_index_rag_pack.storage.milvus import open_client, open_vector_store
+from llama_index_rag_pack.milvus.connection import open_client, open_vector_store
+from llama_index_rag_pack.milvus.lite import lite_lock_problem, lock_holders, lock_is_held
 
 HOLDER = """
 import sys, time
-from llama_index_rag_pack.storage.milvus import open_client
+from llama_index_rag_pack.milvus.connection import open_client
 client = open_client(sys.argv[1])
 client.create_collection("held", dimension=4) if not client.has_collection("held") else None
 print("ready", flush=True)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from llama_index.core.output_parsers.utils import parse_json_markdown
 
 from llama_index_rag_pack.core.llm_output import json_values, parse_list, strip_code_fences
-from llama_index_rag_pack.core.route_replies import parse_route_reply
+from llama_index_rag_pack.routing.route_replies import parse_route_reply
 
 
 # =========================================================================== JSON

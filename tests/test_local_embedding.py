@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llama_index_rag_pack.components import onnx_encoder
-from llama_index_rag_pack.components.local_embedding import LocalEmbedding
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.models import onnx_encoder
+from llama_index_rag_pack.models.local_embedding import LocalEmbedding
 
 TEXTS = [
     "Which river flows through Budapest?",
@@ -182,7 +182,7 @@ def test_an_existing_export_is_reused(embed_model, exported_copy, monkeypatch):
     def no_export(*args, **kwargs):
         raise AssertionError("exported again")
 
-    monkeypatch.setattr("llama_index_rag_pack.components.local_embedding.export_onnx", no_export)
+    monkeypatch.setattr("llama_index_rag_pack.models.local_embedding.export_onnx", no_export)
     model = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy))
     assert model.query_backend == "onnx"
 
@@ -199,7 +199,7 @@ def test_a_process_that_only_embeds_queries_never_imports_torch(embed_model, tmp
     embed_model.get_query_embedding("make sure the export exists")
     code = (
         "import sys\n"
-        "from llama_index_rag_pack.components.settings import resolve_embed_model\n"
+        "from llama_index_rag_pack.models.settings import resolve_embed_model\n"
         "model = resolve_embed_model()\n"
         "assert len(model.get_query_embedding('hello')) == 384\n"
         "assert model.query_backend == 'onnx'\n"
@@ -226,7 +226,7 @@ def test_an_unwritable_cache_falls_back_to_torch_or_is_one_error(embed_model, tm
 
 
 def test_only_the_most_recently_used_exports_of_a_model_are_kept(tmp_path):
-    from llama_index_rag_pack.components.onnx_encoder import KEEP_EXPORTS, prune_exports
+    from llama_index_rag_pack.models.onnx_encoder import KEEP_EXPORTS, prune_exports
 
     old = [tmp_path / f"minilm-{i:016x}.onnx" for i in range(5)]
     for age, path in enumerate(old):
@@ -328,7 +328,7 @@ def test_a_process_waits_for_another_ones_export_instead_of_exporting_again(
     def no_export(*args, **kwargs):
         raise AssertionError("exported again")
 
-    monkeypatch.setattr("llama_index_rag_pack.components.local_embedding.export_onnx", no_export)
+    monkeypatch.setattr("llama_index_rag_pack.models.local_embedding.export_onnx", no_export)
     model = LocalEmbedding(embed_model.model_name, onnx_dir=str(tmp_path))
     backends = []
     with onnx_encoder.export_lock(target):  # another process is exporting
@@ -369,7 +369,7 @@ def test_a_model_name_not_on_this_machine_is_one_error_before_loading(name, monk
 
 
 def test_a_model_name_in_the_cache_is_found_and_loaded(embed_model, monkeypatch, tmp_path):
-    from llama_index_rag_pack.components.local_embedding import cached_model_dir
+    from llama_index_rag_pack.models.local_embedding import cached_model_dir
 
     monkeypatch.setenv("LLAMA_INDEX_CACHE_DIR", str(tmp_path))
     _hub_cache_entry(tmp_path, "sentence-transformers/tiny-minilm", embed_model.model_name)

@@ -12,11 +12,11 @@ import pytest
 from llama_index.core.llms import ChatMessage
 from llama_index.core.prompts import PromptTemplate
 
-from llama_index_rag_pack.components.gguf_file import read_gguf_info
-from llama_index_rag_pack.components.json_output import json_output, supports_json_schema
-from llama_index_rag_pack.components.local_llm import LocalGGUFLLM, LocalLLMError, loaded_models
-from llama_index_rag_pack.components.settings import bundled_gguf_path, describe_llm
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.models.gguf_file import read_gguf_info
+from llama_index_rag_pack.models.json_output import json_output, supports_json_schema
+from llama_index_rag_pack.models.local_llm import LocalGGUFLLM, LocalLLMError, loaded_models
+from llama_index_rag_pack.models.settings import bundled_gguf_path, describe_llm
 
 VERDICT = {
     "type": "object",
@@ -83,7 +83,7 @@ def test_metadata_comes_from_the_gguf_file(tmp_path: Path) -> None:
 
 
 def test_the_default_thread_count_is_chosen_once_per_process(monkeypatch) -> None:
-    from llama_index_rag_pack.components import local_llm_engine as engine
+    from llama_index_rag_pack.models import local_llm_engine as engine
 
     monkeypatch.delenv("RAG_PACK_LLM_THREADS", raising=False)
     monkeypatch.setattr(engine, "_DEFAULT_THREADS", None)
@@ -283,7 +283,7 @@ def test_copied_model_file_loads_under_its_own_path(tmp_path: Path) -> None:
 
 
 def test_free_text_is_penalised_for_repeating_and_held_replies_are_not() -> None:
-    from llama_index_rag_pack.components.local_llm_engine import request_body
+    from llama_index_rag_pack.models.local_llm_engine import request_body
 
     defaults = {"max_tokens": 64, "temperature": 0.0, "repeat_penalty": 1.1}
     assert request_body({}, **defaults)["repeat_penalty"] == 1.1

@@ -18,8 +18,8 @@ from llama_index.core.vector_stores import (
     MetadataFilters,
 )
 
-from llama_index_rag_pack.components.metadata_filters import MAX_FILTER_DEPTH, filter_expression
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.milvus.metadata_filters import MAX_FILTER_DEPTH, filter_expression
 
 GENRES = ["mystery", "romance", 'say "hi"', "back\\slash", "", "sci-fi"]
 TAGS = ["x", "y", "z"]

@@ -18,7 +18,7 @@ from llama_index_rag_pack.core.errors import (
     ConfigurationError,
     MilvusUnavailableError,
 )
-from llama_index_rag_pack.storage import milvus
+from llama_index_rag_pack.milvus import connection as milvus
 
 
 def _nodes(n: int = 5, dim: int = 8) -> list[TextNode]:
@@ -164,7 +164,7 @@ def test_database_locked_by_another_process(tmp_path: Path) -> None:
             "-c",
             textwrap.dedent(f"""
             import sys, time
-            from llama_index_rag_pack.storage.milvus import open_vector_store
+            from llama_index_rag_pack.milvus.connection import open_vector_store
             open_vector_store({uri!r}, "c", dim=8)
             print("ready", flush=True)
             time.sleep(60)

@@ -27,10 +27,10 @@ import pytest
 from llama_index.core import Document
 
 from llama_index_rag_pack import EmbeddingError, RagPack, RagPackError
-from llama_index_rag_pack.components import settings
-from llama_index_rag_pack.components.openai_embedding import OpenAICompatibleEmbedding
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.storage import milvus as milvus_utils
+from llama_index_rag_pack.milvus import connection as milvus_utils
+from llama_index_rag_pack.models import settings
+from llama_index_rag_pack.models.openai_embedding import OpenAICompatibleEmbedding
 from llama_index_rag_pack.testing import ScriptedLLM
 
 DIM = 64
@@ -503,7 +503,7 @@ def test_cli_indexes_and_answers_with_an_openai_embed_model(
     assert main([*common, "index", str(corpus)]) == 0
     assert "now holds" in capsys.readouterr().out
     llm = ScriptedLLM(default_reply="大熊猫主要吃竹子 [1](id=1).")
-    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", lambda spec=None: llm)
     assert main([*common, "ask", "大熊猫吃什么？", "--no-stream"]) == 0
     out = capsys.readouterr().out
     assert f"fake-embed (OpenAI-compatible, {endpoint.base_url})" in out

@@ -12,11 +12,11 @@ from llama_index.core import Document
 
 from llama_index_rag_pack import cli
 from llama_index_rag_pack.cli.raptor_plot import legend_groups
-from llama_index_rag_pack.components.raptor_nodes import LEVEL_KEY
 from llama_index_rag_pack.core.errors import CollectionNotFoundError
 from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 from llama_index_rag_pack.pack.rag_pack import RagPack, RetrievalMode
-from llama_index_rag_pack.storage.raptor_retriever import RaptorRetriever
+from llama_index_rag_pack.raptor.raptor_nodes import LEVEL_KEY
+from llama_index_rag_pack.raptor.raptor_retriever import RaptorRetriever
 from llama_index_rag_pack.testing import ScriptedLLM
 
 TITLES = ["Aardvark", "Apollo 11", "Abacus", "Alchemy"]
@@ -76,11 +76,9 @@ def test_build_from_indexed_chunks_then_show_plot_and_ask(
             "Here is a summary:\nAardvarks, the Apollo 11 landing, abacuses and alchemy."
         )
     )
+    monkeypatch.setattr("llama_index_rag_pack.models.settings.resolve_llm", lambda spec=None: llm)
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings.resolve_llm", lambda spec=None: llm
-    )
-    monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings.resolve_embed_model",
+        "llama_index_rag_pack.models.settings.resolve_embed_model",
         lambda spec=None: embed_model,
     )
     base = ("--uri", indexed["uri"], "--collection", "wiki")

@@ -7,14 +7,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.core import dimension_reduction
-from llama_index_rag_pack.core.clustering import _soft_labels, cluster_embeddings
-from llama_index_rag_pack.core.dimension_reduction import (
+from llama_index_rag_pack.raptor import dimension_reduction
+from llama_index_rag_pack.raptor.clustering import _soft_labels, cluster_embeddings
+from llama_index_rag_pack.raptor.dimension_reduction import (
     approximate_neighbors,
     exact_neighbors,
     reduce_embeddings,
 )
-from llama_index_rag_pack.core.mixture_selection import choose_n_clusters, exhaustive_n_clusters
+from llama_index_rag_pack.raptor.mixture_selection import choose_n_clusters, exhaustive_n_clusters
 
 
 def blobs(

@@ -12,7 +12,7 @@ import pytest
 from llama_index.core.schema import TextNode
 from tenacity import RetryCallState
 
-from llama_index_rag_pack.components.raptor_summaries import (
+from llama_index_rag_pack.raptor.raptor_summaries import (
     DEFAULT_SUMMARY_PROMPT,
     Summariser,
     SummaryJob,

@@ -17,8 +17,15 @@ import pytest
 from llama_index.core import Document
 from llama_index.core.prompts import PromptTemplate
 
-from llama_index_rag_pack.components.raptor_levels import RaptorBuildError
-from llama_index_rag_pack.components.raptor_nodes import (
+from llama_index_rag_pack.core.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    EmptyCorpusError,
+)
+from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
+from llama_index_rag_pack.milvus.connection import open_vector_store
+from llama_index_rag_pack.raptor.raptor_levels import RaptorBuildError
+from llama_index_rag_pack.raptor.raptor_nodes import (
     CHILD_KEY,
     CLUSTER_KEY,
     LEVEL_KEY,
@@ -26,16 +33,9 @@ from llama_index_rag_pack.components.raptor_nodes import (
     TOKENS_KEY,
     summary_id,
 )
-from llama_index_rag_pack.components.raptor_summaries import clean_summary
-from llama_index_rag_pack.core.errors import (
-    CollectionNotFoundError,
-    ConfigurationError,
-    EmptyCorpusError,
-)
-from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
-from llama_index_rag_pack.storage.milvus import open_vector_store
-from llama_index_rag_pack.storage.raptor_retriever import RaptorRetriever
-from llama_index_rag_pack.storage.raptor_tree import RaptorTree
+from llama_index_rag_pack.raptor.raptor_retriever import RaptorRetriever
+from llama_index_rag_pack.raptor.raptor_summaries import clean_summary
+from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 from llama_index_rag_pack.testing import ScriptedLLM
 
 TREE_OPTIONS = dict(

@@ -25,9 +25,9 @@ from llama_index.core import Document
 from llama_index.core.tools.types import ToolMetadata
 
 from llama_index_rag_pack import JudgeQueryEngine, LogicalSelector, RagPack
-from llama_index_rag_pack.core import judge_verdicts
-from llama_index_rag_pack.core.route_names import names_in_text, normalize_name
-from llama_index_rag_pack.core.route_replies import _NUMBER_PATTERNS
+from llama_index_rag_pack.judge import judge_verdicts
+from llama_index_rag_pack.routing.route_names import names_in_text, normalize_name
+from llama_index_rag_pack.routing.route_replies import _NUMBER_PATTERNS
 from llama_index_rag_pack.testing import ScriptedLLM
 
 SLOW_S = 2.0  # generous: each reply here took 5 s or more before

@@ -11,15 +11,15 @@ from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugH
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import MetadataMode, TextNode
 
-from llama_index_rag_pack.components.fusion import FusionRetriever
-from llama_index_rag_pack.components.rewrite import (
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.fusion.rag_fusion import FusionRetriever
+from llama_index_rag_pack.fusion.rewrite import (
     MAX_REWRITE_READ,
     RewriteRetriever,
     parse_rewrite,
 )
-from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-from llama_index_rag_pack.storage.milvus import flush, open_vector_store
+from llama_index_rag_pack.milvus.connection import flush, open_vector_store
 
 CORPUS = {
     "philosophers": "Socrates, Plato and Aristotle are key figures of ancient Greek philosophy.",

@@ -18,11 +18,11 @@ import pytest
 from llama_index.core.embeddings import MockEmbedding
 
 from llama_index_rag_pack.cli import main
-from llama_index_rag_pack.components.routes import Route
-from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.pack.routed import RoutedRagPack
 from llama_index_rag_pack.pack.sources import RouteSource
+from llama_index_rag_pack.routing.routes import Route
+from llama_index_rag_pack.routing.semantic_selector import SemanticSelector
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -47,9 +47,9 @@ def _names(selector: SemanticSelector) -> list[list[str]]:
 
 LOADER = """
 import json, sys
-from llama_index_rag_pack.components.routes import Route
-from llama_index_rag_pack.components.semantic_selector import SemanticSelector
-from llama_index_rag_pack.components.settings import resolve_embed_model
+from llama_index_rag_pack.routing.routes import Route
+from llama_index_rag_pack.routing.semantic_selector import SemanticSelector
+from llama_index_rag_pack.models.settings import resolve_embed_model
 model = resolve_embed_model(None)
 calls = []
 original = model.get_text_embedding_batch
@@ -165,7 +165,7 @@ def test_a_routed_pack_saves_and_loads_its_router_and_the_cli_too(
     tmp_path: Path, embed_model: Any, capsys: Any, monkeypatch: Any
 ) -> None:
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings._load_local_embedding", lambda *a: embed_model
+        "llama_index_rag_pack.models.settings._load_local_embedding", lambda *a: embed_model
     )
     uri = str(tmp_path / "routed.db")
     pack = RoutedRagPack(_sources(), uri=uri, embed_model=embed_model, threshold=0.3)
@@ -199,7 +199,7 @@ def test_a_routed_pack_saves_and_loads_its_router_and_the_cli_too(
     from llama_index_rag_pack.testing import ScriptedLLM
 
     llm = ScriptedLLM(default_reply="Knead it for ten minutes [1](id=1).")
-    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", lambda spec=None: llm)
     ask = ["--uri", uri, "ask", "How do I knead dough?", "--no-stream", "--router"]
     assert main([*ask, str(saved)]) == 0  # --router alone routes
     assert "route     : food_docs" in capsys.readouterr().out

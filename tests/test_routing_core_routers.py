@@ -14,9 +14,9 @@ from llama_index.core.schema import TextNode
 from llama_index.core.tools import QueryEngineTool, RetrieverTool
 from llama_index.core.tools.types import ToolMetadata
 
-from llama_index_rag_pack.components.logical_selector import LogicalSelector
-from llama_index_rag_pack.components.routes import RouteSelection
-from llama_index_rag_pack.components.semantic_selector import SemanticSelector
+from llama_index_rag_pack.routing.logical_selector import LogicalSelector
+from llama_index_rag_pack.routing.routes import RouteSelection
+from llama_index_rag_pack.routing.semantic_selector import SemanticSelector
 from llama_index_rag_pack.testing import ScriptedLLM
 
 DOCS = {

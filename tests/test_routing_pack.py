@@ -10,14 +10,14 @@ import pytest
 from llama_index.core import Document
 
 from llama_index_rag_pack import RagPack, RetrievalMode
+from llama_index_rag_pack.chat.cited_chat_engine import CitedChatEngine
 from llama_index_rag_pack.cli import main
-from llama_index_rag_pack.components.cited_chat_engine import CitedChatEngine
-from llama_index_rag_pack.components.logical_selector import LogicalSelector
-from llama_index_rag_pack.components.router import FusionRouterRetriever
-from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
 from llama_index_rag_pack.pack.routed import RoutedRagPack
 from llama_index_rag_pack.pack.sources import RouteSource, discover_sources, load_sources
+from llama_index_rag_pack.routing.logical_selector import LogicalSelector
+from llama_index_rag_pack.routing.router import FusionRouterRetriever
+from llama_index_rag_pack.routing.semantic_selector import SemanticSelector
 from llama_index_rag_pack.testing import ScriptedLLM
 
 SPACE = [
@@ -249,7 +249,7 @@ def test_cli_route_and_ask_route(
     assert "scores    :" in out
 
     llm = ScriptedLLM(default_reply="Yeast ferments sugar [1](id=1).")
-    monkeypatch.setattr("llama_index_rag_pack.pack.rag_pack.resolve_llm", lambda spec=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", lambda spec=None: llm)
     routes = tmp_path / "routes.json"
     routes.write_text(
         json.dumps(

@@ -11,12 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.core import route_scores, similarity
-from llama_index_rag_pack.core import threshold_calibration as calibration
+from llama_index_rag_pack.core import similarity
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS
-from llama_index_rag_pack.core.route_names import normalize_name, resolve_name
-from llama_index_rag_pack.core.route_replies import parse_route_reply
+from llama_index_rag_pack.routing import route_scores
+from llama_index_rag_pack.routing import threshold_calibration as calibration
+from llama_index_rag_pack.routing.route_names import normalize_name, resolve_name
+from llama_index_rag_pack.routing.route_replies import parse_route_reply
 
 NAMES = ["python_docs", "js_docs", "physics"]
 

@@ -13,14 +13,14 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, Te
 from llama_index.core.tools import RetrieverTool
 from llama_index.core.tools.types import ToolMetadata
 
-from llama_index_rag_pack.components.logical_selector import LogicalSelector
-from llama_index_rag_pack.components.prompt_router import PromptRouter
-from llama_index_rag_pack.components.router import FusionRouterRetriever
-from llama_index_rag_pack.components.routes import Route
-from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.rank_fusion import reciprocal_rank_fusion
-from llama_index_rag_pack.storage.milvus import flush, open_vector_store
+from llama_index_rag_pack.fusion.rank_fusion import reciprocal_rank_fusion
+from llama_index_rag_pack.milvus.connection import flush, open_vector_store
+from llama_index_rag_pack.routing.logical_selector import LogicalSelector
+from llama_index_rag_pack.routing.prompt_router import PromptRouter
+from llama_index_rag_pack.routing.router import FusionRouterRetriever
+from llama_index_rag_pack.routing.routes import Route
+from llama_index_rag_pack.routing.semantic_selector import SemanticSelector
 from llama_index_rag_pack.testing import ScriptedLLM
 
 # MilvusVectorStore binds its async client to the event loop of its first async call: the async

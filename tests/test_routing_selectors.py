@@ -11,11 +11,11 @@ from llama_index.core.base.base_selector import BaseSelector, SelectorResult
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.tools.types import ToolMetadata
 
-from llama_index_rag_pack.components.json_output import requested_json_schema
-from llama_index_rag_pack.components.logical_selector import LogicalSelector
-from llama_index_rag_pack.components.routes import Route, RouteSelection, RoutingError
-from llama_index_rag_pack.components.semantic_selector import SemanticSelector
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.models.json_output import requested_json_schema
+from llama_index_rag_pack.routing.logical_selector import LogicalSelector
+from llama_index_rag_pack.routing.routes import Route, RouteSelection, RoutingError
+from llama_index_rag_pack.routing.semantic_selector import SemanticSelector
 from llama_index_rag_pack.testing import ScriptedLLM, ToolCallReply
 
 ROUTES = [
@@ -369,9 +369,7 @@ def test_logical_unusable_reply_goes_to_fallback_never_a_wrong_route(
         selector, _ = _logical([reply], fallback="cooking")
         assert selector.select(CHOICES, "q").names == ["physics"]
         return
-    with caplog.at_level(
-        logging.WARNING, logger="llama_index_rag_pack.components.logical_selector"
-    ):
+    with caplog.at_level(logging.WARNING, logger="llama_index_rag_pack.routing.logical_selector"):
         result = selector.select(CHOICES, "q")
     assert result.names == ["cooking"] and result.fallback
     assert "fallback" in result.reason

@@ -19,15 +19,15 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.metadata_fields import (
+from llama_index_rag_pack.milvus.metadata_fields import (
     Condition,
     FieldSpec,
     field_specs,
     load_field_specs,
     validate_condition,
 )
-from llama_index_rag_pack.core.milvus_filter import compile_conditions, milvus_literal
-from llama_index_rag_pack.core.self_query import parse_self_query
+from llama_index_rag_pack.milvus.milvus_filter import compile_conditions, milvus_literal
+from llama_index_rag_pack.self_query.replies import parse_self_query
 
 TRICKY = ['my"st\\ery', "it's", ") or (1 == 1", 'a" or "1" == "1', "\\", "ünï 😀", "tab\there"]
 GENRES = ("mystery", "sci-fi", *TRICKY)
@@ -412,7 +412,7 @@ def test_in_and_not_in_treat_signed_zeros_like_equality(tmp_path: Path) -> None:
 def test_field_inference_skips_values_it_cannot_use(tmp_path: Path, caplog: Any) -> None:
     from pymilvus import MilvusClient
 
-    from llama_index_rag_pack.storage.metadata_filter import infer_field_specs
+    from llama_index_rag_pack.self_query.metadata_filter import infer_field_specs
 
     client = MilvusClient(str(tmp_path / "c.db"))
     client.create_collection("c", dimension=2, enable_dynamic_field=True, id_type="string",

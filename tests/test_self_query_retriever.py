@@ -205,11 +205,11 @@ def test_rag_pack_ask_self_query_reads_fields_from_a_file(
     pack: RagPack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
 ) -> None:
     monkeypatch.setattr(
-        "llama_index_rag_pack.pack.rag_pack.resolve_llm",
+        "llama_index_rag_pack.pack.pack_base.resolve_llm",
         lambda spec=None: ScriptedLLM(replies=reply),
     )
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings._load_local_embedding",
+        "llama_index_rag_pack.models.settings._load_local_embedding",
         lambda *a: pack.embed_model,
     )
     fields = tmp_path / "fields.json"

@@ -14,19 +14,19 @@ from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import NodeWithScore, TextNode
 
 from llama_index_rag_pack import RagPack
-from llama_index_rag_pack.components.sentences import (
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.documents.sentences import (
     chunk_sentences,
     context_header,
     sentence_units,
 )
-from llama_index_rag_pack.core.convex_fusion import convex_fusion
-from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
-from llama_index_rag_pack.storage.sentence_index import (
+from llama_index_rag_pack.fusion.convex_fusion import convex_fusion
+from llama_index_rag_pack.fusion.score_fusion import MilvusScoreFusionRetriever
+from llama_index_rag_pack.fusion.sentence_retriever import MilvusSentenceRetriever
+from llama_index_rag_pack.milvus.sentence_index import (
     MilvusSentenceIndex,
     sentence_collection_name,
 )
-from llama_index_rag_pack.storage.sentence_retriever import MilvusSentenceRetriever
 
 # Each chunk is one document, so every chunk holds several unrelated sentences and only one
 # of them answers the question: the chunk's own vector is diluted, its best sentence is not.
@@ -214,7 +214,7 @@ def test_without_sentence_index_hybrid_uses_two_lists(tmp_path, embed_model, cap
     )
     assert pack.sentence_index is None
     assert not MilvusSentenceIndex(pack.vector_store.client, "docs").exists()
-    with caplog.at_level("INFO", logger="llama_index_rag_pack.storage.score_fusion"):
+    with caplog.at_level("INFO", logger="llama_index_rag_pack.fusion.score_fusion"):
         retriever = pack.retriever("hybrid_convex", sentence_weight=0.5)
     assert retriever.sentences is None
     assert "no sentence index" in caplog.text

@@ -8,9 +8,9 @@ import hypothesis
 import pytest
 from hypothesis import strategies as st
 
-from llama_index_rag_pack.components import settings
-from llama_index_rag_pack.components.local_llm import LocalGGUFLLM
 from llama_index_rag_pack.core.errors import ConfigurationError, LLMNotConfiguredError
+from llama_index_rag_pack.models import settings
+from llama_index_rag_pack.models.local_llm import LocalGGUFLLM
 from llama_index_rag_pack.testing import ScriptedLLM
 
 
@@ -162,7 +162,7 @@ def test_components_resolve_their_llm_once_and_only_when_needed(
 ) -> None:
     from llama_index.core.base.base_retriever import BaseRetriever
 
-    from llama_index_rag_pack.components.rewrite import RewriteRetriever
+    from llama_index_rag_pack.fusion.rewrite import RewriteRetriever
 
     class Empty(BaseRetriever):
         def _retrieve(self, query_bundle):  # type: ignore[no-untyped-def]
@@ -256,7 +256,7 @@ def test_the_local_embedding_model_embeds_off_the_event_loop(embed_model) -> Non
 @hypothesis.settings(max_examples=100, deadline=None)
 @hypothesis.given(st.lists(st.text(max_size=30), max_size=40))
 def test_length_order_round_trips(texts):
-    from llama_index_rag_pack.components.local_embedding import by_length, in_order
+    from llama_index_rag_pack.models.local_embedding import by_length, in_order
 
     order = by_length(texts)
     lengths = [len(texts[i]) for i in order]

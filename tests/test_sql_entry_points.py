@@ -44,9 +44,7 @@ def test_ragpack_offers_the_sql_engine_with_its_llm_and_style(db_path: Path) -> 
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, llm, argv) -> tuple:
-    monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings.resolve_llm", lambda spec=None: llm
-    )
+    monkeypatch.setattr("llama_index_rag_pack.models.settings.resolve_llm", lambda spec=None: llm)
     status = main(argv)
     return status, capsys.readouterr().out
 

@@ -1,4 +1,4 @@
-"""``SQLLimits`` (``core/sql_limits.py``): the bound on how many subqueries one statement holds.
+"""``SQLLimits`` (``sql/sql_limits.py``): the bound on how many subqueries one statement holds.
 
 SQLite evaluates an uncorrelated scalar subquery once and keeps its result for the whole
 statement, and materialises a derived table or CTE it cannot flatten: each may keep a value of

@@ -1,4 +1,4 @@
-"""Names that differ only by case on PostgreSQL (``components/sql_names.py``): the checker
+"""Names that differ only by case on PostgreSQL (``sql/sql_names.py``): the checker
 compares names ignoring case, PostgreSQL compares quoted names exactly, so a database where an
 allowed table or a visible column has a case twin is refused when it opens; without twins, a
 name in another case reaches nothing (the server reports it missing)."""

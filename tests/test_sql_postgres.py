@@ -15,9 +15,9 @@ from peak_rss import PeakRSS
 
 from llama_index_rag_pack import SafeSQLDatabase, SQLExecutionError, SQLQueryEngine
 from llama_index_rag_pack.cli.app import main
-from llama_index_rag_pack.components.sql_postgres import row_guard
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.sql_safety import CheckedSQL
+from llama_index_rag_pack.sql.sql_postgres import row_guard
+from llama_index_rag_pack.sql.sql_safety import CheckedSQL
 from llama_index_rag_pack.testing import ScriptedLLM
 
 VISIBLE = {"staff": ["id", "name"]}
@@ -237,9 +237,7 @@ def test_servers_without_database_guarantees_are_refused() -> None:
 
 
 def _cli(monkeypatch: Any, capsys: Any, llm: Any, argv: list[str]) -> tuple[int, str, str]:
-    monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings.resolve_llm", lambda spec=None: llm
-    )
+    monkeypatch.setattr("llama_index_rag_pack.models.settings.resolve_llm", lambda spec=None: llm)
     status = main(argv)
     captured = capsys.readouterr()
     return status, captured.out, captured.err
@@ -288,7 +286,7 @@ def test_a_call_that_ignores_the_time_out_is_cancelled_at_the_deadline(
 ) -> None:
     """A server call the statement time-out does not stop (simulated: the time-out switched
     off, then pg_sleep) is cancelled from the client at the deadline."""
-    from llama_index_rag_pack.components import sql_database
+    from llama_index_rag_pack.sql import sql_database
 
     def ignores_time_out(raw: Any, sql: str, deadline: float, **_: Any) -> Any:
         cursor = raw.cursor()

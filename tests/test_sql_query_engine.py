@@ -21,9 +21,9 @@ from llama_index_rag_pack import (
     UnsafeSQLError,
     check_sql,
 )
-from llama_index_rag_pack.components.sql_query_engine import SQL_REPLY_FORMATS, SQL_REPLY_SCHEMA
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.sql_safety import CheckedSQL, extract_sql
+from llama_index_rag_pack.sql.sql_query_engine import SQL_REPLY_FORMATS, SQL_REPLY_SCHEMA
+from llama_index_rag_pack.sql.sql_safety import CheckedSQL, extract_sql
 from llama_index_rag_pack.testing import ScriptedLLM
 
 ALLOWED_COLUMNS = {"books": ["id", "title", "year", "author_id"], "authors": ["id", "name"]}

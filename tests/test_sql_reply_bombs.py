@@ -19,8 +19,8 @@ from peak_rss import PeakRSS
 from llama_index_rag_pack import SQLQueryEngine
 from llama_index_rag_pack.core import llm_output
 from llama_index_rag_pack.core.llm_output import json_values, parse_list
-from llama_index_rag_pack.core.route_replies import parse_route_reply
-from llama_index_rag_pack.core.sql_safety import extract_sql
+from llama_index_rag_pack.routing.route_replies import parse_route_reply
+from llama_index_rag_pack.sql.sql_safety import extract_sql
 from llama_index_rag_pack.testing import ScriptedLLM
 
 MB = 1024 * 1024

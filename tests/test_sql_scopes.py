@@ -1,4 +1,4 @@
-"""``check_sql``'s name resolution across scopes (``core/sql_scopes.py``): a name bound to two
+"""``check_sql``'s name resolution across scopes (``sql/sql_scopes.py``): a name bound to two
 different sources anywhere in a statement is refused, because databases differ in which one a
 qualifier reaches (PostgreSQL hides a derived table's siblings, a CTE body's and an ``ON``
 clause's, and then reads the enclosing query's source of that name)."""

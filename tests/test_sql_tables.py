@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from llama_index_rag_pack import SQLQueryEngine
-from llama_index_rag_pack.components.sql_tables import SQLTableSelector, table_summary
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.sql.sql_tables import SQLTableSelector, table_summary
 from llama_index_rag_pack.testing import ScriptedLLM
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,9 +175,9 @@ def test_cli_sql_max_tables_in_prompt(
 
     path, tables = database
     llm = ScriptedLLM(replies=sql_writer({"med_allergies": "SELECT allergen FROM med_allergies"}))
-    monkeypatch.setattr("llama_index_rag_pack.components.settings.resolve_llm", lambda s=None: llm)
+    monkeypatch.setattr("llama_index_rag_pack.models.settings.resolve_llm", lambda s=None: llm)
     monkeypatch.setattr(
-        "llama_index_rag_pack.components.settings._load_local_embedding", lambda *a: embed_model
+        "llama_index_rag_pack.models.settings._load_local_embedding", lambda *a: embed_model
     )
     argv = ["sql", "--db", str(path), "--tables", ",".join(tables), "--format", "json"]
     argv += ["--max-tables-in-prompt", "3", "Which patients are allergic to penicillin?"]

@@ -10,7 +10,7 @@ import pytest
 from llama_index.core import Document
 
 from llama_index_rag_pack import RagPack
-from llama_index_rag_pack.components.local_embedding import LocalEmbedding
+from llama_index_rag_pack.models.local_embedding import LocalEmbedding
 from llama_index_rag_pack.testing import ScriptedLLM
 
 SURROGATE = chr(0xD800)

@@ -1,4 +1,4 @@
-"""In-memory vector copies (storage/vector_memory.py) and the hybrid search that uses them on a
+"""In-memory vector copies (milvus/vector_memory.py) and the hybrid search that uses them on a
 Milvus Lite file: same ranking as searching in Milvus, never stale after the pack's writes, a
 filter still applied, chunks gone from the collection never returned."""
 
@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from llama_index.core import Document
 
 from llama_index_rag_pack import RagPack
-from llama_index_rag_pack.storage import milvus as milvus_utils
-from llama_index_rag_pack.storage import vector_memory
-from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
-from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
-from llama_index_rag_pack.storage.vector_memory import forget_vectors, memory_vectors, top_scores
+from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.fusion.score_fusion import MilvusScoreFusionRetriever
+from llama_index_rag_pack.milvus import connection as milvus_utils
+from llama_index_rag_pack.milvus import vector_memory
+from llama_index_rag_pack.milvus.vector_memory import forget_vectors, memory_vectors, top_scores
 
 TOPICS = {
     "tennis": "Agassi beat Medvedev in the French Open final after losing the first two sets.",

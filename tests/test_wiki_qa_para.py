@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.metrics import answer_in_text
 from llama_index_rag_pack.evaluation.labelled import load_corpus, load_labelled_set, shipped_sets
+from llama_index_rag_pack.evaluation.metrics import answer_in_text
 
 MAX_COPIED_RUN = 3
 MIN_QUESTIONS = {"wikipedia": 120, "lee": 30}

@@ -50,7 +50,7 @@ DEMO_QUESTIONS = (
 
 # --------------------------------------------------------------------------- commands
 def cmd_index(args: argparse.Namespace) -> int:
-    from llama_index_rag_pack.components.ingest import read_documents
+    from llama_index_rag_pack.documents.ingest import read_documents
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
     if args.reindex:
@@ -167,8 +167,8 @@ def _demo_pack_kwargs(args: argparse.Namespace, titles: list[str]) -> dict[str, 
 
 def _open_demo(args: argparse.Namespace, kwargs: dict[str, Any], timings: dict[str, float]) -> Any:
     """The demo's existing index when it holds chunks (and no ``--rebuild``), else ``None``."""
+    from llama_index_rag_pack.milvus.connection import count_entities
     from llama_index_rag_pack.pack.rag_pack import RagPack
-    from llama_index_rag_pack.storage.milvus import count_entities
 
     if args.rebuild:
         return None

@@ -191,7 +191,7 @@ def wants_routing(args: argparse.Namespace) -> bool:
 def check_input(args: argparse.Namespace, routed: bool) -> str:
     """Check ``--uri`` (and that a Milvus Lite database exists) before anything loads; returns
     the uri in use."""
-    from llama_index_rag_pack.components.settings import default_collection, default_milvus_uri
+    from llama_index_rag_pack.models.settings import default_collection, default_milvus_uri
 
     uri = args.uri or default_milvus_uri()
     check_uri(uri)

@@ -129,9 +129,9 @@ def _list() -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     if args.list:
         return _list()
-    from llama_index_rag_pack.core.milvus_expr import expression_fields
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import load_labelled_set
+    from llama_index_rag_pack.milvus.milvus_expr import expression_fields
 
     start = time.perf_counter()
     expr = (args.filter or "").strip() or None
@@ -226,7 +226,7 @@ def _fit_and_compare(args: argparse.Namespace, harness: Any) -> list[Any]:
         fit_from_candidates,
         fit_table,
     )
-    from llama_index_rag_pack.pack.fusion_config import save_fusion_config
+    from llama_index_rag_pack.fusion.fusion_config import save_fusion_config
 
     pool = args.candidate_pool
     _out(f"→ fitting the fusion: dense and BM25 candidates, {pool} per side ...")

@@ -31,7 +31,7 @@ def render_tree(tree: Any, fmt: str) -> str:
 
 def cmd_judge(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.core.errors import ConfigurationError
-    from llama_index_rag_pack.core.judge_tree import SearchTree
+    from llama_index_rag_pack.judge.judge_tree import SearchTree
 
     if args.open:
         if args.question:

@@ -17,15 +17,15 @@ __all__ = ["register"]
 
 
 def _names(args: argparse.Namespace) -> tuple[str, str]:
-    from llama_index_rag_pack.components.settings import default_collection, default_milvus_uri
+    from llama_index_rag_pack.models.settings import default_collection, default_milvus_uri
 
     return args.uri or default_milvus_uri(), args.collection or default_collection()
 
 
 def _open_tree(args: argparse.Namespace, *, must_exist: bool, llm: Any = None) -> Any:
-    from llama_index_rag_pack.components.settings import resolve_embed_model
+    from llama_index_rag_pack.models.settings import resolve_embed_model
     from llama_index_rag_pack.pack.raptor import open_raptor_store
-    from llama_index_rag_pack.storage.raptor_tree import RaptorTree
+    from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 
     uri, collection = _names(args)
     embed = resolve_embed_model(args.embed_model)
@@ -40,11 +40,11 @@ def _open_tree(args: argparse.Namespace, *, must_exist: bool, llm: Any = None) -
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from llama_index_rag_pack.components.ingest import load_documents
-    from llama_index_rag_pack.components.settings import describe_llm, resolve_llm
     from llama_index_rag_pack.core.errors import CollectionNotFoundError
+    from llama_index_rag_pack.documents.ingest import load_documents
+    from llama_index_rag_pack.milvus.connection import open_vector_store
+    from llama_index_rag_pack.models.settings import describe_llm, resolve_llm
     from llama_index_rag_pack.pack.raptor import leaves_from_collection
-    from llama_index_rag_pack.storage.milvus import open_vector_store
 
     uri, collection = _names(args)
     llm = resolve_llm(args.llm)
@@ -66,8 +66,8 @@ def cmd_build(args: argparse.Namespace) -> int:
             documents = leaves_from_collection(source)
             _cli.out(f"  {len(documents)} chunks (their embeddings are reused)")
     if args.overwrite:
+        from llama_index_rag_pack.milvus.connection import open_client
         from llama_index_rag_pack.pack.raptor import raptor_collection_name
-        from llama_index_rag_pack.storage.milvus import open_client
 
         client = open_client(uri, token=args.token)
         if client.has_collection(raptor_collection_name(collection)):

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from llama_index_rag_pack.components.raptor_nodes import CHILD_KEY, CLUSTER_KEY, LEVEL_KEY
-from llama_index_rag_pack.core.dimension_reduction import reduce_embeddings
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.storage.raptor_store import RaptorStore
+from llama_index_rag_pack.raptor.dimension_reduction import reduce_embeddings
+from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY, CLUSTER_KEY, LEVEL_KEY
+from llama_index_rag_pack.raptor.raptor_store import RaptorStore
 
 logger = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from llama_index_rag_pack.cli.output import out, step
-from llama_index_rag_pack.components.settings import default_collection, default_milvus_uri
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.storage.bm25_upgrade import upgrade_bm25_analysis
+from llama_index_rag_pack.milvus.bm25_upgrade import upgrade_bm25_analysis
+from llama_index_rag_pack.models.settings import default_collection, default_milvus_uri
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ __all__ = ["answer_routed", "no_route_message", "open_routed_pack", "register"]
 
 def open_routed_pack(args: argparse.Namespace, **overrides: Any) -> Any:
     """Open a :class:`RoutedRagPack` over the sources of ``--routes`` or of every collection."""
-    from llama_index_rag_pack.components.settings import default_milvus_uri
+    from llama_index_rag_pack.models.settings import default_milvus_uri
     from llama_index_rag_pack.pack.routed import RoutedRagPack
     from llama_index_rag_pack.pack.sources import discover_sources, load_sources
 

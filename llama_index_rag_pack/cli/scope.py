@@ -22,7 +22,7 @@ def query_scope(args: argparse.Namespace, uri: str, routed: bool) -> dict[str, A
         ConfigurationError: a malformed expression, a field the collection does not have, or a
             tenant the collection does not take (or none on one that needs it).
     """
-    from llama_index_rag_pack.core.milvus_expr import expression_fields
+    from llama_index_rag_pack.milvus.milvus_expr import expression_fields
 
     expr = (getattr(args, "filter", None) or "").strip() or None
     if expr is not None:
@@ -31,9 +31,9 @@ def query_scope(args: argparse.Namespace, uri: str, routed: bool) -> dict[str, A
     scope = {k: v for k, v in (("filters", expr), ("tenant", tenant)) if v is not None}
     if routed:  # each source checks the scope against its own collection when it searches
         return scope
-    from llama_index_rag_pack.storage.filter_fields import check_filter_fields
-    from llama_index_rag_pack.storage.milvus import open_client
-    from llama_index_rag_pack.storage.tenants import partition_key_field, tenant_expression
+    from llama_index_rag_pack.milvus.connection import open_client
+    from llama_index_rag_pack.milvus.filter_fields import check_filter_fields
+    from llama_index_rag_pack.milvus.tenants import partition_key_field, tenant_expression
 
     client = open_client(uri)
     collection = args.collection or _default_collection()
@@ -45,6 +45,6 @@ def query_scope(args: argparse.Namespace, uri: str, routed: bool) -> dict[str, A
 
 
 def _default_collection() -> str:
-    from llama_index_rag_pack.components.settings import default_collection
+    from llama_index_rag_pack.models.settings import default_collection
 
     return default_collection()

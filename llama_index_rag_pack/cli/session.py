@@ -87,12 +87,12 @@ def open_session(args: argparse.Namespace) -> Session:
     scope = query_scope(args, uri, routed)  # --filter and --tenant, before any model loads
     # one progress line per model: no download/weight bars in between (set before HF imports)
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    from llama_index_rag_pack.components import settings
-    from llama_index_rag_pack.pack import rag_pack
+    from llama_index_rag_pack.models import settings
+    from llama_index_rag_pack.pack import pack_base
 
     timings: dict[str, float] = {}
     # RagPack's own resolver; a wrong --llm fails here, before any model loads
-    llm = rag_pack.resolve_llm(args.llm)
+    llm = pack_base.resolve_llm(args.llm)
     with progress("loading embedding model", timings):
         embed_model = settings.resolve_embed_model(args.embed_model)
     with progress(f"opening Milvus at {uri}", timings):
@@ -114,7 +114,7 @@ def _self_query_fields(args: argparse.Namespace) -> Any:
     path = getattr(args, "self_query_fields", None)
     if path is None:
         return None
-    from llama_index_rag_pack.core.metadata_fields import load_field_specs
+    from llama_index_rag_pack.milvus.metadata_fields import load_field_specs
 
     return load_field_specs(path)
 

@@ -87,10 +87,10 @@ def register(subparsers: Any) -> None:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     """Answer ``args.question`` from ``args.tables`` of ``args.db``."""
-    from llama_index_rag_pack.components.settings import resolve_llm
-    from llama_index_rag_pack.components.sql_database import SafeSQLDatabase
-    from llama_index_rag_pack.components.sql_query_engine import SQLQueryEngine
     from llama_index_rag_pack.core.errors import ConfigurationError
+    from llama_index_rag_pack.models.settings import resolve_llm
+    from llama_index_rag_pack.sql.sql_database import SafeSQLDatabase
+    from llama_index_rag_pack.sql.sql_query_engine import SQLQueryEngine
 
     # the database first: a wrong --db, --tables or --columns fails before any model loads
     setup = bool(args.setup_role)

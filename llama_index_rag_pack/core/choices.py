@@ -17,6 +17,8 @@ Example:
     llama_index_rag_pack.core.errors.ConfigurationError: Unknown colour 'blue'; valid values: red, green.
 """  # noqa: E501  (doctest output is one line)
 
+# Pure module: no LlamaIndex, no pymilvus (tests/test_architecture.py checks it).
+
 from __future__ import annotations
 
 import re

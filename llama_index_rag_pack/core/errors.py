@@ -5,6 +5,8 @@ built-in exception too (``ValueError``, ``ConnectionError``, ...), so callers th
 catch those keep working.
 """
 
+# Pure module: no LlamaIndex, no pymilvus (tests/test_architecture.py checks it).
+
 from __future__ import annotations
 
 from typing import Any

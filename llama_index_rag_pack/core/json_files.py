@@ -24,6 +24,8 @@ Example:
     llama_index_rag_pack.core.errors.ConfigurationError: inline: JSON nested more than 2 levels deep.
 """  # noqa: E501  (doctest output is one line)
 
+# Pure module: no LlamaIndex, no pymilvus (tests/test_architecture.py checks it).
+
 from __future__ import annotations
 
 import json

@@ -12,8 +12,10 @@
 * :func:`parse_list`: a list written as a JSON array or one item per line (numbered, bulleted,
   quoted, in bold, in a code fence, wrapped in prose), cleaned and de-duplicated.
 * :func:`strip_code_fences`: the text without its Markdown fence lines.
-* Route replies are read by :mod:`~llama_index_rag_pack.core.route_replies`, on top of these.
+* Route replies are read by :mod:`~llama_index_rag_pack.routing.route_replies`, on top of these.
 """
+
+# Pure module: no LlamaIndex, no pymilvus (tests/test_architecture.py checks it).
 
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ whole. :func:`unwrap_prose` removes those and keeps everything else as written. 
 hold a list, JSON or a choice are read by :mod:`~llama_index_rag_pack.core.llm_output`.)
 """
 
+# Pure module: no LlamaIndex, no pymilvus (tests/test_architecture.py checks it).
+
 from __future__ import annotations
 
 import functools

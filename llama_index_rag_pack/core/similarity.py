@@ -1,8 +1,10 @@
 """Vector normalisation and cosine similarity: the package's one implementation of L2
 normalisation (:func:`normalize_rows`, :func:`normalize_vector`) and cosine scores
 (:func:`cosine_similarities`). Pure numpy; the semantic routing arithmetic built on them is in
-:mod:`~llama_index_rag_pack.core.route_scores`.
+:mod:`~llama_index_rag_pack.routing.route_scores`.
 """
+
+# Pure module: no LlamaIndex, no pymilvus (tests/test_architecture.py checks it).
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ Western code page is among its candidates the text is decoded as Windows-1252 (a
 Latin-1's printable range), else with its best guess (``cp1251`` Russian, ``shift_jis`` ...).
 """
 
+# Pure module: no LlamaIndex, no pymilvus (tests/test_architecture.py checks it).
+
 from __future__ import annotations
 
 import codecs

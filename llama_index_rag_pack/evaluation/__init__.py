@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from llama_index_rag_pack.core.metrics import (
+from llama_index_rag_pack.evaluation.labelled import (
+    LabelledExample,
+    LabelledSet,
+    load_corpus,
+    load_labelled_set,
+    save_labelled_set,
+    shipped_sets,
+)
+from llama_index_rag_pack.evaluation.metrics import (
     citation_precision,
     citation_recall,
     exact_match,
@@ -19,14 +27,6 @@ from llama_index_rag_pack.core.metrics import (
     precision_at_k,
     recall_at_k,
     token_f1,
-)
-from llama_index_rag_pack.evaluation.labelled import (
-    LabelledExample,
-    LabelledSet,
-    load_corpus,
-    load_labelled_set,
-    save_labelled_set,
-    shipped_sets,
 )
 
 _LAZY = {

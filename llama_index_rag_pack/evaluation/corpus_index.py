@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
-from llama_index_rag_pack.core.language_analysis import AUTO_VERSION
+from llama_index_rag_pack.documents.language_analysis import AUTO_VERSION
 from llama_index_rag_pack.evaluation.cache import stable_hash
 from llama_index_rag_pack.evaluation.labelled import LabelledExample, LabelledSet
+from llama_index_rag_pack.milvus.connection import count_entities
 from llama_index_rag_pack.pack.rag_pack import RagPack
-from llama_index_rag_pack.storage.milvus import count_entities
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def questions_about(dataset: LabelledSet, documents: Sequence[Any]) -> list[Labe
 #: Version of the sentence index's layout (splitting, headers; v2: Chinese and Japanese
 #: sentences end at their full stops); part of the index key.
 SENTENCE_INDEX_VERSION = "sentences-v2"
-#: Version of the BM25 field's analysis (core.bm25_analysis, the default ``auto``); part of the
+#: Version of the BM25 field's analysis (documents.bm25_analysis, the default ``auto``); part of the
 #: index key.
 BM25_INDEX_VERSION = f"bm25-auto-v{AUTO_VERSION}"
 

@@ -4,10 +4,11 @@
    ``hybrid_convex`` mode (dense and BM25, ``candidate_pool`` deep) over the harness's questions
    with the harness's runner, scoring and per-question result cache: a second fit reuses them.
 2. :func:`fit_questions` turns each question's candidates into a
-   :class:`~llama_index_rag_pack.core.fusion_fit.FitQuestion` labelled for one :class:`FitMetric`.
-3. :func:`~llama_index_rag_pack.core.fusion_fit.fit_fusion` searches the grids (pure code).
+   :class:`~llama_index_rag_pack.evaluation.fusion_fit.FitQuestion` labelled for one
+   :class:`FitMetric`.
+3. :func:`~llama_index_rag_pack.evaluation.fusion_fit.fit_fusion` searches the grids (pure code).
 4. :func:`fitted_config` keeps the result as a
-   :class:`~llama_index_rag_pack.pack.fusion_config.FusionConfig` that packs load;
+   :class:`~llama_index_rag_pack.fusion.fusion_config.FusionConfig` that packs load;
    :func:`comparison_strategies` names the rows that show it before and after.
 """
 
@@ -18,18 +19,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llama_index_rag_pack.core.convex_fusion import DEFAULT_ALPHA, check_candidate_pool
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.fusion_fit import FitQuestion, FusionFit, RankMetric, fit_fusion
-from llama_index_rag_pack.core.rank_fusion import DEFAULT_RRF_K
 from llama_index_rag_pack.evaluation.answers import DEFAULT_ANSWER_PROMPT
 from llama_index_rag_pack.evaluation.cache import ResultCache, slug, stable_hash
+from llama_index_rag_pack.evaluation.fusion_fit import (
+    FitQuestion,
+    FusionFit,
+    RankMetric,
+    fit_fusion,
+)
 from llama_index_rag_pack.evaluation.labelled import LabelledExample
 from llama_index_rag_pack.evaluation.planning import StrategyPlan
 from llama_index_rag_pack.evaluation.report import StrategyResult
 from llama_index_rag_pack.evaluation.runner import StrategyRunner
 from llama_index_rag_pack.evaluation.strategies import Strategy, code_fingerprint
-from llama_index_rag_pack.pack.fusion_config import FusionConfig
+from llama_index_rag_pack.fusion.convex_fusion import DEFAULT_ALPHA, check_candidate_pool
+from llama_index_rag_pack.fusion.fusion_config import FusionConfig
+from llama_index_rag_pack.fusion.rank_fusion import DEFAULT_RRF_K
 
 __all__ = [
     "FIT_SIDES",

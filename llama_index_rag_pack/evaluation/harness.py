@@ -19,12 +19,6 @@ from typing import Any
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 
-from llama_index_rag_pack.components.settings import (
-    data_dir,
-    describe_embed_model,
-    describe_llm,
-    resolve_embed_model,
-)
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count
 from llama_index_rag_pack.evaluation.answers import DEFAULT_ANSWER_PROMPT
 from llama_index_rag_pack.evaluation.cache import ResultCache, slug, stable_hash
@@ -55,6 +49,12 @@ from llama_index_rag_pack.evaluation.strategies import (
     code_fingerprint,
     resolve_strategies,
     retriever_builder,
+)
+from llama_index_rag_pack.models.settings import (
+    data_dir,
+    describe_embed_model,
+    describe_llm,
+    resolve_embed_model,
 )
 
 __all__ = ["EvalHarness", "HARNESS_VERSION"]

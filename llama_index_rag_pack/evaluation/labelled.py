@@ -313,7 +313,7 @@ def load_corpus(corpus: str | None, *, titles: Sequence[str] | None = None) -> l
             f"Unknown corpus {corpus!r}: use one of {', '.join(SHIPPED_CORPORA)} (or several "
             "joined by '+', e.g. wikipedia+lee) or a path to files."
         )
-    from llama_index_rag_pack.components.ingest import load_documents
+    from llama_index_rag_pack.documents.ingest import load_documents
 
     return load_documents(path)
 

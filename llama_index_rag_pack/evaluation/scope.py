@@ -11,9 +11,9 @@ from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.evaluation.labelled import LabelledExample
+from llama_index_rag_pack.milvus.filter_fields import check_filter_fields
 from llama_index_rag_pack.pack.deletion import documents_by_tenant
 from llama_index_rag_pack.pack.filters import pack_filter_expression
-from llama_index_rag_pack.storage.filter_fields import check_filter_fields
 
 __all__ = ["EvalScope"]
 

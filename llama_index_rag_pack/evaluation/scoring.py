@@ -19,7 +19,7 @@ from typing import Any
 
 from llama_index.core.schema import NodeWithScore
 
-from llama_index_rag_pack.core import metrics as M
+from llama_index_rag_pack.evaluation import metrics as M
 from llama_index_rag_pack.evaluation.labelled import LabelledExample
 
 __all__ = [

@@ -14,12 +14,12 @@ from collections import defaultdict
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.milvus_filter import and_expressions
+from llama_index_rag_pack.milvus.document_rows import delete_document_rows
+from llama_index_rag_pack.milvus.milvus_filter import and_expressions
+from llama_index_rag_pack.milvus.tenants import ANY_TENANT, tenant_expression
+from llama_index_rag_pack.milvus.vector_memory import forget_vectors
 from llama_index_rag_pack.pack.filters import pack_filter_expression
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, raptor_collection_name
-from llama_index_rag_pack.storage.document_rows import delete_document_rows
-from llama_index_rag_pack.storage.tenants import ANY_TENANT, tenant_expression
-from llama_index_rag_pack.storage.vector_memory import forget_vectors
 
 __all__ = ["delete_documents", "documents_by_tenant"]
 

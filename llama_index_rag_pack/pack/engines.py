@@ -11,7 +11,7 @@ from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import RetrieverQueryEngine
 
-from llama_index_rag_pack.components.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.base_retriever import BaseRetriever
@@ -123,7 +123,7 @@ def build_chat_engine(
     ``mode``'s retriever (scoped by ``filters`` and ``tenant``), answering through the pack's
     cited query engine; ``chat_options`` go to the chat engine (``chat_history``, ``memory``,
     ``token_limit``, ``condense_prompt``, ``skip_condense``)."""
-    from llama_index_rag_pack.components.cited_chat_engine import CitedChatEngine
+    from llama_index_rag_pack.chat.cited_chat_engine import CitedChatEngine
 
     retriever = pack.retriever(mode, filters=filters, tenant=tenant)
     engine = pack.engine_for(

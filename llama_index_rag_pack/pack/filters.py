@@ -3,7 +3,7 @@ the one Milvus expression every mode's builder receives.
 
 ``pack.retriever(mode, filters=..., tenant=...)`` resolves both here before the mode's builder
 runs: core's ``MetadataFilters`` or an expression string, ``and`` the tenant's scope on a
-collection with tenants (:mod:`~llama_index_rag_pack.storage.tenants`). Builders get one
+collection with tenants (:mod:`~llama_index_rag_pack.milvus.tenants`). Builders get one
 expression string (so retrievers are cached by it); the RAPTOR builders also get the tenant, whose
 tree they open. A mode whose builder takes no ``filters`` argument is refused with a one-line
 error rather than searched unscoped.
@@ -15,11 +15,11 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.milvus_filter import and_expressions
-from llama_index_rag_pack.storage.tenants import ANY_TENANT, tenant_expression
+from llama_index_rag_pack.milvus.milvus_filter import and_expressions
+from llama_index_rag_pack.milvus.tenants import ANY_TENANT, tenant_expression
 
 if TYPE_CHECKING:  # pragma: no cover
-    from llama_index_rag_pack.components.metadata_filters import Filters
+    from llama_index_rag_pack.milvus.metadata_filters import Filters
 
 __all__ = ["base_scope", "check_builder_filters", "pack_filter_expression", "scoped_kwargs"]
 
@@ -66,12 +66,12 @@ def pack_filter_expression(pack: Any, filters: Filters) -> str:
     """``filters`` as a Milvus expression on ``pack``'s collection (``""`` for none).
 
     Every search and ``pack.delete`` compiles its filters here, so an expression string is
-    always checked first (:func:`~llama_index_rag_pack.core.milvus_expr.expression_fields`): a
+    always checked first (:func:`~llama_index_rag_pack.milvus.milvus_expr.expression_fields`): a
     malformed one, ``'true) or (true'`` among them, is a one-line :class:`ConfigurationError`
     and never reaches the ``and`` with a tenant's scope.
     """
     # LlamaIndex loads only when a filter is compiled (``rag-pack --help`` reads the modes)
-    from llama_index_rag_pack.components.metadata_filters import filter_expression
+    from llama_index_rag_pack.milvus.metadata_filters import filter_expression
 
     if filters is None or isinstance(filters, str):
         return filter_expression(filters)

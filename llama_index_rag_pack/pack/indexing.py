@@ -9,10 +9,10 @@ from typing import Any
 
 from llama_index.core.indices.utils import embed_nodes
 
-from llama_index_rag_pack.components.sentences import embed_sentence_units, sentence_units
+from llama_index_rag_pack.documents.sentences import embed_sentence_units, sentence_units
+from llama_index_rag_pack.milvus import connection as milvus_utils
+from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
 from llama_index_rag_pack.pack.modes import DEFAULT_MODE, DENSE_ONLY_DEFAULT_MODE
-from llama_index_rag_pack.storage import milvus as milvus_utils
-from llama_index_rag_pack.storage.sentence_index import MilvusSentenceIndex
 
 logger = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def open_pack_store(
     uri: str | None, collection_name: str | None, embed_model: Any, **kwargs: Any
 ) -> Any:
     """The pack's ``MilvusVectorStore``, for vectors of ``embed_model``'s dimension
-    (``kwargs``: :func:`~llama_index_rag_pack.storage.milvus.open_vector_store`'s options)."""
+    (``kwargs``: :func:`~llama_index_rag_pack.milvus.connection.open_vector_store`'s options)."""
     dim = len(embed_model.get_text_embedding("dimension probe"))
     return milvus_utils.open_vector_store(uri, collection_name, dim=dim, **kwargs)
 
@@ -56,8 +56,8 @@ def warn_if_model_cannot_read(nodes: Sequence[Any], embed_model: Any) -> str | N
     """One warning line when the bundled English embedding model meets chunks mostly in other
     languages (a sample of them); the line is also returned. BM25 still reads them in their
     language, so this is never an error."""
-    from llama_index_rag_pack.components.settings import is_bundled_embed_model
-    from llama_index_rag_pack.core.language_analysis import LanguageAnalyzer
+    from llama_index_rag_pack.documents.language_analysis import LanguageAnalyzer
+    from llama_index_rag_pack.models.settings import is_bundled_embed_model
 
     if not nodes or not is_bundled_embed_model(embed_model):
         return None
@@ -129,7 +129,7 @@ def sentence_vectors(
 
 def store_sentences(index: MilvusSentenceIndex | None, units: list[Any], vectors: list[Any]) -> int:
     """Store what :func:`sentence_vectors` made (the sentences of the chunks they replace went
-    with those chunks: ``storage.document_rows.delete_document_rows``); the number written."""
+    with those chunks: ``milvus.document_rows.delete_document_rows``); the number written."""
     if index is None or not units:
         return 0
     index.create(dim=len(vectors[0]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llama_index_rag_pack.components.judge_query_engine import JudgeQueryEngine
+from llama_index_rag_pack.judge.judge_query_engine import JudgeQueryEngine
 
 __all__ = ["JudgeEngineMixin", "judge_query_engine"]
 

@@ -41,13 +41,13 @@ from llama_index_rag_pack.pack.mode_registry import (
 # ------------------------------------------------------------------ built-in builders
 def _on_lite(pack: Any) -> bool:
     """The pack's collection is a Milvus Lite file (one process owns it)."""
-    from llama_index_rag_pack.storage.milvus import is_remote_uri
+    from llama_index_rag_pack.milvus.connection import is_remote_uri
 
     return pack.uri is not None and not is_remote_uri(pack.uri)
 
 
 def _milvus(pack: Any, search_type: str, similarity_top_k: int | None, **kwargs: Any) -> Any:
-    from llama_index_rag_pack.storage.hybrid import MilvusHybridRetriever
+    from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
 
     return MilvusHybridRetriever(
         vector_store=pack.vector_store,
@@ -63,7 +63,7 @@ def _milvus(pack: Any, search_type: str, similarity_top_k: int | None, **kwargs:
 def build_vector(pack: Any, similarity_top_k: int | None = None, filters: Any = None) -> Any:
     """Core's ``VectorIndexRetriever`` over the pack's index (what ``index.as_retriever()``
     gives), with the pack's empty-query check; ``filters`` reach Milvus as ``string_expr``."""
-    from llama_index_rag_pack.components.vector import CheckedVectorIndexRetriever
+    from llama_index_rag_pack.fusion.vector import CheckedVectorIndexRetriever
 
     expr = pack_filter_expression(pack, filters)
     retriever = CheckedVectorIndexRetriever(
@@ -74,7 +74,7 @@ def build_vector(pack: Any, similarity_top_k: int | None = None, filters: Any = 
         vector_store_kwargs={"string_expr": expr} if expr else {},
     )
     if _on_lite(pack):
-        from llama_index_rag_pack.storage.vector_memory import id_filter
+        from llama_index_rag_pack.milvus.vector_memory import id_filter
 
         retriever.id_filter = id_filter
     return retriever
@@ -144,7 +144,7 @@ def build_hybrid_convex(
     """Dense + BM25 (+ best sentence, with a sentence index), fused here by
     normalized scores (defaults from the pack's ``fusion_config``, fitted by
     ``rag-pack eval --fit``)."""
-    from llama_index_rag_pack.storage.score_fusion import MilvusScoreFusionRetriever
+    from llama_index_rag_pack.fusion.score_fusion import MilvusScoreFusionRetriever
 
     config = pack.fusion_config
     lite = _on_lite(pack)  # one process serves Lite
@@ -178,8 +178,8 @@ def build_fusion(
     filters: Any = None,
 ) -> Any:
     """RAG-Fusion: LLM query variants, each searched dense (and BM25), fused."""
-    from llama_index_rag_pack.components.fusion import FusionRetriever
-    from llama_index_rag_pack.storage.milvus import has_bm25
+    from llama_index_rag_pack.fusion.rag_fusion import FusionRetriever
+    from llama_index_rag_pack.milvus.connection import has_bm25
 
     top_k = similarity_top_k or pack.similarity_top_k
     per_list = max(2 * top_k, 10)
@@ -252,7 +252,7 @@ def build_route(
     """Pick the source(s) for the question, retrieve from each, fuse (``RoutedRagPack``)."""
     from llama_index.core.tools import RetrieverTool, ToolMetadata
 
-    from llama_index_rag_pack.components.router import FusionRouterRetriever
+    from llama_index_rag_pack.routing.router import FusionRouterRetriever
 
     if not getattr(pack, "sources", None):
         raise ConfigurationError(

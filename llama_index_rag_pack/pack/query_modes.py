@@ -53,7 +53,7 @@ def hyde_retriever(
 ) -> Any:
     """HyDE over ``base``: the hypothetical answers' embedding goes to the dense side (and the
     sentence side of ``hybrid_convex``); BM25 sides still read the question's words."""
-    from llama_index_rag_pack.components.hyde import HyDERetriever
+    from llama_index_rag_pack.fusion.hyde import HyDERetriever
 
     return HyDERetriever(
         query_base(pack, base, similarity_top_k, mode="hyde", filters=filters),
@@ -69,7 +69,7 @@ def rewrite_retriever(
     pack: Any, similarity_top_k: int | None, base: str | None, filters: Any = None
 ) -> Any:
     """Rewrite-retrieve-read over ``base``: the rewritten query is what ``base`` searches."""
-    from llama_index_rag_pack.components.rewrite import RewriteRetriever
+    from llama_index_rag_pack.fusion.rewrite import RewriteRetriever
 
     return RewriteRetriever(
         query_base(pack, base, similarity_top_k, mode="rewrite", filters=filters),

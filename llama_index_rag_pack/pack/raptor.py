@@ -21,7 +21,7 @@ from llama_index_rag_pack.pack.mode_registry import get_mode, mode_names
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.schema import Document
 
-    from llama_index_rag_pack.components.raptor_levels import BuildStats
+    from llama_index_rag_pack.raptor.raptor_levels import BuildStats
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def tree_tenant(pack: Any, tenant: str | None) -> str | None:
         ConfigurationError: a pack with tenants and no single tenant named, or a tenant on a
             pack without tenants.
     """
-    from llama_index_rag_pack.storage.tenants import ANY_TENANT, tenant_expression
+    from llama_index_rag_pack.milvus.tenants import ANY_TENANT, tenant_expression
 
     field = getattr(pack, "tenant_field", None)
     tenant_expression(field, tenant)  # the same checks as a search
@@ -84,7 +84,7 @@ def open_raptor_store(
         CollectionNotFoundError: ``must_exist`` and no tree was built (the message says how to
             build it).
     """
-    from llama_index_rag_pack.storage.milvus import open_vector_store
+    from llama_index_rag_pack.milvus.connection import open_vector_store
 
     try:
         return open_vector_store(
@@ -116,7 +116,7 @@ def open_pack_tree(
         CollectionNotFoundError: ``must_exist`` and no tree was built yet (the message says how).
         ConfigurationError: the pack was given a ready vector store without ``uri``.
     """
-    from llama_index_rag_pack.storage.raptor_tree import RaptorTree
+    from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 
     _require_uri(pack)
     dim = len(pack.embed_model.get_text_embedding("dimension probe"))
@@ -141,7 +141,7 @@ def pack_tree_inputs(
         EmptyCorpusError: the collection holds no chunk and no documents were given.
         ConfigurationError: a document of another tenant.
     """
-    from llama_index_rag_pack.storage.tenants import check_tenants, tenant_expression
+    from llama_index_rag_pack.milvus.tenants import check_tenants, tenant_expression
 
     tenant = tree_tenant(pack, tenant)
     field = getattr(pack, "tenant_field", None)
@@ -184,7 +184,7 @@ def pack_raptor_retriever(
         CollectionNotFoundError: no tree was built yet (the message says how).
         ConfigurationError: the pack was given a ready vector store without ``uri``.
     """
-    from llama_index_rag_pack.storage.raptor_retriever import RaptorRetriever
+    from llama_index_rag_pack.raptor.raptor_retriever import RaptorRetriever
 
     tree = open_pack_tree(pack, tenant=tenant)
     try:
@@ -202,7 +202,7 @@ def pack_raptor_retriever(
 def leaves_from_collection(vector_store: Any, expr: str = "") -> list[Any]:
     """Every chunk stored in a pack's collection (matching ``expr``), as nodes with their
     embeddings (for reuse as leaves)."""
-    from llama_index_rag_pack.storage.raptor_store import RaptorStore
+    from llama_index_rag_pack.raptor.raptor_store import RaptorStore
 
     store = RaptorStore(vector_store)
     if expr:

@@ -4,7 +4,7 @@ them.
 Each :class:`~llama_index_rag_pack.pack.sources.RouteSource` is a collection with a name, a
 description and optionally example questions. ``RagPack.retriever("route")``
 (``RetrievalMode.ROUTE``) is a
-:class:`~llama_index_rag_pack.components.router.FusionRouterRetriever` over the sources' own
+:class:`~llama_index_rag_pack.routing.router.FusionRouterRetriever` over the sources' own
 retrievers, choosing with a :class:`SemanticSelector` (default, no LLM call) or a
 :class:`LogicalSelector` (the pack's LLM decides).
 """
@@ -20,18 +20,18 @@ from llama_index.core.base.base_selector import BaseSelector
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document, NodeWithScore, QueryBundle
 
-from llama_index_rag_pack.components.logical_selector import LogicalSelector
-from llama_index_rag_pack.components.query_bases import PackRetriever
-from llama_index_rag_pack.components.router import FusionRouterRetriever
-from llama_index_rag_pack.components.routes import Route, RouteSelection
-from llama_index_rag_pack.components.semantic_selector import (
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
+from llama_index_rag_pack.core.query_bases import PackRetriever
+from llama_index_rag_pack.pack.modes import RetrievalMode
+from llama_index_rag_pack.pack.pack_base import RagPackBase
+from llama_index_rag_pack.pack.sources import RouteSource, checked_sources, coerce_source
+from llama_index_rag_pack.routing.logical_selector import LogicalSelector
+from llama_index_rag_pack.routing.router import FusionRouterRetriever
+from llama_index_rag_pack.routing.routes import Route, RouteSelection
+from llama_index_rag_pack.routing.semantic_selector import (
     DEFAULT_SEMANTIC_THRESHOLD,
     SemanticSelector,
 )
-from llama_index_rag_pack.core.errors import ConfigurationError, check_count
-from llama_index_rag_pack.pack.modes import RetrievalMode
-from llama_index_rag_pack.pack.rag_pack import RagPack
-from llama_index_rag_pack.pack.sources import RouteSource, checked_sources, coerce_source
 
 __all__ = ["RoutedRagPack"]
 
@@ -40,8 +40,9 @@ PER_SOURCE_ARGUMENTS = ("vector_store", "collection_name", "documents", "input_d
 """RagPack arguments that a RoutedRagPack takes per source, never for the whole pack."""
 
 
-class RoutedRagPack(RagPack):
-    """A :class:`RagPack` over several named sources that routes every question.
+class RoutedRagPack(RagPackBase):
+    """A pack over several named sources that routes every question (:class:`RagPack`'s API:
+    both share :class:`~llama_index_rag_pack.pack.pack_base.RagPackBase`).
 
     The first source is also the pack's own collection (other modes such as ``"vector"`` use it);
     ``mode="route"`` — the default of :meth:`run`, :meth:`arun`, :attr:`query_engine` and
@@ -98,10 +99,10 @@ class RoutedRagPack(RagPack):
             collection_name=first.collection,
             **kwargs,
         )
-        self.source_packs: dict[str, RagPack] = {first.name: self}
+        self.source_packs: dict[str, RagPackBase] = {first.name: self}
         shared = {k: v for k, v in kwargs.items() if k not in ("embed_model", "uri")}
         for src in srcs[1:]:
-            self.source_packs[src.name] = RagPack(
+            self.source_packs[src.name] = RagPackBase(
                 documents=src.documents,
                 input_dir=src.input_dir,
                 collection_name=src.collection,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.core.metadata_fields import FieldSpec, field_specs
+from llama_index_rag_pack.milvus.metadata_fields import FieldSpec, field_specs
 from llama_index_rag_pack.pack.filters import base_scope
 from llama_index_rag_pack.pack.mode_registry import base_modes
 
@@ -78,7 +78,7 @@ def self_query_retriever(
 ) -> Any:
     """A :class:`~llama_index_rag_pack.SelfQueryRetriever` over the pack's ``base`` retriever
     (default: the pack's default mode when it can be filtered, else ``vector``)."""
-    from llama_index_rag_pack.storage.self_query_retriever import SelfQueryRetriever
+    from llama_index_rag_pack.self_query.self_query_retriever import SelfQueryRetriever
 
     config: _Config = getattr(pack, _CONFIG_ATTR, _Config())
     base = base or config.base or _default_base(pack)

@@ -12,10 +12,10 @@ from typing import Any
 
 from llama_index.core.schema import Document
 
-from llama_index_rag_pack.components.routes import Route
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.json_files import in_file, read_json_file
 from llama_index_rag_pack.pack.modes import RetrievalMode
+from llama_index_rag_pack.routing.routes import Route
 
 __all__ = [
     "RouteSource",
@@ -215,8 +215,8 @@ def discover_sources(
     chunks from different documents become utterances. A collection's sentence index
     (``<name>__sentences``) belongs to it and is no source of its own.
     """
-    from llama_index_rag_pack.storage.milvus import ensure_loaded, open_client
-    from llama_index_rag_pack.storage.sentence_index import SENTENCE_COLLECTION_SUFFIX
+    from llama_index_rag_pack.milvus.connection import ensure_loaded, open_client
+    from llama_index_rag_pack.milvus.sentence_index import SENTENCE_COLLECTION_SUFFIX
 
     client = open_client(uri, token=token)
     names = sorted(

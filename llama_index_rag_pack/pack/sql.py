@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from llama_index_rag_pack.components.sql_database import SafeSQLDatabase
-    from llama_index_rag_pack.components.sql_query_engine import SQLQueryEngine
+    from llama_index_rag_pack.sql.sql_database import SafeSQLDatabase
+    from llama_index_rag_pack.sql.sql_query_engine import SQLQueryEngine
 
 __all__ = ["SQLEngineMixin"]
 
@@ -37,7 +37,7 @@ class SQLEngineMixin:
         ``table_context``, prompts. The answer cites the SQL and the rows in ``citation_style``;
         with more tables than fit the prompt, the pack's embedding model picks the tables shown.
         """
-        from llama_index_rag_pack.components.sql_query_engine import SQLQueryEngine
+        from llama_index_rag_pack.sql.sql_query_engine import SQLQueryEngine
 
         options.setdefault("embed_model", getattr(self, "embed_model", None))
         return SQLQueryEngine(

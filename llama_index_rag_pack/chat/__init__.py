@@ -1,0 +1,1 @@
+"""Chat with citations: the chat engine that condenses follow-ups and its chat store."""

@@ -1,0 +1,150 @@
+"""The sentences of each chunk: the small retrieval units of the sentence index.
+
+A 256-token chunk embedded as one vector matches a question about one of its sentences only
+weakly (MiniLM reads at most 256 word pieces, and a chunk's other sentences dilute the match).
+The pack therefore also embeds every sentence of every chunk, prefixed with a short contextual
+header (the document's title, else its file name), and hybrid search scores a chunk by its
+best-matching sentence beside its own dense and BM25 scores. The chunk stays what is returned
+and what the LLM reads; sentences only decide the ranking.
+
+Example:
+    >>> chunk_sentences("Dr. Smith arrived. He spoke at length about the budget.")
+    ['Dr. Smith arrived.', 'He spoke at length about the budget.']
+    >>> chunk_sentences("RAPTOR 先对文本块聚类。然后总结每个聚类！")
+    ['RAPTOR 先对文本块聚类。', '然后总结每个聚类！']
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import PurePath
+from typing import Any
+
+from llama_index.core.schema import BaseNode, MetadataMode
+
+from llama_index_rag_pack.documents.words import (
+    count_words,
+    join_sentence_parts,
+    split_cjk_sentences,
+)
+
+__all__ = [
+    "MIN_SENTENCE_WORDS",
+    "SentenceUnit",
+    "chunk_sentences",
+    "context_header",
+    "embed_sentence_units",
+    "sentence_units",
+]
+
+#: A sentence shorter than this (in words) is joined to the next one: a lone "Dr." joins
+#: "Smith arrived.".
+MIN_SENTENCE_WORDS = 3
+
+
+@dataclass(frozen=True)
+class SentenceUnit:
+    """One sentence of one chunk, as the sentence index stores it.
+
+    Attributes:
+        id: Stable id derived from the chunk id and the sentence's position in it.
+        chunk_id: The chunk it belongs to (what retrieval returns).
+        doc_id: The chunk's source document (to delete a document's sentences with it).
+        text: What is embedded: the contextual header and the sentence.
+    """
+
+    id: str
+    chunk_id: str
+    doc_id: str
+    text: str
+
+
+@lru_cache(maxsize=1)
+def _splitter() -> Callable[[str], list[str]]:
+    # LlamaIndex's own sentence tokenizer (NLTK punkt, shipped with llama-index-core)
+    from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
+
+    return split_by_sentence_tokenizer()
+
+
+def chunk_sentences(
+    text: str,
+    *,
+    min_words: int = MIN_SENTENCE_WORDS,
+    split: Callable[[str], list[str]] | None = None,
+) -> list[str]:
+    """The sentences of ``text``, whitespace-normalised; fragments shorter than ``min_words``
+    words are joined to the sentence after them (a trailing fragment to the one before).
+    Chinese and Japanese sentences end at 。！？ (and their full-width forms), and their words
+    are counted as the segmenter cuts them.
+
+    The chunk-side splitter: ``split`` cuts the text, by default LlamaIndex's punkt tokenizer
+    ("Dr. Smith" stays one sentence; importing NLTK takes about 2 s). Answers are split by
+    :func:`~llama_index_rag_pack.citations.annotations.split_sentences`, which keeps every character
+    so citation markers can be put back into the answer text."""
+    out: list[str] = []
+    pending = ""
+    pieces = (split or _splitter())(text)
+    for piece in (part for whole in pieces for part in split_cjk_sentences(whole)):
+        sentence = join_sentence_parts(pending, piece)
+        if not sentence:
+            continue
+        if count_words(sentence) < min_words:
+            pending = sentence
+            continue
+        out.append(sentence)
+        pending = ""
+    if pending:
+        if out:
+            out[-1] = join_sentence_parts(out[-1], pending)
+        else:
+            out.append(pending)
+    return out
+
+
+def context_header(node: BaseNode) -> str:
+    """A short header naming where a chunk comes from: its ``title`` metadata, else its file
+    name without the extension, else nothing."""
+    meta = node.metadata or {}
+    title = str(meta.get("title") or "").strip()
+    if title:
+        return title
+    name = str(meta.get("file_name") or meta.get("file_path") or "").strip()
+    return PurePath(name).stem.replace("_", " ") if name else ""
+
+
+def sentence_units(
+    nodes: Sequence[BaseNode], *, min_words: int = MIN_SENTENCE_WORDS
+) -> list[SentenceUnit]:
+    """Every sentence of every chunk in ``nodes``, headed by :func:`context_header`."""
+    units = []
+    for node in nodes:
+        header = context_header(node)
+        text = node.get_content(metadata_mode=MetadataMode.NONE)
+        doc_id = node.ref_doc_id or node.node_id
+        for position, sentence in enumerate(chunk_sentences(text, min_words=min_words)):
+            key = f"llama-index-rag-pack:{node.node_id}:s{position}"
+            unit_id = uuid.uuid5(uuid.NAMESPACE_URL, key)
+            units.append(
+                SentenceUnit(
+                    id=str(unit_id),
+                    chunk_id=node.node_id,
+                    doc_id=str(doc_id),
+                    text=f"{header}: {sentence}" if header else sentence,
+                )
+            )
+    return units
+
+
+def embed_sentence_units(
+    units: Sequence[SentenceUnit], embed_model: Any, *, show_progress: bool = False
+) -> list[list[float]]:
+    """The embeddings of ``units`` (one batch call of ``embed_model``)."""
+    if not units:
+        return []
+    return embed_model.get_text_embedding_batch(
+        [u.text for u in units], show_progress=show_progress
+    )

@@ -1,0 +1,1 @@
+"""Judge-driven recursive RAG: the judge's verdicts, the search tree and the query engine."""

@@ -1,0 +1,354 @@
+"""The base of the packs: everything :class:`~llama_index_rag_pack.pack.rag_pack.RagPack` and
+:class:`~llama_index_rag_pack.pack.routed.RoutedRagPack` share."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+
+from llama_index.core import VectorStoreIndex
+from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.base.response.schema import RESPONSE_TYPE
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import Document
+
+from llama_index_rag_pack.core.errors import (
+    CollectionNotFoundError,
+    ConfigurationError,
+    check_query,
+)
+from llama_index_rag_pack.documents.chunking import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    check_chunking,
+    split_documents,
+)
+from llama_index_rag_pack.documents.ingest import drop_blank_documents, load_documents
+from llama_index_rag_pack.fusion.fusion_config import FusionConfig, resolve_fusion_config
+from llama_index_rag_pack.milvus import connection as milvus_utils
+from llama_index_rag_pack.milvus.document_rows import delete_document_rows, group_by_tenant
+from llama_index_rag_pack.milvus.lite import discard_new_lite_db_on_failure
+from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
+from llama_index_rag_pack.milvus.tenants import check_tenants
+from llama_index_rag_pack.models.settings import (
+    default_milvus_uri,
+    describe_embed_model,
+    describe_llm,
+    resolve_embed_model,
+    resolve_llm,
+)
+from llama_index_rag_pack.pack import indexing
+from llama_index_rag_pack.pack._compat import BaseLlamaPack
+from llama_index_rag_pack.pack.deletion import delete_documents
+from llama_index_rag_pack.pack.engines import (
+    ENGINE_DEFAULTS,
+    build_chat_engine,
+    build_query_engine,
+    query_engine_key,
+    retriever_key,
+)
+from llama_index_rag_pack.pack.filters import scoped_kwargs
+from llama_index_rag_pack.pack.judge import JudgeEngineMixin
+from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode
+from llama_index_rag_pack.pack.raptor import RaptorBuildMixin
+from llama_index_rag_pack.pack.sql import SQLEngineMixin
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+    from llama_index.core.llms import LLM
+
+
+logger = logging.getLogger(__name__)
+
+
+class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaPack):
+    """What :class:`~llama_index_rag_pack.pack.rag_pack.RagPack` and
+    :class:`~llama_index_rag_pack.pack.routed.RoutedRagPack` share: indexing, the retrieval
+    modes, the query and chat engines, the pack contract (``get_modules``, ``run``). The
+    arguments are :class:`~llama_index_rag_pack.pack.rag_pack.RagPack`'s.
+    """
+
+    def __init__(
+        self,
+        documents: Sequence[Document] | None = None,
+        *,
+        input_dir: str | Path | None = None,
+        llm: LLM | str | None = None,
+        embed_model: BaseEmbedding | str | None = None,
+        vector_store: Any | None = None,
+        uri: str | None = None,
+        collection_name: str | None = None,
+        token: str | None = None,
+        overwrite: bool = False,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
+        similarity_top_k: int = 4,
+        enable_bm25: bool = True,
+        bm25_analyzer: str | Callable[[str], Sequence[str]] | None = "auto",
+        sentence_index: bool = True,
+        fusion_config: FusionConfig | str | Path | None = None,
+        tenant_field: str | None = None,
+        show_progress: bool = False,
+        callback_manager: CallbackManager | None = None,
+    ) -> None:
+        if similarity_top_k <= 0:
+            raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k}")
+        check_chunking(chunk_size, chunk_overlap)  # before anything is read, loaded or dropped
+        if documents is not None and input_dir is not None:
+            raise ConfigurationError("Give documents or input_dir, not both.")
+        self.chunk_size = chunk_size
+        self.chunk_overlap = chunk_overlap
+        self.similarity_top_k = similarity_top_k
+        self.fusion_config = resolve_fusion_config(fusion_config)
+        self.show_progress = show_progress
+        self.callback_manager = callback_manager or CallbackManager([])
+        self._llm_spec = llm
+        self._llm: LLM | None = None if llm is None or isinstance(llm, str) else llm
+
+        to_index: list[Document] | None = None
+        if input_dir is not None:
+            to_index = load_documents(input_dir, show_progress=show_progress)
+        elif documents is not None:
+            to_index = drop_blank_documents(documents)
+        if tenant_field is not None and to_index:  # before any model loads
+            check_tenants(to_index, tenant_field)
+
+        self.embed_model = resolve_embed_model(embed_model)
+        self.uri = None if vector_store is not None else (uri or default_milvus_uri())
+        # a failed first ingest removes the database it created
+        with discard_new_lite_db_on_failure(self.uri if to_index else None):
+            if vector_store is None:
+                vector_store = indexing.open_pack_store(
+                    self.uri,
+                    collection_name,
+                    self.embed_model,
+                    token=token,
+                    overwrite=overwrite,
+                    enable_bm25=enable_bm25,
+                    bm25_analyzer=bm25_analyzer,
+                    must_exist=to_index is None,
+                    tenant_field=tenant_field,
+                )
+            self.vector_store = vector_store
+            self.sentence_index: MilvusSentenceIndex | None = indexing.open_sentence_index(
+                vector_store, enabled=sentence_index, overwrite=overwrite
+            )
+            self.index = VectorStoreIndex.from_vector_store(
+                vector_store, embed_model=self.embed_model, callback_manager=self.callback_manager
+            )
+            self._default_mode: str | None = None
+            self._retrievers: dict[tuple[Any, ...], BaseRetriever] = {}
+            self._query_engines: dict[tuple[Any, ...], BaseQueryEngine] = {}
+            if to_index:
+                self.insert(to_index)
+
+    # ------------------------------------------------------------------ construction helpers
+    @classmethod
+    def from_directory(cls, path: str | Path, **kwargs: Any) -> Self:
+        """Read ``path`` (file or directory) and index it."""
+        return cls(input_dir=path, **kwargs)
+
+    @classmethod
+    def open(cls, **kwargs: Any) -> Self:
+        """Reopen an existing collection without re-indexing anything."""
+        return cls(documents=None, **kwargs)
+
+    # ------------------------------------------------------------------ parts
+    @property
+    def llm(self) -> LLM:
+        """The LLM, resolved on first use and logged."""
+        if self._llm is None:
+            self._llm = resolve_llm(self._llm_spec)
+            logger.info("RagPack LLM: %s", describe_llm(self._llm))
+        return self._llm
+
+    def describe(self) -> dict[str, str]:
+        """Which models and store are in use (for logs and the CLI)."""
+        store = self.vector_store
+        return {
+            "embedding": describe_embed_model(self.embed_model),
+            "vector_store": f"Milvus collection {getattr(store, 'collection_name', '?')!r}"
+            + (f" at {self.uri}" if self.uri else ""),
+            "llm": describe_llm(self._llm) if self._llm is not None else "(not loaded yet)",
+            **indexing.describe_bm25(store),
+        }
+
+    # ------------------------------------------------------------------ indexing
+    def insert(self, documents: Sequence[Document]) -> int:
+        """Chunk, embed and store documents; chunks of an already indexed document id are replaced
+        (of the same tenant: tenants may use the same document ids).
+
+        Returns:
+            The number of chunks written.
+        """
+        documents = drop_blank_documents(documents)
+        field, store, sentences = self.tenant_field, self.vector_store, self.sentence_index
+        if field is not None:
+            check_tenants(documents, field)
+        groups = group_by_tenant(documents, field)
+        nodes = [
+            node
+            for group in groups.values()
+            for node in split_documents(
+                group, chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap,
+                show_progress=self.show_progress, tenant_field=field,
+            )
+        ]  # fmt: skip
+        indexing.before_embedding(store, nodes, self.embed_model)  # a failure touches nothing
+        indexing.embed_chunks(nodes, self.embed_model, self.show_progress)
+        units, vectors = indexing.sentence_vectors(
+            sentences, nodes, self.embed_model, self.show_progress
+        )
+        for owner, group in groups.items():  # only now: a failure above leaves the old rows
+            ids = list(dict.fromkeys(doc.doc_id for doc in group))
+            delete_document_rows(store, ids, tenant=owner, sentence_index=sentences)
+        self.index.insert_nodes(nodes, show_progress=self.show_progress)
+        milvus_utils.flush(store)
+        indexing.store_sentences(sentences, units, vectors)
+        self._retrievers.clear()
+        self._query_engines.clear()
+        logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
+        return len(nodes)
+
+    def delete(self, *, filters: Any = None, tenant: str | None = None) -> int:
+        """Delete the documents with a chunk matching ``filters`` (of ``tenant``): their chunks,
+        sentences and RAPTOR leaves (summaries above are refreshed); ``tenant`` alone deletes
+        that tenant's documents and tree. Returns the number of documents deleted."""
+        return delete_documents(self, filters=filters, tenant=tenant)
+
+    @property
+    def tenant_field(self) -> str | None:
+        """The metadata key that keeps tenants apart (a Milvus partition key), or ``None``."""
+        return getattr(self.vector_store, "tenant_field", None)
+
+    def count(self) -> int:
+        """Number of chunks stored in the collection."""
+        return milvus_utils.count_entities(self.vector_store)
+
+    # ------------------------------------------------------------------ retrieval and answers
+    @property
+    def default_mode(self) -> str:
+        """The mode used when none is named: ``hybrid_convex`` (dense, BM25 and best sentence,
+        fused by fitted weights), or ``vector`` on a collection indexed without BM25."""
+        if self._default_mode is None:
+            self._default_mode = indexing.default_mode_for(self.vector_store)
+        return self._default_mode
+
+    def retriever(self, mode: str | RetrievalMode | None = None, **kwargs: Any) -> BaseRetriever:
+        """The retriever for ``mode`` (default :attr:`default_mode`; cached per mode and
+        arguments)."""
+        spec = get_mode(self.default_mode if mode is None else mode)
+        kwargs = scoped_kwargs(self, spec, kwargs)
+        key = retriever_key(spec.name, kwargs)
+        if key is None:  # an unhashable argument object: build a new retriever, uncached
+            return spec.build(self, **kwargs)
+        if key not in self._retrievers:
+            self._retrievers[key] = spec.build(self, **kwargs)
+        return self._retrievers[key]
+
+    def make_query_engine(
+        self,
+        mode: str | RetrievalMode | None = None,
+        *,
+        streaming: bool = False,
+        citations: bool = True,
+        citation_style: Any = "markdown",
+        citation_mode: str = "markers",
+        filters: Any = None,
+        tenant: str | None = None,
+    ) -> BaseQueryEngine:
+        """A query engine answering from ``mode``'s retriever with the pack's LLM.
+
+        By default a :class:`~llama_index_rag_pack.CitedQueryEngine`: the answer carries
+        renumbered citations in ``citation_style`` (``markdown``, ``text``, ``html``, ``empty`` or a
+        ``ReferenceStyle``) and ``source_nodes`` are the cited chunks. ``citations=False`` gives
+        core's plain ``RetrieverQueryEngine``. ``mode`` defaults to :attr:`default_mode`;
+        ``filters`` and ``tenant`` scope its retriever (``docs/filters.md``).
+        """
+        mode = RetrievalMode.parse(self.default_mode if mode is None else mode)
+        retriever = self.retriever(mode, filters=filters, tenant=tenant)
+        options = dict(
+            streaming=streaming,
+            citations=citations,
+            citation_style=citation_style,
+            citation_mode=citation_mode,
+        )
+        key = query_engine_key(mode, **options) + (id(retriever),)
+        if key not in self._query_engines:
+            self._query_engines[key] = self.engine_for(retriever, **options)
+        return self._query_engines[key]
+
+    def engine_for(self, retriever: BaseRetriever, **options: Any) -> BaseQueryEngine:
+        """The pack's query engine over ``retriever``: its LLM, callbacks and embedding model
+        (which attributes uncited sentences), with ``make_query_engine``'s ``options``
+        (``streaming``, ``citations``, ``citation_style``, ``citation_mode``). Every engine of
+        the pack and of ``rag-pack ask`` is made here."""
+        return build_query_engine(
+            retriever,
+            llm=self.llm,
+            callback_manager=self.callback_manager,
+            embed_model=self.embed_model,
+            **{**ENGINE_DEFAULTS, **options},
+        )
+
+    def make_chat_engine(self, mode: str | None = None, **options: Any) -> Any:
+        """A :class:`~llama_index_rag_pack.CitedChatEngine` over ``mode``'s retriever (default
+        :attr:`default_mode`): follow-ups condensed, answers cited. ``options``: ``filters``,
+        ``tenant``, ``citation_style``, ``citation_mode``, and the chat engine's
+        (``chat_history``, ``memory``, ``token_limit``, ``condense_prompt``, ``skip_condense``)."""
+        mode = RetrievalMode.parse(self.default_mode if mode is None else mode)
+        return build_chat_engine(self, mode, **options)
+
+    @property
+    def query_engine(self) -> BaseQueryEngine:
+        """The default query engine: answers with citations
+        (``make_query_engine(citations=False)`` for none)."""
+        return self.make_query_engine()
+
+    def get_modules(self) -> dict[str, Any]:
+        """The pack's parts: models, store, index, retrievers and query engine."""
+        modules: dict[str, Any] = {
+            "llm": self.llm,
+            "embed_model": self.embed_model,
+            "vector_store": self.vector_store,
+            "index": self.index,
+            "retriever": self.retriever(),
+            "query_engine": self.query_engine,
+        }
+        for mode in (
+            RetrievalMode.BM25,
+            RetrievalMode.HYBRID,
+            RetrievalMode.FUSION,
+            RetrievalMode.HYDE,
+            RetrievalMode.REWRITE,
+        ):
+            try:
+                modules[f"{mode.value}_retriever"] = self.retriever(mode)
+            except ConfigurationError as e:  # e.g. a collection indexed without BM25
+                logger.info("get_modules: no %s retriever (%s)", mode.value, e)
+        modules["plain_query_engine"] = self.make_query_engine(citations=False)
+        try:  # only when a RAPTOR tree was built next to the collection
+            modules["raptor_retriever"] = self.retriever(RetrievalMode.RAPTOR)
+        except (CollectionNotFoundError, ConfigurationError) as e:
+            logger.info("get_modules: no raptor retriever (%s)", e)
+        return modules
+
+    def run(
+        self, query: str, *, mode: str | RetrievalMode | None = None, **kwargs: Any
+    ) -> RESPONSE_TYPE:
+        """Answer ``query`` with the query engine of ``mode`` (default :attr:`default_mode`)."""
+        check_query(query)
+        return self.make_query_engine(mode, **kwargs).query(query)
+
+    async def arun(
+        self, query: str, *, mode: str | RetrievalMode | None = None, **kwargs: Any
+    ) -> RESPONSE_TYPE:
+        """Async :meth:`run`."""
+        check_query(query)
+        return await self.make_query_engine(mode, **kwargs).aquery(query)
+
+
+__all__ = ["RagPackBase"]

@@ -1,0 +1,346 @@
+"""Growing a RAPTOR tree level by level: cluster a level, summarise each cluster, repeat.
+
+A build goes level by level: cluster the nodes of level ``L`` (``cluster_embeddings``), write one
+summary per cluster as a node of level ``L + 1``, embed the summaries, repeat until one cluster
+is left or ``max_levels`` is reached. A summary that failed is never stored: the level's
+successful summaries are stored, then :class:`RaptorBuildError` is raised.
+
+Everything is deterministic, which makes building again resume: clustering is seeded and a
+summary's id hashes its level and its children's ids, so summaries already stored are kept and
+only the missing ones are written.
+
+:class:`LevelBuilder` reaches the tree's store only through these methods (a
+:class:`~llama_index_rag_pack.raptor.raptor_store.RaptorStore` has them): ``exists()``,
+``get(ids)``, ``level(level, with_embeddings=...)``, ``levels()``, ``add(nodes)``,
+``upsert(nodes)``, ``delete_ids(ids)`` and ``delete_levels_above(level)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from llama_index.core.schema import MetadataMode, TextNode
+
+from llama_index_rag_pack.core.errors import RagPackError
+from llama_index_rag_pack.raptor.clustering import DEFAULT_TOPIC_SIMILARITY, cluster_embeddings
+from llama_index_rag_pack.raptor.raptor_nodes import (
+    CHILD_KEY,
+    CLUSTER_KEY,
+    LEVEL_KEY,
+    PARENT_KEY,
+    SOURCE_CLUSTER_KEY,
+    TOKENS_KEY,
+    mark_raptor_node,
+    summary_id,
+)
+from llama_index_rag_pack.raptor.raptor_summaries import (
+    SummariseFn,
+    SummaryBatch,
+    SummaryJob,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from llama_index.core.base.embeddings.base import BaseEmbedding
+
+logger = logging.getLogger(__name__)
+
+
+class RaptorBuildError(RagPackError, RuntimeError):
+    """Some summaries failed after all retries; what succeeded is stored, build again to resume."""
+
+
+@dataclass
+class BuildStats:
+    """What a build, insert or delete did.
+
+    Attributes:
+        levels: Nodes per level after the operation.
+        llm_calls: Summary requests sent (retries included).
+        summaries_written: Summaries written (new or refreshed).
+        summaries_reused: Summaries already stored and kept (resumed builds).
+        leaves_added: New leaves stored.
+        leaves_removed: Leaves deleted.
+        seconds: Wall time.
+    """
+
+    levels: dict[int, int] = field(default_factory=dict)
+    llm_calls: int = 0
+    summaries_written: int = 0
+    summaries_reused: int = 0
+    leaves_added: int = 0
+    leaves_removed: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How a level is clustered (the options of
+    :func:`~llama_index_rag_pack.raptor.clustering.cluster_embeddings`).
+
+    Attributes:
+        reduction_dim: UMAP dimension.
+        threshold: Soft-membership probability threshold.
+        max_clusters: Exclusive upper bound on clusters per mixture.
+        random_state: Seed (keep it fixed so interrupted builds resume).
+        topic_similarity: Clusters are split where average linkage keeps groups apart at this
+            cosine similarity (``None``: never).
+    """
+
+    reduction_dim: int
+    threshold: float
+    max_clusters: int
+    random_state: int | None
+    topic_similarity: float | None = DEFAULT_TOPIC_SIMILARITY
+
+
+@dataclass
+class LevelBuilder:
+    """Builds the summary levels of one tree for one operation (build, insert or delete).
+
+    Attributes:
+        store: The tree's nodes (see the module docstring for the methods used).
+        embed_model: Embeds new leaves and summaries.
+        summarise_fn: Writes the summaries of a list of jobs.
+        clustering: How levels are clustered.
+        cluster_budget: Token budget of one cluster's text (called when a level is clustered).
+        count_tokens: Length of a text in tokens.
+        max_levels: Highest summary level.
+        new_cluster_similarity: On insert, a node less similar than this to every cluster
+            centroid starts a new cluster.
+        show_progress: Progress on stderr: a line per level clustered, tqdm bars for
+            embeddings and summaries.
+        stats: What this operation did so far.
+    """
+
+    store: Any
+    embed_model: BaseEmbedding
+    summarise_fn: SummariseFn
+    clustering: ClusterOptions
+    cluster_budget: Callable[[], int]
+    count_tokens: Callable[[str], int]
+    max_levels: int
+    new_cluster_similarity: float
+    show_progress: bool = False
+    stats: BuildStats = field(default_factory=BuildStats, init=False)
+    _started: float = field(default_factory=time.perf_counter, init=False, repr=False)
+
+    def _say(self, message: str) -> None:
+        """A progress line on stderr (with ``show_progress``), between the tqdm bars."""
+        logger.info(message)
+        if self.show_progress:
+            from tqdm.auto import tqdm
+
+            tqdm.write(message, file=sys.stderr)
+
+    def finish(self) -> BuildStats:
+        """The operation's stats, with the levels now stored and the time it took."""
+        self.stats.levels = self.store.levels()
+        self.stats.seconds = time.perf_counter() - self._started
+        return self.stats
+
+    def summarise(self, jobs: list[SummaryJob]) -> SummaryBatch:
+        """Write the summaries of ``jobs`` (counted in the stats' ``llm_calls``)."""
+        batch = self.summarise_fn(jobs)
+        self.stats.llm_calls += batch.llm_calls
+        return batch
+
+    # ------------------------------------------------------------------ embeddings and leaves
+    def embed(self, nodes: Sequence[TextNode], what: str) -> None:
+        """Embed the nodes that have no embedding yet."""
+        todo = [n for n in nodes if n.embedding is None]
+        if not todo:
+            return
+        texts = [n.get_content(metadata_mode=MetadataMode.EMBED) for n in todo]
+        vectors = self.embed_model.get_text_embedding_batch(
+            texts, show_progress=self.show_progress and len(texts) > 32
+        )
+        for node, vec in zip(todo, vectors, strict=True):
+            node.embedding = list(vec)
+        logger.info("Embedded %d %s", len(todo), what)
+
+    def store_leaves(self, leaves: list[TextNode]) -> None:
+        """Embed and store the leaves that are not stored yet."""
+        existing = (
+            {n.node_id for n in self.store.get([n.node_id for n in leaves])}
+            if self.store.exists()
+            else set()
+        )
+        new = [n for n in leaves if n.node_id not in existing]
+        self.embed(new, "leaves")
+        self.store.add(new)
+        self.stats.leaves_added += len(new)
+        logger.info("Leaves: %d new, %d already stored", len(new), len(leaves) - len(new))
+
+    # ------------------------------------------------------------------ clustering
+    def groups(self, nodes: Sequence[TextNode]) -> list[list[int]]:
+        """Cluster ``nodes`` (with embeddings); member index lists, numbered by cluster id."""
+        if len(nodes) == 0:
+            return []
+        emb = np.asarray([n.embedding for n in nodes], dtype=np.float32)
+        lengths = [
+            int(n.metadata.get(TOKENS_KEY) or self.count_tokens(n.get_content())) for n in nodes
+        ]
+        assignment = cluster_embeddings(
+            emb,
+            reduction_dim=self.clustering.reduction_dim,
+            threshold=self.clustering.threshold,
+            max_clusters=self.clustering.max_clusters,
+            random_state=self.clustering.random_state,
+            topic_similarity=self.clustering.topic_similarity,
+            lengths=lengths,
+            max_length_in_cluster=self.cluster_budget(),
+        )
+        n_clusters = 1 + max(c for row in assignment for c in row)
+        groups: list[list[int]] = [[] for _ in range(n_clusters)]
+        for i, row in enumerate(assignment):
+            for c in row:
+                groups[c].append(i)
+        return [g for g in groups if g]
+
+    # ------------------------------------------------------------------ growing levels
+    def grow(self, start_level: int) -> None:
+        """Build (or finish building) every level above ``start_level``."""
+        level = start_level
+        while True:
+            nodes = self.store.level(level, with_embeddings=True)
+            if len(nodes) > 1 and level < self.max_levels:
+                self._say(f"RAPTOR level {level}: clustering {len(nodes)} nodes")
+                started = time.perf_counter()
+                groups = self.groups(nodes)
+                self._say(
+                    f"RAPTOR level {level}: {len(groups)} clusters "
+                    f"({time.perf_counter() - started:.1f} s)"
+                )
+            else:
+                groups = []
+            if not groups or (len(groups) >= len(nodes) and all(len(g) == 1 for g in groups)):
+                self._finish_top(level, nodes)
+                return
+            targets: dict[str, tuple[int, list[TextNode]]] = {}
+            for cid, members in enumerate(groups):
+                children = [nodes[i] for i in members]
+                targets[summary_id(level + 1, [c.node_id for c in children])] = (cid, children)
+            existing = self._drop_stale_summaries(level + 1, set(targets))
+            _record_memberships(self.store, nodes, targets)
+            jobs = [
+                SummaryJob(node_id=sid, level=level + 1, children=children, source_cluster=cid)
+                for sid, (cid, children) in targets.items()
+                if sid not in existing
+            ]
+            self.stats.summaries_reused += len(targets) - len(jobs)
+            logger.info(
+                "Level %d: %d nodes → %d clusters (%d to summarise, %d already stored)",
+                level,
+                len(nodes),
+                len(targets),
+                len(jobs),
+                len(targets) - len(jobs),
+            )
+            if jobs:
+                self.write_summaries(jobs, self.summarise(jobs), replace=False)
+            level += 1
+
+    def _drop_stale_summaries(self, level: int, wanted: set[str]) -> set[str]:
+        """Delete the summaries of ``level`` that an earlier clustering made; return its ids."""
+        existing = {n.node_id for n in self.store.level(level)}
+        stale = existing - wanted
+        if stale:
+            logger.info(
+                "Level %d: removing %d summaries of an earlier clustering", level, len(stale)
+            )
+            self.store.delete_ids(stale)
+        return existing
+
+    def _finish_top(self, level: int, nodes: Sequence[TextNode]) -> None:
+        """``level`` is the top: drop leftovers above it and clear the top nodes' parents."""
+        self.store.delete_levels_above(level)
+        orphaned = [n for n in nodes if n.metadata.get(PARENT_KEY)]
+        for n in orphaned:
+            n.metadata[PARENT_KEY], n.metadata[CLUSTER_KEY] = [], []
+        self.store.upsert(orphaned)
+
+    # ------------------------------------------------------------------ summaries
+    def _summary_node(self, job: SummaryJob, text: str, inherited: dict[str, Any]) -> TextNode:
+        node = TextNode(id_=job.node_id, text=text)
+        mark_raptor_node(
+            node,
+            **{
+                LEVEL_KEY: job.level,
+                CLUSTER_KEY: [],
+                PARENT_KEY: [],
+                CHILD_KEY: [c.node_id for c in job.children],
+                TOKENS_KEY: self.count_tokens(text),
+                SOURCE_CLUSTER_KEY: job.source_cluster,
+                **inherited,
+            },
+        )
+        return node
+
+    def write_summaries(
+        self,
+        jobs: list[SummaryJob],
+        batch: SummaryBatch,
+        *,
+        replace: bool,
+        inherited: dict[str, dict[str, Any]] | None = None,
+    ) -> list[TextNode]:
+        """Embed and store the successful summaries; raise after storing when any failed.
+
+        Args:
+            jobs: The jobs ``batch`` answered.
+            batch: Their outcomes.
+            replace: Rewrite nodes already stored (refreshed summaries) instead of adding new ones.
+            inherited: Per job id, metadata the new node keeps from the node it replaces.
+
+        Raises:
+            RaptorBuildError: some summaries failed (the others are stored).
+        """
+        done: list[TextNode] = []
+        failed: list[tuple[str, BaseException]] = []
+        for job in jobs:
+            out = batch.outcomes.get(job.node_id)
+            if isinstance(out, str):
+                done.append(self._summary_node(job, out, (inherited or {}).get(job.node_id, {})))
+            else:
+                error = out if isinstance(out, BaseException) else RuntimeError("no result")
+                failed.append((job.node_id, error))
+        self.embed(done, f"level-{jobs[0].level if jobs else '?'} summaries")
+        (self.store.upsert if replace else self.store.add)(done)
+        self.stats.summaries_written += len(done)
+        if failed:
+            first_id, first_err = failed[0]
+            raise RaptorBuildError(
+                f"{len(failed)} of {len(jobs)} summaries failed after {batch.max_attempts} "
+                f"attempts each (first: {first_id}: {type(first_err).__name__}: {first_err}). "
+                f"The {len(done)} that succeeded are stored: fix the LLM and build again "
+                "(RaptorRetriever.from_documents with the same vector store, RaptorTree.resume(), "
+                "or `rag-pack raptor build`) to resume without redoing them."
+            ) from first_err
+        return done
+
+
+def _record_memberships(
+    store: Any, nodes: Sequence[TextNode], targets: dict[str, tuple[int, list[TextNode]]]
+) -> None:
+    """Every node of a level learns its clusters and parents (before the summaries exist)."""
+    memberships: dict[str, tuple[list[int], list[str]]] = {n.node_id: ([], []) for n in nodes}
+    for sid, (cid, children) in targets.items():
+        for c in children:
+            memberships[c.node_id][0].append(cid)
+            memberships[c.node_id][1].append(sid)
+    changed = []
+    for n in nodes:
+        clusters, parents = memberships[n.node_id]
+        if n.metadata.get(CLUSTER_KEY) != clusters or n.metadata.get(PARENT_KEY) != parents:
+            n.metadata[CLUSTER_KEY], n.metadata[PARENT_KEY] = clusters, parents
+            changed.append(n)
+    store.upsert(changed)
+
+
+__all__ = ["BuildStats", "ClusterOptions", "LevelBuilder", "RaptorBuildError"]
