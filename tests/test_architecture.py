@@ -293,6 +293,88 @@ def test_no_folder_holds_more_than_twenty_modules() -> None:
     assert crowded == {}
 
 
+def test_the_cli_never_imports_the_milvus_door() -> None:
+    reaches = [
+        f"{i.source}:{i.line} imports {i.target}"
+        for i in IMPORTS
+        if _package(i.source) == "cli" and i.target in MODULES and _package(i.target) == "milvus"
+    ]
+    assert reaches == []
+
+
+#: Private attributes of third-party classes the pack reaches, each because no public API
+#: serves (docs/ARCHITECTURE.md lists them with the reason): (module, the expression's head).
+THIRD_PARTY_REACHES = {
+    (f"{ROOT}.documents.languages", "full._full_model"),  # py3langid: restrict a copy
+    (f"{ROOT}.documents.languages", "ident._decide"),  # py3langid: raw log-probabilities
+    (f"{ROOT}.fusion.rag_fusion", "type(retriever)._aretrieve"),  # core: is async native?
+    (f"{ROOT}.fusion.rag_fusion", "BaseRetriever._aretrieve"),
+    (f"{ROOT}.fusion.vector", "VectorIndexRetriever._retrieve"),  # the base's own search
+    (f"{ROOT}.fusion.vector", "VectorIndexRetriever._aretrieve"),
+    (f"{ROOT}.fusion.vector", "clone._kwargs"),  # VectorIndexRetriever's search kwargs
+    (f"{ROOT}.self_query.metadata_filter", "retriever._vector_store"),
+    (f"{ROOT}.self_query.metadata_filter", "retriever._kwargs"),
+    (f"{ROOT}.self_query.metadata_filter", "out._kwargs"),
+    (f"{ROOT}.milvus.connection", "store._milvusclient"),  # MilvusVectorStore's client
+    (f"{ROOT}.milvus.index_creation", "store._add_dense_index_params"),
+    (f"{ROOT}.milvus.index_creation", "store._add_sparse_index_params"),
+    (f"{ROOT}.milvus.tenants", "base._add_fields_to_schema"),
+    (f"{ROOT}.models.local_embedding", "self._torch_model()._get_text_embeddings"),
+    (f"{ROOT}.citations.cited_query_engine", "getattr(retriever, '_embed_model')"),
+    (f"{ROOT}.milvus.lite", "getattr(server_manager_instance, '_servers')"),
+    (f"{ROOT}.models.settings", "getattr(Settings, '_llm')"),  # core: read without a default
+    (f"{ROOT}.models.settings", "getattr(Settings, '_embed_model')"),
+}
+
+
+def _private_reaches() -> Iterator[tuple[str, str, int]]:
+    """``(module, expression, line)`` for every private attribute (``_x``, not ``__x__``) read
+    or written on something other than ``self``, ``cls`` or ``super()``, by attribute or by
+    name (``getattr``/``setattr``/``hasattr`` with a literal)."""
+
+    def own(value: ast.expr) -> bool:
+        if isinstance(value, ast.Name) and value.id in {"self", "cls"}:
+            return True
+        return isinstance(value, ast.Call) and getattr(value.func, "id", None) == "super"
+
+    for module, tree in TREES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute):
+                attr, value = node.attr, node.value
+                if attr.startswith("_") and not attr.startswith("__") and not own(value):
+                    yield module, f"{ast.unparse(value)}.{attr}", node.lineno
+            elif (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", None) in {"getattr", "setattr", "hasattr"}
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+                and node.args[1].value.startswith("_")
+                and not node.args[1].value.startswith("__")
+                and not own(node.args[0])
+            ):
+                name = node.args[1].value
+                yield module, f"{node.func.id}({ast.unparse(node.args[0])}, {name!r})", node.lineno
+
+
+def test_no_module_reaches_into_another_objects_private_attributes() -> None:
+    reaches = [
+        f"{module}:{line} {expression}"
+        for module, expression, line in _private_reaches()
+        if (module, expression) not in THIRD_PARTY_REACHES
+    ]
+    assert reaches == [], "add a method or property to the class instead"
+
+
+def test_each_third_party_reach_is_still_there_and_documented() -> None:
+    found = {(module, expression) for module, expression, _ in _private_reaches()}
+    assert found >= THIRD_PARTY_REACHES, THIRD_PARTY_REACHES - found
+    architecture = (PACKAGE.parent / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    for _, expression in THIRD_PARTY_REACHES:
+        attribute = expression.split("'")[1] if "'" in expression else expression.rsplit(".")[-1]
+        assert f"`{attribute}`" in architecture, f"docs/ARCHITECTURE.md: say why {expression}"
+
+
 def _is_template(node: ast.stmt) -> bool:
     return isinstance(node, ast.Assign | ast.AnnAssign | ast.Expr) and isinstance(
         node.value, ast.Constant | ast.JoinedStr

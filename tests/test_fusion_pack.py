@@ -196,3 +196,66 @@ def test_fusion_hyde_rewrite_with_the_real_local_llm(pack, local_llm, caplog):
     assert len(hyde_nodes) == 3
     rewrite_nodes = RewriteRetriever(dense, llm=local_llm).retrieve(q)
     assert rewrite_nodes and rewrite_nodes[0].node.metadata["rewritten_query"].strip()
+
+
+@pytest.fixture
+def check_counter(monkeypatch):
+    """Counts ``check_query`` calls, wherever a module of the package imported it from."""
+    import sys
+
+    from llama_index_rag_pack.core import errors
+
+    original, calls = errors.check_query, []
+
+    def counting(query):
+        calls.append(getattr(query, "query_str", query))
+        return original(query)
+
+    for name, module in list(sys.modules.items()):
+        if (
+            name.startswith("llama_index_rag_pack")
+            and getattr(module, "check_query", None) is original
+        ):
+            monkeypatch.setattr(module, "check_query", counting)
+    return calls
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["fusion", "hyde", "rewrite", "hybrid_convex"])
+def test_a_question_through_pack_run_is_checked_once(pack, check_counter, mode, path):
+    question = "Which ranking function do search engines use for keyword matches?"
+    pack.make_query_engine(mode)  # built before counting: only the question's path is counted
+    if path == "sync":
+        response = pack.run(question, mode=mode)
+    else:
+        response = asyncio.run(pack.arun(question, mode=mode))
+    assert str(response)
+    # fusion asks the LLM for variants and searches each one with dense and BM25: still once
+    assert check_counter == [question]
+    with pytest.raises(ConfigurationError, match="empty"):
+        pack.run("   ", mode=mode)
+    assert len(check_counter) == 2
+
+
+def test_an_inner_retriever_called_directly_still_checks(pack, check_counter):
+    with pytest.raises(ConfigurationError, match="empty"):
+        pack.retriever("bm25").retrieve(" ")
+    assert check_counter == [" "]
+
+
+def test_a_registered_mode_reaches_get_modules_and_evaluation_through_the_registry(pack):
+    from llama_index_rag_pack.evaluation.strategies import resolve_strategies
+    from llama_index_rag_pack.pack.mode_registry import register_mode, unregister_mode
+
+    def build(pack, similarity_top_k=None, filters=None):
+        return pack.retriever("bm25", similarity_top_k=2, filters=filters)
+
+    register_mode("bm25_top2", build, aliases=("keywords2",), listed=True)
+    try:
+        assert "bm25_top2_retriever" in pack.get_modules()
+        assert [s.name for s in resolve_strategies("keywords2")] == ["bm25_top2"]
+        assert [s.name for s in resolve_strategies("dense")] == ["vector"]  # a built-in alias
+    finally:
+        unregister_mode("bm25_top2")
+        pack.forget_engines("bm25_top2")
+    assert "bm25_top2_retriever" not in pack.get_modules()

@@ -38,7 +38,6 @@ from llama_index.core.indices.base import BaseIndex
 from llama_index.core.llms import LLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.prompts import BasePromptTemplate
-from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.citations.annotated_answers import (
@@ -77,6 +76,7 @@ from llama_index_rag_pack.citations.quoted_answers import (
 from llama_index_rag_pack.citations.quotes import DEFAULT_FUZZY_THRESHOLD
 from llama_index_rag_pack.citations.reference_styles import ReferenceStyle
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.query_bases import PromptAttributes
 from llama_index_rag_pack.models.settings import resolve_llm
 
 logger = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ _PROMPT_ATTRIBUTES = {
 }
 
 
-class CitedQueryEngine(BaseQueryEngine):
+class CitedQueryEngine(PromptAttributes, BaseQueryEngine):
     """Retrieve, answer with citations, and renumber them deterministically (sync/async/streaming).
 
     Args:
@@ -129,6 +129,8 @@ class CitedQueryEngine(BaseQueryEngine):
         Sources:
           [1] milvus.io — https://milvus.io
     """
+
+    prompt_attributes = _PROMPT_ATTRIBUTES
 
     def __init__(
         self,
@@ -221,17 +223,6 @@ class CitedQueryEngine(BaseQueryEngine):
         )
 
     # ------------------------------------------------------------------ prompts
-    def _get_prompts(self) -> PromptDictType:
-        return {key: getattr(self, attr) for key, attr in _PROMPT_ATTRIBUTES.items()}
-
-    def _update_prompts(self, prompts: PromptDictType) -> None:
-        for key, attr in _PROMPT_ATTRIBUTES.items():
-            if key in prompts:
-                setattr(self, attr, prompts[key])
-
-    def _get_prompt_modules(self) -> PromptMixinType:
-        return {}
-
     @property
     def retriever(self) -> BaseRetriever:
         return self._retriever

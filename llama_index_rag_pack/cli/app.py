@@ -167,7 +167,6 @@ def _demo_pack_kwargs(args: argparse.Namespace, titles: list[str]) -> dict[str, 
 
 def _open_demo(args: argparse.Namespace, kwargs: dict[str, Any], timings: dict[str, float]) -> Any:
     """The demo's existing index when it holds chunks (and no ``--rebuild``), else ``None``."""
-    from llama_index_rag_pack.milvus.connection import count_entities
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
     if args.rebuild:
@@ -177,7 +176,7 @@ def _open_demo(args: argparse.Namespace, kwargs: dict[str, Any], timings: dict[s
             pack = RagPack.open(similarity_top_k=args.top_k, **kwargs)
         except RagPackError:
             return None
-        if count_entities(pack.vector_store) == 0:
+        if pack.count() == 0:
             return None
     out("  reusing the existing index (pass --rebuild to index again)")
     return pack

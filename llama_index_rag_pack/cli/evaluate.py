@@ -113,13 +113,14 @@ def _add_output_arguments(p: argparse.ArgumentParser) -> None:
 
 def _list() -> int:
     from llama_index_rag_pack.evaluation.labelled import shipped_sets
-    from llama_index_rag_pack.evaluation.strategies import ALIASES, available_strategies
+    from llama_index_rag_pack.evaluation.strategies import available_strategies
+    from llama_index_rag_pack.pack.mode_registry import mode_aliases
 
     _out("Strategies:")
     for s in available_strategies().values():
         needs = [n for n, flag in (("LLM", s.needs_llm), ("RAPTOR tree", s.needs_tree)) if flag]
         _out(f"  {s.name:<20} mode={s.mode:<18} {('needs ' + ', '.join(needs)) if needs else ''}")
-    _out("  aliases: " + ", ".join(f"{a}={b}" for a, b in ALIASES.items()))
+    _out("  aliases: " + ", ".join(f"{a}={b}" for a, b in mode_aliases().items()))
     _out("Labelled sets:")
     for name, path in shipped_sets().items():
         _out(f"  {name:<20} {path}")
@@ -131,12 +132,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         return _list()
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import load_labelled_set
-    from llama_index_rag_pack.milvus.milvus_expr import expression_fields
+    from llama_index_rag_pack.pack.commands import check_filter_expression
 
     start = time.perf_counter()
     expr = (args.filter or "").strip() or None
     if expr is not None:
-        expression_fields(expr)  # malformed: one line, before any model loads
+        check_filter_expression(expr)  # malformed: one line, before any model loads
     harness = EvalHarness(
         load_labelled_set(args.dataset, corpus=args.corpus, split=args.split),
         corpus=args.corpus,

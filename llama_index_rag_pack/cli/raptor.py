@@ -42,9 +42,8 @@ def _open_tree(args: argparse.Namespace, *, must_exist: bool, llm: Any = None) -
 def cmd_build(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.core.errors import CollectionNotFoundError
     from llama_index_rag_pack.documents.ingest import load_documents
-    from llama_index_rag_pack.milvus.connection import open_vector_store
     from llama_index_rag_pack.models.settings import describe_llm, resolve_llm
-    from llama_index_rag_pack.pack.raptor import leaves_from_collection
+    from llama_index_rag_pack.pack.commands import collection_leaves, drop_raptor_tree
 
     uri, collection = _names(args)
     llm = resolve_llm(args.llm)
@@ -58,20 +57,14 @@ def cmd_build(args: argparse.Namespace) -> int:
     else:
         with _cli.step(f"reading the chunks of collection {collection!r}"):
             try:
-                source = open_vector_store(uri, collection, token=args.token, must_exist=True)
+                documents = collection_leaves(uri, collection, token=args.token)
             except CollectionNotFoundError as e:
                 raise CollectionNotFoundError(
                     f"{e} Or give files: `rag-pack raptor build PATH`."
                 ) from None
-            documents = leaves_from_collection(source)
             _cli.out(f"  {len(documents)} chunks (their embeddings are reused)")
     if args.overwrite:
-        from llama_index_rag_pack.milvus.connection import open_client
-        from llama_index_rag_pack.pack.raptor import raptor_collection_name
-
-        client = open_client(uri, token=args.token)
-        if client.has_collection(raptor_collection_name(collection)):
-            client.drop_collection(raptor_collection_name(collection))
+        drop_raptor_tree(uri, collection, token=args.token)
     tree = _open_tree(args, must_exist=False, llm=llm)
     with _cli.step(
         f"building the RAPTOR tree in {tree.store.collection_name!r} (resumes a partial build)"

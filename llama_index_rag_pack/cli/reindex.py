@@ -6,8 +6,8 @@ import argparse
 
 from llama_index_rag_pack.cli.output import out, step
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.milvus.bm25_upgrade import upgrade_bm25_analysis
 from llama_index_rag_pack.models.settings import default_collection, default_milvus_uri
+from llama_index_rag_pack.pack.commands import reindex_collection
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
@@ -21,7 +21,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     name = getattr(args, "bm25_analyzer", None) or "auto"
     timings: dict[str, float] = {}
     with step(f"re-analysing the stored chunks for BM25 ({name})", timings):
-        copied = upgrade_bm25_analysis(uri, collection, token=args.token, bm25_analyzer=name)
+        copied = reindex_collection(uri, collection, token=args.token, bm25_analyzer=name)
     if copied:
         out(f"Collection {collection!r}: {copied} chunks re-indexed with the {name} BM25 analysis")
     else:

@@ -22,25 +22,17 @@ def query_scope(args: argparse.Namespace, uri: str, routed: bool) -> dict[str, A
         ConfigurationError: a malformed expression, a field the collection does not have, or a
             tenant the collection does not take (or none on one that needs it).
     """
-    from llama_index_rag_pack.milvus.milvus_expr import expression_fields
+    from llama_index_rag_pack.pack.commands import check_filter_expression, check_query_scope
 
     expr = (getattr(args, "filter", None) or "").strip() or None
     if expr is not None:
-        expression_fields(expr)  # malformed: one line, before anything opens
+        check_filter_expression(expr)  # malformed: one line, before anything opens
     tenant = getattr(args, "tenant", None)
     scope = {k: v for k, v in (("filters", expr), ("tenant", tenant)) if v is not None}
     if routed:  # each source checks the scope against its own collection when it searches
         return scope
-    from llama_index_rag_pack.milvus.connection import open_client
-    from llama_index_rag_pack.milvus.filter_fields import check_filter_fields
-    from llama_index_rag_pack.milvus.tenants import partition_key_field, tenant_expression
-
-    client = open_client(uri)
     collection = args.collection or _default_collection()
-    if not client.has_collection(collection):
-        return scope  # the session's open says what is missing
-    tenant_expression(partition_key_field(client, collection), tenant)
-    check_filter_fields(client, collection, expr, what="--filter")
+    check_query_scope(uri, collection, expr, tenant, token=getattr(args, "token", None))
     return scope
 
 

@@ -114,9 +114,9 @@ def _self_query_fields(args: argparse.Namespace) -> Any:
     path = getattr(args, "self_query_fields", None)
     if path is None:
         return None
-    from llama_index_rag_pack.milvus.metadata_fields import load_field_specs
+    from llama_index_rag_pack.pack.commands import load_field_file
 
-    return load_field_specs(path)
+    return load_field_file(path)
 
 
 def _open_pack(args: argparse.Namespace, uri: str, routed: bool, llm: Any, embed_model: Any) -> Any:

@@ -29,24 +29,63 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, ClassVar
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.response.schema import RESPONSE_TYPE
+from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.core.errors import ConfigurationError, check_query
 from llama_index_rag_pack.core.text_decoding import without_lone_surrogates
 
-__all__ = ["PackQueryEngine", "PackRetriever", "wrapped_retriever"]
+__all__ = [
+    "PackQueryEngine",
+    "PackRetriever",
+    "PromptAttributes",
+    "checked_question",
+    "wrapped_retriever",
+]
 
 
-def _checked(query_bundle: QueryBundle) -> tuple[QueryBundle, str]:
-    """What a subclass's ``_search`` / ``_answer`` get: the bundle and its text, checked
-    non-empty, surrogates (which UTF-8 cannot encode) replaced by U+FFFD. Every query of a pack
-    retriever or engine is checked here, once."""
-    text = check_query(query_bundle)
+#: True while a question that was checked runs: the retrievers and engines it calls inside (a
+#: fusion's variants, HyDE's passages, the cited engine's retriever) do not check it again.
+_QUESTION_CHECKED: ContextVar[bool] = ContextVar("rag_pack_question_checked", default=False)
+
+
+@contextmanager
+def checked_question(query: object) -> Iterator[str]:
+    """The text of ``query`` (a ``str`` or a ``QueryBundle``), checked non-empty once per
+    question: by the first pack retriever, engine or pack method it enters
+    (:func:`~llama_index_rag_pack.core.errors.check_query`: one ``ConfigurationError`` before
+    any model or search runs); inside that ``with`` block, the retrievers and engines the
+    question reaches take their queries as they come.
+
+    Example:
+        >>> with checked_question("What is Milvus?") as outer:
+        ...     with checked_question("a variant the LLM wrote") as inner:
+        ...         (outer, inner)
+        ('What is Milvus?', 'a variant the LLM wrote')
+    """
+    text = getattr(query, "query_str", query)
+    if _QUESTION_CHECKED.get() and isinstance(text, str):
+        yield text
+        return
+    text = check_query(query)
+    token = _QUESTION_CHECKED.set(True)
+    try:
+        yield text
+    finally:
+        _QUESTION_CHECKED.reset(token)
+
+
+def _cleaned(query_bundle: QueryBundle, text: str) -> tuple[QueryBundle, str]:
+    """What a subclass's ``_search`` / ``_answer`` get: the bundle and its text, surrogates
+    (which UTF-8 cannot encode) replaced by U+FFFD."""
     clean = without_lone_surrogates(text)
     if clean != text:
         strs = query_bundle.custom_embedding_strs
@@ -66,10 +105,12 @@ class PackRetriever(BaseRetriever):
     """
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return self._search(*_checked(query_bundle))
+        with checked_question(query_bundle) as text:
+            return self._search(*_cleaned(query_bundle, text))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return await self._asearch(*_checked(query_bundle))
+        with checked_question(query_bundle) as text:
+            return await self._asearch(*_cleaned(query_bundle, text))
 
     def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         """The nodes for ``query`` (``query_bundle.query_str``, checked non-empty)."""
@@ -87,10 +128,12 @@ class PackQueryEngine(BaseQueryEngine):
     """
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return self._answer(*_checked(query_bundle))
+        with checked_question(query_bundle) as text:
+            return self._answer(*_cleaned(query_bundle, text))
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        return await self._aanswer(*_checked(query_bundle))
+        with checked_question(query_bundle) as text:
+            return await self._aanswer(*_cleaned(query_bundle, text))
 
     def _answer(self, query_bundle: QueryBundle, query: str) -> RESPONSE_TYPE:
         """The response to ``query`` (``query_bundle.query_str``, checked non-empty)."""
@@ -99,6 +142,38 @@ class PackQueryEngine(BaseQueryEngine):
     async def _aanswer(self, query_bundle: QueryBundle, query: str) -> RESPONSE_TYPE:
         """Async :meth:`_answer`."""
         raise NotImplementedError
+
+
+class PromptAttributes:
+    """LlamaIndex's prompt mixin (``get_prompts`` / ``update_prompts``) over attributes, written
+    once for the pack's engines: ``prompt_attributes`` maps each prompt's name to the attribute
+    that holds it. Put it before the LlamaIndex base class.
+
+    Example:
+        >>> from llama_index.core.prompts import PromptTemplate
+        >>> from llama_index.core.prompts.mixin import PromptMixin
+        >>> class Engine(PromptAttributes, PromptMixin):
+        ...     prompt_attributes = {"answer_template": "_answer"}
+        ...     def __init__(self):
+        ...         self._answer = PromptTemplate("Answer {q}")
+        >>> engine = Engine()
+        >>> engine.update_prompts({"answer_template": PromptTemplate("Reply to {q}")})
+        >>> engine.get_prompts()["answer_template"].template
+        'Reply to {q}'
+    """
+
+    prompt_attributes: ClassVar[Mapping[str, str]] = {}
+
+    def _get_prompts(self) -> PromptDictType:
+        return {key: getattr(self, attr) for key, attr in self.prompt_attributes.items()}
+
+    def _update_prompts(self, prompts: PromptDictType) -> None:
+        for key, attr in self.prompt_attributes.items():
+            if key in prompts:
+                setattr(self, attr, prompts[key])
+
+    def _get_prompt_modules(self) -> PromptMixinType:
+        return {}
 
 
 def wrapped_retriever(retriever: Any, owner: str) -> BaseRetriever:

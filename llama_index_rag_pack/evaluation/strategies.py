@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.pack.mode_registry import mode_aliases
 from llama_index_rag_pack.pack.modes import get_mode
 from llama_index_rag_pack.pack.modes import mode_names as registered_modes
 
@@ -27,8 +28,6 @@ logger = logging.getLogger(__name__)
 # Mode requirements come from the registry (llama_index_rag_pack.pack.modes): ``needs_llm``
 # (the retriever calls an LLM per query, so its numbers depend on the LLM in use) and
 # ``needs_tree`` (a RAPTOR tree must be built over the corpus first).
-# Friendly names accepted on the command line.
-ALIASES = {"dense": "vector", "sparse": "bm25", "full_text": "bm25", "raptor_collapsed": "raptor"}
 
 
 @dataclass(frozen=True)
@@ -137,11 +136,12 @@ def resolve_strategies(spec: str | Iterable[str]) -> list[Strategy]:
         return list(known.values())
     out: list[Strategy] = []
     for raw in names:
-        name = raw if raw in known else ALIASES.get(raw, raw)
+        aliases = mode_aliases()
+        name = raw if raw in known else aliases.get(raw, raw)
         if name not in known:
             raise ConfigurationError(
                 f"Unknown strategy {raw!r}; valid: all, {', '.join(known)} (aliases: "
-                f"{', '.join(f'{a}={b}' for a, b in ALIASES.items())})."
+                f"{', '.join(f'{a}={b}' for a, b in aliases.items())})."
             )
         if known[name] not in out:
             out.append(known[name])
@@ -193,7 +193,6 @@ def retriever_builder(mode: str) -> Callable[..., Any]:
 
 
 __all__ = [
-    "ALIASES",
     "Strategy",
     "available_strategies",
     "code_fingerprint",

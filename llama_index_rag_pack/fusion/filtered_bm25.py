@@ -23,33 +23,12 @@ from llama_index_rag_pack.milvus.bm25_memory import MemoryBM25, memory_bm25
 from llama_index_rag_pack.milvus.document_rows import ids_expression
 from llama_index_rag_pack.milvus.vector_memory import copy_due, id_filter, matching_ids, row_count
 
-__all__ = ["OVERSAMPLE", "Bm25SearchMixin", "bm25_hits_off_unfiltered"]
+__all__ = ["OVERSAMPLE", "Bm25SearchMixin"]
 
 #: The margin over the expected number of ids to fetch (wanted / share kept).
 OVERSAMPLE = 1.5
 #: Filters keeping less than this share of the rows are searched with the filter directly.
 MIN_SHARE = 0.1
-
-
-def bm25_hits_off_unfiltered(retriever: Any, query: str, limit: int) -> list[dict[str, Any]] | None:
-    """The ``limit`` best hits of ``retriever``'s filtered BM25 search (rows as Milvus returns
-    them), or ``None`` when the unfiltered ranking cannot tell (too few kept chunks in it, or a
-    filter with too many ids to hold)."""
-    client, name = retriever.client, retriever.collection_name
-    only = matching_ids(client, name, retriever.filter)
-    if only is None:
-        return None
-    share = len(only) / max(1, row_count(client, name))
-    if share < MIN_SHARE:
-        return None
-    pool = math.ceil(OVERSAMPLE * limit / share)
-    terms = retriever.bm25_query(query)
-    params = retriever._sparse_params()
-    ranked = retriever._field_search(retriever.sparse_field, terms, params, pool, filtered=False)
-    kept = [hit for hit in ranked if str(hit.get("id")) in only][:limit]
-    if len(kept) < limit and len(ranked) == pool:
-        return None  # kept chunks may rank below the pool: search with the filter
-    return kept
 
 
 class Bm25SearchMixin:
@@ -60,7 +39,7 @@ class Bm25SearchMixin:
     filter: str
     resolve_filter: bool
     in_memory: bool
-    _rows_in_rank: Callable[[list[str], int], dict[str, dict[str, Any]]]
+    rows_in_rank: Callable[[list[str], int], dict[str, dict[str, Any]]]
     sparse_field: str
     bm25_analysis: Bm25Analysis | None
 
@@ -72,7 +51,27 @@ class Bm25SearchMixin:
     def _resolved_bm25(self, query: str, limit: int) -> list[dict[str, Any]] | None:
         if not (self.resolve_filter and self.filter):
             return None
-        return bm25_hits_off_unfiltered(self, query, limit)
+        return self._bm25_hits_off_unfiltered(query, limit)
+
+    def _bm25_hits_off_unfiltered(self, query: str, limit: int) -> list[dict[str, Any]] | None:
+        """The ``limit`` best hits of the filtered BM25 search (rows as Milvus returns
+        them), or ``None`` when the unfiltered ranking cannot tell (too few kept chunks in it, or a
+        filter with too many ids to hold)."""
+        client, name = self.client, self.collection_name
+        only = matching_ids(client, name, self.filter)
+        if only is None:
+            return None
+        share = len(only) / max(1, row_count(client, name))
+        if share < MIN_SHARE:
+            return None
+        pool = math.ceil(OVERSAMPLE * limit / share)
+        terms = self.bm25_query(query)
+        params = self._sparse_params()
+        ranked = self._field_search(self.sparse_field, terms, params, pool, filtered=False)
+        kept = [hit for hit in ranked if str(hit.get("id")) in only][:limit]
+        if len(kept) < limit and len(ranked) == pool:
+            return None  # kept chunks may rank below the pool: search with the filter
+        return kept
 
     def active_filter(self) -> str:
         """The filter sent to Milvus: ``filter``, or its ``id in [...]`` form when resolved."""
@@ -147,7 +146,7 @@ class Bm25SearchMixin:
         if self._bm25_copy(query) is None:
             return None
         ranked = self.bm25_ids(query, 2 * limit)
-        rows = self._rows_in_rank([key for key, _ in ranked], limit)
+        rows = self.rows_in_rank([key for key, _ in ranked], limit)
         hits = [
             {"id": key, "distance": score, "entity": rows[key]}
             for key, score in ranked

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from llama_index.core.prompts import PromptTemplate
 
-from llama_index_rag_pack.core.errors import check_query
 from llama_index_rag_pack.core.llm_output import MAX_REPLY_CHARS, parse_list
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -114,8 +113,8 @@ def generate_queries(
         >>> generate_queries(ScriptedLLM(replies=["1. milvus bm25\\n2. milvus sparse"]), "bm25?", 3)
         ['milvus bm25', 'milvus sparse']
     """
-    query = check_query(query).strip()
-    if num_queries <= 0:
+    query = query.strip()
+    if num_queries <= 0 or not query:  # nothing to vary
         return []
     try:
         text = llm.complete(prompt.format(num_queries=num_queries, query=query)).text
@@ -133,8 +132,8 @@ async def agenerate_queries(
     raise_on_failure: bool = False,
 ) -> list[str]:
     """Async :func:`generate_queries` (awaits ``llm.acomplete``)."""
-    query = check_query(query).strip()
-    if num_queries <= 0:
+    query = query.strip()
+    if num_queries <= 0 or not query:
         return []
     try:
         text = (await llm.acomplete(prompt.format(num_queries=num_queries, query=query))).text

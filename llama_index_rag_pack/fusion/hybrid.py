@@ -293,8 +293,9 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         )
         return {str(row.get("id")): row for row in rows}
 
-    def _rows_in_rank(self, ranked: list[str], limit: int) -> dict[str, dict[str, Any]]:
-        """The rows of the first ``limit`` of the ``ranked`` ids, and of the later ones too when
+    def rows_in_rank(self, ranked: list[str], limit: int) -> dict[str, dict[str, Any]]:
+        """The rows of the first ``limit`` of the ``ranked`` ids (what the chunks returned by an
+        id-only ranking carry), and of the later ones too when
         some of those are gone (deleted around the package: their places are filled in turn)."""
         rows = self._rows_by_id(ranked[:limit])
         if len(rows) < min(limit, len(ranked)):
@@ -306,7 +307,8 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         # BM25 scores are >= 0; Milvus Lite returns them negated
         return abs(score) if self.search_type is MilvusSearchType.SPARSE else score
 
-    def _to_nodes(self, hits: list[dict[str, Any]]) -> list[NodeWithScore]:
+    def to_nodes(self, hits: list[dict[str, Any]]) -> list[NodeWithScore]:
+        """Milvus hits (``id``, ``distance``, ``entity``) as scored LlamaIndex nodes."""
         out = []
         for hit in hits:
             entity = hit.get("entity", {})
@@ -335,7 +337,7 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         embedding = None
         if self.search_type is not MilvusSearchType.SPARSE:
             embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
-        nodes = self._to_nodes(self._hits(query, embedding, self._limit()))
+        nodes = self.to_nodes(self._hits(query, embedding, self._limit()))
         if self.reranker is not None and nodes:
             nodes = self.reranker.postprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes[: self.similarity_top_k]
@@ -347,7 +349,7 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         # MilvusClient is blocking (AsyncMilvusClient does not cover Milvus Lite): run it in a
         # thread
         hits = await asyncio.to_thread(self._hits, query, embedding, self._limit())
-        nodes = self._to_nodes(hits)
+        nodes = self.to_nodes(hits)
         if self.reranker is not None and nodes:
             nodes = await self.reranker.apostprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes[: self.similarity_top_k]

@@ -15,7 +15,6 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
-from llama_index_rag_pack.core.errors import check_query
 from llama_index_rag_pack.core.llm_output import MAX_LENIENT_CHARS, parse_list
 from llama_index_rag_pack.core.node_tags import annotate_node
 from llama_index_rag_pack.core.query_bases import wrapped_retriever
@@ -137,8 +136,10 @@ class RewriteRetriever(LLMQueryRetriever):
         return rewritten
 
     def rewrite(self, query: str) -> str:
-        """The rewritten query (the original one when the LLM gives nothing usable)."""
-        query = check_query(query)
+        """The rewritten query (the original one when the LLM gives nothing usable, or when it
+        is blank: nothing to rewrite)."""
+        if not query.strip():
+            return query
         try:
             text, error = self.llm.complete(self.rewrite_prompt.format(query=query)).text, None
         except Exception as e:
@@ -147,7 +148,8 @@ class RewriteRetriever(LLMQueryRetriever):
 
     async def arewrite(self, query: str) -> str:
         """Async :meth:`rewrite`."""
-        query = check_query(query)
+        if not query.strip():
+            return query
         try:
             text, error = (
                 (await self.llm.acomplete(self.rewrite_prompt.format(query=query))).text,

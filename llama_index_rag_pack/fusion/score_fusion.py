@@ -367,9 +367,9 @@ class MilvusScoreFusionRetriever(PackRetriever):
 
     def _with_payloads(self, fused: list[NodeWithScore]) -> list[NodeWithScore]:
         """``fused`` with each bare id replaced by its chunk (dropped when the chunk is gone)."""
-        rows = self.dense._rows_in_rank([n.node.node_id for n in fused], self.pre_top_k)
+        rows = self.dense.rows_in_rank([n.node.node_id for n in fused], self.pre_top_k)
         hits = [{"id": key, "distance": 0.0, "entity": row} for key, row in rows.items()]
-        read = {n.node.node_id: n.node for n in self.dense._to_nodes(hits)}
+        read = {n.node.node_id: n.node for n in self.dense.to_nodes(hits)}
         out = []
         for n in fused:
             node = read.get(n.node.node_id)

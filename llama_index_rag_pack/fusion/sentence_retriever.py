@@ -75,8 +75,8 @@ class MilvusSentenceRetriever(MilvusHybridRetriever):
             if chunk in by_id
         ]
 
-    def _to_nodes(self, hits: list[dict[str, Any]]) -> list[NodeWithScore]:
-        nodes = super()._to_nodes(hits)
+    def to_nodes(self, hits: list[dict[str, Any]]) -> list[NodeWithScore]:
+        nodes = super().to_nodes(hits)
         for n in nodes:
             n.node.metadata["retrieval_search_type"] = "sentence"
         return nodes

@@ -33,7 +33,6 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate
-from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.citations.citation_options import check_retriever
@@ -41,7 +40,7 @@ from llama_index_rag_pack.citations.citation_prompts import format_context
 from llama_index_rag_pack.citations.cited_responses import CitedResponse, CitedResponseBuilder
 from llama_index_rag_pack.citations.reference_styles import ReferenceStyle
 from llama_index_rag_pack.core.errors import check_count
-from llama_index_rag_pack.core.query_bases import PackQueryEngine
+from llama_index_rag_pack.core.query_bases import PackQueryEngine, PromptAttributes
 from llama_index_rag_pack.judge.judge_prompts import (
     DEFAULT_JUDGE_ANSWER_PROMPT,
     DEFAULT_JUDGE_PROMPT,
@@ -102,7 +101,7 @@ def _judged_chunk(nws: NodeWithScore) -> JudgedChunk:
     )
 
 
-class JudgeQueryEngine(PackQueryEngine):
+class JudgeQueryEngine(PromptAttributes, PackQueryEngine):
     """Judge every retrieved chunk, follow up on partial ones recursively, answer with citations.
 
     Args:
@@ -127,6 +126,8 @@ class JudgeQueryEngine(PackQueryEngine):
         >>> response = engine.query("Where was the author of Animal Farm born?")  # doctest: +SKIP
         >>> print(response.search_tree.render_text())  # doctest: +SKIP
     """
+
+    prompt_attributes = {"judge_template": "_judge_template", "answer_template": "_answer_template"}
 
     def __init__(
         self,
@@ -164,16 +165,6 @@ class JudgeQueryEngine(PackQueryEngine):
         super().__init__(callback_manager=callback_manager)
 
     # ------------------------------------------------------------------ prompts
-    def _get_prompts(self) -> PromptDictType:
-        return {"judge_template": self._judge_template, "answer_template": self._answer_template}
-
-    def _update_prompts(self, prompts: PromptDictType) -> None:
-        self._judge_template = prompts.get("judge_template", self._judge_template)
-        self._answer_template = prompts.get("answer_template", self._answer_template)
-
-    def _get_prompt_modules(self) -> PromptMixinType:
-        return {}
-
     @property
     def retriever(self) -> BaseRetriever:
         return self._retriever

@@ -265,7 +265,7 @@ def open_vector_store(
         store_class = tenant_store_class(tenant_field, store_class)
     store = _make_store(store_class, kwargs, client, new and "index_management" not in kwargs)
     if isinstance(store, loop_safe_store_class()):
-        store._bm25_analysis, store._tenant_field = analysis, tenant_field
+        store.configure(bm25_analysis=analysis, tenant_field=tenant_field)
     ensure_loaded(store.client, collection_name)
     logger.info(
         "Vector store: Milvus %s at %s, collection %r (%s, BM25 analysis: %s)",

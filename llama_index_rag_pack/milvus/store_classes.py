@@ -13,7 +13,42 @@ from llama_index_rag_pack.milvus.bm25_rows import add_analysed_nodes, prepare_an
 from llama_index_rag_pack.milvus.document_rows import delete_document_rows
 from llama_index_rag_pack.milvus.tenants import ANY_TENANT
 
-__all__ = ["loop_safe_store_class"]
+__all__ = ["PackStoreMixin", "loop_safe_store_class"]
+
+
+class PackStoreMixin:
+    """What the pack adds to ``MilvusVectorStore``: its BM25 analysis (rows written with their
+    analysed copies) and its tenant field. The store class declares the private attributes."""
+
+    _bm25_analysis: Any
+    _tenant_field: Any
+    _analysed: Any
+
+    def configure(self, *, bm25_analysis: Any, tenant_field: str | None) -> None:
+        """Set how the BM25 side analyses text and the tenant field (``open_vector_store``
+        reads both from the collection)."""
+        self._bm25_analysis, self._tenant_field = bm25_analysis, tenant_field
+
+    @property
+    def bm25_analysis(self) -> Bm25Analysis | None:
+        """How the BM25 side analyses text (``None`` without BM25)."""
+        return self._bm25_analysis
+
+    @property
+    def tenant_field(self) -> str | None:
+        """The partition-key field that keeps tenants apart (``None``: no tenants)."""
+        return self._tenant_field
+
+    def prepare_bm25(self, nodes: Any) -> None:
+        """Analyse ``nodes`` for BM25 before anything is written (``add`` uses them)."""
+        self._analysed = prepare_analysed(self, self._bm25_analysis, nodes)
+
+    def add(self, nodes: Any, **add_kwargs: Any) -> Any:
+        analysis = self._bm25_analysis
+        if analysis is None or not analysis.client_side:
+            return super().add(nodes, **add_kwargs)
+        prepared, self._analysed = self._analysed, {}
+        return add_analysed_nodes(self, nodes, analysis, prepared=prepared, **add_kwargs)
 
 
 @functools.lru_cache(maxsize=1)
@@ -27,7 +62,7 @@ def loop_safe_store_class() -> type:
     from llama_index.core.bridge.pydantic import PrivateAttr
     from llama_index.vector_stores.milvus import MilvusVectorStore
 
-    class LoopSafeMilvusVectorStore(MilvusVectorStore):
+    class LoopSafeMilvusVectorStore(PackStoreMixin, MilvusVectorStore):
         _bm25_analysis: Any = PrivateAttr(default=None)
         _tenant_field: Any = PrivateAttr(default=None)
         _analysed: Any = PrivateAttr(default_factory=dict)
@@ -35,27 +70,6 @@ def loop_safe_store_class() -> type:
         @classmethod
         def class_name(cls) -> str:
             return "LoopSafeMilvusVectorStore"
-
-        @property
-        def bm25_analysis(self) -> Bm25Analysis | None:
-            """How the BM25 side analyses text (``None`` without BM25)."""
-            return self._bm25_analysis
-
-        @property
-        def tenant_field(self) -> str | None:
-            """The partition-key field that keeps tenants apart (``None``: no tenants)."""
-            return self._tenant_field
-
-        def prepare_bm25(self, nodes: Any) -> None:
-            """Analyse ``nodes`` for BM25 before anything is written (``add`` uses them)."""
-            self._analysed = prepare_analysed(self, self._bm25_analysis, nodes)
-
-        def add(self, nodes: Any, **add_kwargs: Any) -> Any:
-            analysis = self._bm25_analysis
-            if analysis is None or not analysis.client_side:
-                return super().add(nodes, **add_kwargs)
-            prepared, self._analysed = self._analysed, {}
-            return add_analysed_nodes(self, nodes, analysis, prepared=prepared, **add_kwargs)
 
         async def async_add(self, nodes: Any, **kwargs: Any) -> Any:
             return await asyncio.to_thread(self.add, nodes, **kwargs)

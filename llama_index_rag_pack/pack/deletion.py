@@ -19,6 +19,7 @@ from llama_index_rag_pack.milvus.milvus_filter import and_expressions
 from llama_index_rag_pack.milvus.tenants import ANY_TENANT, tenant_expression
 from llama_index_rag_pack.milvus.vector_memory import forget_vectors
 from llama_index_rag_pack.pack.filters import pack_filter_expression
+from llama_index_rag_pack.pack.pack_view import PackView
 from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, raptor_collection_name
 
 __all__ = ["delete_documents", "documents_by_tenant"]
@@ -28,7 +29,7 @@ logger = logging.getLogger(__name__)
 _READ_BATCH = 1000
 
 
-def _scope(pack: Any, filters: Any, tenant: str | None) -> str:
+def _scope(pack: PackView, filters: Any, tenant: str | None) -> str:
     if filters is None and tenant in (None, ANY_TENANT):
         raise ConfigurationError(
             "delete needs filters=... or tenant='<name>' (deleting everything is "
@@ -38,7 +39,7 @@ def _scope(pack: Any, filters: Any, tenant: str | None) -> str:
     return and_expressions([pack_filter_expression(pack, filters), scope])
 
 
-def documents_by_tenant(pack: Any, expr: str) -> dict[str | None, set[str]]:
+def documents_by_tenant(pack: PackView, expr: str) -> dict[str | None, set[str]]:
     """The ids of the documents with a chunk matching ``expr``, by tenant (``None`` without
     tenants)."""
     store = pack.vector_store
@@ -58,7 +59,7 @@ def documents_by_tenant(pack: Any, expr: str) -> dict[str | None, set[str]]:
     return dict(found)
 
 
-def delete_documents(pack: Any, *, filters: Any = None, tenant: str | None = None) -> int:
+def delete_documents(pack: PackView, *, filters: Any = None, tenant: str | None = None) -> int:
     """Delete the documents matching ``filters`` (of ``tenant``); the number deleted.
 
     Raises:
@@ -75,14 +76,15 @@ def delete_documents(pack: Any, *, filters: Any = None, tenant: str | None = Non
         _delete_from_tree(pack, owner, ids, drop=whole_tenant)
     forget_vectors(store.client, store.collection_name)
     store.client.flush(store.collection_name)
-    pack._retrievers.clear()
-    pack._query_engines.clear()
+    pack.forget_engines()
     deleted = sum(len(ids) for ids in by_tenant.values())
     logger.info("Deleted %d documents (%s)", deleted, expr)
     return deleted
 
 
-def _delete_from_tree(pack: Any, tenant: str | None, doc_ids: list[str], *, drop: bool) -> None:
+def _delete_from_tree(
+    pack: PackView, tenant: str | None, doc_ids: list[str], *, drop: bool
+) -> None:
     """Remove ``doc_ids`` from the RAPTOR tree they belong to (re-summarising what lost
     leaves); a tenant deleted whole has its tree dropped."""
     if not getattr(pack, "uri", None):

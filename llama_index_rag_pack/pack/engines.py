@@ -12,6 +12,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import RetrieverQueryEngine
 
 from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.pack.pack_view import PackView
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.base_retriever import BaseRetriever
@@ -110,7 +111,7 @@ def build_query_engine(
 
 
 def build_chat_engine(
-    pack: Any,
+    pack: PackView,
     mode: Any,
     *,
     filters: Any = None,

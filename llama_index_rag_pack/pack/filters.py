@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.milvus.milvus_filter import and_expressions
 from llama_index_rag_pack.milvus.tenants import ANY_TENANT, tenant_expression
+from llama_index_rag_pack.pack.pack_view import PackView
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.milvus.metadata_filters import Filters
@@ -24,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["base_scope", "check_builder_filters", "pack_filter_expression", "scoped_kwargs"]
 
 
-def base_scope(pack: Any, filters: str | None) -> dict[str, Any]:
+def base_scope(pack: PackView, filters: str | None) -> dict[str, Any]:
     """The arguments a mode passes when it asks ``pack`` for its base retriever: its own
     ``filters`` (already the compiled expression, tenant scope included), and on a pack with
     tenants ``tenant="*"`` so the scope is not asked for twice."""
@@ -36,7 +37,7 @@ def base_scope(pack: Any, filters: str | None) -> dict[str, Any]:
     return scope
 
 
-def scoped_kwargs(pack: Any, spec: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+def scoped_kwargs(pack: PackView, spec: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` of ``pack.retriever(spec.name, **kwargs)`` with ``filters`` and ``tenant``
     resolved: one compiled ``filters`` expression (left out when there is none), and ``tenant``
     kept only for the modes that read a per-tenant tree.
@@ -62,7 +63,7 @@ def scoped_kwargs(pack: Any, spec: Any, kwargs: dict[str, Any]) -> dict[str, Any
     return kwargs
 
 
-def pack_filter_expression(pack: Any, filters: Filters) -> str:
+def pack_filter_expression(pack: PackView, filters: Filters) -> str:
     """``filters`` as a Milvus expression on ``pack``'s collection (``""`` for none).
 
     Every search and ``pack.delete`` compiles its filters here, so an expression string is
@@ -75,18 +76,7 @@ def pack_filter_expression(pack: Any, filters: Filters) -> str:
 
     if filters is None or isinstance(filters, str):
         return filter_expression(filters)
-    return filter_expression(filters, schema_fields=_schema_fields(pack))
-
-
-def _schema_fields(pack: Any) -> frozenset[str]:
-    """The pack's collection's schema fields, read once per pack (a schema does not change)."""
-    cached = getattr(pack, "_schema_fields", None)
-    if cached is None:
-        store = pack.vector_store
-        info = store.client.describe_collection(store.collection_name)
-        cached = frozenset(str(f.get("name")) for f in info.get("fields", []))
-        pack._schema_fields = cached
-    return cached
+    return filter_expression(filters, schema_fields=pack.schema_fields())
 
 
 def check_builder_filters(mode: str, build: Any) -> None:

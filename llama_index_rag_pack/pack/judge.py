@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from llama_index_rag_pack.judge.judge_query_engine import JudgeQueryEngine
+from llama_index_rag_pack.pack.pack_view import PackView
 
 __all__ = ["JudgeEngineMixin", "judge_query_engine"]
 
 
 def judge_query_engine(
-    pack: Any,
+    pack: PackView,
     mode: str | None = None,
     *,
     similarity_top_k: int | None = None,

@@ -26,6 +26,8 @@ __all__ = [
     "add_built_in",
     "base_modes",
     "get_mode",
+    "listed_modes",
+    "mode_aliases",
     "mode_names",
     "register_mode",
     "unregister_mode",
@@ -49,6 +51,8 @@ class ModeSpec:
             retriever that takes a Milvus filter.
         embeds_query: The mode searches with the query's embedding (``QueryBundle.embedding``),
             so HyDE's hypothetical-answer embedding reaches it (BM25 alone does not).
+        aliases: Other names ``rag-pack eval --strategies`` accepts for it (``dense``).
+        listed: ``get_modules()`` lists its retriever as ``<name>_retriever``.
     """
 
     name: str
@@ -59,6 +63,8 @@ class ModeSpec:
     needs_sources: bool = False
     base: bool = False
     embeds_query: bool = True
+    aliases: tuple[str, ...] = ()
+    listed: bool = False
 
 
 _MODES: dict[str, ModeSpec] = {}
@@ -75,6 +81,8 @@ def register_mode(
     needs_sources: bool = False,
     base: bool = False,
     embeds_query: bool = True,
+    aliases: tuple[str, ...] = (),
+    listed: bool = False,
     replace: bool = False,
 ) -> ModeSpec:
     """Add a retrieval mode that every entry point then offers.
@@ -90,7 +98,16 @@ def register_mode(
             f"Retrieval mode {name!r} is already registered; pass replace=True to swap it."
         )
     spec = ModeSpec(
-        name, build, description, needs_llm, needs_tree, needs_sources, base, embeds_query
+        name,
+        build,
+        description,
+        needs_llm,
+        needs_tree,
+        needs_sources,
+        base,
+        embeds_query,
+        tuple(aliases),
+        listed,
     )
     _MODES[name] = spec
     return spec
@@ -106,6 +123,16 @@ def unregister_mode(name: str) -> None:
 def mode_names() -> list[str]:
     """Every registered mode, built-in ones first."""
     return list(_MODES)
+
+
+def mode_aliases() -> dict[str, str]:
+    """Every alias a registered mode declares, with the mode it names."""
+    return {alias: name for name, spec in _MODES.items() for alias in spec.aliases}
+
+
+def listed_modes() -> list[str]:
+    """The modes whose retriever ``get_modules()`` lists."""
+    return [name for name, spec in _MODES.items() if spec.listed]
 
 
 def base_modes(*, embeds_query: bool = False) -> list[str]:

@@ -36,17 +36,18 @@ from llama_index_rag_pack.pack.mode_registry import (
     register_mode,
     unregister_mode,
 )
+from llama_index_rag_pack.pack.pack_view import PackView, RoutedPackView
 
 
 # ------------------------------------------------------------------ built-in builders
-def _on_lite(pack: Any) -> bool:
+def _on_lite(pack: PackView) -> bool:
     """The pack's collection is a Milvus Lite file (one process owns it)."""
     from llama_index_rag_pack.milvus.connection import is_remote_uri
 
     return pack.uri is not None and not is_remote_uri(pack.uri)
 
 
-def _milvus(pack: Any, search_type: str, similarity_top_k: int | None, **kwargs: Any) -> Any:
+def _milvus(pack: PackView, search_type: str, similarity_top_k: int | None, **kwargs: Any) -> Any:
     from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
 
     return MilvusHybridRetriever(
@@ -60,7 +61,7 @@ def _milvus(pack: Any, search_type: str, similarity_top_k: int | None, **kwargs:
     )
 
 
-def build_vector(pack: Any, similarity_top_k: int | None = None, filters: Any = None) -> Any:
+def build_vector(pack: PackView, similarity_top_k: int | None = None, filters: Any = None) -> Any:
     """Core's ``VectorIndexRetriever`` over the pack's index (what ``index.as_retriever()``
     gives), with the pack's empty-query check; ``filters`` reach Milvus as ``string_expr``."""
     from llama_index_rag_pack.fusion.vector import CheckedVectorIndexRetriever
@@ -80,7 +81,7 @@ def build_vector(pack: Any, similarity_top_k: int | None = None, filters: Any = 
     return retriever
 
 
-def build_bm25(pack: Any, similarity_top_k: int | None = None, filters: Any = None) -> Any:
+def build_bm25(pack: PackView, similarity_top_k: int | None = None, filters: Any = None) -> Any:
     """Milvus' built-in BM25 full-text search."""
     return _milvus(pack, "sparse", similarity_top_k, filters=filters)
 
@@ -91,7 +92,7 @@ def _given(value: Any, default: Any) -> Any:
 
 
 def build_hybrid(
-    pack: Any,
+    pack: PackView,
     similarity_top_k: int | None = None,
     rrf_k: float | None = None,
     candidate_pool: int | None = None,
@@ -112,7 +113,7 @@ def build_hybrid(
 
 
 def build_hybrid_weighted(
-    pack: Any,
+    pack: PackView,
     similarity_top_k: int | None = None,
     weights: Sequence[float] = (0.7, 0.3),
     candidate_pool: int | None = None,
@@ -131,7 +132,7 @@ def build_hybrid_weighted(
 
 
 def build_hybrid_convex(
-    pack: Any,
+    pack: PackView,
     similarity_top_k: int | None = None,
     alpha: float | None = None,
     normalization: str | None = None,
@@ -170,7 +171,7 @@ def build_hybrid_convex(
 
 
 def build_fusion(
-    pack: Any,
+    pack: PackView,
     similarity_top_k: int | None = None,
     num_queries: int = 4,
     fusion_mode: str = "reciprocal_rank",
@@ -200,7 +201,7 @@ def build_fusion(
 
 
 def build_hyde(
-    pack: Any,
+    pack: PackView,
     similarity_top_k: int | None = None,
     num_hypotheses: int = 1,
     include_query: bool = False,
@@ -215,7 +216,10 @@ def build_hyde(
 
 
 def build_rewrite(
-    pack: Any, similarity_top_k: int | None = None, base: str | None = None, filters: Any = None
+    pack: PackView,
+    similarity_top_k: int | None = None,
+    base: str | None = None,
+    filters: Any = None,
 ) -> Any:
     """The LLM rewrites the question into a search query, searched through ``base`` (default:
     the pack's default mode)."""
@@ -225,7 +229,7 @@ def build_rewrite(
 
 
 def build_raptor(
-    pack: Any, similarity_top_k: int | None = None, filters: Any = None, tenant: Any = None
+    pack: PackView, similarity_top_k: int | None = None, filters: Any = None, tenant: Any = None
 ) -> Any:
     """RAPTOR, collapsed tree: leaves and summaries of every level in one ranking."""
     from llama_index_rag_pack.pack.raptor import pack_raptor_retriever
@@ -234,7 +238,7 @@ def build_raptor(
 
 
 def build_raptor_traversal(
-    pack: Any, similarity_top_k: int | None = None, filters: Any = None, tenant: Any = None
+    pack: PackView, similarity_top_k: int | None = None, filters: Any = None, tenant: Any = None
 ) -> Any:
     """RAPTOR, tree traversal: from the top level down through the chosen nodes' children."""
     from llama_index_rag_pack.pack.raptor import pack_raptor_retriever
@@ -243,7 +247,7 @@ def build_raptor_traversal(
 
 
 def build_route(
-    pack: Any,
+    pack: RoutedPackView,
     similarity_top_k: int | None = None,
     filters: Any = None,
     tenant: str | None = None,
@@ -280,7 +284,7 @@ def build_route(
     )
 
 
-def build_self_query(pack: Any, similarity_top_k: int | None = None, **kwargs: Any) -> Any:
+def build_self_query(pack: PackView, similarity_top_k: int | None = None, **kwargs: Any) -> Any:
     """Self-query: the LLM writes the search query and a validated Milvus metadata filter."""
     from llama_index_rag_pack.pack.self_query import self_query_retriever
 
@@ -289,11 +293,29 @@ def build_self_query(pack: Any, similarity_top_k: int | None = None, **kwargs: A
 
 for _spec in (
     ModeSpec(
-        "vector", build_vector, "dense vector search (core's VectorIndexRetriever)", base=True
+        "vector",
+        build_vector,
+        "dense vector search (core's VectorIndexRetriever)",
+        base=True,
+        aliases=("dense",),
     ),
     ModeSpec("route", build_route, "route between sources, then fuse", needs_sources=True),
-    ModeSpec("bm25", build_bm25, "Milvus BM25 full-text search", base=True, embeds_query=False),
-    ModeSpec("hybrid", build_hybrid, "dense + BM25, reciprocal rank fusion in Milvus", base=True),
+    ModeSpec(
+        "bm25",
+        build_bm25,
+        "Milvus BM25 full-text search",
+        base=True,
+        embeds_query=False,
+        aliases=("sparse", "full_text"),
+        listed=True,
+    ),
+    ModeSpec(
+        "hybrid",
+        build_hybrid,
+        "dense + BM25, reciprocal rank fusion in Milvus",
+        base=True,
+        listed=True,
+    ),
     ModeSpec("hybrid_weighted", build_hybrid_weighted, "dense + BM25, weighted scores", base=True),
     ModeSpec(
         "hybrid_convex",
@@ -301,10 +323,25 @@ for _spec in (
         "dense + BM25, convex combination of normalized scores (fit: rag-pack eval --fit)",
         base=True,
     ),
-    ModeSpec("fusion", build_fusion, "RAG-Fusion: LLM query variants, fused", needs_llm=True),
-    ModeSpec("hyde", build_hyde, "HyDE: search with hypothetical answers", needs_llm=True),
-    ModeSpec("rewrite", build_rewrite, "LLM query rewriting", needs_llm=True),
-    ModeSpec("raptor", build_raptor, "RAPTOR tree, collapsed", needs_tree=True),
+    ModeSpec(
+        "fusion",
+        build_fusion,
+        "RAG-Fusion: LLM query variants, fused",
+        needs_llm=True,
+        listed=True,
+    ),
+    ModeSpec(
+        "hyde", build_hyde, "HyDE: search with hypothetical answers", needs_llm=True, listed=True
+    ),
+    ModeSpec("rewrite", build_rewrite, "LLM query rewriting", needs_llm=True, listed=True),
+    ModeSpec(
+        "raptor",
+        build_raptor,
+        "RAPTOR tree, collapsed",
+        needs_tree=True,
+        aliases=("raptor_collapsed",),
+        listed=True,
+    ),
     ModeSpec("raptor_traversal", build_raptor_traversal, "RAPTOR tree traversal", needs_tree=True),
     ModeSpec("self_query", build_self_query, "LLM-written Milvus metadata filter", needs_llm=True),
 ):

@@ -18,8 +18,8 @@ from llama_index.core.schema import Document
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
-    check_query,
 )
+from llama_index_rag_pack.core.query_bases import checked_question
 from llama_index_rag_pack.documents.chunking import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
@@ -52,6 +52,7 @@ from llama_index_rag_pack.pack.engines import (
 )
 from llama_index_rag_pack.pack.filters import scoped_kwargs
 from llama_index_rag_pack.pack.judge import JudgeEngineMixin
+from llama_index_rag_pack.pack.mode_registry import listed_modes
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode
 from llama_index_rag_pack.pack.raptor import RaptorBuildMixin
 from llama_index_rag_pack.pack.sql import SQLEngineMixin
@@ -142,6 +143,9 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             self._default_mode: str | None = None
             self._retrievers: dict[tuple[Any, ...], BaseRetriever] = {}
             self._query_engines: dict[tuple[Any, ...], BaseQueryEngine] = {}
+            self._schema_fields: frozenset[str] | None = None
+            #: What ``configure_self_query`` set (fields, description, base mode).
+            self.self_query_config: Any = None
             if to_index:
                 self.insert(to_index)
 
@@ -155,6 +159,29 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
     def open(cls, **kwargs: Any) -> Self:
         """Reopen an existing collection without re-indexing anything."""
         return cls(documents=None, **kwargs)
+
+    # ------------------------------------------------------------------ seams
+    def forget_engines(self, *modes: str) -> None:
+        """Drop the cached retrievers and query engines (of ``modes`` only, when given), so the
+        next ``retriever(...)`` builds them again: after the collection, a tree or a mode's
+        settings changed."""
+        for cache in (self._retrievers, self._query_engines):
+            for key in [k for k in cache if not modes or k[0] in modes]:
+                del cache[key]
+
+    def schema_fields(self) -> frozenset[str]:
+        """The fields of the pack's collection (read once: a schema does not change)."""
+        if self._schema_fields is None:
+            store = self.vector_store
+            info = store.client.describe_collection(store.collection_name)
+            self._schema_fields = frozenset(str(f.get("name")) for f in info.get("fields", []))
+        return self._schema_fields
+
+    @property
+    def llm_or_spec(self) -> Any:
+        """The LLM once resolved, else what was given for it (``None``, a name or a path): for
+        parts that resolve it on first use themselves, so nothing loads before it is needed."""
+        return self._llm if self._llm is not None else self._llm_spec
 
     # ------------------------------------------------------------------ parts
     @property
@@ -208,8 +235,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         self.index.insert_nodes(nodes, show_progress=self.show_progress)
         milvus_utils.flush(store)
         indexing.store_sentences(sentences, units, vectors)
-        self._retrievers.clear()
-        self._query_engines.clear()
+        self.forget_engines()
         logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
         return len(nodes)
 
@@ -318,37 +344,28 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             "retriever": self.retriever(),
             "query_engine": self.query_engine,
         }
-        for mode in (
-            RetrievalMode.BM25,
-            RetrievalMode.HYBRID,
-            RetrievalMode.FUSION,
-            RetrievalMode.HYDE,
-            RetrievalMode.REWRITE,
-        ):
+        for mode in listed_modes():  # the registry says which (ModeSpec.listed)
             try:
-                modules[f"{mode.value}_retriever"] = self.retriever(mode)
-            except ConfigurationError as e:  # e.g. a collection indexed without BM25
-                logger.info("get_modules: no %s retriever (%s)", mode.value, e)
+                modules[f"{mode}_retriever"] = self.retriever(mode)
+            except (CollectionNotFoundError, ConfigurationError) as e:
+                # e.g. a collection indexed without BM25, or no RAPTOR tree built beside it
+                logger.info("get_modules: no %s retriever (%s)", mode, e)
         modules["plain_query_engine"] = self.make_query_engine(citations=False)
-        try:  # only when a RAPTOR tree was built next to the collection
-            modules["raptor_retriever"] = self.retriever(RetrievalMode.RAPTOR)
-        except (CollectionNotFoundError, ConfigurationError) as e:
-            logger.info("get_modules: no raptor retriever (%s)", e)
         return modules
 
     def run(
         self, query: str, *, mode: str | RetrievalMode | None = None, **kwargs: Any
     ) -> RESPONSE_TYPE:
         """Answer ``query`` with the query engine of ``mode`` (default :attr:`default_mode`)."""
-        check_query(query)
-        return self.make_query_engine(mode, **kwargs).query(query)
+        with checked_question(query):  # before the engine (and its LLM) loads
+            return self.make_query_engine(mode, **kwargs).query(query)
 
     async def arun(
         self, query: str, *, mode: str | RetrievalMode | None = None, **kwargs: Any
     ) -> RESPONSE_TYPE:
         """Async :meth:`run`."""
-        check_query(query)
-        return await self.make_query_engine(mode, **kwargs).aquery(query)
+        with checked_question(query):
+            return await self.make_query_engine(mode, **kwargs).aquery(query)
 
 
 __all__ = ["RagPackBase"]

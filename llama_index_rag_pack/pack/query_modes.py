@@ -15,12 +15,18 @@ from typing import Any
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.pack.filters import base_scope
 from llama_index_rag_pack.pack.mode_registry import base_modes
+from llama_index_rag_pack.pack.pack_view import PackView
 
 __all__ = ["hyde_retriever", "query_base", "rewrite_retriever"]
 
 
 def query_base(
-    pack: Any, base: str | None, similarity_top_k: int | None, *, mode: str, filters: Any = None
+    pack: PackView,
+    base: str | None,
+    similarity_top_k: int | None,
+    *,
+    mode: str,
+    filters: Any = None,
 ) -> Any:
     """The base retriever of query-side ``mode``: ``base``, else the pack's default mode.
 
@@ -44,7 +50,7 @@ def query_base(
 
 
 def hyde_retriever(
-    pack: Any,
+    pack: PackView,
     similarity_top_k: int | None,
     num_hypotheses: int,
     include_query: bool,
@@ -66,7 +72,7 @@ def hyde_retriever(
 
 
 def rewrite_retriever(
-    pack: Any, similarity_top_k: int | None, base: str | None, filters: Any = None
+    pack: PackView, similarity_top_k: int | None, base: str | None, filters: Any = None
 ) -> Any:
     """Rewrite-retrieve-read over ``base``: the rewritten query is what ``base`` searches."""
     from llama_index_rag_pack.fusion.rewrite import RewriteRetriever

@@ -17,6 +17,7 @@ from llama_index_rag_pack.core.errors import (
     EmptyCorpusError,
 )
 from llama_index_rag_pack.pack.mode_registry import get_mode, mode_names
+from llama_index_rag_pack.pack.pack_view import PackView
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.schema import Document
@@ -40,7 +41,7 @@ def raptor_collection_name(collection_name: str, tenant: str | None = None) -> s
     )
 
 
-def tree_tenant(pack: Any, tenant: str | None) -> str | None:
+def tree_tenant(pack: PackView, tenant: str | None) -> str | None:
     """The tenant whose tree a RAPTOR step of ``pack`` uses (``None`` on a pack without
     tenants).
 
@@ -98,7 +99,7 @@ def open_raptor_store(
         raise CollectionNotFoundError(build_hint(collection_name)) from None
 
 
-def _require_uri(pack: Any) -> None:
+def _require_uri(pack: PackView) -> None:
     if not getattr(pack, "uri", None):
         raise ConfigurationError(
             "RAPTOR modes need the pack's Milvus uri to find the tree collection: create RagPack "
@@ -108,7 +109,7 @@ def _require_uri(pack: Any) -> None:
 
 
 def open_pack_tree(
-    pack: Any, *, must_exist: bool = True, tenant: str | None = None, **tree_options: Any
+    pack: PackView, *, must_exist: bool = True, tenant: str | None = None, **tree_options: Any
 ) -> Any:
     """The :class:`RaptorTree` stored next to ``pack``'s collection, with the pack's models.
 
@@ -127,12 +128,12 @@ def open_pack_tree(
         must_exist=must_exist,
         tenant=tree_tenant(pack, tenant),
     )
-    llm = pack._llm_spec if pack._llm is None else pack._llm
+    llm = pack.llm_or_spec
     return RaptorTree(store, embed_model=pack.embed_model, llm=llm, **tree_options)
 
 
 def pack_tree_inputs(
-    pack: Any, documents: Sequence[Any] | None, tenant: str | None = None
+    pack: PackView, documents: Sequence[Any] | None, tenant: str | None = None
 ) -> list[Any]:
     """What a pack's tree (of ``tenant``) is built from: ``documents``, or else every chunk
     already indexed (of that tenant; their embeddings are reused).
@@ -162,7 +163,7 @@ def pack_tree_inputs(
     return leaves
 
 
-def drop_pack_tree(pack: Any, tenant: str | None = None) -> None:
+def drop_pack_tree(pack: PackView, tenant: str | None = None) -> None:
     """Delete the tree collection next to ``pack``'s collection (of ``tenant``), if any."""
     _require_uri(pack)
     client = pack.vector_store.client
@@ -172,7 +173,7 @@ def drop_pack_tree(pack: Any, tenant: str | None = None) -> None:
 
 
 def pack_raptor_retriever(
-    pack: Any,
+    pack: PackView,
     mode: str,
     similarity_top_k: int | None = None,
     filters: Any = None,
@@ -269,10 +270,7 @@ class RaptorBuildMixin:
         return stats
 
     def _forget_tree_retrievers(self) -> None:
-        tree_modes = {name for name in mode_names() if get_mode(name).needs_tree}
-        for key in [k for k in self._retrievers if k[0] in tree_modes]:
-            del self._retrievers[key]
-        self._query_engines.clear()
+        self.forget_engines(*(name for name in mode_names() if get_mode(name).needs_tree))
 
 
 __all__ = [

@@ -174,8 +174,7 @@ class RoutedRagPack(RagPackBase):
                 f"{path} routes to {saved}, but this pack's sources are {ours}."
             )
         self._selector = selector
-        self._retrievers.clear()
-        self._query_engines.clear()
+        self.forget_engines()
         return selector
 
     def insert_into(self, source: str, documents: Sequence[Document]) -> int:
@@ -185,8 +184,7 @@ class RoutedRagPack(RagPackBase):
                 f"Unknown source {source!r}; sources: {list(self.source_packs)}."
             )
         n = self.source_packs[source].insert(documents)
-        self._retrievers.clear()
-        self._query_engines.clear()
+        self.forget_engines()
         return n
 
     def count_by_source(self) -> dict[str, int]:

@@ -20,14 +20,15 @@ from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.milvus.metadata_fields import FieldSpec, field_specs
 from llama_index_rag_pack.pack.filters import base_scope
 from llama_index_rag_pack.pack.mode_registry import base_modes
+from llama_index_rag_pack.pack.pack_view import PackView
 
-__all__ = ["configure_self_query", "self_query_retriever"]
-
-_CONFIG_ATTR = "_self_query_config"
+__all__ = ["SelfQueryConfig", "configure_self_query", "self_query_retriever"]
 
 
 @dataclass(frozen=True)
-class _Config:
+class SelfQueryConfig:
+    """What ``configure_self_query`` set on a pack (``pack.self_query_config``)."""
+
     fields: tuple[FieldSpec, ...] | None = None
     description: str | None = None
     base: str | None = None
@@ -41,7 +42,7 @@ def _check_base(base: str | None) -> None:
 
 
 def configure_self_query(
-    pack: Any,
+    pack: PackView,
     fields: Iterable[FieldSpec | Mapping[str, Any]] | None = None,
     *,
     description: str | None = None,
@@ -55,20 +56,17 @@ def configure_self_query(
     """
     _check_base(base)
     specs = None if fields is None else field_specs(fields)
-    setattr(pack, _CONFIG_ATTR, _Config(specs, description, base))
-    for key in [k for k in getattr(pack, "_retrievers", {}) if k[0] == "self_query"]:
-        del pack._retrievers[key]
-    for key in [k for k in getattr(pack, "_query_engines", {}) if k[0] == "self_query"]:
-        del pack._query_engines[key]
+    pack.self_query_config = SelfQueryConfig(specs, description, base)
+    pack.forget_engines("self_query")
 
 
-def _default_base(pack: Any) -> str:
+def _default_base(pack: PackView) -> str:
     mode = getattr(pack, "default_mode", "vector")
     return mode if mode in base_modes() else "vector"
 
 
 def self_query_retriever(
-    pack: Any,
+    pack: PackView,
     similarity_top_k: int | None = None,
     fields: Iterable[FieldSpec | Mapping[str, Any]] | None = None,
     base: str | None = None,
@@ -80,7 +78,7 @@ def self_query_retriever(
     (default: the pack's default mode when it can be filtered, else ``vector``)."""
     from llama_index_rag_pack.self_query.self_query_retriever import SelfQueryRetriever
 
-    config: _Config = getattr(pack, _CONFIG_ATTR, _Config())
+    config = pack.self_query_config or SelfQueryConfig()
     base = base or config.base or _default_base(pack)
     _check_base(base)
     # the caller's filters sit in the base retriever: the LLM's condition is and-ed with them,

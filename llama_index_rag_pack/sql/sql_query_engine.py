@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
-from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack.citations.cited_responses import CitedResponse, CitedResponseBuilder
 from llama_index_rag_pack.citations.reference_styles import ReferenceStyle
-from llama_index_rag_pack.core.query_bases import PackQueryEngine
+from llama_index_rag_pack.core.query_bases import PackQueryEngine, PromptAttributes
 from llama_index_rag_pack.models.json_output import json_output, supports_json_schema
 from llama_index_rag_pack.models.settings import LazyLLMMixin
 from llama_index_rag_pack.sql.sql_database import (
@@ -94,7 +93,7 @@ def _context(nodes: Sequence[NodeWithScore]) -> str:
     return "\n".join(f"id={i}: {n.node.get_content()}" for i, n in enumerate(nodes, start=1))
 
 
-class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
+class SQLQueryEngine(PromptAttributes, LazyLLMMixin, PackQueryEngine):
     """Answer questions from SQL tables, with the safety enforced in code, not in the prompt.
 
     Args:
@@ -132,6 +131,12 @@ class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
           [1] row 1: price=1.5
           [2] SQL: SELECT "items"."price" AS "price" FROM "items" AS "items"
     """
+
+    prompt_attributes = {
+        "sql_prompt": "_sql_prompt",
+        "repair_prompt": "_repair_prompt",
+        "answer_prompt": "_answer_prompt",
+    }
 
     def __init__(
         self,
@@ -186,21 +191,6 @@ class SQLQueryEngine(LazyLLMMixin, PackQueryEngine):
         super().__init__(callback_manager=callback_manager)
 
     # ------------------------------------------------------------------ prompts
-    def _get_prompts(self) -> PromptDictType:
-        return {
-            "sql_prompt": self._sql_prompt,
-            "repair_prompt": self._repair_prompt,
-            "answer_prompt": self._answer_prompt,
-        }
-
-    def _update_prompts(self, prompts: PromptDictType) -> None:
-        self._sql_prompt = prompts.get("sql_prompt", self._sql_prompt)
-        self._repair_prompt = prompts.get("repair_prompt", self._repair_prompt)
-        self._answer_prompt = prompts.get("answer_prompt", self._answer_prompt)
-
-    def _get_prompt_modules(self) -> PromptMixinType:
-        return {}
-
     @property
     def schema(self) -> str:
         """Every allowed table as the LLM is shown it: allowed columns, sample rows."""
