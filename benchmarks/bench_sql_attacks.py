@@ -1,6 +1,6 @@
 """The text-to-SQL attack suite as a before/after table: each attack class, each backend.
 
-Runs every attack of ``tests/test_sql_attacks.py`` (a hostile LLM's replies, through the public
+Runs every attack of ``tests/sql/test_sql_attacks.py`` (a hostile LLM's replies, through the public
 ``SQLQueryEngine.query``) against twin databases that differ only in hidden data, for two
 implementations side by side: this checkout, and an earlier commit (``--before REV``, checked out
 into a temporary git worktree and imported from there). Backends: SQLite, and a throw-away
@@ -57,7 +57,7 @@ def _rss(pid: int) -> int:
 
 
 def _attack_module() -> Any:
-    """``tests/test_sql_attacks.py`` (attack lists, twin data, memory sampler), imported."""
+    """``tests/sql/test_sql_attacks.py`` (attack lists, twin data, memory sampler), imported."""
     sys.path.insert(0, str(REPO_ROOT / "tests"))
     spec = importlib.util.spec_from_file_location(
         "sql_attacks", REPO_ROOT / "tests" / "test_sql_attacks.py"
@@ -349,7 +349,7 @@ def main() -> int:
         ],
         out=args.out,
         description=(
-            f"Each of the {total} attacks of tests/test_sql_attacks.py sent as the LLM's reply "
+            f"Each of the {total} attacks of tests/sql/test_sql_attacks.py sent as the LLM's reply "
             f"through SQLQueryEngine.query (sync), time-out {TIMEOUT_S} s, on twin databases "
             "that differ only in hidden data. Outcomes: held; hung (no answer within "
             f"{args.hang_s:g} s); crashed (an undocumented exception escaped); leaked (a hidden "

@@ -321,37 +321,37 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 #: Test groups by running time on a 2-core machine, longest first (``--durations=0``).
 LONGEST_GROUPS = (
-    "tests/test_raptor_tree.py",
-    "tests/test_cli.py",
-    "tests/test_sql_attacks.py::postgres-reader",
-    "tests/test_sql_attacks.py::postgres-owner",
-    "tests/test_sql_attacks.py::sqlite",
-    "tests/test_sql_tables.py",
-    "tests/test_local_embedding.py",
-    "tests/test_tenants.py",
-    "tests/test_local_llm.py",
-    "tests/test_faults_server.py",
-    "tests/test_milvus.py",
-    "tests/test_bm25_analysis.py",
-    "tests/test_pack.py",
-    "tests/test_chat_engine.py",
+    "tests/raptor/test_raptor_tree.py",
+    "tests/cli/test_cli.py",
+    "tests/sql/test_sql_attacks.py::postgres-reader",
+    "tests/sql/test_sql_attacks.py::postgres-owner",
+    "tests/sql/test_sql_attacks.py::sqlite",
+    "tests/sql/test_sql_tables.py",
+    "tests/models/test_local_embedding.py",
+    "tests/milvus/test_tenants.py",
+    "tests/models/test_local_llm.py",
+    "tests/milvus/test_faults_server.py",
+    "tests/milvus/test_milvus.py",
+    "tests/documents/test_bm25_analysis.py",
+    "tests/pack/test_pack.py",
+    "tests/chat/test_chat_engine.py",
     "tests/test_contract.py",
-    "tests/test_cli_session.py",
-    "tests/test_router_store.py",
-    "tests/test_sql_postgres.py",
+    "tests/cli/test_cli_session.py",
+    "tests/routing/test_router_store.py",
+    "tests/sql/test_sql_postgres.py",
 )
 #: Modules whose parametrised tests form one group per first part of their id (the SQL attack
 #: suite's backends: SQLite, PostgreSQL as reader and as owner, may run on different workers).
-SPLIT_BY_PARAM = {"tests/test_sql_attacks.py": ("postgres-reader", "postgres-owner", "sqlite")}
+SPLIT_BY_PARAM = {"tests/sql/test_sql_attacks.py": ("postgres-reader", "postgres-owner", "sqlite")}
 
 
 def xdist_group_of(nodeid: str) -> str:
     """The xdist group of a test: its module, or its module and backend (``SPLIT_BY_PARAM``).
 
-    >>> xdist_group_of("tests/test_sql_attacks.py::test_attack[sqlite-hidden-columns-3]")
-    'tests/test_sql_attacks.py::sqlite'
-    >>> xdist_group_of("tests/test_pack.py::test_pack_contract")
-    'tests/test_pack.py'
+    >>> xdist_group_of("tests/sql/test_sql_attacks.py::test_attack[sqlite-hidden-columns-3]")
+    'tests/sql/test_sql_attacks.py::sqlite'
+    >>> xdist_group_of("tests/pack/test_pack.py::test_pack_contract")
+    'tests/pack/test_pack.py'
     """
     module, _, params = nodeid.partition("::")
     params = params.partition("[")[2]

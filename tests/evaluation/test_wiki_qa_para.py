@@ -26,7 +26,7 @@ MAX_COPIED_RUN = 3
 MIN_QUESTIONS = {"wikipedia": 120, "lee": 30}
 MIN_TWO_HOP_SHARE = 0.15
 LEAD_FRACTION = 0.2
-MAKE_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "make_wiki_qa_para.py"
+MAKE_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "make_wiki_qa_para.py"
 
 
 def words(text: str) -> list[str]:

@@ -399,7 +399,7 @@ def test_importable_without_llama_index() -> None:
     """The reference rewriting (core/) works where llama_index cannot be imported (benchmarks run
     beside peers in other venvs): core's modules load with llama_index blocked and without the
     package root, whose facade imports the LlamaIndex components."""
-    package = Path(__file__).resolve().parents[1] / "llama_index_rag_pack"
+    package = Path(__file__).resolve().parents[2] / "llama_index_rag_pack"
     code = textwrap.dedent(
         f"""
         import importlib, importlib.abc, sys, types

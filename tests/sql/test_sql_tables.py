@@ -18,7 +18,7 @@ from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.sql.sql_tables import SQLTableSelector, table_summary
 from llama_index_rag_pack.testing import ScriptedLLM
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from _many_tables import build_database, questions  # noqa: E402
 

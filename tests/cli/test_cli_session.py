@@ -23,7 +23,7 @@ from llama_index_rag_pack.pack.routed import RoutedRagPack
 from llama_index_rag_pack.pack.sources import RouteSource
 from llama_index_rag_pack.testing import ScriptedLLM
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "pymilvus", "llama_index", "sentence_transformers")
 DOCS = [
     Document(text="Milvus is an open-source vector database built for AI.", doc_id="milvus"),

@@ -24,7 +24,7 @@ from llama_index_rag_pack.pack.sources import RouteSource
 from llama_index_rag_pack.routing.routes import Route
 from llama_index_rag_pack.routing.semantic_selector import SemanticSelector
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 from bench_routing import DATA, ROUTES  # noqa: E402
 

@@ -28,7 +28,7 @@ from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 from llama_index_rag_pack.testing import ScriptedLLM
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 120.0
 
 

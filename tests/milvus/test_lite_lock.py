@@ -29,7 +29,7 @@ time.sleep(600)
 
 def start_holder(uri: str) -> subprocess.Popen[str]:
     """A second process that opens ``uri`` and keeps it open; returns once it holds the lock."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen(
         [sys.executable, "-c", HOLDER, uri], stdout=subprocess.PIPE, text=True, env=env
     )
