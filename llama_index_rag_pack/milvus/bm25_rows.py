@@ -19,7 +19,7 @@ from llama_index_rag_pack.documents.bm25_analysis import (
     document_headings,
 )
 from llama_index_rag_pack.documents.language_profile import LanguageProfile
-from llama_index_rag_pack.documents.languages import normalize_language
+from llama_index_rag_pack.documents.languages import CJK_LANGUAGES, normalize_language
 from llama_index_rag_pack.milvus.bm25_fields import (
     BM25_TEXT_FIELD,
     LANGUAGE_KEY,
@@ -56,8 +56,14 @@ def analyse_nodes(
     if analysis.language_aware:
         by_doc: dict[str, list[str]] = {}
         for node, text in zip(nodes, texts, strict=True):
-            by_doc.setdefault(_doc_key(node), []).append(text)
-        hints = {doc: analysis.document_hint("\n".join(parts)) for doc, parts in by_doc.items()}
+            if _needs_hint(node):
+                by_doc.setdefault(_doc_key(node), []).append(text)
+        # a document of one chunk (a RAPTOR summary) is identified as that chunk is
+        hints = {
+            doc: analysis.document_hint("\n".join(parts))
+            for doc, parts in by_doc.items()
+            if len(parts) > 1
+        }
     out = []
     for node, text in zip(nodes, texts, strict=True):
         metadata = getattr(node, "metadata", None)
@@ -76,6 +82,16 @@ def analyse_nodes(
                     excluded.append(LANGUAGE_KEY)
         out.append(found)
     return out
+
+
+def _needs_hint(node: Any) -> bool:
+    """Whether a node's words may take its document's language: not when its metadata already
+    names a language other than Chinese or Japanese (read back: analysed in it as before)."""
+    metadata = getattr(node, "metadata", None)
+    recorded = (
+        normalize_language(metadata.get(LANGUAGE_KEY)) if isinstance(metadata, dict) else None
+    )
+    return recorded is None or recorded in CJK_LANGUAGES
 
 
 def _doc_key(node: Any) -> str:
