@@ -6,7 +6,10 @@ retrieved with any retriever and answered through a
 :class:`~llama_index_rag_pack.citations.cited_query_engine.CitedQueryEngine`: model markers,
 attribution of uncited sentences, reference styles, quotes and annotate modes all work as for one
 question. Citations are numbered per answer; ``source_nodes`` are the chunks the answer cites;
-``metadata["condensed_question"]`` is what was searched.
+``metadata["condensed_question"]`` is what was searched. When the condensed question drops the
+subject a follow-up refers to (a small model's habit), the follow-up joined to the previous
+question is searched instead and ``metadata["follow_up"]`` is ``"joined"``
+(:mod:`~llama_index_rag_pack.chat.follow_ups`).
 
 The conversation lives in core's ``Memory`` with a token limit below the LLM's context window;
 the history keeps each answer without its citations (:func:`history_text`), so old numbers and
@@ -17,29 +20,35 @@ links do not pile up in the condense prompt. A core ``BaseChatEngine``: ``chat``
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import AsyncGenerator, Generator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from llama_index.core import Settings
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.llms.generic_utils import messages_to_history_str
-from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse
 from llama_index.core.callbacks import trace_method
 from llama_index.core.chat_engine.types import (
-    AgentChatResponse,
     BaseChatEngine,
-    StreamingAgentChatResponse,
 )
 from llama_index.core.llms import LLM
 from llama_index.core.memory import BaseMemory
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import QueryBundle
 
+from llama_index_rag_pack.chat.chat_responses import (
+    CitedChatResponse,
+    CitedStreamingChatResponse,
+    chat_response,
+    finish_stream,
+    history_text,
+    streaming_chat_response,
+    text_delta,
+    turn_messages,
+)
 from llama_index_rag_pack.chat.chat_store import new_memory
+from llama_index_rag_pack.chat.follow_ups import searched_question
 from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
-from llama_index_rag_pack.citations.references import render_references
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count, check_query
 from llama_index_rag_pack.fusion.rewrite import parse_rewrite
 
@@ -62,38 +71,12 @@ DEFAULT_CONDENSE_PROMPT = PromptTemplate(
     "Standalone question:"
 )
 
-_SPACE_BEFORE_PUNCTUATION = re.compile(r"[ \t]+([.,;:!?])")
 
 #: The keywords of ``from_defaults`` that configure the chat rather than the query engine.
 _CHAT_OPTIONS = ("chat_history", "memory", "token_limit", "condense_prompt", "skip_condense")
 
 #: Tokens of the context window kept free for the condense prompt's own text and the reply.
 _PROMPT_ROOM = 512
-
-
-@dataclass
-class CitedChatResponse(AgentChatResponse):
-    """A chat turn's answer: ``response`` is the answer with its reference list, ``answer`` the
-    answer alone, ``source_nodes`` the cited chunks, ``citations`` the structured list,
-    ``context_nodes`` every chunk the LLM was shown, ``attribution`` the per-sentence support;
-    ``metadata`` is the cited response's, plus ``condensed_question``."""
-
-    answer: str = ""
-    citations: list[Any] = field(default_factory=list)
-    context_nodes: list[Any] = field(default_factory=list)
-    attribution: Any = None
-
-
-@dataclass
-class CitedStreamingChatResponse(StreamingAgentChatResponse):
-    """A streamed chat turn. ``metadata["condensed_question"]`` is set at once; ``source_nodes``,
-    ``citations``, ``answer`` and the rest of ``metadata`` when the stream ends."""
-
-    answer: str = ""
-    citations: list[Any] = field(default_factory=list)
-    context_nodes: list[Any] = field(default_factory=list)
-    attribution: Any = None
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 class CitedChatEngine(BaseChatEngine):
@@ -139,6 +122,7 @@ class CitedChatEngine(BaseChatEngine):
             condense_prompt = PromptTemplate(condense_prompt)
         self._condense_prompt = condense_prompt or DEFAULT_CONDENSE_PROMPT
         self._skip_condense = skip_condense
+        self._last_searched: str | None = None
         self.callback_manager = callback_manager or query_engine.callback_manager
 
     @classmethod
@@ -219,6 +203,7 @@ class CitedChatEngine(BaseChatEngine):
     def reset(self) -> None:
         """Forget the conversation."""
         self._memory.reset()
+        self._last_searched = None
 
     # ------------------------------------------------------------------ condensing
     def condense(self, message: str) -> str:
@@ -239,6 +224,29 @@ class CitedChatEngine(BaseChatEngine):
         )
         return self._condensed(reply, message)
 
+    def _searched(
+        self, message: str, condensed: str, history: Sequence[ChatMessage]
+    ) -> tuple[str, dict[str, str]]:
+        """What the turn searches: ``condensed``, or the follow-up joined to the last search
+        when ``condensed`` lost the conversation's subject."""
+        question, extra = condensed, {}
+        if history and not self._skip_condense:
+            last_turn = [str(m.content or "") for m in history[-2:]]
+            question, extra = searched_question(condensed, message, last_turn, self._last_searched)
+            if extra:
+                logger.info("Condensed %r dropped the subject: searching %r", condensed, question)
+        self._last_searched = question
+        return question, extra
+
+    def question(self, message: str) -> tuple[str, dict[str, str]]:
+        """The question a turn searches for ``message``, and the metadata about it."""
+        history = self._memory.get()
+        return self._searched(message, self.condense(message), history)
+
+    async def aquestion(self, message: str) -> tuple[str, dict[str, str]]:
+        history = await self._memory.aget()
+        return self._searched(message, await self.acondense(message), history)
+
     @staticmethod
     def _condense_args(history: Sequence[ChatMessage], message: str) -> dict[str, str]:
         return {"chat_history": messages_to_history_str(history), "question": message}
@@ -255,6 +263,7 @@ class CitedChatEngine(BaseChatEngine):
         message = check_query(message)
         if chat_history is not None:
             self._memory.set(list(chat_history))
+            self._last_searched = None
         return message
 
     # ------------------------------------------------------------------ turns
@@ -263,40 +272,40 @@ class CitedChatEngine(BaseChatEngine):
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedChatResponse:
         message = self._start(message, chat_history)
-        question = self.condense(message)
+        question, extra = self.question(message)
         nodes = self._engine.retrieve(QueryBundle(question))
         response = self._engine.respond(nodes, question, streaming=False)
-        self._memory.put_messages(_turn(message, response))
-        return _chat_response(response, question)
+        self._memory.put_messages(turn_messages(message, response))
+        return chat_response(response, question, extra)
 
     @trace_method("chat")
     async def achat(
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedChatResponse:
         message = self._start(message, chat_history)
-        question = await self.acondense(message)
+        question, extra = await self.aquestion(message)
         nodes = await self._engine.aretrieve(QueryBundle(question))
         response = await self._engine.arespond(nodes, question, streaming=False)
-        await self._memory.aput_messages(_turn(message, response))
-        return _chat_response(response, question)
+        await self._memory.aput_messages(turn_messages(message, response))
+        return chat_response(response, question, extra)
 
     @trace_method("chat")
     def stream_chat(
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedStreamingChatResponse:
         message = self._start(message, chat_history)
-        question = self.condense(message)
+        question, extra = self.question(message)
         nodes = self._engine.retrieve(QueryBundle(question))
         streamed = self._engine.respond(nodes, question, streaming=True)
-        chat = _streaming_chat_response(streamed, question)
+        chat = streaming_chat_response(streamed, question, extra)
 
         def gen() -> Generator[ChatResponse, None, None]:
             text = ""
             for delta in streamed.response_gen:
                 text += delta
-                yield _delta(text, delta)
-            _finish(chat, streamed)
-            self._memory.put_messages(_turn(message, streamed))
+                yield text_delta(text, delta)
+            finish_stream(chat, streamed)
+            self._memory.put_messages(turn_messages(message, streamed))
 
         chat.chat_stream = gen()
         return chat
@@ -306,71 +315,18 @@ class CitedChatEngine(BaseChatEngine):
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedStreamingChatResponse:
         message = self._start(message, chat_history)
-        question = await self.acondense(message)
+        question, extra = await self.aquestion(message)
         nodes = await self._engine.aretrieve(QueryBundle(question))
         streamed = await self._engine.arespond(nodes, question, streaming=True)
-        chat = _streaming_chat_response(streamed, question)
+        chat = streaming_chat_response(streamed, question, extra)
 
         async def agen() -> AsyncGenerator[ChatResponse, None]:
             text = ""
             async for delta in streamed.async_response_gen():
                 text += delta
-                yield _delta(text, delta)
-            _finish(chat, streamed)
-            await self._memory.aput_messages(_turn(message, streamed))
+                yield text_delta(text, delta)
+            finish_stream(chat, streamed)
+            await self._memory.aput_messages(turn_messages(message, streamed))
 
         chat.achat_stream = agen()
         return chat
-
-
-def _turn(message: str, response: Any) -> list[ChatMessage]:
-    return [
-        ChatMessage(role=MessageRole.USER, content=message),
-        ChatMessage(role=MessageRole.ASSISTANT, content=history_text(response)),
-    ]
-
-
-def history_text(response: Any) -> str:
-    """What the conversation remembers of a cited answer: its text with the citations removed
-    (no numbers, links or reference list to repeat in later condense prompts)."""
-    marked = (response.metadata or {}).get("marked_answer", response.answer)
-    plain = render_references(marked, response.context_nodes, style="empty")
-    return _SPACE_BEFORE_PUNCTUATION.sub(r"\1", plain).strip()
-
-
-def _chat_response(response: Any, question: str) -> CitedChatResponse:
-    return CitedChatResponse(
-        response=str(response.response or ""),
-        source_nodes=list(response.source_nodes),
-        metadata={**(response.metadata or {}), "condensed_question": question},
-        answer=response.answer,
-        citations=list(response.citations),
-        context_nodes=list(response.context_nodes),
-        attribution=response.attribution,
-    )
-
-
-def _streaming_chat_response(streamed: Any, question: str) -> CitedStreamingChatResponse:
-    """The chat response around a cited streaming response; tokens are read by the caller
-    (``response_gen`` / ``async_response_gen``), the memory is written when they end."""
-    metadata = streamed.metadata if streamed.metadata is not None else {}
-    metadata["condensed_question"] = question
-    return CitedStreamingChatResponse(
-        source_nodes=streamed.source_nodes,
-        metadata=metadata,
-        is_writing_to_memory=False,
-    )
-
-
-def _delta(text: str, delta: str) -> ChatResponse:
-    return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=delta)
-
-
-def _finish(chat: CitedStreamingChatResponse, streamed: Any) -> None:
-    """Copy what the cited stream filled in when it ended."""
-    chat.source_nodes[:] = streamed.source_nodes
-    chat.metadata.update(streamed.metadata or {})
-    chat.answer = streamed.answer
-    chat.citations[:] = streamed.citations
-    chat.context_nodes[:] = streamed.context_nodes
-    chat.attribution = streamed.attribution

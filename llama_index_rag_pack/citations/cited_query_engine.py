@@ -67,6 +67,7 @@ from llama_index_rag_pack.citations.cited_responses import (
     CitedResponseBuilder,
     as_streaming_response,
 )
+from llama_index_rag_pack.citations.extractive_answers import ExtractiveAnswerer
 from llama_index_rag_pack.citations.quoted_answers import (
     arequest_quotes,
     mark_verified_quotes,
@@ -77,6 +78,7 @@ from llama_index_rag_pack.citations.quotes import DEFAULT_FUZZY_THRESHOLD
 from llama_index_rag_pack.citations.reference_styles import ReferenceStyle
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.query_bases import PromptAttributes
+from llama_index_rag_pack.models.answer_style import resolve_answer_style
 from llama_index_rag_pack.models.settings import resolve_llm
 
 logger = logging.getLogger(__name__)
@@ -113,6 +115,12 @@ class CitedQueryEngine(PromptAttributes, BaseQueryEngine):
             it from an index). ``None``: no attribution.
         attribution: ``True`` (default): attribute the sentences the LLM left uncited when an
             ``embed_model`` is given; ``False``: never; or a configured ``SentenceAttributor``.
+        answer_style: ``"auto"`` (default): ``extractive`` for a local GGUF model below
+            ``SMALL_MODEL_PARAMETERS`` (the bundled one), ``generative`` for any other LLM; or
+            name one. An extractive answer is the passages' own sentences under a short answer
+            line, cited in every ``mode`` (``citations/extractive_answers.py``).
+        short_answer: How an extractive answer's short line is chosen: ``"rule"`` (default),
+            ``"model"`` (the LLM picks among the rule's spans) or ``"none"``.
         citation_qa_template, quotes_template, annotate_answer_template, annotate_template:
             Prompt overrides (also via ``update_prompts``).
         callback_manager: LlamaIndex callbacks.
@@ -145,6 +153,8 @@ class CitedQueryEngine(PromptAttributes, BaseQueryEngine):
         fuzzy_threshold: float = DEFAULT_FUZZY_THRESHOLD,
         embed_model: BaseEmbedding | None = None,
         attribution: bool | SentenceAttributor = True,
+        answer_style: str = "auto",
+        short_answer: str = "rule",
         citation_qa_template: BasePromptTemplate | None = None,
         quotes_template: BasePromptTemplate | None = None,
         annotate_answer_template: BasePromptTemplate | None = None,
@@ -169,6 +179,8 @@ class CitedQueryEngine(PromptAttributes, BaseQueryEngine):
         self.streaming = streaming
         self.fuzzy_threshold = fuzzy_threshold
         self.attributor = resolve_attributor(attribution, embed_model)
+        self.answer_style = resolve_answer_style(answer_style, llm)
+        self.extractor = ExtractiveAnswerer(embed_model, llm, short_answer=short_answer)
         self._qa_template = citation_qa_template or DEFAULT_CITATION_QA_PROMPT
         self._quotes_template = quotes_template or DEFAULT_QUOTES_PROMPT
         self._annotate_answer_template = annotate_answer_template or DEFAULT_ANNOTATE_ANSWER_PROMPT
@@ -343,14 +355,16 @@ class CitedQueryEngine(PromptAttributes, BaseQueryEngine):
         :meth:`retrieve`): a ``CitedResponse``, or a streaming one when ``streaming`` (default:
         the engine's ``streaming``). A chat engine asks with the question it condensed."""
         streaming = self.streaming if streaming is None else streaming
-        if self.mode == CitationMode.MARKERS:
+        if self.answer_style == "extractive":
+            response = self.extractor.response(self._responses, nodes, query)
+        elif self.mode == CitationMode.MARKERS:
             kwargs = {"context_str": format_context(nodes), "query_str": query}
             if streaming:
                 tokens = self._llm.stream(self._qa_template, **kwargs)
                 return self._responses.stream(tokens, nodes, self._attribute_streamed(nodes))
             raw = self._llm.predict(self._qa_template, **kwargs)
             return self._build(nodes, raw, raw)
-        if self.mode == CitationMode.QUOTES:
+        elif self.mode == CitationMode.QUOTES:
             response = self._query_quotes(nodes, query)
         else:
             response = self._query_annotate(nodes, query)
@@ -361,14 +375,16 @@ class CitedQueryEngine(PromptAttributes, BaseQueryEngine):
     ) -> Any:
         """Async :meth:`respond` (a streaming response is an async one)."""
         streaming = self.streaming if streaming is None else streaming
-        if self.mode == CitationMode.MARKERS:
+        if self.answer_style == "extractive":
+            response = await self.extractor.aresponse(self._responses, nodes, query)
+        elif self.mode == CitationMode.MARKERS:
             kwargs = {"context_str": format_context(nodes), "query_str": query}
             if streaming:
                 tokens = await self._llm.astream(self._qa_template, **kwargs)
                 return self._responses.astream(tokens, nodes, self._aattribute_streamed(nodes))
             raw = await self._llm.apredict(self._qa_template, **kwargs)
             return await self._abuild(nodes, raw, raw)
-        if self.mode == CitationMode.QUOTES:
+        elif self.mode == CitationMode.QUOTES:
             response = await self._aquery_quotes(nodes, query)
         else:
             response = await self._aquery_annotate(nodes, query)

@@ -101,6 +101,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
+    from llama_index_rag_pack.models.answer_style import resolve_answer_style
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
     timings: dict[str, float] = {}
@@ -124,11 +125,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
         f"  {pack.count()} chunks in collection {pack.vector_store.collection_name!r} "
         f"at {kwargs['uri']}"
     )
-    with step("loading the LLM", timings):
-        llm = pack.llm
-        if hasattr(llm, "load"):
-            llm.load()
-    print_models(pack)
+    llm = pack.llm
+    if args.no_citations or resolve_answer_style(args.answer_style, llm) == "generative":
+        with step("loading the LLM", timings):  # extractive answers never call it
+            if hasattr(llm, "load"):
+                llm.load()
+    print_models(pack, args.answer_style, citations=not args.no_citations)
     for question in args.questions or DEMO_QUESTIONS:
         out(f"\nQ: {question}")
         start = time.perf_counter()
@@ -141,6 +143,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             fmt=args.format,
             citations=not args.no_citations,
             show_sources=True,
+            answer_style=args.answer_style,
         )
         timings[f"answer: {question}"] = time.perf_counter() - start
     out("\nTimings:")

@@ -46,7 +46,10 @@ class ChatSession:
         if self._engine is None:
             options = self.session.answer_options()
             self._engine = self.session.pack.make_chat_engine(
-                self.session.args.mode, citation_style=options["fmt"], **options["scope"]
+                self.session.args.mode,
+                citation_style=options["fmt"],
+                answer_style=options["answer_style"],
+                **options["scope"],
             )
         return self._engine
 

@@ -31,6 +31,14 @@ def add_citation_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="plain answer without citations; list the retrieved chunks instead",
     )
+    p.add_argument(
+        "--answer-style",
+        default="auto",
+        choices=["auto", "extractive", "generative"],
+        help="extractive: the passages' own sentences under a short answer line, cited; "
+        "generative: the LLM writes the answer; auto (default): extractive with a local model "
+        "below 1B weights (the bundled one), generative with any other",
+    )
 
 
 def add_route_options_lazily(p: argparse.ArgumentParser) -> None:

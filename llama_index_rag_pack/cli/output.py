@@ -60,13 +60,19 @@ def pack_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def print_models(pack: Any) -> None:
+def print_models(pack: Any, answer_style: str | None = None, citations: bool = True) -> None:
+    """The models and store in use; with ``answer_style``, which style answers."""
     info = pack.describe()
     out(f"  embedding : {info['embedding']}")
     out(f"  store     : {info['vector_store']}")
     if info.get("bm25"):
         out(f"  bm25      : {info['bm25']}")
     out(f"  llm       : {info['llm']}")
+    if answer_style is not None:
+        from llama_index_rag_pack.models.answer_style import describe_answer_style
+
+        style = describe_answer_style(answer_style, pack.llm) if citations else None
+        out(f"  answers   : {style or 'generative (--no-citations)'}")
 
 
 def source_label(node: Any) -> str:
@@ -100,14 +106,17 @@ def answer(
     citations: bool = True,
     show_sources: bool = False,
     scope: dict[str, Any] | None = None,
+    answer_style: str = "auto",
 ) -> None:
     """Print the answer (streamed as it comes); with citations, the rewritten answer and its
     reference list in the ``fmt`` style (text, markdown, html); with ``show_sources``, each cited
     passage with the sentence supporting the answer highlighted; ``scope``: the ``filters`` and
-    ``tenant`` of ``--filter`` / ``--tenant``."""
+    ``tenant`` of ``--filter`` / ``--tenant``; ``answer_style``: ``--answer-style``."""
     scope = scope or {}
     if citations:
-        engine = pack.make_query_engine(mode, streaming=stream, citation_style=fmt, **scope)
+        engine = pack.make_query_engine(
+            mode, streaming=stream, citation_style=fmt, answer_style=answer_style, **scope
+        )
     else:
         engine = pack.make_query_engine(mode, streaming=stream, citations=False, **scope)
     response = engine.query(question)

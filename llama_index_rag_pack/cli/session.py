@@ -68,6 +68,7 @@ class Session:
             "citations": not args.no_citations,
             "show_sources": getattr(args, "show_sources", False),
             "scope": self.scope,
+            "answer_style": args.answer_style,
         }
 
     def print_timings(self) -> None:
@@ -97,15 +98,28 @@ def open_session(args: argparse.Namespace) -> Session:
         embed_model = settings.resolve_embed_model(args.embed_model)
     with progress(f"opening Milvus at {uri}", timings):
         pack = _open_pack(args, uri, routed, llm, embed_model)
-    with progress(f"loading LLM ({settings.describe_llm(llm)})", timings):
-        if hasattr(llm, "load"):
-            llm.load()
+    if _answers_need_llm(args, routed, llm):  # else it loads if and when it is first used
+        with progress(f"loading LLM ({settings.describe_llm(llm)})", timings):
+            if hasattr(llm, "load"):
+                llm.load()
     if fields is not None:
         from llama_index_rag_pack.pack.self_query import configure_self_query
 
         configure_self_query(pack, fields)
-    _cli.print_models(pack)
+    _cli.print_models(pack, args.answer_style, citations=not args.no_citations)
     return Session(args=args, pack=pack, routed=routed, timings=timings, scope=scope)
+
+
+def _answers_need_llm(args: argparse.Namespace, routed: bool, llm: Any) -> bool:
+    """Whether the session's answers call the LLM: not when ``rag-pack ask`` answers
+    extractively (the passages' own sentences) without routing or self-query."""
+    from llama_index_rag_pack.models.answer_style import resolve_answer_style
+
+    if args.func.__name__ != "cmd_ask" or routed or args.no_citations:
+        return True
+    if args.mode is not None and args.mode != "hybrid_convex":
+        return True  # a mode may ask the LLM (HyDE, rewrites, self-query, ...)
+    return resolve_answer_style(args.answer_style, llm) != "extractive"
 
 
 def _self_query_fields(args: argparse.Namespace) -> Any:

@@ -18,7 +18,13 @@ from importlib import resources
 
 from llama_index_rag_pack.documents.languages import SNOWBALL_LANGUAGES
 
-__all__ = ["CHINESE_STOP_WORDS", "ENGLISH_STOP_WORDS", "JAPANESE_STOP_WORDS", "stop_words"]
+__all__ = [
+    "CHINESE_STOP_WORDS",
+    "ENGLISH_FUNCTION_WORDS",
+    "ENGLISH_STOP_WORDS",
+    "JAPANESE_STOP_WORDS",
+    "stop_words",
+]
 
 
 @functools.lru_cache(maxsize=1)
@@ -35,6 +41,24 @@ def _snowball_stop_lists() -> dict[str, list[str]]:
 ENGLISH_STOP_WORDS = frozenset(
     "a an and are as at be but by for if in into is it no not of on or such that the their "
     "then there these they this to was will with".split()
+)
+#: English function words: the Snowball English stop list (pronouns, auxiliaries, question
+#: words, prepositions, ...), for telling a sentence's content words from the rest (short
+#: answers, chat follow-ups), not for BM25.
+ENGLISH_FUNCTION_WORDS = frozenset(
+    """
+    i me my myself we our ours ourselves you your yours yourself yourselves he him his himself
+    she her hers herself it its itself they them their theirs themselves what which who whom
+    this that these those am is are was were be been being have has had having do does did
+    doing would should could ought i'm you're he's she's it's we're they're i've you've we've
+    they've i'd you'd he'd she'd we'd they'd i'll you'll he'll she'll we'll they'll isn't
+    aren't wasn't weren't hasn't haven't hadn't doesn't don't didn't won't wouldn't shan't
+    shouldn't can't cannot couldn't mustn't let's that's who's what's here's there's when's
+    where's why's how's a an the and but if or because as until while of at by for with about
+    against between into through during before after above below to from up down in out on off
+    over under again further then once here there when where why how all any both each few
+    more most other some such no nor not only own same so than too very
+    """.split()
 )
 #: Chinese function words and question words: what a question adds around its content words
 #: (的, 了, 是, 什么, 怎么, 如何, 为什么, ...), as the segmenter cuts them.

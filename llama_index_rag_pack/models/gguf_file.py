@@ -44,12 +44,15 @@ class GGUFInfo:
         context_length: The training context in tokens (``<arch>.context_length``), or ``None``.
         chat_template: The Jinja chat template the file carries, or ``None``.
         name: ``general.name`` when set.
+        parameters: How many weights the file's tensors hold (the model's size: 134,515,008
+            for the bundled SmolLM2-135M), or ``None`` when the tensor table is unreadable.
     """
 
     architecture: str
     context_length: int | None
     chat_template: str | None
     name: str | None
+    parameters: int | None = None
 
 
 class _Reader:
@@ -104,6 +107,8 @@ def read_gguf_info(path: str | Path) -> GGUFInfo:
         >>> info = read_gguf_info(bundled_gguf_path())
         >>> info.architecture, info.context_length, info.chat_template is not None
         ('llama', 8192, True)
+        >>> info.parameters
+        134515008
     """
     path = Path(path)
     if not path.is_file():
@@ -133,7 +138,7 @@ def _parse(buf: Any) -> GGUFInfo:
     version = reader.scalar("<I")
     if version not in (2, 3):
         raise ValueError(f"unsupported GGUF version {version}")
-    reader.scalar("<Q")  # tensor count
+    n_tensors = reader.scalar("<Q")
     n_kv = reader.scalar("<Q")
     meta: dict[str, Any] = {}
     for _ in range(n_kv):
@@ -151,4 +156,26 @@ def _parse(buf: Any) -> GGUFInfo:
         context_length=int(ctx) if isinstance(ctx, int) and ctx > 0 else None,
         chat_template=template if isinstance(template, str) and template.strip() else None,
         name=name if isinstance(name, str) else None,
+        parameters=_parameter_count(reader, n_tensors),
     )
+
+
+def _parameter_count(reader: _Reader, n_tensors: int) -> int | None:
+    """The sum of the tensors' element counts, read from the tensor table after the metadata
+    (``None`` when it does not read cleanly)."""
+    total = 0
+    try:
+        for _ in range(n_tensors):
+            reader.string()  # the tensor's name
+            n_dims = reader.scalar("<I")
+            if n_dims > 8:
+                return None
+            size = 1
+            for _ in range(n_dims):
+                size *= reader.scalar("<Q")
+            reader.scalar("<I")  # element type
+            reader.scalar("<Q")  # offset
+            total += size
+    except (struct.error, ValueError):
+        return None
+    return total or None

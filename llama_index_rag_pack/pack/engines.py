@@ -12,6 +12,8 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import RetrieverQueryEngine
 
 from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.models.answer_style import check_answer_style
 from llama_index_rag_pack.pack.pack_view import PackView
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -64,18 +66,25 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "citations": True,
     "citation_style": "markdown",
     "citation_mode": "markers",
+    "answer_style": "auto",
 }
 
 
 def query_engine_key(
-    mode: str, *, streaming: bool, citations: bool, citation_style: Any, citation_mode: str
+    mode: str,
+    *,
+    streaming: bool,
+    citations: bool,
+    citation_style: Any,
+    citation_mode: str,
+    answer_style: str = "auto",
 ) -> tuple[Any, ...]:
     """The cache key of ``pack.make_query_engine(mode, ...)`` (a style object counts by
     identity)."""
     if not citations:
         return (mode, streaming)
     style_key = citation_style if isinstance(citation_style, str) else id(citation_style)
-    return (mode, streaming, citations, style_key, citation_mode)
+    return (mode, streaming, citations, style_key, citation_mode, answer_style)
 
 
 def build_query_engine(
@@ -88,13 +97,24 @@ def build_query_engine(
     citation_mode: str,
     callback_manager: CallbackManager,
     embed_model: Any = None,
+    answer_style: str = "auto",
 ) -> BaseQueryEngine:
     """A query engine answering from ``retriever`` with ``llm``.
 
     With ``citations`` a :class:`~llama_index_rag_pack.CitedQueryEngine` (``citation_mode`` and
     ``citation_style`` are its ``mode`` and ``style``; ``embed_model`` attributes the sentences
-    the LLM leaves uncited), otherwise core's ``RetrieverQueryEngine``.
+    the LLM leaves uncited; ``answer_style`` its answer style), otherwise core's
+    ``RetrieverQueryEngine`` (whose answers are the LLM's own).
+
+    Raises:
+        ConfigurationError: ``answer_style="extractive"`` without citations (an extractive
+            answer is cited by construction: ``citation_style="empty"`` hides the markers).
     """
+    if not citations and check_answer_style(answer_style) == "extractive":
+        raise ConfigurationError(
+            "answer_style='extractive' needs citations=True (an extractive answer cites each "
+            "line); use citation_style='empty' to hide the markers."
+        )
     if citations:
         return CitedQueryEngine(
             retriever,
@@ -103,6 +123,7 @@ def build_query_engine(
             style=citation_style,
             streaming=streaming,
             embed_model=embed_model,
+            answer_style=answer_style,
             callback_manager=callback_manager,
         )
     return RetrieverQueryEngine.from_args(
@@ -118,6 +139,7 @@ def build_chat_engine(
     tenant: str | None = None,
     citation_style: Any = "markdown",
     citation_mode: str = "markers",
+    answer_style: str = "auto",
     **chat_options: Any,
 ) -> Any:
     """``pack.make_chat_engine(...)``: a :class:`~llama_index_rag_pack.CitedChatEngine` over
@@ -128,6 +150,10 @@ def build_chat_engine(
 
     retriever = pack.retriever(mode, filters=filters, tenant=tenant)
     engine = pack.engine_for(
-        retriever, citations=True, citation_style=citation_style, citation_mode=citation_mode
+        retriever,
+        citations=True,
+        citation_style=citation_style,
+        citation_mode=citation_mode,
+        answer_style=answer_style,
     )
     return CitedChatEngine.from_query_engine(engine, **chat_options)

@@ -33,6 +33,7 @@ from llama_index_rag_pack.milvus.document_rows import delete_document_rows, grou
 from llama_index_rag_pack.milvus.lite import discard_new_lite_db_on_failure
 from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
 from llama_index_rag_pack.milvus.tenants import check_tenants
+from llama_index_rag_pack.models.answer_style import describe_answer_style
 from llama_index_rag_pack.models.settings import (
     default_milvus_uri,
     describe_embed_model,
@@ -200,6 +201,11 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             "vector_store": f"Milvus collection {getattr(store, 'collection_name', '?')!r}"
             + (f" at {self.uri}" if self.uri else ""),
             "llm": describe_llm(self._llm) if self._llm is not None else "(not loaded yet)",
+            "answer_style": (
+                describe_answer_style("auto", self._llm)
+                if self._llm is not None
+                else "auto (decided when the LLM is resolved)"
+            ),
             **indexing.describe_bm25(store),
         }
 
@@ -283,6 +289,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         citations: bool = True,
         citation_style: Any = "markdown",
         citation_mode: str = "markers",
+        answer_style: str = "auto",
         filters: Any = None,
         tenant: str | None = None,
     ) -> BaseQueryEngine:
@@ -291,8 +298,11 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         By default a :class:`~llama_index_rag_pack.CitedQueryEngine`: the answer carries
         renumbered citations in ``citation_style`` (``markdown``, ``text``, ``html``, ``empty`` or a
         ``ReferenceStyle``) and ``source_nodes`` are the cited chunks. ``citations=False`` gives
-        core's plain ``RetrieverQueryEngine``. ``mode`` defaults to :attr:`default_mode`;
-        ``filters`` and ``tenant`` scope its retriever (``docs/filters.md``).
+        core's plain ``RetrieverQueryEngine``. ``answer_style``: ``auto`` (extractive with a
+        small local model such as the bundled one, generative with any other LLM),
+        ``extractive`` or ``generative`` (``docs/citations.md``). ``mode`` defaults to
+        :attr:`default_mode`; ``filters`` and ``tenant`` scope its retriever
+        (``docs/filters.md``).
         """
         mode = RetrievalMode.parse(self.default_mode if mode is None else mode)
         retriever = self.retriever(mode, filters=filters, tenant=tenant)
@@ -301,6 +311,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             citations=citations,
             citation_style=citation_style,
             citation_mode=citation_mode,
+            answer_style=answer_style,
         )
         key = query_engine_key(mode, **options) + (id(retriever),)
         if key not in self._query_engines:
@@ -310,7 +321,8 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
     def engine_for(self, retriever: BaseRetriever, **options: Any) -> BaseQueryEngine:
         """The pack's query engine over ``retriever``: its LLM, callbacks and embedding model
         (which attributes uncited sentences), with ``make_query_engine``'s ``options``
-        (``streaming``, ``citations``, ``citation_style``, ``citation_mode``). Every engine of
+        (``streaming``, ``citations``, ``citation_style``, ``citation_mode``,
+        ``answer_style``). Every engine of
         the pack and of ``rag-pack ask`` is made here."""
         return build_query_engine(
             retriever,
@@ -323,7 +335,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
     def make_chat_engine(self, mode: str | None = None, **options: Any) -> Any:
         """A :class:`~llama_index_rag_pack.CitedChatEngine` over ``mode``'s retriever (default
         :attr:`default_mode`): follow-ups condensed, answers cited. ``options``: ``filters``,
-        ``tenant``, ``citation_style``, ``citation_mode``, and the chat engine's
+        ``tenant``, ``citation_style``, ``citation_mode``, ``answer_style``, and the chat engine's
         (``chat_history``, ``memory``, ``token_limit``, ``condense_prompt``, ``skip_condense``)."""
         mode = RetrievalMode.parse(self.default_mode if mode is None else mode)
         return build_chat_engine(self, mode, **options)
@@ -356,7 +368,8 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
     def run(
         self, query: str, *, mode: str | RetrievalMode | None = None, **kwargs: Any
     ) -> RESPONSE_TYPE:
-        """Answer ``query`` with the query engine of ``mode`` (default :attr:`default_mode`)."""
+        """Answer ``query`` with the query engine of ``mode`` (default :attr:`default_mode`);
+        ``kwargs`` are :meth:`make_query_engine`'s (``answer_style``, ``citation_mode``, ...)."""
         with checked_question(query):  # before the engine (and its LLM) loads
             return self.make_query_engine(mode, **kwargs).query(query)
 

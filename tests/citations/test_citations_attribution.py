@@ -376,7 +376,9 @@ class TwoPassages(BaseRetriever):
 def test_the_bundled_local_model_gets_cited_answers(local_llm, embed_model, capsys) -> None:
     """SmolLM2-135M writes no marker; its answer still cites the passage its words come from (it
     may well be the wrong passage for the question: that is what the evidence shows)."""
-    eng = CitedQueryEngine(TwoPassages(), local_llm, embed_model=embed_model, style="text")
+    eng = CitedQueryEngine(
+        TwoPassages(), local_llm, embed_model=embed_model, style="text", answer_style="generative"
+    )
     response = eng.query("Who were the astronauts of Apollo 11?")
     assert "](id=" not in response.raw_answer
     assert response.metadata["citation_origin"] == "attributed", response.raw_answer
