@@ -85,16 +85,17 @@ class CapableLLM:
     def __init__(self) -> None:
         from llama_index_rag_pack.testing import ScriptedLLM
 
-        self.llm = ScriptedLLM(replies=[])
+        self.reply = "The passages do not say."
+        self.llm = ScriptedLLM(replies=lambda prompt: self.reply)
 
     def prepare(self, example: Any, nodes: list[Any]) -> None:
         from llama_index_rag_pack.evaluation.metrics import answer_in_text
 
         for position, nws in enumerate(nodes, start=1):
             if answer_in_text(nws.node.get_content(), example.answers):
-                self.llm.replies = [f"{example.answers[0]} [1](id={position})."]
+                self.reply = f"{example.answers[0]} [1](id={position})."
                 return
-        self.llm.replies = ["The passages do not say."]
+        self.reply = "The passages do not say."
 
 
 def cited_lines(marked: str) -> list[tuple[str, list[int]]]:
@@ -143,34 +144,35 @@ def score(example: Any, response: Any, seconds: float) -> dict[str, Any]:
 
 
 def run_row(pack: Any, examples: list[Any], options: dict[str, Any]) -> list[dict[str, Any]]:
-    options = dict(options)
-    capable = options.pop("capable", False)
-    if capable:
-        from llama_index_rag_pack.pack.engines import build_query_engine
-
-        scripted = CapableLLM()
-        engine = build_query_engine(
-            pack.retriever(),
-            llm=scripted.llm,
-            streaming=False,
-            citations=True,
-            citation_style="markdown",
-            citation_mode="markers",
-            callback_manager=pack.callback_manager,
-            embed_model=pack.embed_model,
-        )
+    """Every question answered one at a time: through ``pack.run`` (with ``answer_style``
+    only), or through a ``CitedQueryEngine`` made as the pack makes its own (the pack's
+    retriever, LLM and embedding model) with the row's engine options."""
     from llama_index.core.schema import QueryBundle
 
+    from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
+
+    options = dict(options)
+    capable = CapableLLM() if options.pop("capable", False) else None
+    engine = None
+    if capable is not None or "short_answer" in options:
+        engine = CitedQueryEngine(
+            pack.retriever(),
+            capable.llm if capable is not None else pack.llm,
+            embed_model=pack.embed_model,
+            callback_manager=pack.callback_manager,
+            **options,
+        )
+    pack.run(examples[0].question)  # warm-up: models loaded, caches filled
     rows = []
-    pack.run(examples[0].question, **options)  # warm-up: models loaded, caches filled
     for example in examples:
         start = time.perf_counter()
-        if capable:
-            nodes = engine.retrieve(QueryBundle(example.question))
-            scripted.prepare(example, nodes)
-            response = engine.respond(nodes, example.question)
-        else:
+        if engine is None:
             response = pack.run(example.question, **options)
+        else:
+            nodes = engine.retrieve(QueryBundle(example.question))
+            if capable is not None:
+                capable.prepare(example, nodes)
+            response = engine.respond(nodes, example.question)
         rows.append(score(example, response, time.perf_counter() - start))
     return rows
 

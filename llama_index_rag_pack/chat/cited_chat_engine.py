@@ -47,7 +47,7 @@ from llama_index_rag_pack.chat.chat_responses import (
     turn_messages,
 )
 from llama_index_rag_pack.chat.chat_store import new_memory
-from llama_index_rag_pack.chat.follow_ups import searched_question
+from llama_index_rag_pack.chat.follow_ups import needs_context, searched_question
 from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count, check_query
 from llama_index_rag_pack.fusion.rewrite import parse_rewrite
@@ -122,7 +122,7 @@ class CitedChatEngine(BaseChatEngine):
             condense_prompt = PromptTemplate(condense_prompt)
         self._condense_prompt = condense_prompt or DEFAULT_CONDENSE_PROMPT
         self._skip_condense = skip_condense
-        self._last_searched: str | None = None
+        self._subject: str | None = None
         self.callback_manager = callback_manager or query_engine.callback_manager
 
     @classmethod
@@ -203,7 +203,7 @@ class CitedChatEngine(BaseChatEngine):
     def reset(self) -> None:
         """Forget the conversation."""
         self._memory.reset()
-        self._last_searched = None
+        self._subject = None
 
     # ------------------------------------------------------------------ condensing
     def condense(self, message: str) -> str:
@@ -227,15 +227,16 @@ class CitedChatEngine(BaseChatEngine):
     def _searched(
         self, message: str, condensed: str, history: Sequence[ChatMessage]
     ) -> tuple[str, dict[str, str]]:
-        """What the turn searches: ``condensed``, or the follow-up joined to the last search
-        when ``condensed`` lost the conversation's subject."""
+        """What the turn searches: ``condensed``, or the follow-up joined to the last question
+        that named its subject when ``condensed`` lost it."""
         question, extra = condensed, {}
         if history and not self._skip_condense:
             last_turn = [str(m.content or "") for m in history[-2:]]
-            question, extra = searched_question(condensed, message, last_turn, self._last_searched)
+            question, extra = searched_question(condensed, message, last_turn, self._subject)
             if extra:
-                logger.info("Condensed %r dropped the subject: searching %r", condensed, question)
-        self._last_searched = question
+                logger.info("Condensed %r lost the follow-up: searching %r", condensed, question)
+        if not extra and not (history and needs_context(message)):
+            self._subject = question  # a question that names its subject
         return question, extra
 
     def question(self, message: str) -> tuple[str, dict[str, str]]:
@@ -263,7 +264,7 @@ class CitedChatEngine(BaseChatEngine):
         message = check_query(message)
         if chat_history is not None:
             self._memory.set(list(chat_history))
-            self._last_searched = None
+            self._subject = None
         return message
 
     # ------------------------------------------------------------------ turns

@@ -80,14 +80,18 @@ def _content_terms(text: str) -> set[str]:
 
 
 def lost_subject(condensed: str, message: str, last_turn: Sequence[str]) -> bool:
-    """Whether the ``condensed`` question dropped the subject the follow-up ``message`` refers
-    to: ``message`` :func:`needs_context`, yet ``condensed`` shares no content word with
-    ``last_turn`` (the previous question and answer) that ``message`` does not hold itself."""
+    """Whether the ``condensed`` question lost what the follow-up ``message`` asks about:
+    ``message`` :func:`needs_context`, yet ``condensed`` shares no content word with
+    ``last_turn`` (the previous question and answer) that ``message`` does not hold itself, or
+    it keeps fewer than half of ``message``'s own content words (a small model's condensation
+    often answers the last question again instead)."""
     if not last_turn or not needs_context(message):
         return False
-    carried = _content_terms(condensed) - _content_terms(message)
+    own = _content_terms(message)
+    condensed_terms = _content_terms(condensed)
+    carried = condensed_terms - own
     previous = set().union(*(_content_terms(text) for text in last_turn))
-    return not carried & previous
+    return not carried & previous or len(own & condensed_terms) * 2 < len(own)
 
 
 def joined_question(previous: str, message: str) -> str:
@@ -96,13 +100,13 @@ def joined_question(previous: str, message: str) -> str:
 
 
 def searched_question(
-    condensed: str, message: str, last_turn: Sequence[str], previous_question: str | None
+    condensed: str, message: str, last_turn: Sequence[str], subject_question: str | None
 ) -> tuple[str, dict[str, str]]:
     """What a chat turn searches, and what its metadata records about it: ``condensed``, or,
-    when it :func:`lost_subject`, the follow-up joined to ``previous_question`` (what the last
-    turn searched; default: the last turn's question), with ``condensed_reply`` (the dropped
-    condensation) and ``follow_up="joined"``."""
+    when it :func:`lost_subject`, the follow-up joined to ``subject_question`` (the last
+    question searched that named its subject; default: the last turn's question), with
+    ``condensed_reply`` (the condensation set aside) and ``follow_up="joined"``."""
     if not lost_subject(condensed, message, last_turn):
         return condensed, {}
-    previous = previous_question or last_turn[0]
-    return joined_question(previous, message), {"condensed_reply": condensed, "follow_up": "joined"}
+    subject = subject_question or last_turn[0]
+    return joined_question(subject, message), {"condensed_reply": condensed, "follow_up": "joined"}

@@ -35,8 +35,10 @@ __all__ = [
     "MAX_SPAN_WORDS",
     "Span",
     "best_span",
+    "confident_span",
     "question_kind",
     "ranked_spans",
+    "scored_spans",
     "span_candidates",
 ]
 
@@ -91,7 +93,8 @@ _NUMBER_QUESTION = re.compile(
     r"\b(how (many|much|long|old|far|tall|big|often|large|high|deep|wide|heavy|fast|hot|cold|"
     r"great|small)|what (percentage|percent|share|proportion|fraction|number|amount|age|size|"
     r"population|rate|price|cost|speed|height|length|distance|temperature|total|sum|rank|"
-    r"place|position)|what was the (\w+ )?(output|population|total|attendance|budget))\b",
+    r"place|position)|what (was|is|were|are) the ([\w'’]+ ){0,3}(output|population|total|"
+    r"attendance|budget|production|revenue|capacity|area))\b",
     re.I,
 )
 _TERM_QUESTION = re.compile(
@@ -99,7 +102,7 @@ _TERM_QUESTION = re.compile(
     r"nickname|word for|title)\b",
     re.I,
 )
-_NAME_QUESTION = re.compile(r"\b(who|whom|whose|which|where|what (\w+ ){0,2}(name|called))\b", re.I)
+_NAME_QUESTION = re.compile(r"\b(who|whom|whose|which|where|what (\w+ ){0,2}name)\b", re.I)
 
 #: The question words of each kind, in the order that breaks a tie (the earliest in the
 #: question wins: "how many ... when ..." asks for a number).
@@ -128,6 +131,10 @@ DURATION_PENALTY = 0.5
 _TIME_UNIT = re.compile(
     r"\b(years?|months?|weeks?|days?|hours?|minutes?|long|old|age|decades?|centur(y|ies))\b", re.I
 )
+#: The least score of a short answer shown on its own (its kind matches the question's, it is
+#: near the question's words), and its least lead over the next span; fitted on the dev split.
+MIN_SPAN_SCORE = 1.3
+MIN_SPAN_MARGIN = 0.2
 #: The farthest distance that counts (words).
 MAX_DISTANCE = 12
 
@@ -211,7 +218,7 @@ def span_candidates(question: str, sentence: str) -> list[Span]:
             found.append(Span(part.strip(" ,."), max(start, 0), "clause"))
     out: dict[str, Span] = {}
     for span in found:
-        text = " ".join(span.text.split()[:MAX_SPAN_WORDS]).strip(" ,;:.")
+        text = _first_words(span.text).strip(" ,;:.")
         words = _words(text)
         if not words or set(words) <= asked or text.lower() in out:
             continue
@@ -219,13 +226,26 @@ def span_candidates(question: str, sentence: str) -> list[Span]:
     return list(out.values())
 
 
+def _is_asked(word: str, asked: set[str], stems: set[str]) -> bool:
+    """Whether ``word`` is one of the question's (or shares its first 5 letters with one)."""
+    return word in asked or (len(word) >= 4 and word[:5] in stems)
+
+
+def _stems(asked: set[str]) -> set[str]:
+    return {w[:5] for w in asked if len(w) >= 4}
+
+
+def _first_words(text: str) -> str:
+    """``text`` up to the end of its :data:`MAX_SPAN_WORDS`-th word (its own spacing kept)."""
+    ends = [m.end() for m in re.finditer(r"\S+", text)]
+    return text if len(ends) <= MAX_SPAN_WORDS else text[: ends[MAX_SPAN_WORDS - 1]]
+
+
 def _anchors(question: str, sentence: str) -> list[int]:
     """Where the question's content words stand in ``sentence`` (word positions)."""
     asked = {w for w in _words(question) if w not in ENGLISH_FUNCTION_WORDS}
-    stems = {w[:5] for w in asked if len(w) >= 4}
-    return [
-        i for i, w in enumerate(_words(sentence)) if w in asked or (len(w) >= 4 and w[:5] in stems)
-    ]
+    stems = _stems(asked)
+    return [i for i, w in enumerate(_words(sentence)) if _is_asked(w, asked, stems)]
 
 
 def _score(
@@ -233,7 +253,8 @@ def _score(
 ) -> float:
     words = _words(span.text)
     score = _KIND_MATCH[kind].get(span.kind, 0.0)
-    score -= ASKED_PENALTY * sum(w in asked for w in words) / len(words)
+    stems = _stems(asked)
+    score -= ASKED_PENALTY * sum(_is_asked(w, asked, stems) for w in words) / len(words)
     if anchors:
         first = len(_words(sentence[: span.start]))
         last = first + len(words) - 1
@@ -244,14 +265,28 @@ def _score(
     if kind == "number" and _TIME_UNIT.search(span.text) and not _TIME_UNIT.search(asked_text):
         score -= DURATION_PENALTY  # "almost 50 years" for "how many films"
     if span.kind == "name" and len(words) == 1:
-        after = sentence[span.start + len(span.text) :]
-        if re.match(r"\s+[a-z]", after):  # "Democratic nominee", "Persian religion": a modifier
-            score -= MODIFIER_PENALTY
-        if kind == "name" and re.search(r"\b(in|at|from|to|near)\s+$", sentence[: span.start]):
+        after = re.match(r"\s+([a-z][\w-]*)", sentence[span.start + len(span.text) :])
+        if after and after.group(1) not in ENGLISH_FUNCTION_WORDS:
+            score -= MODIFIER_PENALTY  # "Democratic nominee", "Persian religion": a modifier
+        where = kind == "name" and re.search(r"\bwhere\b", asked_text, re.I)
+        if where and re.search(r"\b(in|at|from|to|near)\s+$", sentence[: span.start]):
             score += 0.25  # "in Sweden" for a where-question
     if span.kind == "clause":
         score -= 0.02 * len(words)  # the shorter clause, other things equal
     return score
+
+
+def scored_spans(question: str, sentence: str) -> list[tuple[float, str]]:
+    """:func:`span_candidates` with their scores, the likeliest answer first."""
+    spans = span_candidates(question, sentence)
+    kind = question_kind(question)
+    asked = {w for w in _words(question) if w not in ENGLISH_FUNCTION_WORDS}
+    anchors = _anchors(question, sentence)
+    scored = [
+        (_score(s, kind, asked, anchors, sentence, question), i, s.text)
+        for i, s in enumerate(spans)
+    ]
+    return [(score, text) for score, _, text in sorted(scored, key=lambda x: (-x[0], x[1]))]
 
 
 def ranked_spans(question: str, sentence: str) -> list[str]:
@@ -262,19 +297,33 @@ def ranked_spans(question: str, sentence: str) -> list[str]:
         ...              "Over almost 50 years, Dwan directed 125 motion pictures.")[:2]
         ['125', 'almost 50 years']
     """
-    spans = span_candidates(question, sentence)
-    kind = question_kind(question)
-    asked = {w for w in _words(question) if w not in ENGLISH_FUNCTION_WORDS}
-    anchors = _anchors(question, sentence)
-    scored = [
-        (_score(s, kind, asked, anchors, sentence, question), i, s.text)
-        for i, s in enumerate(spans)
-    ]
-    return [text for _, _, text in sorted(scored, key=lambda x: (-x[0], x[1]))]
+    return [text for _, text in scored_spans(question, sentence)]
 
 
 def best_span(question: str, sentence: str) -> str:
     """The likeliest short answer to ``question`` in ``sentence`` (the sentence itself when it
     has no span to offer)."""
     spans = ranked_spans(question, sentence)
-    return spans[0] if spans else " ".join(sentence.split()[:MAX_SPAN_WORDS])
+    return spans[0] if spans else _first_words(sentence)
+
+
+def confident_span(question: str, sentence: str) -> str | None:
+    """:func:`best_span` when it is a likely answer: the question asks for a date, number,
+    name or term, the span is of that kind near the question's words (score at least
+    :data:`MIN_SPAN_SCORE`) and ahead of the next span by :data:`MIN_SPAN_MARGIN`; else
+    ``None`` (the quoted sentences answer alone).
+
+    Example:
+        >>> confident_span("Where was Einstein born?", "Einstein was born in Ulm in 1879.")
+        'Ulm'
+        >>> confident_span("Why did the empire fall?", "The empire fell for many reasons.") is None
+        True
+    """
+    if question_kind(question) == "other":
+        return None
+    scored = scored_spans(question, sentence)
+    if not scored or scored[0][0] < MIN_SPAN_SCORE:
+        return None
+    if len(scored) > 1 and scored[0][0] - scored[1][0] < MIN_SPAN_MARGIN:
+        return None
+    return scored[0][1]

@@ -31,15 +31,16 @@ Example:
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from llama_index.core.schema import MetadataMode
 
 from llama_index_rag_pack.citations.answer_spans import (
-    best_span,
+    confident_span,
     question_kind,
     ranked_spans,
     span_candidates,
@@ -69,7 +70,17 @@ __all__ = [
 ]
 
 #: Sentences quoted under the short answer line.
-QUOTED_SENTENCES = 3
+QUOTED_SENTENCES = 4
+#: A longer "sentence" (a list or table run together) is quoted item by item.
+MAX_QUOTE_CHARS = 300
+_LIST_SEPARATOR = re.compile(r"\s+[-–•]\s+|;\s+|\s*\n\s*")
+#: Penalty of a list item (a piece of a run-together "sentence") against a whole sentence.
+PIECE_PENALTY = 0.5
+#: A question asking for several names (*who were the astronauts*) prefers a sentence naming
+#: several: each further name adds this to the answer-type match, up to MAX_NAMES names.
+NAME_STEP = 0.5
+MAX_NAMES = 3
+_SEVERAL_NAMES = re.compile(r"\b(who|which \w+|what \w+) (were|are)\b|\bwho (all|else)\b", re.I)
 #: Weights of a sentence's embedding similarity, term share, passage rank (a penalty per rank)
 #: and answer-type match, fitted on the dev split of ``wiki_qa_para``.
 WEIGHTS = (2.0, 0.5, 0.1, 0.5)
@@ -90,43 +101,73 @@ class Quote:
     score: float
 
 
-def _candidates(nodes: Sequence[Any]) -> list[tuple[int, str, str]]:
+def quotable_pieces(sentence: str) -> list[str]:
+    """``sentence``, or, when it is longer than :data:`MAX_QUOTE_CHARS` (a list or table run
+    together), its items: the parts between `` - `` / ``;`` / ``•`` separators, each verbatim, the
+    pieces of fewer than 3 words dropped.
+
+    Example:
+        >>> crew = "Crew - Neil Armstrong, commander - Buzz Aldrin, module pilot - " + "a b " * 200
+        >>> quotable_pieces(crew)[:2]
+        ['Neil Armstrong, commander', 'Buzz Aldrin, module pilot']
+    """
+    if len(sentence) <= MAX_QUOTE_CHARS:
+        return [sentence]
+    pieces = [p.strip() for p in _LIST_SEPARATOR.split(sentence)]
+    return [p for p in pieces if len(p.split()) >= 3] or [sentence]
+
+
+class _Candidate(NamedTuple):
+    position: int  # of its passage, from 1
+    title: str  # of its passage's document
+    text: str
+    piece: bool  # an item of a list run together, not a whole sentence
+
+
+def _candidates(nodes: Sequence[Any]) -> list[_Candidate]:
     out = []
     for position, nws in enumerate(nodes, start=1):
         node = getattr(nws, "node", nws)
         title = str((node.metadata or {}).get("title") or "")
         for sentence in passage_sentences(node.get_content()):
-            out.append((position, title, sentence))
+            pieces = quotable_pieces(sentence)
+            out += [_Candidate(position, title, p, p != sentence) for p in pieces]
     return out
 
 
 def _answer_type_match(kind: str, question: str, sentence: str) -> float:
-    """1 when ``sentence`` holds a span of the kind ``question`` asks for (a date for *when*, a
-    name it does not hold for *who*), else 0."""
+    """How well ``sentence`` holds what ``question`` asks for: 1 with a span of that kind (a
+    date for *when*, a name it does not hold for *who*), for a question asking for several
+    names (*who were ...*) one more per further name, up to :data:`MAX_NAMES`; else 0."""
     if kind == "other":
         return 0.0
-    return float(any(s.kind == kind for s in span_candidates(question, sentence)))
+    spans = span_candidates(question, sentence)
+    if not any(s.kind == kind for s in spans):
+        return 0.0
+    if kind == "name" and _SEVERAL_NAMES.search(question):
+        names = len({s.text for s in spans if s.kind == "name"})
+        return 1.0 + NAME_STEP * (min(names, MAX_NAMES) - 1)
+    return 1.0
 
 
 def _scores(
-    question: str,
-    candidates: list[tuple[int, str, str]],
-    similarities: np.ndarray | None,
+    question: str, candidates: list[_Candidate], similarities: np.ndarray | None
 ) -> np.ndarray:
     analysis = resolve_analyzer("auto")
     asked = set(analysis.query_text(question).split())
     share = np.array(
         [
-            len(asked & set(analysis.document_text(s).split())) / max(1, len(asked))
-            for _, _, s in candidates
+            len(asked & set(analysis.document_text(c.text).split())) / max(1, len(asked))
+            for c in candidates
         ]
     )
-    rank = np.array([position - 1 for position, _, _ in candidates], dtype=float)
+    rank = np.array([c.position - 1 for c in candidates], dtype=float)
     asks = question_kind(question)
-    kind = np.array([_answer_type_match(asks, question, s) for _, _, s in candidates])
+    kind = np.array([_answer_type_match(asks, question, c.text) for c in candidates])
+    piece = np.array([c.piece for c in candidates], dtype=float)
     w_embed, w_share, w_rank, w_kind = WEIGHTS
     sim = similarities if similarities is not None else np.zeros(len(candidates))
-    return w_embed * sim + w_share * share - w_rank * rank + w_kind * kind
+    return w_embed * sim + w_share * share - w_rank * rank + w_kind * kind - PIECE_PENALTY * piece
 
 
 def _similarities(vectors: Any, query_vector: Any) -> np.ndarray:
@@ -136,13 +177,13 @@ def _similarities(vectors: Any, query_vector: Any) -> np.ndarray:
     return (matrix @ query) / np.where(norms == 0, 1.0, norms)
 
 
-def _embedded_texts(candidates: list[tuple[int, str, str]]) -> list[str]:
-    return [f"{title}: {s}" if title else s for _, title, s in candidates]
+def _embedded_texts(candidates: list[_Candidate]) -> list[str]:
+    return [f"{c.title}: {c.text}" if c.title else c.text for c in candidates]
 
 
-def _ranked(candidates: list[tuple[int, str, str]], scores: np.ndarray) -> list[Quote]:
+def _ranked(candidates: list[_Candidate], scores: np.ndarray) -> list[Quote]:
     order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
-    return [Quote(candidates[i][0], candidates[i][2], float(scores[i])) for i in order]
+    return [Quote(candidates[i].position, candidates[i].text, float(scores[i])) for i in order]
 
 
 def rank_sentences(question: str, nodes: Sequence[Any], embed_model: Any = None) -> list[Quote]:
@@ -282,6 +323,7 @@ class ExtractedAnswer:
             "short_answer": self.short,
             "short_answer_by": short_answer if self.short else None,
             "citation_origin": "extracted",
+            "extracted_quotes": [{"position": q.position, "text": q.text} for q in self.quotes],
         }
 
 
@@ -291,9 +333,12 @@ class ExtractiveAnswerer:
     Args:
         embed_model: Ranks the sentences by similarity (``None``: by terms, rank and answer type).
         llm: Picks the short answer when ``short_answer="model"``.
-        short_answer: ``rule`` (default: the span :func:`best_span` scores first), ``model``
-            (the LLM picks among the rule's best spans under a JSON schema; the rule's when it
-            cannot) or ``none`` (no short line: the quotes alone).
+        short_answer: ``rule`` (default: the span
+            :func:`~llama_index_rag_pack.citations.answer_spans.confident_span` finds, when the
+            question asks for a date, number, name or term and one span clearly fits), ``model``
+            (where the rule would show a line, the LLM picks among its best spans under a JSON
+            schema; the rule's span when it cannot) or ``none`` (no short line: the quotes
+            alone).
         quoted: How many sentences are quoted.
     """
 
@@ -316,8 +361,11 @@ class ExtractiveAnswerer:
         self.short_answer = short_answer
         self.quoted = quoted
 
-    def _wants_span(self, question: str, quotes: list[Quote]) -> bool:
-        return bool(quotes) and self.short_answer != "none" and letter_script(question) == "Latin"
+    def _rule_span(self, question: str, quotes: list[Quote]) -> str | None:
+        """The rule's confident span of the best sentence (``None``: no short line)."""
+        if not quotes or self.short_answer == "none" or letter_script(question) != "Latin":
+            return None
+        return confident_span(question, quotes[0].text)
 
     def _finish(self, short: str | None, quotes: list[Quote]) -> ExtractedAnswer:
         if short is not None and short.strip(" .") == quotes[0].text.strip(" ."):
@@ -327,11 +375,9 @@ class ExtractiveAnswerer:
     def answer(self, question: str, nodes: Sequence[Any]) -> ExtractedAnswer:
         """The extractive answer to ``question`` from the retrieved ``nodes``."""
         quotes = rank_sentences(question, nodes, self.embed_model)[: self.quoted]
-        short = None
-        if self._wants_span(question, quotes):
-            if self.short_answer == "model":
-                short = model_span(self.llm, question, quotes[0].text)
-            short = short or best_span(question, quotes[0].text)
+        short = self._rule_span(question, quotes)
+        if short is not None and self.short_answer == "model":
+            short = model_span(self.llm, question, quotes[0].text) or short
         return self._finish(short, quotes)
 
     def _response(self, builder: Any, nodes: Sequence[Any], extracted: ExtractedAnswer) -> Any:
@@ -357,9 +403,7 @@ class ExtractiveAnswerer:
     async def aanswer(self, question: str, nodes: Sequence[Any]) -> ExtractedAnswer:
         """Async :meth:`answer`."""
         quotes = (await arank_sentences(question, nodes, self.embed_model))[: self.quoted]
-        short = None
-        if self._wants_span(question, quotes):
-            if self.short_answer == "model":
-                short = await amodel_span(self.llm, question, quotes[0].text)
-            short = short or best_span(question, quotes[0].text)
+        short = self._rule_span(question, quotes)
+        if short is not None and self.short_answer == "model":
+            short = await amodel_span(self.llm, question, quotes[0].text) or short
         return self._finish(short, quotes)

@@ -77,7 +77,10 @@ class ChatSession:
             _cli.out(response.response)
         searched = response.metadata.get("condensed_question")
         if searched and searched != message:
-            _cli.err(f"(searched: {searched})")
+            why = ""
+            if response.metadata.get("follow_up") == "joined":
+                why = " — the condensed question lost the follow-up; joined to the last question"
+            _cli.err(f"(searched: {searched}{why})")
         if self.show_sources:
             from llama_index_rag_pack.cli.evidence import print_evidence
 

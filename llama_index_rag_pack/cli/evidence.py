@@ -79,8 +79,21 @@ def _passage_text(response: Any, position: int) -> str:
     return " ".join(node.node.get_content().split())
 
 
+def _quoted(response: Any, position: int) -> Iterator[tuple[str, tuple[int, int] | None]]:
+    """Per sentence an extractive answer quotes from ``position``: where it stands."""
+    text = _passage_text(response, position)
+    for quote in (response.metadata or {}).get("extracted_quotes", []):
+        if quote.get("position") == position:
+            sentence = " ".join(str(quote.get("text", "")).split())
+            start = text.find(sentence)
+            yield sentence, (start, start + len(sentence)) if start >= 0 else None
+
+
 def _supports(response: Any, position: int) -> Iterator[tuple[str, tuple[int, int] | None]]:
     """Per answer sentence citing ``position``: the sentence and the highlighted span."""
+    if _is_extractive(response):
+        yield from _quoted(response, position)
+        return
     attribution = getattr(response, "attribution", None)
     for verdict in attribution.verdicts if attribution is not None else []:
         if position in verdict.positions:
@@ -111,12 +124,15 @@ def print_evidence(response: Any, *, tty: bool | None = None) -> None:
         return
     opening, closing = highlight_marks(tty)
     out(f"\nEvidence ({opening}marked{closing}: the passage sentence supporting the answer):")
+    extracted = _is_extractive(response)
     for citation in citations:
         how = (
             "attributed by similarity" if citation.origin == "attributed" else "cited by the model"
         )
         if citation.origin == "both":
             how = "cited by the model and attributed"
+        if extracted:
+            how = "quoted from the passage"
         link = f" — {citation.url}" if citation.url and citation.url != citation.title else ""
         out(f"  [{citation.number}] {citation.title}{link} ({how})")
         for position in citation.positions:
@@ -127,7 +143,7 @@ def print_evidence(response: Any, *, tty: bool | None = None) -> None:
 
 def _print_passage(response: Any, position: int, tty: bool) -> None:
     supports = list(_supports(response, position))
-    for sentence, _ in supports:
+    for sentence, _ in supports if not _is_extractive(response) else []:
         out(
             textwrap.fill(
                 f"answer: “{sentence}”", WIDTH, initial_indent="    ", subsequent_indent=INDENT
@@ -137,3 +153,8 @@ def _print_passage(response: Any, position: int, tty: bool) -> None:
     text, shifted = passage_window(_passage_text(response, position), spans)
     out(f"    passage {position}:")
     out(_wrap(highlight(text, shifted, tty)))
+
+
+def _is_extractive(response: Any) -> bool:
+    """An extractive answer: its sentences are the passages' own, printed above already."""
+    return (getattr(response, "metadata", None) or {}).get("answer_style") == "extractive"

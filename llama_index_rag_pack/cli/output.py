@@ -121,11 +121,14 @@ def answer(
         engine = pack.make_query_engine(mode, streaming=stream, citations=False, **scope)
     response = engine.query(question)
     if stream and hasattr(response, "response_gen"):
-        for delta in response.response_gen:
+        for i, delta in enumerate(response.response_gen):
+            if i == 0 and delta.startswith("- "):
+                out()  # an answer that opens with a list (quotes) starts on its own line
             out(delta, end="", flush=True)
         out()
     else:
-        out(str(response))
+        text = str(response)
+        out(("\n" if text.startswith("- ") else "") + text)
     context = getattr(response, "context_nodes", None)
     if context is None:  # plain engine: list what was retrieved
         print_sources(response.source_nodes)
