@@ -68,7 +68,7 @@ class Session:
             "citations": not args.no_citations,
             "show_sources": getattr(args, "show_sources", False),
             "scope": self.scope,
-            "answer_style": args.answer_style,
+            "answer_style": getattr(args, "answer_style", "auto"),
         }
 
     def print_timings(self) -> None:
@@ -106,7 +106,8 @@ def open_session(args: argparse.Namespace) -> Session:
         from llama_index_rag_pack.pack.self_query import configure_self_query
 
         configure_self_query(pack, fields)
-    _cli.print_models(pack, args.answer_style, citations=not args.no_citations)
+    style = getattr(args, "answer_style", None)  # commands that answer questions have it
+    _cli.print_models(pack, style, citations=not getattr(args, "no_citations", False))
     return Session(args=args, pack=pack, routed=routed, timings=timings, scope=scope)
 
 
@@ -115,7 +116,7 @@ def _answers_need_llm(args: argparse.Namespace, routed: bool, llm: Any) -> bool:
     extractively (the passages' own sentences) without routing or self-query."""
     from llama_index_rag_pack.models.answer_style import resolve_answer_style
 
-    if args.func.__name__ != "cmd_ask" or routed or args.no_citations:
+    if args.func.__name__ != "cmd_ask" or routed or args.no_citations:  # ask has them all
         return True
     if args.mode is not None and args.mode != "hybrid_convex":
         return True  # a mode may ask the LLM (HyDE, rewrites, self-query, ...)

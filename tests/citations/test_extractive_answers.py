@@ -25,8 +25,8 @@ from llama_index_rag_pack.citations.extractive_answers import (
     NOTHING_TO_QUOTE,
     QUOTED_SENTENCES,
     ExtractiveAnswerer,
-    quotable_pieces,
 )
+from llama_index_rag_pack.citations.sentence_ranking import quotable_pieces
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.milvus.connection import flush, open_vector_store
 from llama_index_rag_pack.models.answer_style import (
