@@ -3,8 +3,8 @@
 On the ``wiki_qa_para`` dev split and the evaluation harness's cached index (3,602 chunks on
 Milvus Lite, the sentence index beside it), each question is retrieved by the pack's ``bm25`` and
 ``hybrid_convex`` retrievers (taken in turn), each as the pack runs it on a Lite file (BM25 scored
-on an in-memory copy, ``milvus/bm25_memory.py``) and with BM25 scored by Milvus Lite itself (how
-they ran before). The default's steps are timed one by one, exactly as
+on an in-memory copy, ``milvus/bm25/bm25_memory.py``) and with BM25 scored by Milvus Lite itself
+(how they ran before). The default's steps are timed one by one, exactly as
 ``MilvusScoreFusionRetriever`` runs them on a Lite file: the BM25 search (50 candidates, also
 timed in Lite); embedding the query; the in-memory dense and sentence searches; the fusion;
 reading the returned chunks. Last, the default is timed with its queries embedded on PyTorch

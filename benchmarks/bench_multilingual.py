@@ -75,7 +75,7 @@ def harness_for(
     from llama_index_rag_pack import FusionConfig
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import load_labelled_set
-    from llama_index_rag_pack.milvus.bm25_upgrade import stored_nodes
+    from llama_index_rag_pack.milvus.bm25.bm25_upgrade import stored_nodes
 
     harness = EvalHarness(
         load_labelled_set("zh_qa", split=split), cache_dir=cache_dir, llm="none", **kwargs
@@ -170,7 +170,7 @@ def analysis_speed() -> dict[str, Any]:
     from llama_index_rag_pack.documents.bm25_analysis import resolve_analyzer
     from llama_index_rag_pack.documents.chunking import split_documents
     from llama_index_rag_pack.evaluation.datasets import load_zh_tutorials
-    from llama_index_rag_pack.milvus.bm25_rows import analyse_nodes
+    from llama_index_rag_pack.milvus.bm25.bm25_rows import analyse_nodes
 
     chinese = [d.text for d in load_zh_tutorials() if d.doc_id != "zh:langchain-references-readme"]
     text = "\n\n".join(chinese)
@@ -204,7 +204,7 @@ def english_unchanged() -> dict[str, Any]:
     from llama_index_rag_pack.documents.bm25_analysis import document_headings, resolve_analyzer
     from llama_index_rag_pack.documents.chunking import split_documents
     from llama_index_rag_pack.evaluation.labelled import load_corpus
-    from llama_index_rag_pack.milvus.bm25_rows import analyse_nodes
+    from llama_index_rag_pack.milvus.bm25.bm25_rows import analyse_nodes
 
     nodes = split_documents(load_corpus("wikipedia+lee"))
     english = resolve_analyzer("english")
@@ -239,8 +239,8 @@ def rare_language(english_split: str = "test") -> dict[str, Any]:
     from llama_index_rag_pack.evaluation.datasets import load_zh_tutorials
     from llama_index_rag_pack.evaluation.labelled import load_corpus, load_labelled_set
     from llama_index_rag_pack.evaluation.scoring import evidence_in_text
-    from llama_index_rag_pack.milvus.bm25_memory import MemoryBM25
-    from llama_index_rag_pack.milvus.bm25_rows import analyse_nodes
+    from llama_index_rag_pack.milvus.bm25.bm25_memory import MemoryBM25
+    from llama_index_rag_pack.milvus.bm25.bm25_rows import analyse_nodes
 
     rare = [Document(id_=f"rare:{k}", text=v) for k, v in RARE_DOCS.items()]
     cases = {

@@ -75,7 +75,7 @@ def pack_and_chunks(split: str, cache_dir: str | None) -> tuple[Any, Any, dict[s
     from llama_index_rag_pack import FusionConfig
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import load_labelled_set
-    from llama_index_rag_pack.milvus.bm25_upgrade import stored_nodes
+    from llama_index_rag_pack.milvus.bm25.bm25_upgrade import stored_nodes
 
     harness = EvalHarness(
         load_labelled_set("wiki_qa_para", split=split), cache_dir=cache_dir, llm="none"

@@ -65,6 +65,8 @@ def print_models(pack: Any, answer_style: str | None = None, citations: bool = T
     info = pack.describe()
     out(f"  embedding : {info['embedding']}")
     out(f"  store     : {info['vector_store']}")
+    if info.get("milvus"):
+        out(f"  milvus    : {info['milvus']}")
     if info.get("bm25"):
         out(f"  bm25      : {info['bm25']}")
     out(f"  llm       : {info['llm']}")

@@ -19,6 +19,7 @@ __all__ = [
     "EmptyCorpusError",
     "LLMNotConfiguredError",
     "MilvusUnavailableError",
+    "MilvusOperationError",
     "CollectionNotFoundError",
     "EmbeddingError",
 ]
@@ -42,6 +43,12 @@ class LLMNotConfiguredError(RagPackError, RuntimeError):
 
 class MilvusUnavailableError(RagPackError, ConnectionError):
     """Milvus could not be reached or opened at the given ``uri``."""
+
+
+class MilvusOperationError(RagPackError, RuntimeError):
+    """Milvus answered but refused or failed a request (a schema, an index, a search or a
+    write this server cannot serve); the message names the call, the server's reason and what
+    to do."""
 
 
 class CollectionNotFoundError(RagPackError, LookupError):

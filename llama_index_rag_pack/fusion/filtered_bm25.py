@@ -18,8 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from llama_index_rag_pack.documents.bm25_analysis import Bm25Analysis
-from llama_index_rag_pack.milvus.bm25_fields import BM25_TEXT_FIELD
-from llama_index_rag_pack.milvus.bm25_memory import MemoryBM25, memory_bm25
+from llama_index_rag_pack.milvus.bm25.bm25_fields import BM25_TEXT_FIELD
+from llama_index_rag_pack.milvus.bm25.bm25_memory import MemoryBM25, memory_bm25
+from llama_index_rag_pack.milvus.bm25.client_bm25 import ClientBM25
 from llama_index_rag_pack.milvus.document_rows import ids_expression
 from llama_index_rag_pack.milvus.vector_memory import copy_due, id_filter, matching_ids, row_count
 
@@ -42,11 +43,20 @@ class Bm25SearchMixin:
     rows_in_rank: Callable[[list[str], int], dict[str, dict[str, Any]]]
     sparse_field: str
     bm25_analysis: Bm25Analysis | None
+    #: The collection's statistics where the pack computes BM25 vectors (``None``: Milvus' BM25
+    #: function does, and the analysed query is sent as text).
+    client_bm25: ClientBM25 | None = None
 
-    @staticmethod
-    def _sparse_params() -> dict[str, Any]:
+    def _sparse_params(self) -> dict[str, Any]:
         # Lite rejects the 0.2 drop ratio MilvusVectorStore sends; 0 keeps every query term.
-        return {"metric_type": "BM25", "params": {"drop_ratio_search": 0}}
+        metric = "IP" if self.client_bm25 is not None else "BM25"
+        return {"metric_type": metric, "params": {"drop_ratio_search": 0}}
+
+    def sparse_data(self, terms: str) -> Any:
+        """What a sparse search sends for the analysed ``terms``: the terms themselves (Milvus'
+        BM25 function weighs them), or their IDF-weighted sparse vector where the pack computes
+        BM25 vectors."""
+        return self.client_bm25.query_vector(terms) if self.client_bm25 is not None else terms
 
     def _resolved_bm25(self, query: str, limit: int) -> list[dict[str, Any]] | None:
         if not (self.resolve_filter and self.filter):
@@ -67,7 +77,8 @@ class Bm25SearchMixin:
         pool = math.ceil(OVERSAMPLE * limit / share)
         terms = self.bm25_query(query)
         params = self._sparse_params()
-        ranked = self._field_search(self.sparse_field, terms, params, pool, filtered=False)
+        data = self.sparse_data(terms)
+        ranked = self._field_search(self.sparse_field, data, params, pool, filtered=False)
         kept = [hit for hit in ranked if str(hit.get("id")) in only][:limit]
         if len(kept) < limit and len(ranked) == pool:
             return None  # kept chunks may rank below the pool: search with the filter
@@ -113,7 +124,7 @@ class Bm25SearchMixin:
         """``bm25_ids`` as Milvus answers it (analysed ``terms``, a filter expression)."""
         res = self.client.search(
             self.collection_name,
-            data=[terms],
+            data=[self.sparse_data(terms)],
             anns_field=self.sparse_field,
             limit=limit,
             filter=expr,

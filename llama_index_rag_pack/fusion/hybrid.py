@@ -83,7 +83,7 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
             (:func:`~llama_index_rag_pack.milvus.vector_memory.id_filter`): right for a Milvus
             Lite file, which one process owns (``RagPack`` sets it there).
         in_memory: Score BM25 searches on an in-memory copy of the analysed texts
-            (:mod:`~llama_index_rag_pack.milvus.bm25_memory`), then read the returned chunks
+            (:mod:`~llama_index_rag_pack.milvus.bm25.bm25_memory`), then read the returned chunks
             by id; implies ``resolve_filter``. For a Milvus Lite file (``RagPack`` sets it
             there); a collection analysed by Milvus itself (``standard``) stays in Milvus.
         reranker: Optional second stage (a ``BaseNodePostprocessor``).
@@ -95,7 +95,7 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         callback_manager: LlamaIndex callback manager.
         bm25_analyzer: How BM25 queries are analysed; by default what the collection was
             indexed with (the store's ``bm25_analysis``, else the collection's record; see
-            :mod:`~llama_index_rag_pack.milvus.bm25_fields`). Needed only for a collection
+            :mod:`~llama_index_rag_pack.milvus.bm25.bm25_fields`). Needed only for a collection
             indexed with a custom callable, when the retriever is built from ``client=``.
 
     Raises:
@@ -185,8 +185,11 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
 
     # ------------------------------------------------------------------ setup
     def _check_collection(self, bm25_analyzer: Any = None) -> None:
-        from llama_index_rag_pack.milvus.bm25_fields import collection_bm25_analysis
+        from llama_index_rag_pack.milvus.bm25.bm25_fields import collection_bm25_analysis
+        from llama_index_rag_pack.milvus.bm25.client_bm25 import ClientBM25
+        from llama_index_rag_pack.milvus.capabilities import detect_capabilities
         from llama_index_rag_pack.milvus.connection import ensure_loaded, has_bm25
+        from llama_index_rag_pack.milvus.served_schema import collection_bm25_vectors
 
         if not self.client.has_collection(self.collection_name):
             raise CollectionNotFoundError(
@@ -203,16 +206,25 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         if self.search_type is not MilvusSearchType.DENSE and (
             self.sparse_field not in fields or not has_bm25(self.client, self.collection_name)
         ):
+            caps = detect_capabilities(self.client)
+            fix = (
+                f"{caps.describe()}: BM25 needs Milvus 2.4+ (or Lite); use a dense mode "
+                "(vector, hyde, rewrite, raptor) here."
+                if caps.bm25 is None
+                else "Re-index with open_vector_store(..., enable_bm25=True) "
+                "(RagPack(enable_bm25=True)), or use search_type='dense'."
+            )
             raise ConfigurationError(
                 f"Collection {self.collection_name!r} has no BM25 sparse field "
                 f"{self.sparse_field!r}, so search_type={self.search_type.value!r} cannot work. "
-                "Re-index with open_vector_store(..., enable_bm25=True) "
-                "(RagPack(enable_bm25=True)), or use search_type='dense'."
+                + fix
             )
         if self.search_type is not MilvusSearchType.DENSE:
             self.bm25_analysis = collection_bm25_analysis(
                 self.client, self.collection_name, bm25_analyzer
             )
+            if collection_bm25_vectors(info) == "client":
+                self.client_bm25 = ClientBM25(self.client, self.collection_name)
         output = [self.text_field]
         if info.get("enable_dynamic_field") or "_node_content" in fields:
             output += ["_node_content", "_node_type"]
@@ -237,7 +249,8 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
             if hits is None:
                 hits = self._resolved_bm25(query, limit)
             if hits is None:
-                hits = self._field_search(self.sparse_field, terms, self._sparse_params(), limit)
+                data = self.sparse_data(terms)
+                hits = self._field_search(self.sparse_field, data, self._sparse_params(), limit)
         else:
             # RRF gives nodes at the same rank on opposite sides the same score, often right at
             # the cut: the whole fused pool is fetched and ranked with ties by id, then cut, so
@@ -264,14 +277,15 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
     ) -> list[dict[str, Any]]:
         """One dense and one BM25 request of ``pool`` candidates each, fused by the ranker."""
         terms = self.bm25_query(query)
-        if not terms:  # only stop words: the BM25 side finds nothing, the dense side decides
+        data = self.sparse_data(terms) if terms else {}
+        if not data:  # only stop words, or no chunk holds a query term: the dense side decides
             return self._field_search(self.dense_field, embedding, self._dense_params(), pool)
         return hybrid_search(
             self.client,
             self.collection_name,
             [
                 (self.dense_field, embedding, self._dense_params()),
-                (self.sparse_field, terms, self._sparse_params()),
+                (self.sparse_field, data, self._sparse_params()),
             ],
             limit=pool,
             expr=self.active_filter(),

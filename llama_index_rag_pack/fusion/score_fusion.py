@@ -84,7 +84,7 @@ class MilvusScoreFusionRetriever(PackRetriever):
         sentence_pool: Sentences the sentence search fetches before grouping them by chunk.
         in_memory: Search in-memory copies of the chunk and sentence vectors
             (:mod:`~llama_index_rag_pack.milvus.vector_memory`) and of the BM25 index
-            (:mod:`~llama_index_rag_pack.milvus.bm25_memory`), fuse on ids, and read the
+            (:mod:`~llama_index_rag_pack.milvus.bm25.bm25_memory`), fuse on ids, and read the
             payload of the returned chunks only. Right for a Milvus Lite file, which one process
             owns and which answers every search from Python (``RagPack`` sets it there). A
             filter is resolved once to the ids it keeps, which mask the in-memory searches and

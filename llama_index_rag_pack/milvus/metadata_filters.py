@@ -9,9 +9,10 @@ or as ``$meta["key"]`` with the key escaped, so no value or key can change the e
 Semantics (two-valued; what the Python reading of the filter gives): a condition on a key that a
 row lacks, or holds as null, is false, and so is its negation's inner condition, so ``NOT`` of it
 is true. Milvus' own rule differs between operators (``f != 1`` skips rows without ``f``,
-``f not in [1]`` keeps them); every metadata condition is compiled as ``(exists f and ...)`` to
-hold one rule. Fields of the collection's schema (``doc_id``, ...) are never missing and get no
-guard.
+``f not in [1]`` keeps them); every metadata condition is compiled as
+``((exists f) and ...)`` to hold one rule (the parentheses keep Milvus 2.3 from reading
+``exists f and ...`` as ``exists (f and ...)``). Fields of the collection's schema
+(``doc_id``, ...) are never missing and get no guard.
 
 Operators: ``==``, ``!=``, ``>``, ``>=``, ``<``, ``<=``, ``in``, ``nin``, ``contains`` (a list
 value holds the value), ``any`` / ``all`` (a list value holds any / all of the values),
@@ -26,7 +27,7 @@ Example:
     ...     MetadataFilter(key="genre", value='say "hi"'),
     ...     MetadataFilter(key="year", value=2010, operator=">"),
     ... ])))
-    ((exists genre and genre == "say \\"hi\\"") and (exists year and year > 2010))
+    (((exists genre) and genre == "say \\"hi\\"") and ((exists year) and year > 2010))
     >>> filter_expression('year > 2010')
     'year > 2010'
 """
@@ -150,7 +151,7 @@ def _one(f: MetadataFilter, schema: frozenset[str]) -> str:
     if op is FilterOperator.IS_EMPTY:
         if f.key in schema:
             raise ConfigurationError(f"{f.key!r} is a schema field: it is never empty.")
-        return f"(not exists {field} or array_length({field}) == 0)"
+        return f"((not (exists {field})) or array_length({field}) == 0)"
     if op in _COMPARISONS:
         body = f"{field} {_COMPARISONS[op]} {_scalar(f.value, f)}"
     elif op in (FilterOperator.IN, FilterOperator.NIN):
@@ -170,4 +171,4 @@ def _one(f: MetadataFilter, schema: frozenset[str]) -> str:
             f"Filter operator {op.value!r} (on {f.key!r}) is not supported on Milvus metadata: "
             "use ==, !=, >, >=, <, <=, in, nin, contains, any, all or is_empty."
         )
-    return f"({body})" if f.key in schema else f"(exists {field} and {body})"
+    return f"({body})" if f.key in schema else f"((exists {field}) and {body})"

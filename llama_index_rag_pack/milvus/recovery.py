@@ -17,7 +17,8 @@ import socket
 from typing import Any
 from urllib.parse import urlparse
 
-from llama_index_rag_pack.core.errors import MilvusUnavailableError
+from llama_index_rag_pack.core.errors import MilvusOperationError, MilvusUnavailableError
+from llama_index_rag_pack.milvus.bm25 import client_bm25
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +30,29 @@ COLLECTION_NOT_LOADED = 101
 RECONNECT_WAIT_S = 10.0
 
 _READS = ("search", "hybrid_search", "query", "get", "query_iterator", "search_iterator")
-_OTHERS = ("insert", "upsert", "delete", "flush", "has_collection", "describe_collection")
+_OTHERS = (
+    "insert",
+    "upsert",
+    "delete",
+    "flush",
+    "has_collection",
+    "describe_collection",
+    "create_collection",
+    "drop_collection",
+    "rename_collection",
+    "load_collection",
+    "release_collection",
+    "list_collections",
+    "create_index",
+    "describe_index",
+    "list_indexes",
+    "drop_index",
+    "alter_collection_properties",
+    "get_server_version",
+    "get_collection_stats",
+    "get_load_state",
+    "compact",
+)
 
 
 def is_connection_error(e: BaseException) -> bool:
@@ -54,6 +77,24 @@ def lost_connection_error(uri: str, e: BaseException) -> MilvusUnavailableError:
         f"Lost the connection to Milvus at {uri} ({type(e).__name__}: "
         f"{getattr(e, 'message', None) or e}). Check that the server is running (or start it "
         "again); the next request reconnects by itself."
+    )
+
+
+def is_milvus_error(e: BaseException) -> bool:
+    """True for an exception of pymilvus or gRPC (what a Milvus call raises when the server
+    refuses or fails it)."""
+    module = type(e).__module__ or ""
+    return module.startswith(("pymilvus", "grpc"))
+
+
+def operation_error(uri: str, call: str, collection: str | None, e: BaseException) -> Exception:
+    """The one-line :class:`MilvusOperationError` of a refused or failed Milvus call."""
+    reason = " ".join(str(getattr(e, "message", None) or e).split()) or type(e).__name__
+    where = f" on collection {collection!r}" if collection else ""
+    return MilvusOperationError(
+        f"Milvus at {uri} refused {call}{where}: {reason}. Check that this server's version "
+        "serves what the collection needs (`rag-pack -v` shows its capabilities; the version "
+        "matrix is in docs/milvus.md) and the server's log."
     )
 
 
@@ -104,14 +145,87 @@ def _recovering(base: type, name: str) -> Any:
             reraise=True,
         )
         try:
-            return retrying(_with_reload, self, method, name, args, kwargs)
+            result = retrying(_with_reload, self, method, name, args, kwargs)
         except Exception as e:
             if is_connection_error(e):
                 raise lost_connection_error(self.rag_pack_uri, e) from e
+            if is_milvus_error(e):
+                collection = _collection_of(args, kwargs)
+                raise operation_error(self.rag_pack_uri, name, collection, e) from e
             raise
+        if name == "query_iterator":
+            return _MappedIterator(result, self.rag_pack_uri, _collection_of(args, kwargs))
+        return result
 
     call.__name__ = name
     return call
+
+
+class _MappedIterator:
+    """A query iterator whose ``next()`` reports a failure as the client's calls do."""
+
+    def __init__(self, inner: Any, uri: str, collection: str | None) -> None:
+        self._inner, self._uri, self._collection = inner, uri, collection
+
+    def next(self) -> Any:
+        try:
+            return self._inner.next()
+        except Exception as e:
+            if is_connection_error(e):
+                raise lost_connection_error(self._uri, e) from e
+            if is_milvus_error(e):
+                raise operation_error(self._uri, "query_iterator", self._collection, e) from e
+            raise
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        except Exception as e:  # closing a finished iterator on a lost server: nothing to do
+            logger.debug("Closing a Milvus query iterator failed: %s", e)
+
+
+def _bm25_writes(namespace: dict[str, Any]) -> None:
+    """Writes to a collection whose BM25 vectors the pack computes weigh the rows and keep the
+    statistics (:mod:`~llama_index_rag_pack.milvus.bm25.client_bm25`)."""
+    insert, upsert, delete = namespace["insert"], namespace["upsert"], namespace["delete"]
+    drop, create = namespace["drop_collection"], namespace["create_collection"]
+
+    def do_insert(self: Any, collection_name: str, data: Any, **kwargs: Any) -> Any:
+        write = insert.__get__(self)
+        return client_bm25.weighed_write(
+            write, self, collection_name, data, replace=False, **kwargs
+        )
+
+    def do_upsert(self: Any, collection_name: str, data: Any, **kwargs: Any) -> Any:
+        write = upsert.__get__(self)
+        return client_bm25.weighed_write(write, self, collection_name, data, replace=True, **kwargs)
+
+    def do_delete(self: Any, collection_name: str, *args: Any, **kwargs: Any) -> Any:
+        if args:  # pymilvus' positional order: ids, timeout, filter
+            kwargs.update(zip(("ids", "timeout", "filter"), args, strict=False))
+        return client_bm25.counted_delete(delete.__get__(self), self, collection_name, **kwargs)
+
+    def do_drop(self: Any, collection_name: str, *args: Any, **kwargs: Any) -> Any:
+        bm25 = client_bm25.collection_client_bm25(self, collection_name)
+        result = drop(self, collection_name, *args, **kwargs)
+        client_bm25.forget_collection(self, collection_name)
+        if bm25 is not None:
+            bm25.drop()
+        return result
+
+    def do_create(self: Any, collection_name: str, *args: Any, **kwargs: Any) -> Any:
+        client_bm25.forget_collection(self, collection_name)
+        return create(self, collection_name, *args, **kwargs)
+
+    for name, fn in (
+        ("insert", do_insert),
+        ("upsert", do_upsert),
+        ("delete", do_delete),
+        ("drop_collection", do_drop),
+        ("create_collection", do_create),
+    ):
+        fn.__name__ = name
+        namespace[name] = fn
 
 
 _HANDLED = ("Fail connecting to server", "call load()", "Connection recovery failed")
@@ -141,6 +255,7 @@ def recovering_client_class() -> type:
     namespace: dict[str, Any] = {
         name: _recovering(MilvusClient, name) for name in (*_READS, *_OTHERS)
     }
+    _bm25_writes(namespace)
     namespace["rag_pack_uri"] = "Milvus"
     return type("RecoveringMilvusClient", (MilvusClient,), namespace)
 

@@ -9,7 +9,7 @@ import functools
 from typing import Any
 
 from llama_index_rag_pack.documents.bm25_analysis import Bm25Analysis
-from llama_index_rag_pack.milvus.bm25_rows import add_analysed_nodes, prepare_analysed
+from llama_index_rag_pack.milvus.bm25.bm25_rows import add_analysed_nodes, prepare_analysed
 from llama_index_rag_pack.milvus.document_rows import delete_document_rows
 from llama_index_rag_pack.milvus.tenants import ANY_TENANT
 
@@ -23,11 +23,34 @@ class PackStoreMixin:
     _bm25_analysis: Any
     _tenant_field: Any
     _analysed: Any
+    _capabilities: Any
+    _bm25_vectors: Any
 
-    def configure(self, *, bm25_analysis: Any, tenant_field: str | None) -> None:
-        """Set how the BM25 side analyses text and the tenant field (``open_vector_store``
-        reads both from the collection)."""
+    def configure(
+        self,
+        *,
+        bm25_analysis: Any,
+        tenant_field: str | None,
+        capabilities: Any = None,
+        bm25_vectors: str | None = None,
+    ) -> None:
+        """Set how the BM25 side analyses text, the tenant field, what the server can do and
+        where BM25 vectors come from (``open_vector_store`` reads them from the collection and
+        the server)."""
         self._bm25_analysis, self._tenant_field = bm25_analysis, tenant_field
+        self._capabilities, self._bm25_vectors = capabilities, bm25_vectors
+
+    @property
+    def capabilities(self) -> Any:
+        """What the Milvus serving the collection can do
+        (:class:`~llama_index_rag_pack.milvus.capabilities.MilvusCapabilities`)."""
+        return self._capabilities
+
+    @property
+    def bm25_vectors(self) -> str | None:
+        """Where BM25 vectors come from: ``function`` (Milvus' BM25 function), ``client``
+        (computed by the pack) or ``None`` (no BM25)."""
+        return self._bm25_vectors
 
     @property
     def bm25_analysis(self) -> Bm25Analysis | None:
@@ -66,6 +89,8 @@ def loop_safe_store_class() -> type:
         _bm25_analysis: Any = PrivateAttr(default=None)
         _tenant_field: Any = PrivateAttr(default=None)
         _analysed: Any = PrivateAttr(default_factory=dict)
+        _capabilities: Any = PrivateAttr(default=None)
+        _bm25_vectors: Any = PrivateAttr(default=None)
 
         @classmethod
         def class_name(cls) -> str:

@@ -14,7 +14,7 @@ outlives the rows it was read from. A metadata filter is resolved the same way: 
 of ids it keeps (:func:`matching_ids`), which masks the in-memory search and becomes an
 ``id in [...]`` condition on the BM25 side (a primary-key lookup instead of a JSON scan per row).
 The BM25 side keeps its own copy the same way
-(:mod:`~llama_index_rag_pack.milvus.bm25_memory`). Writes made around the package (another
+(:mod:`~llama_index_rag_pack.milvus.bm25.bm25_memory`). Writes made around the package (another
 ``MilvusVectorStore`` on the same file) are not seen until :func:`forget_vectors` is called or
 the client is closed.
 

@@ -90,6 +90,6 @@ def reindex_collection(
 ) -> int:
     """Re-analyse the collection's BM25 side in place (no re-embedding); the chunks copied, 0
     when it already had that analysis (``upgrade_bm25_analysis``)."""
-    from llama_index_rag_pack.milvus.bm25_upgrade import upgrade_bm25_analysis
+    from llama_index_rag_pack.milvus.bm25.bm25_upgrade import upgrade_bm25_analysis
 
     return upgrade_bm25_analysis(uri, collection, token=token, bm25_analyzer=bm25_analyzer)

@@ -18,6 +18,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "default_mode_for",
+    "describe_milvus",
     "embed_chunks",
     "open_pack_store",
     "open_sentence_index",
@@ -101,6 +102,18 @@ def describe_bm25(store: Any) -> dict[str, str]:
     """``{"bm25": ...}``: the store's BM25 analysis in one line (``{}`` without BM25)."""
     analysis = getattr(store, "bm25_analysis", None)
     return {"bm25": analysis.describe()} if analysis is not None else {}
+
+
+def describe_milvus(store: Any) -> dict[str, str]:
+    """``{"milvus": ...}``: the server's version and what it can serve, in one line (``{}`` for
+    a store the pack did not open)."""
+    caps = getattr(store, "capabilities", None)
+    if caps is None:
+        return {}
+    vectors = getattr(store, "bm25_vectors", None)
+    if vectors == caps.bm25 or vectors is None:
+        return {"milvus": caps.describe()}
+    return {"milvus": f"{caps.describe()}; this collection's BM25 vectors are the pack's own"}
 
 
 def embed_chunks(nodes: Sequence[Any], embed_model: Any, show_progress: bool = False) -> None:

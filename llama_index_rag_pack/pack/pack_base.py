@@ -90,6 +90,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         similarity_top_k: int = 4,
         enable_bm25: bool = True,
         bm25_analyzer: str | Callable[[str], Sequence[str]] | None = "auto",
+        bm25_vectors: str = "auto",
         sentence_index: bool = True,
         fusion_config: FusionConfig | str | Path | None = None,
         tenant_field: str | None = None,
@@ -131,6 +132,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
                     overwrite=overwrite,
                     enable_bm25=enable_bm25,
                     bm25_analyzer=bm25_analyzer,
+                    bm25_vectors=bm25_vectors,
                     must_exist=to_index is None,
                     tenant_field=tenant_field,
                 )
@@ -207,6 +209,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
                 else "auto (decided when the LLM is resolved)"
             ),
             **indexing.describe_bm25(store),
+            **indexing.describe_milvus(store),
         }
 
     # ------------------------------------------------------------------ indexing

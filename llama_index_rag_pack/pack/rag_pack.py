@@ -38,6 +38,9 @@ class RagPack(RagPackBase):
         bm25_analyzer: A new collection's BM25 analysis: ``auto`` (each chunk in its own
             language; docs/languages.md), a language (``chinese``, ``german``, ...),
             ``english``, ``standard`` or a callable ``text -> terms``; others keep theirs.
+        bm25_vectors: Where a new collection's BM25 vectors come from: ``auto`` (Milvus' BM25
+            function on Lite and 2.5+, vectors the pack computes on 2.4, none on 2.3: dense
+            modes only, with a warning), ``function`` or ``client`` (docs/milvus.md).
         sentence_index: Also embed every sentence (headed by its document's title) into
             ``<collection>__sentences``, so hybrid search scores a chunk by its best sentence.
         fusion_config: Defaults of the hybrid modes: a ``FusionConfig`` or the path of one saved

@@ -22,7 +22,7 @@ from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.milvus import connection as milvus_utils
-from llama_index_rag_pack.milvus.bm25_rows import (
+from llama_index_rag_pack.milvus.bm25.bm25_rows import (
     analyse_nodes,
     analysed_row,
     record_languages,

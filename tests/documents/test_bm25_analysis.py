@@ -23,8 +23,8 @@ from llama_index_rag_pack.documents.bm25_analysis import (
     word_tokens,
 )
 from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
-from llama_index_rag_pack.milvus.bm25_fields import BM25_TEXT_FIELD, stored_bm25_analysis
-from llama_index_rag_pack.milvus.bm25_upgrade import upgrade_bm25_analysis
+from llama_index_rag_pack.milvus.bm25.bm25_fields import BM25_TEXT_FIELD, stored_bm25_analysis
+from llama_index_rag_pack.milvus.bm25.bm25_upgrade import upgrade_bm25_analysis
 from llama_index_rag_pack.milvus.connection import count_entities, flush, open_vector_store
 from llama_index_rag_pack.pack.rag_pack import RagPack
 

@@ -31,12 +31,12 @@ from llama_index_rag_pack.documents.languages import (
 from llama_index_rag_pack.documents.sentences import chunk_sentences
 from llama_index_rag_pack.documents.stop_words import ENGLISH_STOP_WORDS
 from llama_index_rag_pack.documents.words import count_words, lexical_words
-from llama_index_rag_pack.milvus.bm25_fields import (
+from llama_index_rag_pack.milvus.bm25.bm25_fields import (
     BM25_TEXT_FIELD,
     LANGUAGE_KEY,
     stored_bm25_analysis,
 )
-from llama_index_rag_pack.milvus.bm25_upgrade import upgrade_bm25_analysis
+from llama_index_rag_pack.milvus.bm25.bm25_upgrade import upgrade_bm25_analysis
 from llama_index_rag_pack.pack.rag_pack import RagPack
 
 AUTO = LanguageAnalyzer.auto()

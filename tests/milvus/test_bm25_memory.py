@@ -1,4 +1,4 @@
-"""The in-memory BM25 index (milvus/bm25_memory.py): Lite's BM25 formula exactly, the same
+"""The in-memory BM25 index (milvus/bm25/bm25_memory.py): Lite's BM25 formula exactly, the same
 ranking as searching in Milvus Lite, filters still applied, never stale after the pack's writes,
 a chunk gone from the collection never returned, a ``standard`` collection left in Milvus."""
 
@@ -17,7 +17,7 @@ from pymilvus import DataType, Function, FunctionType, MilvusClient
 from llama_index_rag_pack import RagPack
 from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.milvus import connection as milvus_utils
-from llama_index_rag_pack.milvus.bm25_memory import LITE_BM25_B, LITE_BM25_K1, MemoryBM25
+from llama_index_rag_pack.milvus.bm25.bm25_memory import LITE_BM25_B, LITE_BM25_K1, MemoryBM25
 from llama_index_rag_pack.milvus.vector_memory import forget_vectors
 
 DOCS = [

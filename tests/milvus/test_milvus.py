@@ -18,6 +18,7 @@ from llama_index_rag_pack.core.errors import (
     ConfigurationError,
     MilvusUnavailableError,
 )
+from llama_index_rag_pack.milvus import client_open
 from llama_index_rag_pack.milvus import connection as milvus
 
 
@@ -124,13 +125,13 @@ def test_unreachable_server_fails_fast_with_the_fix(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(pymilvus, "MilvusClient", no_client)
     attempts: list[object] = []
-    real_connect = milvus.socket.create_connection
+    real_connect = client_open.socket.create_connection
 
     def connect(address: object, timeout: object = None, *args: object) -> object:
         attempts.append(timeout)
         return real_connect(address, timeout, *args)
 
-    monkeypatch.setattr(milvus.socket, "create_connection", connect)
+    monkeypatch.setattr(client_open.socket, "create_connection", connect)
     with pytest.raises(MilvusUnavailableError) as info:
         milvus.open_vector_store("http://127.0.0.1:9", "c", dim=8)
     assert len(attempts) == 1 and attempts[0] is not None and 0 < attempts[0] <= 5

@@ -20,11 +20,12 @@ from llama_index_rag_pack.documents.bm25_analysis import (
 )
 from llama_index_rag_pack.documents.language_profile import LanguageProfile
 from llama_index_rag_pack.documents.languages import CJK_LANGUAGES, normalize_language
-from llama_index_rag_pack.milvus.bm25_fields import (
+from llama_index_rag_pack.milvus.bm25.bm25_fields import (
     BM25_TEXT_FIELD,
     LANGUAGE_KEY,
     collection_properties,
 )
+from llama_index_rag_pack.milvus.bm25.client_bm25 import weigh_rows
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def analyse_nodes(
     """The analysed copies of ``nodes`` (whose texts are ``texts``).
 
     Under a language-aware analysis, each node's language is recorded in its metadata
-    (:data:`~llama_index_rag_pack.milvus.bm25_fields.LANGUAGE_KEY`, hidden from the embedding
+    (:data:`~llama_index_rag_pack.milvus.bm25.bm25_fields.LANGUAGE_KEY`, hidden from the embedding
     and LLM text), and a node that already has one (written before and read back, or set by the
     user: ``"de"``, ``"zh-CN"``, ``"German"``) is analysed in it. A value that names no
     language is left as it is, and not used. The words of a chunk too short to identify take
@@ -182,7 +183,7 @@ def add_analysed_nodes(
     **add_kwargs: Any,
 ) -> Any:
     """``MilvusVectorStore.add`` with each row's analysed copy in
-    :data:`~llama_index_rag_pack.milvus.bm25_fields.BM25_TEXT_FIELD` (the rows are otherwise
+    :data:`~llama_index_rag_pack.milvus.bm25.bm25_fields.BM25_TEXT_FIELD` (the rows are otherwise
     what ``MilvusVectorStore.add`` writes; under a language-aware analysis each chunk's metadata
     also records its language). ``prepared``: copies analysed beforehand, by node id with the
     text they were made of (used when the text is the same)."""
@@ -198,12 +199,19 @@ def add_analysed_nodes(
         for node, text, found in zip(nodes, texts, analysed, strict=True)
     ]
     write = store.client.upsert if store.upsert_mode else store.client.insert
-    for start in range(0, len(rows), store.batch_size):
-        write(
-            store.collection_name,
-            rows[start : start + store.batch_size],
-            partition_name=add_kwargs.get("milvus_partition_name"),
-        )
+    # where the pack computes BM25 vectors, every row of the call gets them at once (one avgdl)
+    undo = weigh_rows(store.client, store.collection_name, rows, replace=store.upsert_mode)
+    try:
+        for start in range(0, len(rows), store.batch_size):
+            write(
+                store.collection_name,
+                rows[start : start + store.batch_size],
+                partition_name=add_kwargs.get("milvus_partition_name"),
+            )
+    except BaseException:
+        if undo is not None:
+            undo()
+        raise
     record_languages(store.client, store.collection_name, analysis, analysed)
     if add_kwargs.get("force_flush", False):
         store.client.flush(store.collection_name)

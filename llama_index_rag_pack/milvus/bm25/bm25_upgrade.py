@@ -1,8 +1,8 @@
 """Upgrading a collection's BM25 side to another analysis (``rag-pack index --reindex``).
 
 The chunks, their vectors, metadata and ids are read back and written into a new collection made
-with the new analysis (:mod:`~llama_index_rag_pack.milvus.bm25_fields`), which then replaces the
-old one: no re-embedding, and the sentence index (keyed by chunk id) stays valid.
+with the new analysis (:mod:`~llama_index_rag_pack.milvus.bm25.bm25_fields`), which then replaces
+the old one: no re-embedding, and the sentence index (keyed by chunk id) stays valid.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from typing import Any
 
 from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
 from llama_index_rag_pack.documents.bm25_analysis import BM25Analyzer, resolve_analyzer
-from llama_index_rag_pack.milvus.bm25_fields import analysis_outdated, stored_bm25_analysis
+from llama_index_rag_pack.milvus.bm25.bm25_fields import analysis_outdated, stored_bm25_analysis
+from llama_index_rag_pack.milvus.bm25.client_bm25 import forget_collection, stats_collection_name
 from llama_index_rag_pack.milvus.connection import collection_dim, flush, open_client
 from llama_index_rag_pack.milvus.connection import open_vector_store as open_store
+from llama_index_rag_pack.milvus.served_schema import collection_bm25_vectors
 from llama_index_rag_pack.milvus.vector_memory import forget_vectors
 
 logger = logging.getLogger(__name__)
@@ -92,7 +94,12 @@ def upgrade_bm25_analysis(
             f"Collection {collection_name!r} has no BM25 field: re-index its documents with "
             "`rag-pack index PATH --overwrite` to add one."
         )
-    if stored == analysis.name and not analysis_outdated(client, collection_name, analysis):
+    vectors = collection_bm25_vectors(client.describe_collection(collection_name))
+    if (
+        stored == analysis.name
+        and not analysis_outdated(client, collection_name, analysis)
+        and vectors != "client"  # the pack's vectors are rewritten with current statistics
+    ):
         logger.info("Collection %r already uses the %r BM25 analysis", collection_name, stored)
         return 0
     dim = collection_dim(client, collection_name) or 0
@@ -106,11 +113,18 @@ def upgrade_bm25_analysis(
         overwrite=True,
         bm25_analyzer=analysis,
         similarity_metric=similarity_metric,
+        bm25_vectors=vectors or "auto",
     )
     store.add(nodes)
     flush(store)
-    client.drop_collection(collection_name)
+    client.drop_collection(collection_name)  # and its BM25 statistics, if the pack kept them
     client.rename_collection(staging, collection_name)
+    if client.has_collection(stats_collection_name(staging)):
+        client.rename_collection(
+            stats_collection_name(staging), stats_collection_name(collection_name)
+        )
+    forget_collection(client, staging)
+    forget_collection(client, collection_name)
     forget_vectors(client, collection_name)
     client.load_collection(collection_name)
     logger.info(

@@ -8,7 +8,7 @@ BM25 weight for each of its terms in one sparse matrix, which scores a query wit
 product (under 1 ms).
 
 The copy reads the analysed field (``bm25_text``, see
-:mod:`~llama_index_rag_pack.milvus.bm25_fields`) and scores it with Lite's formula and
+:mod:`~llama_index_rag_pack.milvus.bm25.bm25_fields`) and scores it with Lite's formula and
 parameters (``k1`` 1.5, ``b`` 0.75), a query term counted as often as it occurs::
 
     score(D, Q) = Σ_t count(t, Q) · IDF(t) · tf(t, D) · (k1 + 1)

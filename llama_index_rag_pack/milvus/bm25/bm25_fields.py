@@ -8,7 +8,7 @@ chunk's title and headings, which the BM25 function reads. The collection proper
 ``rag_pack.bm25_analyzer`` records the analyzer's name. A collection whose BM25 function reads
 ``text`` (every collection indexed before this layout) is searched with Milvus' ``standard``
 analysis, as it was indexed;
-:func:`~llama_index_rag_pack.milvus.bm25_upgrade.upgrade_bm25_analysis` (``rag-pack index
+:func:`~llama_index_rag_pack.milvus.bm25.bm25_upgrade.upgrade_bm25_analysis` (``rag-pack index
 --reindex``) rebuilds it with the new one, keeping its vectors and ids.
 """
 
@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "BM25_TEXT_FIELD",
+    "BM25_VECTORS_PROPERTY",
     "LANGUAGE_KEY",
     "analysis_outdated",
     "collection_properties",
@@ -48,6 +49,9 @@ __all__ = [
 
 #: The field holding a chunk's analysed copy (read by the BM25 function, never shown).
 BM25_TEXT_FIELD = "bm25_text"
+#: The collection property saying the pack computes its BM25 vectors (``client``), on a Milvus
+#: without the BM25 function (:mod:`~llama_index_rag_pack.milvus.bm25.client_bm25`).
+BM25_VECTORS_PROPERTY = "rag_pack.bm25_vectors"
 #: The metadata key recording a chunk's main language under a language-aware analysis
 #: (ISO 639 code: ``en``, ``zh``, ``de``, ...); filterable (``language == "zh"``), kept out of
 #: the text embedded and shown to the LLM.
@@ -63,12 +67,15 @@ def function_type_name(value: Any) -> str:
 
 
 def bm25_input_field(client: Any, collection_name: str) -> str | None:
-    """The field the collection's BM25 function reads (``None`` without a BM25 function)."""
+    """The field the collection's BM25 vectors are made of: what its BM25 function reads, or
+    :data:`BM25_TEXT_FIELD` where the pack computes them (``None`` without BM25)."""
     info = client.describe_collection(collection_name)
     for fn in info.get("functions", []):
         if function_type_name(fn.get("type")) == "BM25":
             inputs = list(fn.get("input_field_names") or [])
             return str(inputs[0]) if inputs else None
+    if (info.get("properties") or {}).get(BM25_VECTORS_PROPERTY) == "client":
+        return BM25_TEXT_FIELD
     return None
 
 
@@ -182,11 +189,19 @@ def _check_version(collection_name: str, recorded: Any) -> None:
         )
 
 
-def bm25_store_kwargs(analysis: Bm25Analysis, *, new: bool) -> dict[str, Any]:
+def bm25_store_kwargs(
+    analysis: Bm25Analysis, *, new: bool, vectors: str = "function"
+) -> dict[str, Any]:
     """``MilvusVectorStore`` arguments for a BM25 field under ``analysis``.
 
     Under ``standard`` the BM25 function reads ``text`` (Milvus analyses it); under a client
     analysis it reads :data:`BM25_TEXT_FIELD`, and a ``new`` collection records the analysis.
+    With ``vectors="client"`` there is no function: the pack weighs the analysed copies itself,
+    and the caller adds the store's ``sparse_embedding_function``
+    (:class:`~llama_index_rag_pack.milvus.bm25.client_bm25.ClientBM25Function`).
+
+    Raises:
+        ConfigurationError: client vectors under ``standard`` (only Milvus can analyse it).
     """
     from llama_index.vector_stores.milvus.utils import BM25BuiltInFunction
 
@@ -199,6 +214,8 @@ def bm25_store_kwargs(analysis: Bm25Analysis, *, new: bool) -> dict[str, Any]:
     if analysis.language_aware:
         properties[VERSION_PROPERTY] = _version_record()
         properties[LANGUAGES_PROPERTY] = analysis.profile.to_json()
+    if vectors == "client":
+        return _client_vectors_kwargs(kwargs, properties, analysis, new)
     if not analysis.client_side:
         kwargs["sparse_embedding_function"] = BM25BuiltInFunction()
         if new:
@@ -213,6 +230,27 @@ def bm25_store_kwargs(analysis: Bm25Analysis, *, new: bool) -> dict[str, Any]:
     )
     if new:
         kwargs["collection_properties"] = properties
+    return kwargs
+
+
+def _client_vectors_kwargs(
+    kwargs: dict[str, Any], properties: dict[str, str], analysis: Bm25Analysis, new: bool
+) -> dict[str, Any]:
+    from pymilvus import DataType
+
+    if not analysis.client_side:
+        raise ConfigurationError(
+            f"The {analysis.name!r} BM25 analysis is Milvus' own and needs its BM25 function: "
+            "on a Milvus without it use bm25_analyzer='auto' (or a language), which the pack "
+            "analyses itself."
+        )
+    kwargs.update(
+        scalar_field_names=[BM25_TEXT_FIELD],
+        scalar_field_types=[DataType.VARCHAR],
+        sparse_index_config={"metric_type": "IP"},
+    )
+    if new:
+        kwargs["collection_properties"] = {**properties, BM25_VECTORS_PROPERTY: "client"}
     return kwargs
 
 

@@ -1,0 +1,208 @@
+"""BM25 vectors computed by the pack (a Milvus with sparse vectors and no BM25 function, as 2.4)
+against Milvus' BM25 function, on Lite and on a ``milvus-lite server``; and the statistics kept
+beside the collection through inserts, upserts and deletes."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from llama_index.core.schema import TextNode
+
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
+from llama_index_rag_pack.milvus.bm25.client_bm25 import (
+    EMPTY_VECTOR,
+    ClientBM25,
+    stats_collection_name,
+    term_id,
+)
+from llama_index_rag_pack.milvus.connection import flush, has_bm25, open_vector_store
+
+DIM = 8
+
+
+def wiki_nodes_and_questions() -> tuple[list, list[str]]:
+    from llama_index_rag_pack.documents.chunking import split_documents
+    from llama_index_rag_pack.evaluation.labelled import load_corpus, load_labelled_set
+
+    dev = load_labelled_set("wiki_qa_para", split="dev")
+    wanted = sorted({i.removeprefix("wiki:") for ex in dev.examples for i in ex.relevant_ids})
+    docs = load_corpus("wikipedia", titles=wanted[:12])
+    doc_ids = {d.doc_id for d in docs}
+    questions = [ex.question for ex in dev.examples if set(ex.relevant_ids) <= doc_ids]
+    nodes = split_documents(docs)
+    # only the BM25 side differs between the two: any fixed dense vectors do
+    vectors = np.random.default_rng(0).normal(size=(len(nodes), 384))
+    for node, vector in zip(nodes, vectors, strict=True):
+        node.embedding = (vector / np.linalg.norm(vector)).tolist()
+    return nodes, questions
+
+
+@pytest.fixture(scope="module")
+def wiki() -> tuple[list, list[str]]:
+    nodes, questions = wiki_nodes_and_questions()
+    assert len(questions) >= 10
+    return nodes, questions
+
+
+def rankings(store, questions, search_type, embed_model=None):
+    retriever = MilvusHybridRetriever(
+        store, search_type=search_type, similarity_top_k=10, embed_model=embed_model
+    )
+    return [[n.node.node_id for n in retriever.retrieve(q)] for q in questions]
+
+
+@pytest.mark.parametrize("where", ["lite", "server"])
+def test_pack_vectors_rank_as_the_bm25_function_on_the_wiki_corpus(tmp_path, wiki, where, request):
+    nodes, questions = wiki
+    uri = str(tmp_path / "bm25.db") if where == "lite" else request.getfixturevalue("milvus_server")
+    found = {}
+    for vectors in ("function", "client"):
+        store = open_vector_store(
+            uri, f"wiki_{vectors}", dim=384, overwrite=True, bm25_vectors=vectors
+        )
+        assert store.bm25_vectors == vectors and has_bm25(store.client, store.collection_name)
+        store.add([n.model_copy() for n in nodes])
+        flush(store)
+        found[vectors] = rankings(store, questions, "sparse")
+    assert all(len(r) == 10 for r in found["function"])
+    assert found["client"] == found["function"]
+    client = store.client
+    assert client.has_collection(stats_collection_name("wiki_client"))
+    assert not client.has_collection(stats_collection_name("wiki_function"))
+
+
+def test_hybrid_modes_agree_too(tmp_path, wiki, embed_model):
+    nodes, questions = wiki
+    uri = str(tmp_path / "hybrid.db")
+    found = {}
+    for vectors in ("function", "client"):
+        store = open_vector_store(
+            uri, f"h_{vectors}", dim=384, overwrite=True, bm25_vectors=vectors
+        )
+        store.add([n.model_copy() for n in nodes])
+        flush(store)
+        found[vectors] = rankings(store, questions[:12], "hybrid", embed_model)
+    assert found["client"] == found["function"]
+
+
+# ---------------------------------------------------------------------- the formula
+words = st.lists(st.sampled_from("abcdefgh"), min_size=0, max_size=12).map(" ".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(words, min_size=1, max_size=8), words)
+def test_pack_vectors_score_as_the_in_memory_bm25_of_lite(texts, query):
+    """Σ q(t)·w(t, D) over the pack's vectors equals the Lite formula (``MemoryBM25``) for
+    every document, when the statistics are the corpus'."""
+    from llama_index_rag_pack.milvus.bm25.bm25_memory import MemoryBM25
+    from llama_index_rag_pack.milvus.bm25.client_bm25 import bm25_idf
+
+    keys = [f"d{i}" for i in range(len(texts))]
+    expected = dict(MemoryBM25(keys, texts).search(query, len(keys)))
+    lengths = [len(t.split()) for t in texts]
+    avgdl = sum(lengths) / len(texts)
+    df = Counter(term for t in texts for term in set(t.split()))
+    bm25 = ClientBM25(client=None, collection_name="unused")
+    q = {term_id(t): c * bm25_idf(len(texts), df[t]) for t, c in Counter(query.split()).items()}
+    for key, text in zip(keys, texts, strict=True):
+        d = bm25.document_vector(text, avgdl)
+        score = sum(v * d.get(k, 0.0) for k, v in q.items() if df.get(k) != 0)
+        assert math.isclose(score, expected.get(key, 0.0), rel_tol=1e-9, abs_tol=1e-9)
+
+
+# ---------------------------------------------------------------------- the statistics
+def node(i: int, text: str, doc: str) -> TextNode:
+    n = TextNode(id_=f"n{i}", text=text, embedding=[float(i + 1)] + [0.0] * (DIM - 1))
+    n.relationships = {}
+    n.metadata = {"doc": doc}
+    return n
+
+
+def stats_as_stored(client, name):
+    bm25 = ClientBM25(client, name)
+    rows = client.query(bm25.stats_name, filter="id >= 0", output_fields=["id", "df"])
+    return bm25.totals(), {int(r["id"]): int(r["df"]) for r in rows}
+
+
+def stats_recomputed(client, name):
+    rows = client.query(name, filter="", output_fields=["bm25_text"], limit=16384)
+    texts = [r["bm25_text"].split() for r in rows]
+    df = Counter(term_id(t) for terms in texts for t in set(terms))
+    return (len(texts), sum(len(t) for t in texts)), dict(df)
+
+
+def test_statistics_follow_inserts_upserts_and_deletes(tmp_path):
+    store = open_vector_store(str(tmp_path / "stats.db"), "stats", dim=DIM, bm25_vectors="client")
+    client, name = store.client, store.collection_name
+    texts = ["Aardvarks eat ants.", "Ants build nests.", "Termites eat wood.", "the of and"]
+    store.add([node(i, t, f"doc{i % 2}") for i, t in enumerate(texts)])
+    assert stats_as_stored(client, name) == stats_recomputed(client, name)
+    assert stats_as_stored(client, name)[0][0] == 4
+
+    store.upsert_mode = True  # the same ids again, other words
+    store.add([node(1, "Bees build hives from wax.", "doc1")])
+    assert stats_as_stored(client, name) == stats_recomputed(client, name)
+
+    client.delete(name, filter='doc == "doc0"')
+    assert stats_as_stored(client, name) == stats_recomputed(client, name)
+    client.delete(name, ids=["n1"])
+    assert stats_as_stored(client, name) == stats_recomputed(client, name)
+    assert stats_as_stored(client, name)[0] == (1, 0)  # only the stop-word chunk is left
+
+    retriever = MilvusHybridRetriever(store, search_type="sparse", similarity_top_k=5)
+    assert retriever.retrieve("aardvarks") == []  # a term no chunk holds any more
+    client.drop_collection(name)
+    assert not client.has_collection(stats_collection_name(name))
+
+
+def test_a_chunk_of_stop_words_is_stored_and_never_found(tmp_path):
+    store = open_vector_store(str(tmp_path / "stop.db"), "stop", dim=DIM, bm25_vectors="client")
+    store.add([node(0, "the of and", "d"), node(1, "Aardvarks eat ants.", "d")])
+    flush(store)
+    rows = store.client.query("stop", filter='id == "n0"', output_fields=["sparse_embedding"])
+    assert rows[0]["sparse_embedding"] == pytest.approx(EMPTY_VECTOR)
+    retriever = MilvusHybridRetriever(store, search_type="sparse", similarity_top_k=5)
+    assert [n.node.node_id for n in retriever.retrieve("aardvarks and ants")] == ["n1"]
+
+
+def test_client_vectors_need_an_analysis_of_the_pack(tmp_path):
+    with pytest.raises(ConfigurationError, match="bm25_analyzer='auto'"):
+        open_vector_store(
+            str(tmp_path / "std.db"),
+            "std",
+            dim=DIM,
+            bm25_vectors="client",
+            bm25_analyzer="standard",
+        )
+    with pytest.raises(ConfigurationError, match="bm25_vectors must be one of"):
+        open_vector_store(str(tmp_path / "std.db"), "std", dim=DIM, bm25_vectors="server")
+    client = open_vector_store(str(tmp_path / "std.db"), "ok", dim=DIM).client
+    assert not client.has_collection("std"), "a refused collection is never created"
+
+
+def test_reindex_rewrites_the_pack_vectors_with_current_statistics(tmp_path):
+    from llama_index_rag_pack.milvus.bm25.bm25_upgrade import upgrade_bm25_analysis
+
+    uri = str(tmp_path / "re.db")
+    store = open_vector_store(uri, "re", dim=DIM, bm25_vectors="client")
+    store.add([node(0, "Aardvarks eat ants.", "a")])
+    store.add([node(1, "Ants build nests of sand and ants carry leaves.", "b")])  # later: old avgdl
+    before = stats_as_stored(store.client, "re")
+    assert upgrade_bm25_analysis(uri, "re") == 2
+    client = store.client
+    assert stats_as_stored(client, "re") == before == stats_recomputed(client, "re")
+    assert not client.has_collection(stats_collection_name("re__bm25_upgrade"))
+    reopened = open_vector_store(uri, "re", dim=DIM, must_exist=True)
+    assert reopened.bm25_vectors == "client"
+    bm25 = ClientBM25(client, "re")
+    docs, length = bm25.totals()
+    rows = client.query("re", filter="", output_fields=["id", "bm25_text", "sparse_embedding"])
+    for row in rows:  # every vector now uses the collection's average length
+        expected = bm25.document_vector(row["bm25_text"], length / docs)
+        assert row["sparse_embedding"] == pytest.approx(expected, rel=1e-6)
