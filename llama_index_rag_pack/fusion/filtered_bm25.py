@@ -55,7 +55,7 @@ class Bm25SearchMixin:
     def sparse_data(self, terms: str) -> Any:
         """What a sparse search sends for the analysed ``terms``: the terms themselves (Milvus'
         BM25 function weighs them), or their IDF-weighted sparse vector where the pack computes
-        BM25 vectors."""
+        BM25 vectors (empty when no chunk holds any of them: callers then search nothing)."""
         return self.client_bm25.query_vector(terms) if self.client_bm25 is not None else terms
 
     def _resolved_bm25(self, query: str, limit: int) -> list[dict[str, Any]] | None:
@@ -78,6 +78,8 @@ class Bm25SearchMixin:
         terms = self.bm25_query(query)
         params = self._sparse_params()
         data = self.sparse_data(terms)
+        if not data:  # no chunk holds a query term
+            return []
         ranked = self._field_search(self.sparse_field, data, params, pool, filtered=False)
         kept = [hit for hit in ranked if str(hit.get("id")) in only][:limit]
         if len(kept) < limit and len(ranked) == pool:
@@ -122,9 +124,12 @@ class Bm25SearchMixin:
 
     def _milvus_bm25_ids(self, terms: str, limit: int, expr: str) -> list[tuple[str, float]]:
         """``bm25_ids`` as Milvus answers it (analysed ``terms``, a filter expression)."""
+        data = self.sparse_data(terms)
+        if not data:  # no chunk holds a query term
+            return []
         res = self.client.search(
             self.collection_name,
-            data=[self.sparse_data(terms)],
+            data=[data],
             anns_field=self.sparse_field,
             limit=limit,
             filter=expr,

@@ -250,7 +250,11 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
                 hits = self._resolved_bm25(query, limit)
             if hits is None:
                 data = self.sparse_data(terms)
-                hits = self._field_search(self.sparse_field, data, self._sparse_params(), limit)
+                hits = (
+                    self._field_search(self.sparse_field, data, self._sparse_params(), limit)
+                    if data
+                    else []
+                )
         else:
             # RRF gives nodes at the same rank on opposite sides the same score, often right at
             # the cut: the whole fused pool is fetched and ranked with ties by id, then cut, so

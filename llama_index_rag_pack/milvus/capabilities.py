@@ -27,6 +27,8 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from llama_index_rag_pack.milvus.lite import is_lite_path
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -131,85 +133,101 @@ def capabilities_from_version(version: str) -> MilvusCapabilities | None:
     )
 
 
-_CACHE: dict[str, MilvusCapabilities] = {}
+#: Capabilities found by probing, by address and version (a version string is read each time).
+_PROBED: dict[tuple[str, str], MilvusCapabilities] = {}
 _LOCK = threading.Lock()
 
 
 def forget_capabilities(uri: str | None = None) -> None:
-    """Detect again on the next connection (to ``uri``; every address without one): a server
-    upgraded in place."""
+    """Probe again on the next connection (to ``uri``; every address without one)."""
     with _LOCK:
-        if uri is None:
-            _CACHE.clear()
-        else:
-            _CACHE.pop(uri, None)
+        for key in [k for k in _PROBED if uri is None or k[0] == uri]:
+            del _PROBED[key]
 
 
 def detect_capabilities(client: Any, uri: str | None = None) -> MilvusCapabilities:
-    """The capabilities of the Milvus behind ``client``, detected once per ``uri`` (the
-    client's ``rag_pack_uri`` by default).
+    """The capabilities of the Milvus behind ``client`` (at ``uri``, the client's
+    ``rag_pack_uri`` by default): from its version, read on every call (one cheap request, so
+    a server upgraded in place is seen), or by a probe cached per address and version.
 
     Raises:
         MilvusUnavailableError: the server cannot be reached (from the pack's client).
     """
-    key = uri or getattr(client, "rag_pack_uri", None) or str(id(client))
+    key = uri or getattr(client, "rag_pack_uri", None) or ""
+    version = str(client.get_server_version() or "")
+    if key and is_lite_path(key):
+        return MilvusCapabilities("Milvus Lite", version or "milvus_lite", True, True)
+    found = capabilities_from_version(version)
+    if found is not None:
+        return found
     with _LOCK:
-        known = _CACHE.get(key)
+        known = _PROBED.get((key, version))
     if known is not None:
         return known
-    version = str(client.get_server_version() or "")
-    found = capabilities_from_version(version)
-    if found is None:
-        found = _probe(client, version)
-    logger.debug("Milvus at %s: %s", key, found.describe())
-    with _LOCK:
-        _CACHE[key] = found
+    found, conclusive = _probe(client, version)
+    logger.info("Milvus at %s reports %r: probed, %s", key, version, found.describe())
+    if conclusive:
+        with _LOCK:
+            _PROBED[(key, version)] = found
     return found
 
 
-def _probe(client: Any, version: str) -> MilvusCapabilities:
-    """Create and drop a throw-away collection with a sparse field and a BM25 function; what
-    the server refuses says what it lacks."""
+def _accepts(client: Any, *, bm25: bool) -> bool | None:
+    """Whether the server creates a throw-away collection with a sparse field (and a BM25
+    function): ``None`` when it fails for another reason than refusing it."""
     from pymilvus import DataType, Function, FunctionType, MilvusClient
 
+    from llama_index_rag_pack.core.errors import MilvusOperationError
+
     name = f"rag_pack_probe_{uuid.uuid4().hex[:12]}"
-    sparse = bm25 = False
+    schema = MilvusClient.create_schema(auto_id=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("text", DataType.VARCHAR, max_length=64, enable_analyzer=bm25)
+    schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
+    if bm25:
+        schema.add_function(
+            Function(
+                name="bm25",
+                function_type=FunctionType.BM25,
+                input_field_names=["text"],
+                output_field_names=["sparse"],
+            )
+        )
+    params = client.prepare_index_params()
+    params.add_index(
+        "sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25" if bm25 else "IP"
+    )
     try:
-        schema = MilvusClient.create_schema(auto_id=False)
-        schema.add_field("id", DataType.INT64, is_primary=True)
-        schema.add_field("text", DataType.VARCHAR, max_length=64, enable_analyzer=True)
-        schema.add_field("sparse", DataType.SPARSE_FLOAT_VECTOR)
-        params = client.prepare_index_params()
-        params.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
+        client.create_collection(name, schema=schema, index_params=params)
+        return True
+    except MilvusOperationError as e:  # the server answered: it refuses this schema
+        logger.debug("Milvus probe: %s refused (%s)", "BM25 function" if bm25 else "sparse", e)
+        return False
+    except Exception as e:  # noqa: BLE001 - a lost server is raised by the caller's next call
+        logger.debug("Milvus probe inconclusive: %s", e)
+        return None
+    finally:
         try:
-            client.create_collection(name, schema=schema, index_params=params)
-            sparse = True
-        except Exception as e:
-            logger.debug("Milvus probe: no sparse vectors (%s)", e)
-        finally:
             if client.has_collection(name):
                 client.drop_collection(name)
-        if sparse:
-            schema.add_function(
-                Function(
-                    name="bm25",
-                    function_type=FunctionType.BM25,
-                    input_field_names=["text"],
-                    output_field_names=["sparse"],
-                )
-            )
-            params = client.prepare_index_params()
-            params.add_index("sparse", index_type="SPARSE_INVERTED_INDEX", metric_type="BM25")
-            try:
-                client.create_collection(name, schema=schema, index_params=params)
-                bm25 = True
-            except Exception as e:
-                logger.debug("Milvus probe: no BM25 function (%s)", e)
-            finally:
-                if client.has_collection(name):
-                    client.drop_collection(name)
-    except Exception as e:  # the probe itself failed: assume the oldest the pack serves
-        logger.debug("Milvus probe failed: %s", e)
-    return MilvusCapabilities(
-        "Milvus server", version or "unknown", sparse, bm25, hybrid_search=sparse, probed=True
+        except Exception as e:  # noqa: BLE001 - a probe collection left behind is harmless
+            logger.debug("Could not drop the probe collection %s: %s", name, e)
+
+
+def _probe(client: Any, version: str) -> tuple[MilvusCapabilities, bool]:
+    """What the server accepts, and whether that was conclusive (an inconclusive probe assumes
+    everything: a step the server cannot do then fails with its own error)."""
+    sparse = _accepts(client, bm25=False)
+    bm25 = _accepts(client, bm25=True) if sparse else False
+    conclusive = sparse is not None and bm25 is not None
+    sparse_ok = sparse is not False
+    bm25_ok = sparse_ok and bm25 is not False
+    caps = MilvusCapabilities(
+        "Milvus server",
+        version or "unknown",
+        sparse_ok,
+        bm25_ok,
+        hybrid_search=sparse_ok,
+        probed=True,
     )
+    return caps, conclusive

@@ -12,7 +12,9 @@ Milvus Lite pitfalls handled here:
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +129,7 @@ def open_vector_store(
     uri = uri or default_milvus_uri()
     token = default_token(token)
     collection_name = collection_name or default_collection()
+    check_bm25_vectors(bm25_vectors)
     if similarity_metric.upper() not in ("COSINE", "IP", "L2"):
         raise ConfigurationError(
             f"similarity_metric must be one of COSINE, IP, L2; got {similarity_metric!r}."
@@ -170,6 +173,7 @@ def open_vector_store(
             tenant_field=tenant_field,
             capabilities=caps,
             bm25_vectors=vectors,
+            created=new,
         )
     ensure_loaded(store.client, collection_name)
     logger.info(
@@ -248,6 +252,19 @@ def _make_store(
             drop_half_made(client, kwargs["collection_name"])
         raise
     return store
+
+
+@contextlib.contextmanager
+def drop_new_collection_on_failure(store: Any) -> Iterator[None]:
+    """Drop the store's collection and its companions when the block fails and the store made
+    the collection (a failed or interrupted first ingest leaves nothing behind, on a server and
+    in an existing Lite database alike)."""
+    try:
+        yield
+    except BaseException:
+        if getattr(store, "created", False):
+            drop_half_made(store.client, store.collection_name)
+        raise
 
 
 def drop_half_made(client: Any, collection_name: str) -> None:

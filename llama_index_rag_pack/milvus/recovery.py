@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from llama_index_rag_pack.core.errors import MilvusOperationError, MilvusUnavailableError
-from llama_index_rag_pack.milvus.bm25 import client_bm25
+from llama_index_rag_pack.milvus.bm25 import client_writes
 
 logger = logging.getLogger(__name__)
 
@@ -192,29 +192,31 @@ def _bm25_writes(namespace: dict[str, Any]) -> None:
 
     def do_insert(self: Any, collection_name: str, data: Any, **kwargs: Any) -> Any:
         write = insert.__get__(self)
-        return client_bm25.weighed_write(
+        return client_writes.weighed_write(
             write, self, collection_name, data, replace=False, **kwargs
         )
 
     def do_upsert(self: Any, collection_name: str, data: Any, **kwargs: Any) -> Any:
         write = upsert.__get__(self)
-        return client_bm25.weighed_write(write, self, collection_name, data, replace=True, **kwargs)
+        return client_writes.weighed_write(
+            write, self, collection_name, data, replace=True, **kwargs
+        )
 
     def do_delete(self: Any, collection_name: str, *args: Any, **kwargs: Any) -> Any:
         if args:  # pymilvus' positional order: ids, timeout, filter
             kwargs.update(zip(("ids", "timeout", "filter"), args, strict=False))
-        return client_bm25.counted_delete(delete.__get__(self), self, collection_name, **kwargs)
+        return client_writes.counted_delete(delete.__get__(self), self, collection_name, **kwargs)
 
     def do_drop(self: Any, collection_name: str, *args: Any, **kwargs: Any) -> Any:
-        bm25 = client_bm25.collection_client_bm25(self, collection_name)
+        bm25 = client_writes.collection_client_bm25(self, collection_name)
         result = drop(self, collection_name, *args, **kwargs)
-        client_bm25.forget_collection(self, collection_name)
+        client_writes.forget_collection(self, collection_name)
         if bm25 is not None:
             bm25.drop()
         return result
 
     def do_create(self: Any, collection_name: str, *args: Any, **kwargs: Any) -> Any:
-        client_bm25.forget_collection(self, collection_name)
+        client_writes.forget_collection(self, collection_name)
         return create(self, collection_name, *args, **kwargs)
 
     for name, fn in (

@@ -25,6 +25,7 @@ class PackStoreMixin:
     _analysed: Any
     _capabilities: Any
     _bm25_vectors: Any
+    _created: bool
 
     def configure(
         self,
@@ -33,12 +34,19 @@ class PackStoreMixin:
         tenant_field: str | None,
         capabilities: Any = None,
         bm25_vectors: str | None = None,
+        created: bool = False,
     ) -> None:
         """Set how the BM25 side analyses text, the tenant field, what the server can do and
         where BM25 vectors come from (``open_vector_store`` reads them from the collection and
         the server)."""
         self._bm25_analysis, self._tenant_field = bm25_analysis, tenant_field
         self._capabilities, self._bm25_vectors = capabilities, bm25_vectors
+        self._created = created
+
+    @property
+    def created(self) -> bool:
+        """Whether opening the store made its collection (a failed first ingest drops it)."""
+        return self._created
 
     @property
     def capabilities(self) -> Any:
@@ -91,6 +99,7 @@ def loop_safe_store_class() -> type:
         _analysed: Any = PrivateAttr(default_factory=dict)
         _capabilities: Any = PrivateAttr(default=None)
         _bm25_vectors: Any = PrivateAttr(default=None)
+        _created: bool = PrivateAttr(default=False)
 
         @classmethod
         def class_name(cls) -> str:

@@ -150,7 +150,8 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             #: What ``configure_self_query`` set (fields, description, base mode).
             self.self_query_config: Any = None
             if to_index:
-                self.insert(to_index)
+                with milvus_utils.drop_new_collection_on_failure(vector_store):
+                    self.insert(to_index)
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from llama_index.core.schema import TextNode
 
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
 from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.milvus.bm25.client_bm25 import (
     EMPTY_VECTOR,
@@ -109,10 +109,14 @@ def test_pack_vectors_score_as_the_in_memory_bm25_of_lite(texts, query):
     avgdl = sum(lengths) / len(texts)
     df = Counter(term for t in texts for term in set(t.split()))
     bm25 = ClientBM25(client=None, collection_name="unused")
-    q = {term_id(t): c * bm25_idf(len(texts), df[t]) for t, c in Counter(query.split()).items()}
+    q = {  # what query_vector sends: terms no chunk holds are left out
+        term_id(t): c * bm25_idf(len(texts), df[t])
+        for t, c in Counter(query.split()).items()
+        if df[t] > 0
+    }
     for key, text in zip(keys, texts, strict=True):
         d = bm25.document_vector(text, avgdl)
-        score = sum(v * d.get(k, 0.0) for k, v in q.items() if df.get(k) != 0)
+        score = sum(v * d.get(k, 0.0) for k, v in q.items())
         assert math.isclose(score, expected.get(key, 0.0), rel_tol=1e-9, abs_tol=1e-9)
 
 
@@ -206,3 +210,53 @@ def test_reindex_rewrites_the_pack_vectors_with_current_statistics(tmp_path):
     for row in rows:  # every vector now uses the collection's average length
         expected = bm25.document_vector(row["bm25_text"], length / docs)
         assert row["sparse_embedding"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_failed_write_takes_back_what_it_counted(tmp_path, monkeypatch):
+    from pymilvus import MilvusClient
+    from pymilvus.exceptions import MilvusException
+
+    store = open_vector_store(str(tmp_path / "undo.db"), "undo", dim=DIM, bm25_vectors="client")
+    client, name = store.client, store.collection_name
+    store.add([node(0, "Aardvarks eat ants.", "a"), node(1, "Ants build nests.", "a")])
+    before = stats_as_stored(client, name)
+    real = MilvusClient.insert
+    calls = []
+
+    def second_batch_fails(self, collection_name, data, **kwargs):
+        calls.append(len(data))
+        if len(calls) == 2:
+            raise MilvusException(code=1100, message="injected: the second batch fails")
+        return real(self, collection_name, data, **kwargs)
+
+    monkeypatch.setattr(MilvusClient, "insert", second_batch_fails)
+    store.batch_size = 1
+    with pytest.raises(RagPackError, match="second batch"):
+        store.add([node(2, "Termites eat wood.", "b"), node(3, "Bees make honey.", "b")])
+    monkeypatch.undo()
+    # the first batch is stored and counted, the second neither
+    assert stats_as_stored(client, name) == stats_recomputed(client, name) != before
+    store.upsert_mode = True
+    store.add([node(0, "Aardvarks dig burrows.", "a")])
+    assert stats_as_stored(client, name) == stats_recomputed(client, name)
+    client.delete(name, pks=["n1"])  # pymilvus' other spelling of ids
+    assert stats_as_stored(client, name) == stats_recomputed(client, name)
+    assert stats_as_stored(client, name)[0][0] == 2
+
+
+def test_a_query_of_unknown_words_finds_nothing_without_asking_milvus(tmp_path, monkeypatch):
+    from pymilvus import MilvusClient
+
+    store = open_vector_store(str(tmp_path / "none.db"), "none", dim=DIM, bm25_vectors="client")
+    store.add([node(0, "Aardvarks eat ants.", "a")])
+    flush(store)
+    retriever = MilvusHybridRetriever(store, search_type="sparse", similarity_top_k=5)
+    searched = []
+    real = MilvusClient.search
+    monkeypatch.setattr(
+        MilvusClient, "search", lambda self, *a, **k: searched.append(1) or real(self, *a, **k)
+    )
+    assert retriever.retrieve("zebras") == []
+    assert searched == []
+    bm25 = ClientBM25(store.client, "none")
+    assert bm25.query_vector("zebra") == {}

@@ -22,7 +22,11 @@ import pytest
 from llama_index.core import Document
 from llama_index.core.vector_stores import MetadataFilter, MetadataFilters
 
-from llama_index_rag_pack.core.errors import ConfigurationError, MilvusUnavailableError
+from llama_index_rag_pack.core.errors import (
+    ConfigurationError,
+    MilvusOperationError,
+    MilvusUnavailableError,
+)
 from llama_index_rag_pack.milvus.capabilities import detect_capabilities, forget_capabilities
 from llama_index_rag_pack.milvus.connection import open_client, open_vector_store
 from llama_index_rag_pack.pack.rag_pack import RagPack
@@ -303,3 +307,30 @@ def test_a_server_restart_mid_session(pack: RagPack, standalone: Standalone) -> 
         standalone.start()
     assert retriever.retrieve("What do aardvarks eat?")[0].node.ref_doc_id == "aardvark"
     assert pack.count() == count
+
+
+def test_a_creation_that_fails_on_the_server_leaves_nothing(
+    standalone: Standalone, embed_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pymilvus import MilvusClient
+    from pymilvus.exceptions import MilvusException
+
+    def refused(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise MilvusException(code=1100, message="injected: index refused")
+
+    monkeypatch.setattr(MilvusClient, "create_index", refused)
+    with pytest.raises(MilvusOperationError, match="index refused") as info:
+        RagPack(documents(), uri=standalone.uri, collection_name="failed", embed_model=embed_model)
+    assert "\n" not in str(info.value)
+    monkeypatch.undo()
+    client = open_client(standalone.uri)
+    assert not [n for n in client.list_collections() if n.startswith("failed")]
+
+    def insert_refused(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise MilvusException(code=1100, message="injected: insert refused")
+
+    monkeypatch.setattr(MilvusClient, "insert", insert_refused)
+    with pytest.raises(MilvusOperationError, match="insert refused"):
+        RagPack(documents(), uri=standalone.uri, collection_name="failed", embed_model=embed_model)
+    monkeypatch.undo()
+    assert not [n for n in client.list_collections() if n.startswith("failed")]

@@ -25,7 +25,8 @@ from llama_index_rag_pack.milvus.bm25.bm25_fields import (
     LANGUAGE_KEY,
     collection_properties,
 )
-from llama_index_rag_pack.milvus.bm25.client_bm25 import weigh_rows
+from llama_index_rag_pack.milvus.bm25.client_bm25 import WRITE_LOCK
+from llama_index_rag_pack.milvus.bm25.client_writes import weigh_rows
 
 logger = logging.getLogger(__name__)
 
@@ -199,19 +200,24 @@ def add_analysed_nodes(
         for node, text, found in zip(nodes, texts, analysed, strict=True)
     ]
     write = store.client.upsert if store.upsert_mode else store.client.insert
-    # where the pack computes BM25 vectors, every row of the call gets them at once (one avgdl)
-    undo = weigh_rows(store.client, store.collection_name, rows, replace=store.upsert_mode)
-    try:
-        for start in range(0, len(rows), store.batch_size):
-            write(
-                store.collection_name,
-                rows[start : start + store.batch_size],
-                partition_name=add_kwargs.get("milvus_partition_name"),
-            )
-    except BaseException:
-        if undo is not None:
-            undo()
-        raise
+    with WRITE_LOCK:
+        # where the pack computes BM25 vectors, every row of the call gets them at once (one
+        # avgdl); a batch that fails takes back what it and the batches after it counted
+        weighing = weigh_rows(store.client, store.collection_name, rows, replace=store.upsert_mode)
+        try:
+            for start in range(0, len(rows), store.batch_size):
+                batch = rows[start : start + store.batch_size]
+                write(
+                    store.collection_name,
+                    batch,
+                    partition_name=add_kwargs.get("milvus_partition_name"),
+                )
+                if weighing is not None:
+                    weighing.written(batch)
+        except BaseException:
+            if weighing is not None:
+                weighing.undo()
+            raise
     record_languages(store.client, store.collection_name, analysis, analysed)
     if add_kwargs.get("force_flush", False):
         store.client.flush(store.collection_name)

@@ -13,7 +13,8 @@ from typing import Any
 from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
 from llama_index_rag_pack.documents.bm25_analysis import BM25Analyzer, resolve_analyzer
 from llama_index_rag_pack.milvus.bm25.bm25_fields import analysis_outdated, stored_bm25_analysis
-from llama_index_rag_pack.milvus.bm25.client_bm25 import forget_collection, stats_collection_name
+from llama_index_rag_pack.milvus.bm25.client_bm25 import stats_collection_name
+from llama_index_rag_pack.milvus.bm25.client_writes import forget_collection
 from llama_index_rag_pack.milvus.connection import collection_dim, flush, open_client
 from llama_index_rag_pack.milvus.connection import open_vector_store as open_store
 from llama_index_rag_pack.milvus.served_schema import collection_bm25_vectors

@@ -31,10 +31,10 @@ import logging
 import math
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from llama_index_rag_pack.milvus.bm25.bm25_fields import BM25_TEXT_FIELD, BM25_VECTORS_PROPERTY
+from llama_index_rag_pack.milvus.bm25.bm25_fields import BM25_VECTORS_PROPERTY
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +43,10 @@ __all__ = [
     "CLIENT_BM25_B",
     "CLIENT_BM25_K1",
     "STATS_SUFFIX",
+    "EMPTY_VECTOR",
+    "NO_MATCH_QUERY",
+    "SPARSE_FIELD",
+    "WRITE_LOCK",
     "ClientBM25",
     "ClientBM25Function",
     "bm25_idf",
@@ -57,12 +61,15 @@ CLIENT_BM25_B = 0.75
 #: Statistics rows of the whole collection: its chunk count and total length.
 _DOCS_ROW, _LENGTH_ROW = -1, -2
 _READ_BATCH = 1000
-_WRITE_LOCK = threading.RLock()
+#: Held by one writer of statistics at a time in this process.
+WRITE_LOCK = threading.RLock()
 #: Terms hash below this; Milvus' sparse indices run below 2^32 - 1.
-_TERM_DIMS = 2**32 - 2
+_TERM_DIMS = 2**32 - 3
 #: The vector of a chunk without terms (Milvus refuses an empty one): one weight on a dimension
 #: no term hashes to, so no query ever scores it.
 EMPTY_VECTOR = {_TERM_DIMS: 1e-9}
+#: The vector of a query without a known term: a dimension no term and no chunk uses.
+NO_MATCH_QUERY = {_TERM_DIMS + 1: 1.0}
 #: The sparse field of the pack's chunk collections.
 SPARSE_FIELD = "sparse_embedding"
 
@@ -76,7 +83,7 @@ def term_id(term: str) -> int:
     """A term's sparse dimension: the first 32 bits of its BLAKE2b hash.
 
     Example:
-        >>> term_id("milvus") == term_id("milvus") and 0 <= term_id("milvus") < 2**32 - 2
+        >>> term_id("milvus") == term_id("milvus") and 0 <= term_id("milvus") < 2**32 - 3
         True
     """
     digest = hashlib.blake2b(term.encode("utf-8"), digest_size=4).digest()
@@ -112,7 +119,8 @@ class ClientBM25:
 
     # ------------------------------------------------------------------ the statistics
     def create(self) -> None:
-        """Create the statistics collection unless it exists."""
+        """Create the statistics collection unless it exists (read at ``Strong`` consistency:
+        each write reads what the one before wrote)."""
         from pymilvus import DataType, MilvusClient
 
         if self.client.has_collection(self.stats_name):
@@ -124,7 +132,9 @@ class ClientBM25:
         schema.add_field("v", DataType.FLOAT_VECTOR, dim=2)
         params = self.client.prepare_index_params()
         params.add_index(field_name="v", index_type="FLAT", metric_type="L2")
-        self.client.create_collection(self.stats_name, schema=schema, index_params=params)
+        self.client.create_collection(
+            self.stats_name, schema=schema, index_params=params, consistency_level="Strong"
+        )
         self._loaded = True
 
     def drop(self) -> None:
@@ -133,20 +143,31 @@ class ClientBM25:
             self.client.drop_collection(self.stats_name)
         self._loaded = False
 
-    def _ensure(self) -> None:
-        if not self._loaded:
+    def _ensure(self, *, create: bool) -> bool:
+        """Whether the statistics collection is there (loaded); ``create`` makes it first."""
+        if self._loaded:
+            return True
+        if not self.client.has_collection(self.stats_name):
+            if not create:
+                _warn_missing(self.collection_name)
+                return False
             self.create()
-            self.client.load_collection(self.stats_name)
-            self._loaded = True
+        self.client.load_collection(self.stats_name)
+        self._loaded = True
+        return True
 
-    def _read(self, ids: Sequence[int]) -> dict[int, int]:
-        self._ensure()
+    def _read(self, ids: Sequence[int], *, create: bool = False) -> dict[int, int]:
         found: dict[int, int] = {}
+        if not self._ensure(create=create):
+            return found
         unique = sorted(set(ids))
         for start in range(0, len(unique), _READ_BATCH):
             batch = unique[start : start + _READ_BATCH]
             rows = self.client.query(
-                self.stats_name, filter=f"id in {batch}", output_fields=["id", "df"]
+                self.stats_name,
+                filter=f"id in {batch}",
+                output_fields=["id", "df"],
+                consistency_level="Strong",
             )
             found.update({int(r["id"]): int(r["df"]) for r in rows or []})
         return found
@@ -164,7 +185,7 @@ class ClientBM25:
     def _change(self, texts: Iterable[str], sign: int) -> tuple[int, int]:
         """Add (``sign`` 1) or take out (-1) the terms of ``texts``; the new ``(N, length)``
         (threads of one process take turns: each reads, adds and writes back)."""
-        with _WRITE_LOCK:
+        with WRITE_LOCK:
             return self._change_now(texts, sign)
 
     def _change_now(self, texts: Iterable[str], sign: int) -> tuple[int, int]:
@@ -177,7 +198,7 @@ class ClientBM25:
             df.update({term_id(t) for t in terms})
         if not docs:
             return self.totals()
-        current = self._read([*df, _DOCS_ROW, _LENGTH_ROW])
+        current = self._read([*df, _DOCS_ROW, _LENGTH_ROW], create=True)
         new = {key: current.get(key, 0) + sign * count for key, count in df.items()}
         new[_DOCS_ROW] = current.get(_DOCS_ROW, 0) + sign * docs
         new[_LENGTH_ROW] = current.get(_LENGTH_ROW, 0) + sign * length
@@ -263,7 +284,12 @@ class ClientBM25Function(_base_sparse_function()):  # type: ignore[misc]
         self.bm25, self.analysis = bm25, analysis
 
     def encode_queries(self, queries: list[str]) -> list[dict[int, float]]:
-        return [self.bm25.query_vector(self.analysis.query_text(q)) for q in queries]
+        # a query none of whose terms any chunk holds matches nothing (Milvus refuses an empty
+        # sparse vector): one weight on a dimension no term and no chunk uses
+        return [
+            self.bm25.query_vector(self.analysis.query_text(q)) or dict(NO_MATCH_QUERY)
+            for q in queries
+        ]
 
     def encode_documents(self, documents: list[str]) -> list[dict[int, float]]:
         # rows the pack writes carry their analysed copy and are weighed (and counted) by the
@@ -274,114 +300,15 @@ class ClientBM25Function(_base_sparse_function()):  # type: ignore[misc]
         return [self.bm25.document_vector(t, avgdl) or dict(EMPTY_VECTOR) for t in texts]
 
 
-# ---------------------------------------------------------------------- the client's writes
+_warned_missing: set[str] = set()
 
 
-def collection_client_bm25(client: Any, collection_name: Any) -> ClientBM25 | None:
-    """The statistics of ``collection_name`` when the pack computes its BM25 vectors (read once
-    per client and collection), else ``None``."""
-    if not isinstance(collection_name, str) or collection_name.endswith(STATS_SUFFIX):
-        return None
-    cache = client.__dict__.setdefault("_rag_pack_client_bm25", {})
-    if collection_name in cache:
-        return cache[collection_name]
-    if not client.has_collection(collection_name):
-        return None
-    props = client.describe_collection(collection_name).get("properties") or {}
-    found = (
-        ClientBM25(client, collection_name)
-        if props.get(BM25_VECTORS_PROPERTY) == "client"
-        else None
-    )
-    cache[collection_name] = found
-    return found
-
-
-def forget_collection(client: Any, collection_name: Any) -> None:
-    """Read the collection's kind again on its next write (it was created or dropped)."""
-    client.__dict__.get("_rag_pack_client_bm25", {}).pop(collection_name, None)
-
-
-def stored_texts(
-    client: Any, collection_name: str, *, ids: Any = None, expr: str = ""
-) -> list[str]:
-    """The analysed copies of the rows with ``ids`` or matching ``expr``."""
-    if ids is not None:
-        ids = list(ids) if isinstance(ids, (list, tuple, set)) else [ids]
-        if not ids:
-            return []
-        from llama_index_rag_pack.milvus.document_rows import ids_expression
-
-        expr = ids_expression("id", ids)
-    texts: list[str] = []
-    iterator = client.query_iterator(
-        collection_name, batch_size=_READ_BATCH, filter=expr, output_fields=[BM25_TEXT_FIELD]
-    )
-    try:
-        while batch := iterator.next():
-            texts.extend(str(row.get(BM25_TEXT_FIELD) or "") for row in batch)
-    finally:
-        iterator.close()
-    return texts
-
-
-def weigh_rows(
-    client: Any, collection_name: str, rows: list[dict[str, Any]], *, replace: bool
-) -> Callable[[], None] | None:
-    """Give each row without one its BM25 vector, made from its analysed copy, and keep the
-    statistics: with ``replace`` (an upsert) the stored rows of the same ids are taken out
-    first. Returns what undoes the statistics' change (for a write that fails), or ``None``
-    when the collection's BM25 vectors are not the pack's."""
-    bm25 = collection_client_bm25(client, collection_name)
-    if bm25 is None:
-        return None
-    ids = [r["id"] for r in rows if "id" in r]
-    old = stored_texts(client, collection_name, ids=ids) if replace else []
-    if old:
-        bm25.remove(old)
-    need = [r for r in rows if not r.get(SPARSE_FIELD)]
-    texts = [str(r.get(BM25_TEXT_FIELD) or "") for r in need]
-    for row, vector in zip(need, bm25.add(texts), strict=True):
-        row[SPARSE_FIELD] = vector or dict(EMPTY_VECTOR)
-
-    def undo() -> None:
-        bm25.remove(texts)
-        if old:
-            bm25.add(old)
-
-    return undo
-
-
-def weighed_write(
-    write: Any, client: Any, collection_name: str, data: Any, *, replace: bool, **kwargs: Any
-) -> Any:
-    """``write(collection_name, data, **kwargs)`` (an insert, or with ``replace`` an upsert)
-    with :func:`weigh_rows` done first (and undone when the write fails). Rows that all carry
-    their vector were weighed beforehand (the pack's ``add`` weighs a whole batch of chunks at
-    once, so they share one ``avgdl``) and are written as they are."""
-    rows = [data] if isinstance(data, dict) else list(data)
-    if not rows or all(r.get(SPARSE_FIELD) for r in rows):
-        return write(collection_name, rows, **kwargs)
-    undo = weigh_rows(client, collection_name, rows, replace=replace)
-    try:
-        return write(collection_name, rows, **kwargs)
-    except BaseException:
-        if undo is not None:
-            undo()
-        raise
-
-
-def counted_delete(delete: Any, client: Any, collection_name: str, **kwargs: Any) -> Any:
-    """``delete(collection_name, **kwargs)`` with the deleted rows' terms taken out of the
-    statistics."""
-    bm25 = collection_client_bm25(client, collection_name)
-    if bm25 is None:
-        return delete(collection_name, **kwargs)
-    if kwargs.get("ids") is not None:
-        texts = stored_texts(client, collection_name, ids=kwargs["ids"])
-    else:
-        texts = stored_texts(client, collection_name, expr=kwargs.get("filter") or "")
-    result = delete(collection_name, **kwargs)
-    if texts:
-        bm25.remove(texts)
-    return result
+def _warn_missing(collection_name: str) -> None:
+    if collection_name not in _warned_missing:
+        _warned_missing.add(collection_name)
+        logger.warning(
+            "The BM25 statistics of collection %r (%s) are missing: its BM25 searches find "
+            "nothing until `rag-pack index --reindex` rebuilds them.",
+            collection_name,
+            stats_collection_name(collection_name),
+        )
