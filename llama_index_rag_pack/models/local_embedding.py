@@ -111,6 +111,8 @@ class LocalEmbedding(BaseEmbedding):
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _onnx: Any = PrivateAttr(default=None)
     _onnx_failed: str | None = PrivateAttr(default=None)
+    _pooler: Any = PrivateAttr(default=None)
+    _pooler_failed: bool = PrivateAttr(default=False)
     _torch: Any = PrivateAttr(default=None)
 
     def __init__(self, model_name: str, **kwargs: Any) -> None:
@@ -242,6 +244,26 @@ class LocalEmbedding(BaseEmbedding):
         # ONNX unless only PyTorch is loaded (a model ONNX cannot run); the first call exports
         # the model once if needed
         return self._onnx is not None or self._torch is None
+
+    def token_pooler(self) -> Any:
+        """The :class:`~llama_index_rag_pack.models.token_pooling.TokenPooler` of this model
+        (chunk and sentence vectors from one pass per chunk), or ``None`` where the model does
+        not run on ONNX Runtime or its token model cannot be made (logged once)."""
+        if self._pooler is not None or self._pooler_failed:
+            return self._pooler
+        encoder = self._onnx_encoder() if self._on_onnx() else None
+        with self._lock:
+            if self._pooler is None and not self._pooler_failed:
+                try:
+                    if encoder is None:
+                        raise ConfigurationError("the model does not run on ONNX Runtime")
+                    from llama_index_rag_pack.models.token_pooling import TokenPooler
+
+                    self._pooler = TokenPooler(encoder, self.model_name, self.onnx_dir)
+                except Exception as e:  # export, load, or the check against the model
+                    self._pooler_failed = True
+                    logger.warning("Sentence vectors embedded one by one: %s", e)
+        return self._pooler
 
     def _embed(self, texts: list[str]) -> list[list[float]]:
         texts = [without_lone_surrogates(t) for t in texts]  # the tokenizers refuse them

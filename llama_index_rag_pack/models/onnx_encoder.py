@@ -330,10 +330,18 @@ class OnnxSentenceEncoder:
                 self._pool = (os.getpid(), pool)
             return self._pool[1]
 
+    def prepare(self, text: str) -> str:
+        """``text`` as the model reads it (stripped; lower-cased for an uncased model)."""
+        return text.strip().lower() if self.lower_case else text.strip()
+
+    def encodings(self, prepared: list[str]) -> list[Any]:
+        """The tokenizer's encodings of prepared texts (ids and character offsets), truncated
+        to the model's length."""
+        return list(self._tokenizer.encode_batch(prepared))
+
     def tokenize(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids and attention mask (int64), padded to the longest text."""
-        prepared = [t.strip().lower() if self.lower_case else t.strip() for t in texts]
-        encodings = self._tokenizer.encode_batch(prepared)
+        encodings = self.encodings([self.prepare(t) for t in texts])
         width = max(len(e.ids) for e in encodings)
         ids = np.zeros((len(encodings), width), dtype=np.int64)
         mask = np.zeros((len(encodings), width), dtype=np.int64)

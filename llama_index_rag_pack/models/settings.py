@@ -22,6 +22,8 @@ Environment variables (all optional):
 ``RAG_PACK_EMBED_TIMEOUT``       seconds per ``openai:`` request (default 60)
 ``RAG_PACK_EMBED_BACKEND``       ``auto`` (default: queries on ONNX Runtime, indexing on
                                  PyTorch), ``onnx`` or ``torch``
+``RAG_PACK_SENTENCE_VECTORS``    ``separate`` (default: a pass per sentence) or ``pooled``
+                                 (from each chunk's own pass), for the sentence index
 ``RAG_PACK_CACHE_DIR``           where the ONNX export of the embedding model is kept
                                  (default ``~/.cache/llama-index-rag-pack``)
 ``RAG_PACK_LLM``                 ``auto`` (default), ``openai``, ``local``, ``none`` or a

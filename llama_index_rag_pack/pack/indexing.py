@@ -18,6 +18,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "default_mode_for",
+    "check_sentence_vectors",
+    "embed_for_index",
     "describe_milvus",
     "embed_chunks",
     "open_pack_store",
@@ -138,6 +140,64 @@ def sentence_vectors(
     if not units:
         return [], []
     return units, embed_sentence_units(units, embed_model, show_progress=show_progress)
+
+
+def check_sentence_vectors(value: str | None) -> str:
+    """``value``, or ``RAG_PACK_SENTENCE_VECTORS``, or ``separate``, checked.
+
+    Raises:
+        ConfigurationError: not one of ``separate`` and ``pooled``.
+    """
+    import os
+
+    from llama_index_rag_pack.core.errors import ConfigurationError
+    from llama_index_rag_pack.models.token_pooling import SENTENCE_VECTORS
+
+    chosen = value or os.environ.get("RAG_PACK_SENTENCE_VECTORS") or "separate"
+    if chosen not in SENTENCE_VECTORS:
+        raise ConfigurationError(
+            f"sentence_vectors must be one of {', '.join(SENTENCE_VECTORS)}; got {chosen!r}."
+        )
+    return chosen
+
+
+def embed_for_index(
+    nodes: Sequence[Any],
+    index: MilvusSentenceIndex | None,
+    embed_model: Any,
+    mode: str = "separate",
+    show_progress: bool = False,
+) -> tuple[list[Any], list[Any]]:
+    """Give every chunk its embedding, and return its sentences' units and vectors (none
+    without a sentence index). ``mode="pooled"``: one pass per chunk gives both, where the
+    model can (:mod:`~llama_index_rag_pack.models.token_pooling`); sentences its pass does not
+    reach are embedded on their own. Otherwise chunks and sentences are embedded apart."""
+    pooler = getattr(embed_model, "token_pooler", None)
+    pooler = pooler() if mode == "pooled" and index is not None and callable(pooler) else None
+    if pooler is None:
+        embed_chunks(nodes, embed_model, show_progress)
+        return sentence_vectors(index, nodes, embed_model, show_progress)
+    from llama_index.core.schema import MetadataMode
+
+    from llama_index_rag_pack.core.text_decoding import without_lone_surrogates
+    from llama_index_rag_pack.documents.sentences import chunk_sentences
+
+    texts = [
+        without_lone_surrogates(n.get_content(metadata_mode=MetadataMode.EMBED)) for n in nodes
+    ]
+    bodies = [chunk_sentences(n.get_content(metadata_mode=MetadataMode.NONE)) for n in nodes]
+    chunk_vectors, pooled = pooler.pool(texts, bodies)
+    for node, vector in zip(nodes, chunk_vectors, strict=True):
+        node.embedding = vector.tolist()
+    units = sentence_units(nodes)
+    by_chunk = {n.node_id: iter(p) for n, p in zip(nodes, pooled, strict=True)}
+    vectors: list[Any] = [next(by_chunk[u.chunk_id], None) for u in units]
+    missing = [i for i, v in enumerate(vectors) if v is None]
+    if missing:  # past the model's length: embedded on their own
+        found = embed_sentence_units([units[i] for i in missing], embed_model)
+        for i, vector in zip(missing, found, strict=True):
+            vectors[i] = vector
+    return units, [v.tolist() if hasattr(v, "tolist") else v for v in vectors]
 
 
 def store_sentences(index: MilvusSentenceIndex | None, units: list[Any], vectors: list[Any]) -> int:

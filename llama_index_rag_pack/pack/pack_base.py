@@ -92,6 +92,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         bm25_analyzer: str | Callable[[str], Sequence[str]] | None = "auto",
         bm25_vectors: str = "auto",
         sentence_index: bool = True,
+        sentence_vectors: str | None = None,
         fusion_config: FusionConfig | str | Path | None = None,
         tenant_field: str | None = None,
         show_progress: bool = False,
@@ -102,6 +103,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         check_chunking(chunk_size, chunk_overlap)  # before anything is read, loaded or dropped
         if documents is not None and input_dir is not None:
             raise ConfigurationError("Give documents or input_dir, not both.")
+        self.sentence_vectors = indexing.check_sentence_vectors(sentence_vectors)
         self.chunk_size = chunk_size
         self.chunk_overlap = chunk_overlap
         self.similarity_top_k = similarity_top_k
@@ -235,9 +237,8 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             )
         ]  # fmt: skip
         indexing.before_embedding(store, nodes, self.embed_model)  # a failure touches nothing
-        indexing.embed_chunks(nodes, self.embed_model, self.show_progress)
-        units, vectors = indexing.sentence_vectors(
-            sentences, nodes, self.embed_model, self.show_progress
+        units, vectors = indexing.embed_for_index(
+            nodes, sentences, self.embed_model, self.sentence_vectors, self.show_progress
         )
         for owner, group in groups.items():  # only now: a failure above leaves the old rows
             ids = list(dict.fromkeys(doc.doc_id for doc in group))
