@@ -8,7 +8,9 @@ mean of a text's token vectors, so the mean over one sentence's tokens is that s
 in its chunk, and the mean over all of them is the chunk's own vector, as before. One pass per
 chunk then gives both. Measured on the held-out ``wiki_qa_para`` splits, the sentence side alone
 ranks evidence about as well (evidence@1 dev 0.597 against 0.629, test 0.661 against 0.629) at
-half the model time (``benchmarks/results/sentence_pooling.md``).
+half the model time (``benchmarks/results/sentence_pooling.md``); the default mode, with fusion
+weights fitted on separate vectors, ranks worse at evidence@1 (test 0.680 against 0.735), so
+separate passes stay the default (``benchmarks/results/sentence_vectors.md``).
 
 The token model is a second ONNX export of the same weights (its token vectors, no pooling),
 made once with PyTorch into the cache directory next to the pooled one and checked against it.

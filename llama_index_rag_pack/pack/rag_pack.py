@@ -45,8 +45,9 @@ class RagPack(RagPackBase):
             ``<collection>__sentences``, so hybrid search scores a chunk by its best sentence.
         sentence_vectors: How the sentence index gets its vectors: ``separate`` (a pass per
             sentence, the default; ``RAG_PACK_SENTENCE_VECTORS`` sets another default) or
-            ``pooled`` (from each chunk's own pass: half the model time, measured in
-            ``benchmarks/results/sentence_pooling.md``; the bundled model on ONNX Runtime).
+            ``pooled`` (from each chunk's own pass, for the bundled model on ONNX Runtime:
+            indexing 1.7x faster, the default mode's evidence@1 lower with the shipped fusion
+            weights; ``benchmarks/results/sentence_vectors.md``).
         fusion_config: Defaults of the hybrid modes: a ``FusionConfig`` or the path of one saved
             by ``rag-pack eval --fit``; unset: ``<data_dir>/fusion.json`` when it exists, else
             the built-in defaults. Arguments of ``retriever(mode, ...)`` override it.
