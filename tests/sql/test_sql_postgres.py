@@ -140,12 +140,14 @@ def test_a_read_only_transaction_even_for_the_owner(
 
 
 def test_an_expensive_query_stops_at_the_time_out(shop: Any) -> None:
-    db = reader_db(shop, timeout_s=0.5)
+    # the time-out also bounds checking the SQL: 2 s leaves that room on a busy 2-core machine
+    # (checking took over 0.5 s there once), while the query itself would run for hours
+    db = reader_db(shop, timeout_s=2.0)
     joins = ", ".join(f"staff AS s{i}" for i in range(20))  # 3**20 rows: hours unstopped
     start = time.monotonic()
-    with pytest.raises(SQLExecutionError, match=r"ran past the 0\.5s time-out"):
+    with pytest.raises(SQLExecutionError, match=r"ran past the 2s time-out"):
         db.run(f"SELECT count(*) FROM {joins}")
-    assert time.monotonic() - start < 10.0  # stopped by the server, even on a busy machine
+    assert time.monotonic() - start < 15.0  # stopped by the server, even on a busy machine
 
 
 def test_a_huge_result_row_fails_on_the_server(shop: Any) -> None:
