@@ -41,6 +41,7 @@ __all__ = [
     "export_onnx",
     "onnx_export_path",
     "onnx_support",
+    "prune_exports",
 ]
 
 logger = logging.getLogger(__name__)

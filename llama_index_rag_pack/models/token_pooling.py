@@ -38,6 +38,7 @@ from llama_index_rag_pack.models.onnx_encoder import (
     export_lock,
     onnx_export_path,
     onnx_support,
+    prune_exports,
 )
 
 logger = logging.getLogger(__name__)
@@ -56,7 +57,9 @@ _PROBE = "The quick brown fox jumps over the lazy dog near the river bank."
 def token_export_path(model_dir: str | Path, directory: str | Path | None = None) -> Path:
     """Where the token-vector export of ``model_dir`` lives (beside its pooled export)."""
     pooled = onnx_export_path(model_dir, directory)
-    return pooled.with_name(f"{pooled.stem}-tokens.onnx")
+    model, digest = pooled.stem.rsplit("-", 1)
+    # its own name stem, so the pooled exports and these are pruned apart (3 of each kept)
+    return pooled.with_name(f"{model}.tokens-{digest}.onnx")
 
 
 def _export(model_dir: Path, target: Path) -> None:
@@ -139,6 +142,7 @@ class TokenPooler:
             if not path.is_file():
                 logger.info("Exporting the token model of %s once (%s)", model_dir, path)
                 _export(Path(model_dir), path)
+                prune_exports(path)
         options = ort.SessionOptions()
         options.intra_op_num_threads = os.cpu_count() or 1
         options.log_severity_level = 3

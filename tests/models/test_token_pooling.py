@@ -121,3 +121,15 @@ def test_an_unknown_choice_is_refused_before_anything_loads(tmp_path: Any) -> No
     with pytest.raises(ConfigurationError, match="sentence_vectors must be one of"):
         RagPack([Document(text="x")], uri=str(tmp_path / "x.db"), sentence_vectors="mean")
     assert not (tmp_path / "x.db").exists()
+
+
+def test_token_exports_are_named_and_pruned_apart_from_the_pooled_ones(embed_model: Any) -> None:
+    from llama_index_rag_pack.models.onnx_encoder import onnx_export_path
+    from llama_index_rag_pack.models.token_pooling import token_export_path
+
+    pooled = onnx_export_path(embed_model.model_name)
+    tokens = token_export_path(embed_model.model_name)
+    model = pooled.stem.rsplit("-", 1)[0]
+    assert tokens.parent == pooled.parent and tokens != pooled
+    assert not tokens.match(f"{model}-*.onnx")  # not one of the pooled exports' group
+    assert tokens.stem.rsplit("-", 1)[1] == pooled.stem.rsplit("-", 1)[1]  # same model files
