@@ -174,6 +174,10 @@ def embed_for_index(
     reach are embedded on their own. Otherwise chunks and sentences are embedded apart."""
     pooler = getattr(embed_model, "token_pooler", None)
     pooler = pooler() if mode == "pooled" and index is not None and callable(pooler) else None
+    if pooler is None and mode == "pooled" and index is not None:
+        logger.info(
+            "Sentence vectors embedded one by one: %s cannot pool", type(embed_model).__name__
+        )
     if pooler is None:
         embed_chunks(nodes, embed_model, show_progress)
         return sentence_vectors(index, nodes, embed_model, show_progress)
