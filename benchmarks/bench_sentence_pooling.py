@@ -28,8 +28,6 @@ import argparse
 import os
 import re
 import time
-import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -38,114 +36,14 @@ from _results import add_out_argument, md_table, write_results
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-BATCH = 16
 MIX = 0.3
 
 
-def token_session(model_dir: Path, target: Path) -> Any:
-    """An ONNX Runtime session of the model's token vectors (exported once with PyTorch)."""
-    import onnxruntime as ort
-
-    if not target.is_file():
-        import torch
-        from transformers import AutoModel
-
-        model = AutoModel.from_pretrained(str(model_dir)).eval()
-
-        class Hidden(torch.nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.model = model
-
-            def forward(self, input_ids: Any, attention_mask: Any) -> Any:
-                return self.model(input_ids=input_ids, attention_mask=attention_mask)[0]
-
-        ids = torch.tensor([[101, 2023, 102], [101, 102, 0]])
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with warnings.catch_warnings(), torch.no_grad():
-            warnings.simplefilter("ignore")
-            torch.onnx.export(
-                Hidden().eval(),
-                (ids, (ids != 0).long()),
-                str(target),
-                input_names=["input_ids", "attention_mask"],
-                output_names=["tokens"],
-                dynamic_axes={
-                    "input_ids": {0: "batch", 1: "tokens"},
-                    "attention_mask": {0: "batch", 1: "tokens"},
-                    "tokens": {0: "batch", 1: "tokens"},
-                },
-                opset_version=17,
-                dynamo=False,
-            )
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = os.cpu_count() or 1
-    return ort.InferenceSession(str(target), options, providers=["CPUExecutionProvider"])
-
-
-def locate(text: str, sentence: str, start: int) -> tuple[int, int] | None:
-    """The span of ``sentence`` (whitespace-normalised) in ``text``, from ``start`` on."""
-    words = sentence.split()
-    if not words:
-        return None
-    pattern = r"\s+".join(re.escape(w) for w in words)
-    found = re.compile(pattern).search(text, start) or re.compile(pattern).search(text)
-    return (found.start(), found.end()) if found else None
-
-
-def pooled_vectors(
-    nodes: list[Any], session: Any, encoder: Any, embed_texts: list[str]
-) -> tuple[dict[tuple[str, int], np.ndarray], np.ndarray, float]:
-    """Per chunk: its sentences' pooled vectors (by chunk id and position) and its own vector
-    (the mean of all its tokens); and the seconds the passes took."""
-    from llama_index.core.schema import MetadataMode
-
-    from llama_index_rag_pack.documents.sentences import chunk_sentences
-
-    prepared = [t.strip().lower() if encoder.lower_case else t.strip() for t in embed_texts]
-    encodings = encoder._tokenizer.encode_batch(prepared)
-    order = sorted(range(len(nodes)), key=lambda i: len(encodings[i].ids))
-    hidden: dict[int, np.ndarray] = {}
-    start = time.perf_counter()
-    for b in range(0, len(order), BATCH):
-        rows = order[b : b + BATCH]
-        width = max(len(encodings[i].ids) for i in rows)
-        ids = np.zeros((len(rows), width), dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for r, i in enumerate(rows):
-            ids[r, : len(encodings[i].ids)] = encodings[i].ids
-            mask[r, : len(encodings[i].ids)] = 1
-        out = session.run(None, {"input_ids": ids, "attention_mask": mask})[0]
-        for r, i in enumerate(rows):
-            hidden[i] = out[r, : len(encodings[i].ids)]
-    seconds = time.perf_counter() - start
-    vectors: dict[tuple[str, int], np.ndarray] = {}
-    chunk_vectors = np.zeros((len(nodes), hidden[0].shape[1]), dtype=np.float32)
-    for i, node in enumerate(nodes):
-        tokens, offsets = hidden[i], encodings[i].offsets
-        whole = tokens.mean(0)
-        chunk_vectors[i] = whole / np.linalg.norm(whole)
-        body = node.get_content(metadata_mode=MetadataMode.NONE)
-        text, cursor = prepared[i], 0
-        for position, sentence in enumerate(chunk_sentences(body)):
-            span = locate(text, sentence.lower() if encoder.lower_case else sentence, cursor)
-            if span is None:
-                continue
-            cursor = span[1]
-            inside = [
-                k for k, (a, z) in enumerate(offsets) if z > a and a >= span[0] and z <= span[1]
-            ]
-            if inside:
-                vector = tokens[inside].mean(0)
-                vectors[(node.node_id, position)] = vector / np.linalg.norm(vector)
-    return vectors, chunk_vectors, seconds
-
-
-def evaluate(split: str, embed: Any, session: Any) -> tuple[list[list[Any]], dict[str, Any]]:
+def evaluate(split: str, embed: Any, pooler: Any) -> tuple[list[list[Any]], dict[str, Any]]:
     from llama_index.core.schema import MetadataMode
 
     from llama_index_rag_pack.documents.chunking import split_documents
-    from llama_index_rag_pack.documents.sentences import sentence_units
+    from llama_index_rag_pack.documents.sentences import chunk_sentences, sentence_units
     from llama_index_rag_pack.evaluation.labelled import load_corpus, load_labelled_set
 
     data = load_labelled_set("wiki_qa_para", split=split)
@@ -170,9 +68,16 @@ def evaluate(split: str, embed: Any, session: Any) -> tuple[list[list[Any]], dic
     start = time.perf_counter()
     embed.get_text_embedding_batch(embed_texts)
     chunk_s = time.perf_counter() - start
-    pooled, chunk_vectors, pooled_s = pooled_vectors(
-        nodes, session, embed._onnx_encoder(), embed_texts
-    )
+    start = time.perf_counter()
+    bodies = [chunk_sentences(n.get_content(metadata_mode=MetadataMode.NONE)) for n in nodes]
+    chunk_vectors, per_chunk = pooler.pool(embed_texts, bodies)
+    pooled_s = time.perf_counter() - start
+    pooled = {
+        (node.node_id, position): vector
+        for node, vectors in zip(nodes, per_chunk, strict=True)
+        for position, vector in enumerate(vectors)
+        if vector is not None
+    }
     index_of = {n.node_id: i for i, n in enumerate(nodes)}
     variants: dict[str, np.ndarray] = {"separate": separate}
     missing = 0
@@ -238,14 +143,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.cores and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
-    from llama_index_rag_pack.models.onnx_encoder import cache_dir
     from llama_index_rag_pack.models.settings import resolve_embed_model
 
     embed = resolve_embed_model(None)
-    session = token_session(Path(embed.model_name), cache_dir() / "bench" / "minilm-tokens.onnx")
+    pooler = embed.token_pooler()  # models/token_pooling.py: the same passes the pack runs
+    if pooler is None:
+        raise SystemExit("the embedding model cannot pool sentence vectors (see the log)")
     tables, infos = [], []
     for split in args.splits.split(","):
-        rows, info = evaluate(split, embed, session)
+        rows, info = evaluate(split, embed, pooler)
         print(split, info, flush=True)
         infos.append(info)
         title = (
@@ -270,7 +176,7 @@ def main() -> None:
             "The sentence side of the default mode alone (chunks ranked by their best sentence's "
             "cosine) with sentence vectors from a pass per sentence against vectors pooled from "
             "one pass per chunk. Model s: the passes each needs (separate: the sentence pass and "
-            f"the chunk pass; pooled: one token pass per chunk, batches of {BATCH}), "
+            "the chunk pass; pooled: one token pass per chunk, `TokenPooler`), "
             f"{args.cores} cores."
         ),
     )

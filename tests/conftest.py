@@ -322,6 +322,7 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 #: Test groups by running time on a 2-core machine, longest first (``--durations=0``).
 LONGEST_GROUPS = (
     "tests/raptor/test_raptor_tree.py",
+    "tests/milvus/test_milvus_standalone.py",
     "tests/cli/test_cli.py",
     "tests/sql/test_sql_attacks.py::postgres-reader",
     "tests/sql/test_sql_attacks.py::postgres-owner",
@@ -339,6 +340,8 @@ LONGEST_GROUPS = (
     "tests/cli/test_cli_session.py",
     "tests/routing/test_router_store.py",
     "tests/sql/test_sql_postgres.py",
+    "tests/milvus/test_fault_injection.py",
+    "tests/milvus/test_client_bm25.py",
 )
 #: Modules whose parametrised tests form one group per first part of their id (the SQL attack
 #: suite's backends: SQLite, PostgreSQL as reader and as owner, may run on different workers).
