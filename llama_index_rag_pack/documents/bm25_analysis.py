@@ -111,7 +111,8 @@ def analyze_for_bm25(text: str, analyzer: BM25Analyzer) -> str:
 
 
 def _joined(terms: Sequence[str]) -> str:
-    out = " ".join(w for term in terms for w in word_tokens(str(term)))
+    # one pass over all terms: the same words as splitting each term on its own
+    out = " ".join(word_tokens(" ".join(map(str, terms))))
     if len(out.encode()) > MAX_ANALYSED_BYTES:
         out = out.encode()[:MAX_ANALYSED_BYTES].decode(errors="ignore").rsplit(" ", 1)[0]
     return out

@@ -78,7 +78,12 @@ class PackStoreMixin:
         analysis = self._bm25_analysis
         if analysis is None or not analysis.client_side:
             return super().add(nodes, **add_kwargs)
-        prepared, self._analysed = self._analysed, {}
+        # core's index adds in batches: each takes only its own nodes' prepared copies
+        prepared = {
+            node.node_id: found
+            for node in nodes
+            if (found := self._analysed.pop(node.node_id, None)) is not None
+        }
         return add_analysed_nodes(self, nodes, analysis, prepared=prepared, **add_kwargs)
 
 
