@@ -39,8 +39,12 @@ METRICS = (
 )
 
 
-def run_eval(variant: str, split: str, work: Path, cores: int) -> tuple[dict, float]:
-    env = dict(os.environ, RAG_PACK_SENTENCE_VECTORS=variant, HF_HUB_OFFLINE="1")
+def run_eval(
+    variant: str, split: str, work: Path, cores: int, env_name: str = "RAG_PACK_SENTENCE_VECTORS"
+) -> tuple[dict, float]:
+    """``rag-pack eval`` of ``split`` with ``env_name=variant``, indexed into its own cache
+    under ``work``; the harness' report and the seconds it took."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **{env_name: variant})
     out = work / f"out_{variant}_{split}"
     command = [
         str(Path(sys.executable).parent / "rag-pack"),

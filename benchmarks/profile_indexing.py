@@ -14,7 +14,9 @@ Corpora:
   cheap hashed embedding (384-d), so the model is out of the picture.
 
 Run:  python benchmarks/profile_indexing.py [--corpora wiki8,synthetic:20000] [--cores 2]
-Writes ``indexing_profile.json`` and ``indexing_profile.md``.
+      [--pack-precision int8]
+Writes ``indexing_profile.json`` and ``indexing_profile.md`` (``indexing_profile_int8.*`` with
+``--pack-precision int8``).
 """
 
 from __future__ import annotations
@@ -206,6 +208,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--corpora", default="wiki8,synthetic:2000")
     parser.add_argument("--cores", type=int, default=2, help="pin to this many CPUs (0: all)")
+    parser.add_argument(
+        "--pack-precision",
+        default=None,
+        choices=("float32", "int8"),
+        help="the pack's embedding precision (RAG_PACK_EMBED_PRECISION; the stock side keeps "
+        "float32); results go to indexing_profile_<precision>",
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     add_out_argument(parser)
     args = parser.parse_args()
@@ -217,11 +226,15 @@ def main() -> None:
     results = []
     for name in args.corpora.split(","):
         for side in ("stock", "pack"):
+            env = dict(os.environ)
+            if side == "pack" and args.pack_precision:
+                env["RAG_PACK_EMBED_PRECISION"] = args.pack_precision
             out = subprocess.run(
                 [sys.executable, __file__, "--child", side, name, "--cores", str(args.cores)],
                 capture_output=True,
                 text=True,
                 check=True,
+                env=env,
             ).stdout
             found = json.loads(out.split("RESULT ", 1)[1])
             print(side, name, f"{found['index_s']:.1f} s", f"{found['peak_mb']:.0f} MB", flush=True)
@@ -269,18 +282,25 @@ def main() -> None:
             ),
         ),
     )  # fmt: skip
+    name = f"indexing_profile_{args.pack_precision}" if args.pack_precision else "indexing_profile"
+    model = (
+        f"; the pack embeds with the {args.pack_precision} model, the stock side with float32"
+        if args.pack_precision
+        else ""
+    )
     write_results(
-        "indexing_profile",
-        {"runs": results},
+        name,
+        {"runs": results, "pack_precision": args.pack_precision or "float32"},
         tables,
         out=args.out,
         description=(
             "`RagPack(documents)` stage by stage (the functions its insert calls, timed) and the "
             "stock recipe (`VectorStoreIndex` over `MilvusVectorStore`, Milvus Lite) on the same "
-            f"chunks and embedding model, each in a fresh process pinned to {args.cores} cores."
+            f"chunks and embedding model, each in a fresh process pinned to {args.cores} "
+            f"cores{model}."
         ),
     )
-    print("wrote indexing_profile.json and indexing_profile.md")
+    print(f"wrote {name}.json and {name}.md")
 
 
 if __name__ == "__main__":

@@ -50,8 +50,7 @@ DEMO_QUESTIONS = (
 
 # --------------------------------------------------------------------------- commands
 def cmd_index(args: argparse.Namespace) -> int:
-    from llama_index_rag_pack.documents.ingest import read_documents
-    from llama_index_rag_pack.pack.rag_pack import RagPack
+    from llama_index_rag_pack.pack.file_indexing import index_files
 
     if args.reindex:
         from llama_index_rag_pack.cli.reindex import cmd_reindex
@@ -63,26 +62,25 @@ def cmd_index(args: argparse.Namespace) -> int:
             "stored collection's BM25 analysis)."
         )
     timings: dict[str, float] = {}
-    with step("reading documents", timings):
-        loaded = read_documents(args.paths, recursive=not args.no_recursive, show_progress=True)
-        documents = loaded.documents
-        out(f"  {loaded.summary()}")  # each skipped file was logged with its reason
-    with step("chunking, embedding and storing in Milvus", timings):
-        pack = RagPack(
-            documents,
+    with step("reading, chunking, embedding and storing in Milvus", timings):
+        report = index_files(
+            args.paths,
+            recursive=not args.no_recursive,
             overwrite=args.overwrite,
+            show_progress=True,
             chunk_size=args.chunk_size,
             chunk_overlap=args.chunk_overlap,
             sentence_index=not args.no_sentence_index,
             bm25_analyzer=args.bm25_analyzer or "auto",
-            show_progress=True,
             **{k: v for k, v in pack_kwargs(args).items() if k != "llm"},
         )
+        out(f"  {report.summary()}")  # each unreadable file was logged with its reason
+    pack = report.pack
     sentences = pack.sentence_index.count() if pack.sentence_index is not None else 0
     out(
         f"Collection {pack.vector_store.collection_name!r} now holds {pack.count()} chunks"
         + (f" and {sentences} sentences." if sentences else ".")
-        + (f" Skipped {len(loaded.skipped)} unreadable files." if loaded.skipped else "")
+        + (f" Skipped {len(report.skipped)} unreadable files." if report.skipped else "")
     )
     return 0
 

@@ -97,24 +97,32 @@ def read_documents(
     files = find_files(paths, recursive=recursive, extensions=extensions)
     loaded = LoadedDocuments()
     for path in get_tqdm_iterable(files, show_progress, "Reading files"):
-        name = escape_undecodable(str(path))  # printable and loggable whatever its bytes
-        try:
-            docs = _read_file(path)
-        except _Skip as skip:
-            loaded.skipped.append(SkippedFile(name, str(skip)))
-            logger.warning("Skipped %s: %s", name, skip)
-            continue
-        if not any(d.text and d.text.strip() for d in docs):
-            loaded.skipped.append(SkippedFile(name, "blank (no text in it)"))
-            logger.warning("Skipped %s: blank (no text in it)", name)
-            continue
-        loaded.documents.extend(d for d in docs if d.text and d.text.strip())
+        docs, skipped = read_file_documents(path)
+        if skipped is not None:
+            loaded.skipped.append(skipped)
+        loaded.documents.extend(docs)
     if not loaded.documents:
         listed = "; ".join(map(str, loaded.skipped[:5]))
         raise EmptyCorpusError(
             f"Nothing to index: none of the {len(files)} files has readable text ({listed})."
         )
     return loaded
+
+
+def read_file_documents(path: Path) -> tuple[list[Document], SkippedFile | None]:
+    """The documents of one file with text (blank ones dropped), or none and why it was
+    skipped (logged as a warning)."""
+    name = escape_undecodable(str(path))  # printable and loggable whatever its bytes
+    try:
+        docs = _read_file(path)
+    except _Skip as skip:
+        logger.warning("Skipped %s: %s", name, skip)
+        return [], SkippedFile(name, str(skip))
+    kept = [d for d in docs if d.text and d.text.strip()]
+    if not kept:
+        logger.warning("Skipped %s: blank (no text in it)", name)
+        return [], SkippedFile(name, "blank (no text in it)")
+    return kept, None
 
 
 def find_files(
@@ -290,6 +298,7 @@ __all__ = [
     "LoadedDocuments",
     "load_documents",
     "read_documents",
+    "read_file_documents",
     "SkippedFile",
     "drop_blank_documents",
     "SUPPORTED_EXTENSIONS",

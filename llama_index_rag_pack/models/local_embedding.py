@@ -15,7 +15,9 @@ Batches are embedded in texts of similar length (the 3,165 sentences of 8 articl
 faster sorted than in the order given; ``benchmarks/results/embedding_batches.md``).
 
 ``backend`` (or ``RAG_PACK_EMBED_BACKEND``): ``auto`` (the above), ``onnx`` (everything on ONNX
-Runtime) or ``torch`` (everything on PyTorch).
+Runtime) or ``torch`` (everything on PyTorch). ``precision`` (or ``RAG_PACK_EMBED_PRECISION``):
+``float32``, or ``int8`` for an int8 copy of the export, about 1.7x faster
+(:mod:`~llama_index_rag_pack.models.int8_export`); queries and batches use the same one.
 The async methods run the model in a worker thread, never on the event loop.
 """
 
@@ -35,6 +37,7 @@ from pydantic import Field, PrivateAttr
 from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.text_decoding import without_lone_surrogates
+from llama_index_rag_pack.models.int8_export import EmbedPrecision, int8_export
 from llama_index_rag_pack.models.onnx_encoder import (
     OnnxSentenceEncoder,
     export_lock,
@@ -94,10 +97,12 @@ class LocalEmbedding(BaseEmbedding):
         onnx_dir: Where the ONNX export is kept (default: the cache directory).
         onnx_threads: ONNX Runtime threads (default: up to 2 for a query; a batch runs one
             run per core at a time; idle threads sleep at once instead of spinning).
+        precision: ``float32`` or ``int8`` (ONNX Runtime only; default:
+            ``RAG_PACK_EMBED_PRECISION`` or float32).
 
     Raises:
-        ConfigurationError: unknown backend, a model name that is not on this machine or
-            cannot be loaded, or
+        ConfigurationError: unknown backend or precision, ``int8`` with ``backend="torch"``,
+            a model name that is not on this machine or cannot be loaded, or
             ``backend="onnx"`` for a model that cannot be exported (the first embedding says
             why).
     """
@@ -107,6 +112,7 @@ class LocalEmbedding(BaseEmbedding):
     backend: str = Field(default="auto")
     onnx_dir: str | None = Field(default=None)
     onnx_threads: int | None = Field(default=None)
+    precision: str = Field(default="float32")
 
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _onnx: Any = PrivateAttr(default=None)
@@ -118,12 +124,22 @@ class LocalEmbedding(BaseEmbedding):
     def __init__(self, model_name: str, **kwargs: Any) -> None:
         backend = kwargs.pop("backend", None) or os.environ.get("RAG_PACK_EMBED_BACKEND", "auto")
         kwargs.setdefault("embed_batch_size", 64)
+        precision = kwargs.pop("precision", None) or os.environ.get(
+            "RAG_PACK_EMBED_PRECISION", "float32"
+        )
+        kwargs["precision"] = EmbedPrecision.parse(precision).value
         name = str(model_name)
         if name.startswith("~"):
             name = str(Path(name).expanduser())
         super().__init__(model_name=name, backend=EmbedBackend.parse(backend).value, **kwargs)
         if self.device != "cpu" and self.backend == EmbedBackend.ONNX.value:
             raise ConfigurationError("backend='onnx' runs on the CPU; use backend='torch'.")
+        if self.precision == EmbedPrecision.INT8.value and (
+            self.backend == EmbedBackend.TORCH.value or self.device != "cpu"
+        ):
+            raise ConfigurationError(
+                "precision='int8' runs on ONNX Runtime on the CPU; use backend='auto' or 'onnx'."
+            )
         if not self.model_name.strip():
             raise ConfigurationError("LocalEmbedding needs a model directory or name.")
         if Path(self.model_name).is_dir():
@@ -168,13 +184,20 @@ class LocalEmbedding(BaseEmbedding):
                 try:
                     self._onnx = self._load_onnx()
                 except Exception as e:  # export or load: torch, onnx and the file system
-                    if self.backend == EmbedBackend.ONNX.value:
+                    # int8 runs on ONNX Runtime only: no quiet fall-back to PyTorch
+                    if EmbedBackend.ONNX.value in (self.backend, self._runtime_needed()):
                         if isinstance(e, ConfigurationError):
                             raise
                         raise ConfigurationError(f"Cannot run on ONNX Runtime: {e}") from e
                     self._onnx_failed = str(e)
                     logger.info("Embedding on PyTorch only: %s", e)
         return self._onnx
+
+    def _runtime_needed(self) -> str:
+        """``onnx`` where the precision asked for runs on ONNX Runtime only, else ``auto``."""
+        if self.precision == EmbedPrecision.INT8.value:
+            return EmbedBackend.ONNX.value
+        return EmbedBackend.AUTO.value
 
     def _load_onnx(self) -> OnnxSentenceEncoder:
         reason = onnx_support(self.model_name)
@@ -193,6 +216,8 @@ class LocalEmbedding(BaseEmbedding):
                     if encoder is None:
                         logger.info("Exporting %s to ONNX once (%s)", self.model_name, path)
                         encoder = self._encoder(export_onnx(self.model_name, path))
+        if self.precision == EmbedPrecision.INT8.value:
+            return self._encoder(int8_export(encoder, self.model_name))
         return encoder
 
     def _existing_export(self, path: Path) -> OnnxSentenceEncoder | None:

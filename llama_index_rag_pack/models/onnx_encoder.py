@@ -303,6 +303,11 @@ class OnnxSentenceEncoder:
         self._pool: tuple[int, ThreadPoolExecutor] | None = None
         self._lock = threading.Lock()
 
+    @property
+    def path(self) -> str:
+        """The ONNX file this encoder runs."""
+        return self._path
+
     def _new_session(self, threads: int) -> Any:
         import onnxruntime as ort
 

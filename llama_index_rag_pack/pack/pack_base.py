@@ -236,6 +236,9 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
                 show_progress=self.show_progress, tenant_field=field,
             )
         ]  # fmt: skip
+        indexing.stamp_chunk_counts(
+            nodes
+        )  # for a resumed run: a document whose chunks are all there
         indexing.before_embedding(store, nodes, self.embed_model)  # a failure touches nothing
         units, vectors = indexing.embed_for_index(
             nodes, sentences, self.embed_model, self.sentence_vectors, self.show_progress
@@ -243,9 +246,10 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         for owner, group in groups.items():  # only now: a failure above leaves the old rows
             ids = list(dict.fromkeys(doc.doc_id for doc in group))
             delete_document_rows(store, ids, tenant=owner, sentence_index=sentences)
+        # sentences first: a document whose chunks are all stored has its sentences too
+        indexing.store_sentences(sentences, units, vectors)
         self.index.insert_nodes(nodes, show_progress=self.show_progress)
         milvus_utils.flush(store)
-        indexing.store_sentences(sentences, units, vectors)
         self.forget_engines()
         logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
         return len(nodes)

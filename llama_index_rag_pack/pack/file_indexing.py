@@ -1,0 +1,239 @@
+"""Indexing a folder of any size: files read, embedded and written in bounded batches, with a
+progress bar, and a run that was stopped resumes where it was.
+
+Every document indexed this way carries the SHA-256 of its text (and of the chunking settings)
+in its chunks' metadata (:data:`CONTENT_HASH_KEY`), with the number of chunks it was split into
+(:data:`DOC_CHUNKS_KEY`); both are hidden from the embedding and the LLM. Before a batch is
+embedded, its documents' stored rows are read: a document whose hash is unchanged and whose
+chunks are all there is skipped, so a second run over the same folder embeds nothing, and a run
+killed half-way re-does only the documents it had not finished (their partial rows are replaced).
+A document's sentences are written before its chunks, so a document whose chunks are all there
+has its sentences too.
+
+Example:
+    >>> report = index_files(["notes/"], uri="notes.db")  # doctest: +SKIP
+    >>> report.summary()  # doctest: +SKIP
+    '100,000 files: 100,000 documents; 99,400 indexed as 101,220 chunks, 600 unchanged'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llama_index.core import Document
+
+from llama_index_rag_pack.core.errors import CollectionNotFoundError, EmptyCorpusError
+from llama_index_rag_pack.documents.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from llama_index_rag_pack.documents.ingest import SkippedFile, find_files, read_file_documents
+from llama_index_rag_pack.milvus.document_rows import ID_BATCH, ids_expression
+from llama_index_rag_pack.pack.indexing import CONTENT_HASH_KEY, DOC_CHUNKS_KEY, HIDDEN_KEYS
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BATCH_CHARS",
+    "BATCH_FILES",
+    "FileIndexReport",
+    "content_hash",
+    "index_files",
+    "unchanged_documents",
+]
+
+#: A batch ends at this many files or this many characters of text, whichever comes first.
+BATCH_FILES = 512
+BATCH_CHARS = 4_000_000
+
+
+@dataclass
+class FileIndexReport:
+    """What :func:`index_files` did.
+
+    Attributes:
+        files: Supported files found.
+        indexed: Documents embedded and written (new or changed).
+        unchanged: Documents skipped: stored with the same text and chunking, all chunks there.
+        chunks: Chunks written.
+        skipped: Files that could not be read, each with its reason.
+        seconds: Wall time.
+        pack: The pack over the collection (``None`` when nothing was readable).
+    """
+
+    files: int = 0
+    indexed: int = 0
+    unchanged: int = 0
+    chunks: int = 0
+    skipped: list[SkippedFile] = field(default_factory=list)
+    seconds: float = 0.0
+    pack: Any = None
+
+    def summary(self) -> str:
+        """One line, e.g. ``7 files: 6 documents (1 file skipped); 4 indexed as 9 chunks, 2
+        unchanged``."""
+        text = f"{self.files:,} files: {self.indexed + self.unchanged:,} documents"
+        if self.skipped:
+            n = len(self.skipped)
+            text += f" ({n:,} file{'s' if n != 1 else ''} skipped)"
+        return (
+            f"{text}; {self.indexed:,} indexed as {self.chunks:,} chunks, "
+            f"{self.unchanged:,} unchanged"
+        )
+
+
+def content_hash(document: Document, chunk_size: int, chunk_overlap: int) -> str:
+    """The SHA-256 of a document's text and the chunking settings it is split with."""
+    digest = hashlib.sha256(f"{chunk_size}|{chunk_overlap}|".encode())
+    digest.update(document.text.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def _stamp(document: Document, chunk_size: int, chunk_overlap: int) -> None:
+    document.metadata[CONTENT_HASH_KEY] = content_hash(document, chunk_size, chunk_overlap)
+    for keys in (document.excluded_embed_metadata_keys, document.excluded_llm_metadata_keys):
+        keys.extend(k for k in HIDDEN_KEYS if k not in keys)
+
+
+def unchanged_documents(store: Any, documents: Sequence[Document]) -> set[str]:
+    """The ids of ``documents`` stored with the same hash and all their chunks."""
+    wanted = {d.doc_id: d.metadata.get(CONTENT_HASH_KEY) for d in documents}
+    doc_field = getattr(store, "doc_id_field", None) or "doc_id"
+    rows: dict[str, list[tuple[Any, Any]]] = {}
+    ids = list(wanted)
+    for start in range(0, len(ids), ID_BATCH):
+        found = store.client.query(
+            store.collection_name,
+            filter=ids_expression(doc_field, ids[start : start + ID_BATCH]),
+            output_fields=[doc_field, CONTENT_HASH_KEY, DOC_CHUNKS_KEY],
+        )
+        for row in found:
+            rows.setdefault(str(row.get(doc_field)), []).append(
+                (row.get(CONTENT_HASH_KEY), row.get(DOC_CHUNKS_KEY))
+            )
+    return {
+        doc_id
+        for doc_id, stored in rows.items()
+        if wanted.get(doc_id) is not None
+        and all(h == wanted[doc_id] and n == len(stored) for h, n in stored)
+    }
+
+
+def _batches(
+    files: Sequence[Path], skipped: list[SkippedFile], done: Callable[[int], None]
+) -> Iterator[list[Document]]:
+    batch: list[Document] = []
+    chars = count = 0
+    for path in files:
+        docs, skip = read_file_documents(path)
+        count += 1
+        if skip is not None:
+            skipped.append(skip)
+        batch += docs
+        chars += sum(len(d.text) for d in docs)
+        if count >= BATCH_FILES or chars >= BATCH_CHARS:
+            yield batch
+            done(count)
+            batch, chars, count = [], 0, 0
+    if batch or count:
+        yield batch
+        done(count)
+
+
+def index_files(
+    paths: str | Path | Sequence[str | Path],
+    *,
+    recursive: bool = True,
+    overwrite: bool = False,
+    show_progress: bool = False,
+    **pack_kwargs: Any,
+) -> FileIndexReport:
+    """Index files and folders into a pack's collection in batches (see the module).
+
+    ``pack_kwargs`` are :class:`~llama_index_rag_pack.RagPack`'s (``uri``, ``collection_name``,
+    ``chunk_size``, ...). ``overwrite`` drops the collection before the first batch. The
+    collection is made by the first batch with any text when it does not exist.
+
+    Raises:
+        ConfigurationError: a path does not exist, or a bad setting.
+        EmptyCorpusError: no supported file, or none with text (and no collection to keep).
+    """
+    from llama_index_rag_pack.pack.rag_pack import RagPack
+
+    start = time.perf_counter()
+    files = find_files(paths, recursive=recursive)
+    report = FileIndexReport(files=len(files))
+    chunk_size = pack_kwargs.get("chunk_size", DEFAULT_CHUNK_SIZE)
+    chunk_overlap = pack_kwargs.get("chunk_overlap", DEFAULT_CHUNK_OVERLAP)
+    pack = None if overwrite else _open_existing(RagPack, pack_kwargs)
+    with _progress(len(files), show_progress) as advance:
+        for batch in _batches(files, report.skipped, advance.files):
+            for doc in batch:
+                _stamp(doc, chunk_size, chunk_overlap)
+            same = unchanged_documents(pack.vector_store, batch) if pack is not None else set()
+            todo = [d for d in batch if d.doc_id not in same]
+            report.unchanged += len(batch) - len(todo)
+            if todo:
+                pack, written = _write(RagPack, pack, todo, overwrite, pack_kwargs)
+                report.indexed += len(todo)
+                report.chunks += written
+                advance.chunks(written)
+    report.pack, report.seconds = pack, time.perf_counter() - start
+    if pack is None:
+        listed = "; ".join(map(str, report.skipped[:5]))
+        raise EmptyCorpusError(
+            f"Nothing to index: none of the {len(files)} files has readable text ({listed})."
+        )
+    return report
+
+
+def _open_existing(rag_pack: Any, pack_kwargs: dict[str, Any]) -> Any:
+    try:
+        return rag_pack.open(**pack_kwargs)
+    except CollectionNotFoundError:
+        return None
+
+
+def _write(
+    rag_pack: Any, pack: Any, docs: list[Document], overwrite: bool, kwargs: dict[str, Any]
+) -> tuple[Any, int]:
+    if pack is None:  # the first batch with text makes (or replaces) the collection
+        pack = rag_pack(docs, overwrite=overwrite, **kwargs)
+        return pack, pack.count()
+    return pack, pack.insert(docs)
+
+
+class _Advance:
+    def __init__(self, bar: Any) -> None:
+        self.bar = bar
+        self.start = time.perf_counter()
+        self.total_chunks = 0
+
+    def files(self, count: int) -> None:
+        if self.bar is not None:
+            self.bar.update(count)
+
+    def chunks(self, count: int) -> None:
+        self.total_chunks += count
+        if self.bar is not None:
+            rate = self.total_chunks / max(1e-9, time.perf_counter() - self.start)
+            self.bar.set_postfix_str(f"{self.total_chunks:,} chunks, {rate:.0f} chunks/s")
+
+
+class _progress:  # noqa: N801  (a context manager used as a function)
+    def __init__(self, total: int, show: bool) -> None:
+        self.total, self.show, self.bar = total, show, None
+
+    def __enter__(self) -> _Advance:
+        if self.show:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.total, unit="file", desc="Indexing files")
+        return _Advance(self.bar)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()
