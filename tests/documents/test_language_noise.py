@@ -1,0 +1,28 @@
+"""The noise taken out of a text before its language is identified: whole tokens holding a URL,
+an address, a path, an underscore, a digit or a camelCase join, and nothing else."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from llama_index_rag_pack.documents import language_analysis
+
+_FEATURE = re.compile(r"://|www\.|@|/|\\|_|\d|[a-z][A-Z]")
+
+
+def _reference(text: str) -> str:
+    return re.sub(r"\S+", lambda m: " " if _FEATURE.search(m.group()) else m.group(), text)
+
+
+@given(st.text(alphabet="abcXYZ _/\\@1:w.\n\t北é", max_size=60))
+def test_noise_is_removed_token_by_token(text: str) -> None:
+    assert language_analysis._NOISE.sub(" ", text) == _reference(text)
+
+
+def test_noise_examples() -> None:
+    text = "See https://x.org or mail a@b.c, file_name v2 and iPhone; plain words stay."
+    kept = language_analysis._NOISE.sub(" ", text).split()
+    assert kept == ["See", "or", "mail", "and", "plain", "words", "stay."]
