@@ -3,9 +3,10 @@ LlamaIndex recipe (``VectorStoreIndex`` over ``MilvusVectorStore`` on Milvus Lit
 chunks and the same embedding model, each side in a fresh process.
 
 Stages of the pack (the functions ``RagPack.insert`` calls, wrapped with a timer; RSS read after
-each): chunking, BM25 analysis (``before_embedding``), chunk embeddings, sentence splitting and
-sentence embeddings, deleting old rows, Lite inserts (``insert_nodes``), flush, sentence inserts;
-then the first default-mode search (which reads the in-memory copies) and a second one.
+each, and each stage summed over the slices the documents are written in): chunking, BM25
+analysis (``before_embedding``), chunk embeddings, sentence splitting and sentence embeddings,
+deleting old rows, sentence inserts, Lite inserts (``insert_nodes``), flush; then the first
+default-mode search (which reads the in-memory copies) and a second one.
 
 Corpora:
 
@@ -116,28 +117,28 @@ def run_pack(name: str, uri: str) -> dict[str, Any]:
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
     docs, embed = corpus(name)
-    stages: list[dict[str, Any]] = []
+    by_label: dict[str, dict[str, Any]] = {}  # a stage runs once per slice: summed
 
     def timed(label: str, fn: Any) -> Any:
         def call(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
             result = fn(*args, **kwargs)
             now, peak = rss_mb()
-            stages.append(
-                {"stage": label, "s": time.perf_counter() - start, "rss_mb": now, "peak_mb": peak}
-            )
+            stage = by_label.setdefault(label, {"stage": label, "s": 0.0, "calls": 0})
+            stage["s"] += time.perf_counter() - start
+            stage.update(calls=stage["calls"] + 1, rss_mb=now, peak_mb=peak)
             return result
 
         return call
 
     from llama_index_rag_pack.documents import sentences
 
-    pack_base.split_documents = timed("chunking", pack_base.split_documents)
+    indexing.split_documents = timed("chunking", indexing.split_documents)
     indexing.before_embedding = timed("BM25 analysis (+ language check)", indexing.before_embedding)
     indexing.embed_chunks = timed("chunk embeddings", indexing.embed_chunks)
     indexing.sentence_units = timed("sentence splitting", sentences.sentence_units)
     indexing.embed_sentence_units = timed("sentence embeddings", sentences.embed_sentence_units)
-    pack_base.delete_document_rows = timed("delete old rows", pack_base.delete_document_rows)
+    indexing.delete_document_rows = timed("delete old rows", indexing.delete_document_rows)
     indexing.store_sentences = timed("sentence inserts", indexing.store_sentences)
     original_flush = pack_base.milvus_utils.flush
     pack_base.milvus_utils.flush = timed("flush", original_flush)
@@ -161,7 +162,7 @@ def run_pack(name: str, uri: str) -> dict[str, Any]:
         "corpus": name,
         "chunks": pack.count(),
         "index_s": total,
-        "stages": stages,
+        "stages": list(by_label.values()),
         "searches": searches,
         "peak_mb": rss_mb()[1],
     }

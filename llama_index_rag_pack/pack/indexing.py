@@ -4,19 +4,24 @@ sentence index, and which mode a collection answers with by default."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from llama_index.core.indices.utils import embed_nodes
 
+from llama_index_rag_pack.documents.chunking import split_documents
 from llama_index_rag_pack.documents.sentences import embed_sentence_units, sentence_units
 from llama_index_rag_pack.milvus import connection as milvus_utils
+from llama_index_rag_pack.milvus.document_rows import delete_document_rows, group_by_tenant
 from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
 from llama_index_rag_pack.pack.modes import DEFAULT_MODE, DENSE_ONLY_DEFAULT_MODE
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "SLICE_CHARS",
+    "document_slices",
+    "write_slice",
     "CONTENT_HASH_KEY",
     "DOC_CHUNKS_KEY",
     "HIDDEN_KEYS",
@@ -55,6 +60,64 @@ def stamp_chunk_counts(nodes: Sequence[Any]) -> None:
             for keys in (node.excluded_embed_metadata_keys, node.excluded_llm_metadata_keys):
                 if DOC_CHUNKS_KEY not in keys:
                     keys.append(DOC_CHUNKS_KEY)
+
+
+#: Characters of document text chunked, embedded and written at a time (about 2,000 chunks of
+#: English at the default size): what one insert holds in memory, however large the input.
+SLICE_CHARS = 2_000_000
+
+
+def document_slices(
+    documents: Sequence[Any], tenant_field: str | None = None, max_chars: int | None = None
+) -> Iterator[list[Any]]:
+    """``documents`` in slices of about ``max_chars`` (default :data:`SLICE_CHARS`) characters
+    of text, in order; the documents of one id (of one tenant) always share a slice, so a
+    slice's delete never removes another slice's new rows."""
+    limit = SLICE_CHARS if max_chars is None else max_chars
+    by_id: dict[tuple[Any, str], list[Any]] = {}
+    for doc in documents:
+        owner = (doc.metadata or {}).get(tenant_field) if tenant_field else None
+        by_id.setdefault((owner, doc.doc_id), []).append(doc)
+    part: list[Any] = []
+    size = 0
+    for docs in by_id.values():
+        chars = sum(len(d.text) for d in docs)
+        if part and size + chars > limit:
+            yield part
+            part, size = [], 0
+        part += docs
+        size += chars
+    if part:
+        yield part
+
+
+def write_slice(pack: Any, documents: Sequence[Any], *, check_language: bool = True) -> int:
+    """Chunk, embed and store one slice of :meth:`RagPackBase.insert
+    <llama_index_rag_pack.pack.pack_base.RagPackBase.insert>` (not flushed); the chunks
+    written. Everything that can fail on the input or the model runs before the slice's
+    documents' old rows are deleted; sentences are written before chunks."""
+    field, store, sentences = pack.tenant_field, pack.vector_store, pack.sentence_index
+    groups = group_by_tenant(documents, field)
+    nodes = [
+        node
+        for group in groups.values()
+        for node in split_documents(
+            group, chunk_size=pack.chunk_size, chunk_overlap=pack.chunk_overlap,
+            show_progress=pack.show_progress, tenant_field=field,
+        )
+    ]  # fmt: skip
+    stamp_chunk_counts(nodes)  # a resumed run skips documents stored whole
+    before_embedding(store, nodes, pack.embed_model, check_language=check_language)
+    units, vectors = embed_for_index(
+        nodes, sentences, pack.embed_model, pack.sentence_vectors, pack.show_progress
+    )
+    for owner, group in groups.items():  # only now: a failure above leaves the old rows
+        ids = list(dict.fromkeys(doc.doc_id for doc in group))
+        delete_document_rows(store, ids, tenant=owner, sentence_index=sentences)
+    # sentences first: a document whose chunks are all stored has its sentences too
+    store_sentences(sentences, units, vectors)
+    pack.index.insert_nodes(nodes, show_progress=pack.show_progress)
+    return len(nodes)
 
 
 def open_pack_store(
@@ -118,14 +181,17 @@ def warn_if_model_cannot_read(nodes: Sequence[Any], embed_model: Any) -> str | N
     return message
 
 
-def before_embedding(store: Any, nodes: Sequence[Any], embed_model: Any) -> None:
+def before_embedding(
+    store: Any, nodes: Sequence[Any], embed_model: Any, *, check_language: bool = True
+) -> None:
     """What indexing checks before the chunks are embedded and anything is written: their BM25
     analysis (a store of the pack's analyses them now, so a segmenter that fails does so with
     the collection untouched) and whether the embedding model reads their language."""
     prepare = getattr(store, "prepare_bm25", None)
     if callable(prepare):
         prepare(list(nodes))
-    warn_if_model_cannot_read(nodes, embed_model)
+    if check_language:
+        warn_if_model_cannot_read(nodes, embed_model)
 
 
 def describe_bm25(store: Any) -> dict[str, str]:

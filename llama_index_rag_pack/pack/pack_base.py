@@ -24,12 +24,10 @@ from llama_index_rag_pack.documents.chunking import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
     check_chunking,
-    split_documents,
 )
 from llama_index_rag_pack.documents.ingest import drop_blank_documents, load_documents
 from llama_index_rag_pack.fusion.fusion_config import FusionConfig, resolve_fusion_config
 from llama_index_rag_pack.milvus import connection as milvus_utils
-from llama_index_rag_pack.milvus.document_rows import delete_document_rows, group_by_tenant
 from llama_index_rag_pack.milvus.lite import discard_new_lite_db_on_failure
 from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
 from llama_index_rag_pack.milvus.tenants import check_tenants
@@ -218,41 +216,24 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
     # ------------------------------------------------------------------ indexing
     def insert(self, documents: Sequence[Document]) -> int:
         """Chunk, embed and store documents; chunks of an already indexed document id are replaced
-        (of the same tenant: tenants may use the same document ids).
+        (of the same tenant: tenants may use the same document ids). Documents are written
+        :data:`~llama_index_rag_pack.pack.indexing.SLICE_CHARS` characters of text at a time
+        (all documents of one id together), so memory stays bounded; a failure leaves each
+        document either as it was or wholly replaced.
 
         Returns:
             The number of chunks written.
         """
         documents = drop_blank_documents(documents)
-        field, store, sentences = self.tenant_field, self.vector_store, self.sentence_index
-        if field is not None:
-            check_tenants(documents, field)
-        groups = group_by_tenant(documents, field)
-        nodes = [
-            node
-            for group in groups.values()
-            for node in split_documents(
-                group, chunk_size=self.chunk_size, chunk_overlap=self.chunk_overlap,
-                show_progress=self.show_progress, tenant_field=field,
-            )
-        ]  # fmt: skip
-        indexing.stamp_chunk_counts(
-            nodes
-        )  # for a resumed run: a document whose chunks are all there
-        indexing.before_embedding(store, nodes, self.embed_model)  # a failure touches nothing
-        units, vectors = indexing.embed_for_index(
-            nodes, sentences, self.embed_model, self.sentence_vectors, self.show_progress
-        )
-        for owner, group in groups.items():  # only now: a failure above leaves the old rows
-            ids = list(dict.fromkeys(doc.doc_id for doc in group))
-            delete_document_rows(store, ids, tenant=owner, sentence_index=sentences)
-        # sentences first: a document whose chunks are all stored has its sentences too
-        indexing.store_sentences(sentences, units, vectors)
-        self.index.insert_nodes(nodes, show_progress=self.show_progress)
-        milvus_utils.flush(store)
+        if self.tenant_field is not None:
+            check_tenants(documents, self.tenant_field)
+        written = 0
+        for part in indexing.document_slices(documents, self.tenant_field):
+            written += indexing.write_slice(self, part, check_language=not written)
+        milvus_utils.flush(self.vector_store)
         self.forget_engines()
-        logger.info("Indexed %d documents as %d chunks", len(documents), len(nodes))
-        return len(nodes)
+        logger.info("Indexed %d documents as %d chunks", len(documents), written)
+        return written
 
     def delete(self, *, filters: Any = None, tenant: str | None = None) -> int:
         """Delete the documents with a chunk matching ``filters`` (of ``tenant``): their chunks,
