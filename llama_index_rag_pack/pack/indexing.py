@@ -21,6 +21,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "SLICE_CHARS",
     "document_slices",
+    "nothing_stored",
     "write_slice",
     "CONTENT_HASH_KEY",
     "DOC_CHUNKS_KEY",
@@ -91,11 +92,22 @@ def document_slices(
         yield part
 
 
-def write_slice(pack: Any, documents: Sequence[Any], *, check_language: bool = True) -> int:
+def nothing_stored(pack: Any) -> bool:
+    """Whether the pack's collection and its sentence index hold no row (an insert then has
+    no old rows to replace: its slices have ids of their own)."""
+    if milvus_utils.count_entities(pack.vector_store):
+        return False
+    return pack.sentence_index is None or not pack.sentence_index.count()
+
+
+def write_slice(
+    pack: Any, documents: Sequence[Any], *, check_language: bool = True, replace: bool = True
+) -> int:
     """Chunk, embed and store one slice of :meth:`RagPackBase.insert
     <llama_index_rag_pack.pack.pack_base.RagPackBase.insert>` (not flushed); the chunks
     written. Everything that can fail on the input or the model runs before the slice's
-    documents' old rows are deleted; sentences are written before chunks."""
+    documents' old rows are deleted (``replace=False``: none can exist); sentences are written
+    before chunks."""
     field, store, sentences = pack.tenant_field, pack.vector_store, pack.sentence_index
     groups = group_by_tenant(documents, field)
     nodes = [
@@ -111,7 +123,7 @@ def write_slice(pack: Any, documents: Sequence[Any], *, check_language: bool = T
     units, vectors = embed_for_index(
         nodes, sentences, pack.embed_model, pack.sentence_vectors, pack.show_progress
     )
-    for owner, group in groups.items():  # only now: a failure above leaves the old rows
+    for owner, group in groups.items() if replace else ():  # a failure above leaves them
         ids = list(dict.fromkeys(doc.doc_id for doc in group))
         delete_document_rows(store, ids, tenant=owner, sentence_index=sentences)
     # sentences first: a document whose chunks are all stored has its sentences too

@@ -228,8 +228,9 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         if self.tenant_field is not None:
             check_tenants(documents, self.tenant_field)
         written = 0
+        replace = not indexing.nothing_stored(self)  # else no old rows to look for
         for part in indexing.document_slices(documents, self.tenant_field):
-            written += indexing.write_slice(self, part, check_language=not written)
+            written += indexing.write_slice(self, part, check_language=not written, replace=replace)
         milvus_utils.flush(self.vector_store)
         self.forget_engines()
         logger.info("Indexed %d documents as %d chunks", len(documents), written)
