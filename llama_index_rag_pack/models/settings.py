@@ -26,6 +26,9 @@ Environment variables (all optional):
                                  export, about 1.7x faster)
 ``RAG_PACK_SENTENCE_VECTORS``    ``separate`` (default: a pass per sentence) or ``pooled``
                                  (from each chunk's own pass), for the sentence index
+``RAG_PACK_MEMORY_COPIES``       ``on`` (default) or ``off``: in-memory copies of a Lite
+                                 collection's vectors and BM25 index for fast searches
+``RAG_PACK_MEMORY_BUDGET_MB``    the most those copies may take (default 4096)
 ``RAG_PACK_CACHE_DIR``           where the ONNX export of the embedding model is kept
                                  (default ``~/.cache/llama-index-rag-pack``)
 ``RAG_PACK_LLM``                 ``auto`` (default), ``openai``, ``local``, ``none`` or a

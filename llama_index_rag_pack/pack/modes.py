@@ -47,6 +47,16 @@ def _on_lite(pack: PackView) -> bool:
     return pack.uri is not None and not is_remote_uri(pack.uri)
 
 
+def _in_memory(pack: PackView) -> bool:
+    """Search in-memory copies: on a Lite file, unless they are off or over the memory budget
+    (:mod:`~llama_index_rag_pack.milvus.memory_budget`)."""
+    if not _on_lite(pack):
+        return False
+    from llama_index_rag_pack.milvus.memory_budget import copies_fit
+
+    return copies_fit(pack.vector_store, pack.sentence_index)
+
+
 def _milvus(pack: PackView, search_type: str, similarity_top_k: int | None, **kwargs: Any) -> Any:
     from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
 
@@ -56,7 +66,7 @@ def _milvus(pack: PackView, search_type: str, similarity_top_k: int | None, **kw
         search_type=search_type,
         similarity_top_k=similarity_top_k or pack.similarity_top_k,
         callback_manager=pack.callback_manager,
-        in_memory=_on_lite(pack),
+        in_memory=_in_memory(pack),
         **kwargs,
     )
 
@@ -74,7 +84,7 @@ def build_vector(pack: PackView, similarity_top_k: int | None = None, filters: A
         similarity_top_k=similarity_top_k or pack.similarity_top_k,
         vector_store_kwargs={"string_expr": expr} if expr else {},
     )
-    if _on_lite(pack):
+    if _in_memory(pack):
         from llama_index_rag_pack.milvus.vector_memory import id_filter
 
         retriever.id_filter = id_filter
@@ -160,7 +170,7 @@ def build_hybrid_convex(
         unread_weights=None
         if alpha is not None or sentence_weight is not None
         else (config.unread_alpha, config.unread_sentence_weight),
-        in_memory=lite,
+        in_memory=lite and _in_memory(pack),
         concurrent_searches=not lite,
         reranker=reranker,
         pre_top_k=pre_top_k,
