@@ -1,0 +1,284 @@
+"""Indexing cost against corpus size: ``RagPack(documents)`` beside the stock LlamaIndex recipe
+(``VectorStoreIndex`` over ``MilvusVectorStore``, Milvus Lite) on the same chunks, at 2k to 100k
+synthetic documents (about 180 words each, one chunk each) with a cheap hashed 384-d embedding,
+so the model is out of the picture (``profile_indexing.py`` has the bundled model's 8-article
+point).
+
+Each side runs in a fresh process pinned to ``--cores`` CPUs. Measured: index time, peak RSS
+(Milvus Lite runs inside the process, so its memory counts), and the median query time of 20
+questions per mode after one warm-up question (which, in the pack, reads the in-memory copies;
+its time is reported apart): the pack's default mode (``hybrid_convex``), ``vector`` and
+``bm25``, the default mode again with the in-memory copies off (``RAG_PACK_MEMORY_COPIES=off``:
+every search in Lite), whether its top 10 equal the copies' (up to ties) for every question,
+and the stock recipe's dense retriever.
+
+Run:  python benchmarks/bench_indexing_scale.py [--sizes 2000,20000,60000,100000] [--cores 2]
+Writes ``indexing_scale.json``, ``indexing_scale.md`` and ``indexing_scale.png`` (log-log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _results import add_out_argument, md_table, resolve_out, write_results
+from profile_indexing import DIM, WORDS, corpus, rss_mb
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+QUESTIONS = 20
+PACK_MODES = ("hybrid_convex", "vector", "bm25")
+
+
+def questions() -> list[str]:
+    rng = random.Random(1)
+    return [" ".join(rng.sample(WORDS, 3)) for _ in range(QUESTIONS + 1)]
+
+
+def timed_queries(retrieve: Any) -> tuple[float, float, list[Any]]:
+    """First question's seconds, the median of the others, and every answer."""
+    asked = questions()
+    start = time.perf_counter()
+    answers = [retrieve(asked[0])]
+    first = time.perf_counter() - start
+    times = []
+    for q in asked[1:]:
+        start = time.perf_counter()
+        answers.append(retrieve(q))
+        times.append(time.perf_counter() - start)
+    return first, statistics.median(times), answers
+
+
+def same_top(a: list[Any], b: list[Any]) -> bool:
+    """The same hits with the same scores, in the same order up to ties of equal scores."""
+
+    def groups(hits: list[Any]) -> list[frozenset[str]]:
+        out: list[tuple[float, set[str]]] = []
+        for h in hits:
+            if out and abs(h.score - out[-1][0]) <= 1e-5 * max(1.0, abs(h.score)):
+                out[-1][1].add(h.node.node_id)
+            else:
+                out.append((h.score, {h.node.node_id}))
+        return [frozenset(ids) for _, ids in out]
+
+    ga, gb = groups(a), groups(b)
+    # the last group may be cut at the limit: only its size must match
+    return ga[:-1] == gb[:-1] and (len(ga[-1]) == len(gb[-1]) if ga else not gb)
+
+
+def run_pack(n: int, uri: str) -> dict[str, Any]:
+    from llama_index_rag_pack.milvus.vector_memory import forget_vectors
+    from llama_index_rag_pack.pack.rag_pack import RagPack
+
+    docs, embed = corpus(f"synthetic:{n}")
+    start = time.perf_counter()
+    pack = RagPack(docs, uri=uri, collection_name="scale", embed_model=embed, llm="none")
+    index_s = time.perf_counter() - start
+    del docs
+    index_peak = rss_mb()[1]
+    result: dict[str, Any] = {
+        "chunks": pack.count(),
+        "index_s": index_s,
+        "index_peak_mb": index_peak,
+    }
+    answers = {}
+    for mode in PACK_MODES:
+        retriever = pack.retriever(mode, similarity_top_k=10)
+        first, p50, answers[mode] = timed_queries(retriever.retrieve)
+        result[mode] = {"first_s": first, "p50_s": p50}
+    result["peak_mb"] = rss_mb()[1]
+    os.environ["RAG_PACK_MEMORY_COPIES"] = "off"
+    pack.forget_engines()
+    store = pack.vector_store
+    for name in (store.collection_name, f"{store.collection_name}__sentences"):
+        forget_vectors(store.client, name)
+    retriever = pack.retriever("hybrid_convex", similarity_top_k=10)
+    first, p50, off = timed_queries(retriever.retrieve)
+    result["hybrid_convex_copies_off"] = {"first_s": first, "p50_s": p50}
+    result["same_top10_copies_off"] = sum(
+        same_top(a, b) for a, b in zip(answers["hybrid_convex"], off, strict=True)
+    )
+    result["questions"] = len(off)
+    return result
+
+
+def run_stock(n: int, uri: str) -> dict[str, Any]:
+    from llama_index.core import StorageContext, VectorStoreIndex
+    from llama_index.vector_stores.milvus import MilvusVectorStore
+
+    from llama_index_rag_pack.documents.chunking import split_documents
+
+    docs, embed = corpus(f"synthetic:{n}")
+    start = time.perf_counter()
+    nodes = split_documents(docs)
+    store = MilvusVectorStore(uri=uri, collection_name="stock", dim=DIM, overwrite=True)
+    index = VectorStoreIndex(
+        nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embed
+    )
+    store.client.flush("stock")
+    index_s = time.perf_counter() - start
+    del docs, nodes
+    result: dict[str, Any] = {"index_s": index_s, "index_peak_mb": rss_mb()[1]}
+    first, p50, _ = timed_queries(index.as_retriever(similarity_top_k=10).retrieve)
+    result["vector"] = {"first_s": first, "p50_s": p50}
+    result["peak_mb"] = rss_mb()[1]
+    return result
+
+
+def child(side: str, n: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        uri = str(Path(tmp) / "scale.db")
+        result = run_pack(n, uri) if side == "pack" else run_stock(n, uri)
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def plot(rows: list[dict[str, Any]], out: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    ns = [r["n"] for r in rows]
+    series = (
+        ("index seconds", lambda s: s["index_s"]),
+        ("peak RSS (MB)", lambda s: s["peak_mb"]),
+        ("query p50 (ms)", None),
+    )
+    for ax, (label, get) in zip(axes, series, strict=True):
+        if get is None:
+            ax.plot(
+                ns,
+                [1000 * r["pack"]["hybrid_convex"]["p50_s"] for r in rows],
+                "o-",
+                label="pack default (copies)",
+            )
+            ax.plot(
+                ns,
+                [1000 * r["pack"]["hybrid_convex_copies_off"]["p50_s"] for r in rows],
+                "s--",
+                label="pack default (copies off)",
+            )
+            ax.plot(ns, [1000 * r["stock"]["vector"]["p50_s"] for r in rows], "^:",
+                    label="stock dense")  # fmt: skip
+        else:
+            ax.plot(ns, [get(r["pack"]) for r in rows], "o-", label="pack")
+            ax.plot(ns, [get(r["stock"]) for r in rows], "^:", label="stock recipe")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("documents (one chunk each)")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.suptitle("Indexing and query cost against corpus size (hashed 384-d embedding, Lite)")
+    path = resolve_out(out) / "indexing_scale.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return f"Plot: `{path.name}` (index time, peak RSS and query p50 against size, log-log)."
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="2000,20000,60000,100000")
+    parser.add_argument("--cores", type=int, default=2, help="pin to this many CPUs (0: all)")
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    add_out_argument(parser)
+    args = parser.parse_args()
+    if args.cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
+    if args.child:
+        child(args.child[0], int(args.child[1]))
+        return
+    rows = []
+    for n in (int(x) for x in args.sizes.split(",")):
+        row: dict[str, Any] = {"n": n}
+        for side in ("stock", "pack"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", side, str(n), "--cores", str(args.cores)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            row[side] = json.loads(out.split("RESULT ", 1)[1])
+            print(n, side, f"{row[side]['index_s']:.1f} s", f"{row[side]['peak_mb']:.0f} MB",
+                  flush=True)  # fmt: skip
+        rows.append(row)
+    cost = []
+    queries = []
+    for r in rows:
+        p, s = r["pack"], r["stock"]
+        cost.append(
+            [f"{r['n']:,}", f"{p['index_s']:.1f}", f"{s['index_s']:.1f}",
+             f"{p['index_s'] / s['index_s']:.2f}x", f"{p['peak_mb']:.0f}", f"{s['peak_mb']:.0f}",
+             f"{p['peak_mb'] / s['peak_mb']:.2f}x"]
+        )  # fmt: skip
+        queries.append(
+            [f"{r['n']:,}"]
+            + [f"{1000 * p[m]['p50_s']:.1f}" for m in PACK_MODES]
+            + [f"{1000 * p['hybrid_convex_copies_off']['p50_s']:.1f}",
+               f"{p['same_top10_copies_off']}/{p['questions']}",
+               f"{1000 * s['vector']['p50_s']:.1f}",
+               f"{p['hybrid_convex']['first_s']:.2f}"]
+        )  # fmt: skip
+    note = plot(rows, args.out)
+    write_results(
+        "indexing_scale",
+        {"rows": rows},
+        [
+            (
+                "Index time and peak memory",
+                md_table(
+                    [
+                        "documents",
+                        "pack s",
+                        "stock s",
+                        "time ratio",
+                        "pack peak MB",
+                        "stock peak MB",
+                        "memory ratio",
+                    ],
+                    cost,
+                    "rrrrrrr",
+                ),
+            ),
+            (
+                "Query p50 (ms, 20 questions after one warm-up, top 10)",
+                md_table(
+                    [
+                        "documents",
+                        "pack default",
+                        "pack vector",
+                        "pack bm25",
+                        "pack default, copies off",
+                        "same top 10 with copies off",
+                        "stock dense",
+                        "pack first question s",
+                    ],
+                    queries,
+                    "rrrrrrrr",
+                ),
+            ),
+        ],  # fmt: skip
+        out=args.out,
+        description=(
+            "Synthetic documents of about 180 words (one chunk each) with a hashed 384-d "
+            "embedding; `RagPack(documents)` (sentence index on, BM25 on: the defaults) beside "
+            "the stock `VectorStoreIndex` over `MilvusVectorStore` on Milvus Lite, on the same "
+            f"chunks, each in a fresh process pinned to {args.cores} cores. Peak RSS includes "
+            f"Milvus Lite (it runs in the process). {note}"
+        ),
+    )
+    print("wrote indexing_scale.json, indexing_scale.md and indexing_scale.png")
+
+
+if __name__ == "__main__":
+    main()
