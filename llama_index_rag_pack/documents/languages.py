@@ -103,8 +103,9 @@ _CJK_RUN = r"[\p{Han}\p{Hiragana}\p{Katakana}\u30fc\u3005\u3006\u303b]+"
 _BIGRAM_RUN = r"[\p{Hangul}\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]+"
 _RUNS = regex.compile(f"(?P<cjk>{_CJK_RUN})|(?P<bigram>{_BIGRAM_RUN})")
 _KANA = regex.compile(r"[\p{Hiragana}\p{Katakana}]")
-_LETTER = regex.compile(r"\p{L}")
 _ASCII_LETTER = re.compile(r"[A-Za-z]")
+_NOT_LETTER = regex.compile(r"\P{L}+")
+_NOT_ASCII_LETTER = re.compile(r"[^A-Za-z]+")
 #: Full-width ASCII and half-width katakana, folded to their usual forms.
 _WIDE = regex.compile(r"[\uff01-\uff5e\uff61-\uff9f\u3000]+")
 
@@ -224,9 +225,10 @@ def normalize_language(value: Any) -> str | None:
 
 def count_letters(text: str) -> int:
     """How many letters ``text`` has (of any script)."""
+    # what is left once everything else is taken out: no list of one-letter strings made
     if text.isascii():
-        return len(_ASCII_LETTER.findall(text))
-    return len(_LETTER.findall(text))
+        return len(_NOT_ASCII_LETTER.sub("", text))
+    return len(_NOT_LETTER.sub("", text))
 
 
 # --------------------------------------------------------------------------- identification

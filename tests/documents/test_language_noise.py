@@ -1,5 +1,6 @@
-"""The noise taken out of a text before its language is identified: whole tokens holding a URL,
-an address, a path, an underscore, a digit or a camelCase join, and nothing else."""
+"""What language identification reads: the noise taken out of a text (whole tokens holding a URL,
+an address, a path, an underscore, a digit or a camelCase join, and nothing else) and its
+letters counted, in every script."""
 
 from __future__ import annotations
 
@@ -26,3 +27,12 @@ def test_noise_examples() -> None:
     text = "See https://x.org or mail a@b.c, file_name v2 and iPhone; plain words stay."
     kept = language_analysis._NOISE.sub(" ", text).split()
     assert kept == ["See", "or", "mail", "and", "plain", "words", "stay."]
+
+
+@given(st.text(max_size=80))
+def test_letters_are_counted_in_every_script(text: str) -> None:
+    import regex
+
+    from llama_index_rag_pack.documents.languages import count_letters
+
+    assert count_letters(text) == len(regex.findall(r"\p{L}", text))
