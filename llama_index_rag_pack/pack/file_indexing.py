@@ -48,6 +48,7 @@ __all__ = [
 #: A batch ends at this many files or this many characters of text, whichever comes first.
 BATCH_FILES = 512
 BATCH_CHARS = 4_000_000
+_READ_BATCH = 1000
 
 
 @dataclass
@@ -105,15 +106,21 @@ def unchanged_documents(store: Any, documents: Sequence[Document]) -> set[str]:
     rows: dict[str, list[tuple[Any, Any]]] = {}
     ids = list(wanted)
     for start in range(0, len(ids), ID_BATCH):
-        found = store.client.query(
+        # every row, however many chunks the documents have (a query stops at a result cap)
+        iterator = store.client.query_iterator(
             store.collection_name,
+            batch_size=_READ_BATCH,
             filter=ids_expression(doc_field, ids[start : start + ID_BATCH]),
             output_fields=[doc_field, CONTENT_HASH_KEY, DOC_CHUNKS_KEY],
         )
-        for row in found:
-            rows.setdefault(str(row.get(doc_field)), []).append(
-                (row.get(CONTENT_HASH_KEY), row.get(DOC_CHUNKS_KEY))
-            )
+        try:
+            while found := iterator.next():
+                for row in found:
+                    rows.setdefault(str(row.get(doc_field)), []).append(
+                        (row.get(CONTENT_HASH_KEY), row.get(DOC_CHUNKS_KEY))
+                    )
+        finally:
+            iterator.close()
     return {
         doc_id
         for doc_id, stored in rows.items()
