@@ -176,18 +176,22 @@ def index_files(
     chunk_size = pack_kwargs.get("chunk_size", DEFAULT_CHUNK_SIZE)
     chunk_overlap = pack_kwargs.get("chunk_overlap", DEFAULT_CHUNK_OVERLAP)
     pack = None if overwrite else _open_existing(RagPack, pack_kwargs)
-    with _progress(len(files), show_progress) as advance:
-        for batch in _batches(files, report.skipped, advance.files):
-            for doc in batch:
-                _stamp(doc, chunk_size, chunk_overlap)
-            same = unchanged_documents(pack.vector_store, batch) if pack is not None else set()
-            todo = [d for d in batch if d.doc_id not in same]
-            report.unchanged += len(batch) - len(todo)
-            if todo:
-                pack, written = _write(RagPack, pack, todo, overwrite, pack_kwargs)
-                report.indexed += len(todo)
-                report.chunks += written
-                advance.chunks(written)
+    try:
+        with _progress(len(files), show_progress) as advance:
+            for batch in _batches(files, report.skipped, advance.files):
+                for doc in batch:
+                    _stamp(doc, chunk_size, chunk_overlap)
+                same = unchanged_documents(pack.vector_store, batch) if pack else set()
+                todo = [d for d in batch if d.doc_id not in same]
+                report.unchanged += len(batch) - len(todo)
+                if todo:
+                    pack, written = _write(RagPack, pack, todo, overwrite, pack_kwargs)
+                    report.indexed += len(todo)
+                    report.chunks += written
+                    advance.chunks(written)
+    finally:  # one flush: Lite seals a segment at each, and scores BM25 per segment
+        if pack is not None:
+            pack.flush()
     report.pack, report.seconds = pack, time.perf_counter() - start
     if pack is None:
         listed = "; ".join(map(str, report.skipped[:5]))
@@ -208,9 +212,9 @@ def _write(
     rag_pack: Any, pack: Any, docs: list[Document], overwrite: bool, kwargs: dict[str, Any]
 ) -> tuple[Any, int]:
     if pack is None:  # the first batch with text makes (or replaces) the collection
-        pack = rag_pack(docs, overwrite=overwrite, **kwargs)
+        pack = rag_pack(docs, overwrite=overwrite, flush=False, **kwargs)
         return pack, pack.count()
-    return pack, pack.insert(docs)
+    return pack, pack.insert(docs, flush=False)
 
 
 class _Advance:

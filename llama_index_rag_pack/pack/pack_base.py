@@ -95,6 +95,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         tenant_field: str | None = None,
         show_progress: bool = False,
         callback_manager: CallbackManager | None = None,
+        flush: bool = True,
     ) -> None:
         if similarity_top_k <= 0:
             raise ConfigurationError(f"similarity_top_k must be > 0, got {similarity_top_k}")
@@ -151,7 +152,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             self.self_query_config: Any = None
             if to_index:
                 with milvus_utils.drop_new_collection_on_failure(vector_store):
-                    self.insert(to_index)
+                    self.insert(to_index, flush=flush)
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -214,12 +215,14 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         }
 
     # ------------------------------------------------------------------ indexing
-    def insert(self, documents: Sequence[Document]) -> int:
+    def insert(self, documents: Sequence[Document], *, flush: bool = True) -> int:
         """Chunk, embed and store documents; chunks of an already indexed document id are replaced
         (of the same tenant: tenants may use the same document ids). Documents are written
         :data:`~llama_index_rag_pack.pack.indexing.SLICE_CHARS` characters of text at a time
         (all documents of one id together), so memory stays bounded; a failure leaves each
-        document either as it was or wholly replaced.
+        document either as it was or wholly replaced. ``flush=False`` leaves the flush to the
+        caller (:meth:`flush`, after more inserts): Milvus Lite seals a segment at every flush
+        and scores BM25 in each segment apart.
 
         Returns:
             The number of chunks written.
@@ -231,10 +234,15 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         replace = not indexing.nothing_stored(self)  # else no old rows to look for
         for part in indexing.document_slices(documents, self.tenant_field):
             written += indexing.write_slice(self, part, check_language=not written, replace=replace)
-        milvus_utils.flush(self.vector_store)
+        if flush:
+            self.flush()
         self.forget_engines()
         logger.info("Indexed %d documents as %d chunks", len(documents), written)
         return written
+
+    def flush(self) -> None:
+        """Seal what was inserted (:meth:`insert` does it unless told not to)."""
+        milvus_utils.flush(self.vector_store)
 
     def delete(self, *, filters: Any = None, tenant: str | None = None) -> int:
         """Delete the documents with a chunk matching ``filters`` (of ``tenant``): their chunks,

@@ -52,6 +52,10 @@ class RagPack(RagPackBase):
             by ``rag-pack eval --fit``; unset: ``<data_dir>/fusion.json`` when it exists, else
             the built-in defaults. Arguments of ``retriever(mode, ...)`` override it.
         show_progress: Progress bars while indexing.
+        flush: Flush after indexing ``documents`` (``False``: the caller calls :meth:`flush`
+            after further inserts; Milvus Lite seals a segment at every flush and scores BM25
+            in each segment apart, so a collection written in many small flushed inserts loses
+            its in-memory BM25 copy).
         callback_manager: Passed to the index and query engines.
 
     Example:

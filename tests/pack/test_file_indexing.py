@@ -141,8 +141,8 @@ _KILLABLE = textwrap.dedent(
     file_indexing.BATCH_FILES = 4
     original = pack_base.RagPackBase.insert
 
-    def slow(self, documents):
-        written = original(self, documents)
+    def slow(self, documents, **kwargs):
+        written = original(self, documents, **kwargs)
         print("BATCH", flush=True)
         time.sleep(0.5)
         return written
@@ -188,3 +188,23 @@ def test_a_killed_run_resumes_to_the_rows_of_an_uninterrupted_one(tmp_path) -> N
     indexed, unchanged = map(int, done.split("DONE", 1)[1].split())
     assert unchanged >= 8 and indexed + unchanged == 20
     assert _rows(killed, "notes") == _rows(whole, "notes")
+
+
+def test_batches_are_flushed_once_so_the_bm25_copy_scores_as_lite(
+    tmp_path, embed_model, monkeypatch
+) -> None:
+    """Lite seals a segment at every flush and scores BM25 per segment; a collection flushed
+    once per batch would keep BM25 out of memory (its copy would not score as Lite does)."""
+    from llama_index_rag_pack.milvus import vector_memory
+
+    folder = _folder(tmp_path / "notes", 12)
+    monkeypatch.setattr(file_indexing, "BATCH_FILES", 4)
+    report = index_files(
+        folder, uri=str(tmp_path / "f.db"), collection_name="notes", embed_model=embed_model
+    )
+    assert report.indexed == 12
+    assert report.pack.retriever(mode="bm25").retrieve("rivers number")
+    store = report.pack.vector_store
+    copies = vector_memory._COPIES.get(store.client, {})
+    bm25 = [v for (name, slot), v in copies.items() if name == "notes" and slot.startswith("bm25")]
+    assert bm25 and bm25[0] is not None
