@@ -324,6 +324,7 @@ LONGEST_GROUPS = (
     "tests/raptor/test_raptor_tree.py",
     "tests/milvus/test_milvus_standalone.py",
     "tests/cli/test_cli.py",
+    "tests/pack/test_file_indexing.py",
     "tests/sql/test_sql_attacks.py::postgres-reader",
     "tests/sql/test_sql_attacks.py::postgres-owner",
     "tests/sql/test_sql_attacks.py::sqlite",
