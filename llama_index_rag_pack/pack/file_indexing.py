@@ -171,6 +171,8 @@ def index_files(
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
     start = time.perf_counter()
+    # the pack's own bars (chunking, embeddings) show progress inside each batch
+    pack_kwargs.setdefault("show_progress", show_progress)
     files = find_files(paths, recursive=recursive)
     report = FileIndexReport(files=len(files))
     chunk_size = pack_kwargs.get("chunk_size", DEFAULT_CHUNK_SIZE)
