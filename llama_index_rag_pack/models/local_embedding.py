@@ -16,7 +16,7 @@ faster sorted than in the order given; ``benchmarks/results/embedding_batches.md
 
 ``backend`` (or ``RAG_PACK_EMBED_BACKEND``): ``auto`` (the above), ``onnx`` (everything on ONNX
 Runtime) or ``torch`` (everything on PyTorch). ``precision`` (or ``RAG_PACK_EMBED_PRECISION``):
-``float32``, or ``int8`` for an int8 copy of the export, about 1.7x faster
+``float32``, or ``int8`` for an int8 copy of the export (1.7-2.5x less model time)
 (:mod:`~llama_index_rag_pack.models.int8_export`); queries and batches use the same one.
 The async methods run the model in a worker thread, never on the event loop.
 """
