@@ -42,6 +42,7 @@ __all__ = [
     "FileIndexReport",
     "content_hash",
     "index_files",
+    "stored_documents",
     "unchanged_documents",
 ]
 
@@ -101,6 +102,12 @@ def _stamp(document: Document, chunk_size: int, chunk_overlap: int) -> None:
 
 def unchanged_documents(store: Any, documents: Sequence[Document]) -> set[str]:
     """The ids of ``documents`` stored with the same hash and all their chunks."""
+    return stored_documents(store, documents)[0]
+
+
+def stored_documents(store: Any, documents: Sequence[Document]) -> tuple[set[str], set[str]]:
+    """The ids of ``documents`` stored with the same hash and all their chunks, and the ids of
+    those with any row stored."""
     wanted = {d.doc_id: d.metadata.get(CONTENT_HASH_KEY) for d in documents}
     doc_field = getattr(store, "doc_id_field", None) or "doc_id"
     rows: dict[str, list[tuple[Any, Any]]] = {}
@@ -121,12 +128,13 @@ def unchanged_documents(store: Any, documents: Sequence[Document]) -> set[str]:
                     )
         finally:
             iterator.close()
-    return {
+    unchanged = {
         doc_id
         for doc_id, stored in rows.items()
         if wanted.get(doc_id) is not None
         and all(h == wanted[doc_id] and n == len(stored) for h, n in stored)
     }
+    return unchanged, set(rows)
 
 
 def _batches(
@@ -178,16 +186,22 @@ def index_files(
     chunk_size = pack_kwargs.get("chunk_size", DEFAULT_CHUNK_SIZE)
     chunk_overlap = pack_kwargs.get("chunk_overlap", DEFAULT_CHUNK_OVERLAP)
     pack = None if overwrite else _open_existing(RagPack, pack_kwargs)
+    # a collection this run makes holds only what it wrote: files are read once each, so
+    # nothing is looked up (a lookup per batch grows with the collection)
+    made_here = pack is None
     try:
         with _progress(len(files), show_progress) as advance:
             for batch in _batches(files, report.skipped, advance.files):
                 for doc in batch:
                     _stamp(doc, chunk_size, chunk_overlap)
-                same = unchanged_documents(pack.vector_store, batch) if pack else set()
+                same, stored = (
+                    (set(), set()) if made_here else stored_documents(pack.vector_store, batch)
+                )
                 todo = [d for d in batch if d.doc_id not in same]
                 report.unchanged += len(batch) - len(todo)
                 if todo:
-                    pack, written = _write(RagPack, pack, todo, overwrite, pack_kwargs)
+                    replace = any(d.doc_id in stored for d in todo)
+                    pack, written = _write(RagPack, pack, todo, overwrite, replace, pack_kwargs)
                     report.indexed += len(todo)
                     report.chunks += written
                     advance.chunks(written)
@@ -211,12 +225,17 @@ def _open_existing(rag_pack: Any, pack_kwargs: dict[str, Any]) -> Any:
 
 
 def _write(
-    rag_pack: Any, pack: Any, docs: list[Document], overwrite: bool, kwargs: dict[str, Any]
+    rag_pack: Any,
+    pack: Any,
+    docs: list[Document],
+    overwrite: bool,
+    replace: bool,
+    kwargs: dict[str, Any],
 ) -> tuple[Any, int]:
     if pack is None:  # the first batch with text makes (or replaces) the collection
         pack = rag_pack(docs, overwrite=overwrite, flush=False, **kwargs)
         return pack, pack.count()
-    return pack, pack.insert(docs, flush=False)
+    return pack, pack.insert(docs, flush=False, replace=replace)
 
 
 class _Advance:

@@ -215,14 +215,18 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         }
 
     # ------------------------------------------------------------------ indexing
-    def insert(self, documents: Sequence[Document], *, flush: bool = True) -> int:
+    def insert(
+        self, documents: Sequence[Document], *, flush: bool = True, replace: bool | None = None
+    ) -> int:
         """Chunk, embed and store documents; chunks of an already indexed document id are replaced
         (of the same tenant: tenants may use the same document ids). Documents are written
         :data:`~llama_index_rag_pack.pack.indexing.SLICE_CHARS` characters of text at a time
         (all documents of one id together), so memory stays bounded; a failure leaves each
         document either as it was or wholly replaced. ``flush=False`` leaves the flush to the
         caller (:meth:`flush`, after more inserts): Milvus Lite seals a segment at every flush
-        and scores BM25 in each segment apart.
+        and scores BM25 in each segment apart. ``replace=False``: the caller knows none of the
+        documents is stored, so no old rows are looked for (default: looked for unless the
+        collection is empty).
 
         Returns:
             The number of chunks written.
@@ -231,7 +235,8 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         if self.tenant_field is not None:
             check_tenants(documents, self.tenant_field)
         written = 0
-        replace = not indexing.nothing_stored(self)  # else no old rows to look for
+        if replace is None:
+            replace = not indexing.nothing_stored(self)  # else no old rows to look for
         for part in indexing.document_slices(documents, self.tenant_field):
             written += indexing.write_slice(self, part, check_language=not written, replace=replace)
         if flush:

@@ -59,11 +59,22 @@ def _rows(uri: str, collection: str) -> dict[str, Any]:
 def test_a_second_run_embeds_nothing_and_a_changed_file_is_replaced(
     tmp_path, embed_model, monkeypatch
 ) -> None:
+    from llama_index_rag_pack.pack import indexing
+
     folder = _folder(tmp_path / "notes", 12)
     uri = str(tmp_path / "files.db")
     monkeypatch.setattr(file_indexing, "BATCH_FILES", 5)  # three batches
+    lookups: list[str] = []
+    for module, name in ((file_indexing, "stored_documents"), (indexing, "delete_document_rows")):
+        real = getattr(module, name)
+        monkeypatch.setattr(
+            module,
+            name,
+            lambda *a, _real=real, _name=name, **k: lookups.append(_name) or _real(*a, **k),
+        )
     first = index_files(folder, uri=uri, collection_name="notes", embed_model=embed_model)
     assert (first.files, first.indexed, first.unchanged) == (12, 12, 0)
+    assert lookups == []  # a collection this run made: nothing looked up, batch after batch
     assert first.chunks == first.pack.count() > 0
     hit = first.pack.retriever().retrieve("note 7 about rivers")[0].node
     assert hit.metadata[CONTENT_HASH_KEY] and hit.metadata[DOC_CHUNKS_KEY] >= 1
@@ -81,9 +92,12 @@ def test_a_second_run_embeds_nothing_and_a_changed_file_is_replaced(
     assert (again.indexed, again.unchanged, again.chunks) == (0, 12, 0)
     assert calls == []
 
+    assert lookups == ["stored_documents"] * 3  # one read per batch, nothing deleted
+    lookups.clear()
     (folder / "note_0003.txt").write_text("Note 3 is now about volcanoes only.", encoding="utf-8")
     changed = index_files(folder, uri=uri, collection_name="notes", embed_model=embed_model)
     assert (changed.indexed, changed.unchanged) == (1, 11)
+    assert lookups.count("delete_document_rows") == 1  # only the changed file's batch
     top = changed.pack.retriever().retrieve("volcanoes")[0].node
     assert top.ref_doc_id.endswith("note_0003.txt")
     texts = [n.node.get_content() for n in changed.pack.retriever(mode="bm25").retrieve("note 3")]
