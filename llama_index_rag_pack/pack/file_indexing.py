@@ -29,9 +29,12 @@ from typing import Any
 from llama_index.core import Document
 
 from llama_index_rag_pack.core.errors import CollectionNotFoundError, EmptyCorpusError
-from llama_index_rag_pack.documents.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from llama_index_rag_pack.documents.chunking import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    chunk_id,
+)
 from llama_index_rag_pack.documents.ingest import SkippedFile, find_files, read_file_documents
-from llama_index_rag_pack.milvus.document_rows import ID_BATCH, ids_expression
 from llama_index_rag_pack.pack.indexing import CONTENT_HASH_KEY, DOC_CHUNKS_KEY, HIDDEN_KEYS
 
 logger = logging.getLogger(__name__)
@@ -42,7 +45,6 @@ __all__ = [
     "FileIndexReport",
     "content_hash",
     "index_files",
-    "stored_documents",
     "unchanged_documents",
 ]
 
@@ -101,40 +103,35 @@ def _stamp(document: Document, chunk_size: int, chunk_overlap: int) -> None:
 
 
 def unchanged_documents(store: Any, documents: Sequence[Document]) -> set[str]:
-    """The ids of ``documents`` stored with the same hash and all their chunks."""
-    return stored_documents(store, documents)[0]
+    """The ids of ``documents`` stored with the same hash and all their chunks.
+
+    Looked up by primary key (chunk ids follow from the document id and the chunk's position,
+    :func:`~llama_index_rag_pack.documents.chunking.chunk_id`), never by scanning the
+    collection: first each document's chunk 0, then, where its hash matches, every chunk it
+    says it has.
+    """
+    field = getattr(store, "tenant_field", None)
+    first = {chunk_id(0, d, field): d for d in documents}
+    heads = _rows_by_id(store, list(first), [CONTENT_HASH_KEY, DOC_CHUNKS_KEY])
+    complete: dict[str, list[str]] = {}
+    for key, doc in first.items():
+        row = heads.get(key)
+        count = row.get(DOC_CHUNKS_KEY) if row else None
+        wanted = doc.metadata.get(CONTENT_HASH_KEY)
+        if row and wanted and row.get(CONTENT_HASH_KEY) == wanted and isinstance(count, int):
+            complete[doc.doc_id] = [chunk_id(i, doc, field) for i in range(count)]
+    found = _rows_by_id(store, [i for ids in complete.values() for i in ids], [])
+    return {doc_id for doc_id, ids in complete.items() if all(i in found for i in ids)}
 
 
-def stored_documents(store: Any, documents: Sequence[Document]) -> tuple[set[str], set[str]]:
-    """The ids of ``documents`` stored with the same hash and all their chunks, and the ids of
-    those with any row stored."""
-    wanted = {d.doc_id: d.metadata.get(CONTENT_HASH_KEY) for d in documents}
-    doc_field = getattr(store, "doc_id_field", None) or "doc_id"
-    rows: dict[str, list[tuple[Any, Any]]] = {}
-    ids = list(wanted)
-    for start in range(0, len(ids), ID_BATCH):
-        # every row, however many chunks the documents have (a query stops at a result cap)
-        iterator = store.client.query_iterator(
-            store.collection_name,
-            batch_size=_READ_BATCH,
-            filter=ids_expression(doc_field, ids[start : start + ID_BATCH]),
-            output_fields=[doc_field, CONTENT_HASH_KEY, DOC_CHUNKS_KEY],
-        )
-        try:
-            while found := iterator.next():
-                for row in found:
-                    rows.setdefault(str(row.get(doc_field)), []).append(
-                        (row.get(CONTENT_HASH_KEY), row.get(DOC_CHUNKS_KEY))
-                    )
-        finally:
-            iterator.close()
-    unchanged = {
-        doc_id
-        for doc_id, stored in rows.items()
-        if wanted.get(doc_id) is not None
-        and all(h == wanted[doc_id] and n == len(stored) for h, n in stored)
-    }
-    return unchanged, set(rows)
+def _rows_by_id(store: Any, ids: list[str], fields: list[str]) -> dict[str, dict[str, Any]]:
+    """The rows of primary keys ``ids`` that exist, by id (``fields`` read besides the id)."""
+    out: dict[str, dict[str, Any]] = {}
+    for start in range(0, len(ids), _READ_BATCH):
+        part = ids[start : start + _READ_BATCH]
+        rows = store.client.query(store.collection_name, ids=part, output_fields=["id", *fields])
+        out.update((str(row["id"]), row) for row in rows)
+    return out
 
 
 def _batches(
@@ -194,13 +191,11 @@ def index_files(
             for batch in _batches(files, report.skipped, advance.files):
                 for doc in batch:
                     _stamp(doc, chunk_size, chunk_overlap)
-                same, stored = (
-                    (set(), set()) if made_here else stored_documents(pack.vector_store, batch)
-                )
+                same = set() if made_here else unchanged_documents(pack.vector_store, batch)
                 todo = [d for d in batch if d.doc_id not in same]
                 report.unchanged += len(batch) - len(todo)
-                if todo:
-                    replace = any(d.doc_id in stored for d in todo)
+                if todo:  # in a collection made before, their old or partial rows go first
+                    replace = not made_here
                     pack, written = _write(RagPack, pack, todo, overwrite, replace, pack_kwargs)
                     report.indexed += len(todo)
                     report.chunks += written

@@ -65,7 +65,10 @@ def test_a_second_run_embeds_nothing_and_a_changed_file_is_replaced(
     uri = str(tmp_path / "files.db")
     monkeypatch.setattr(file_indexing, "BATCH_FILES", 5)  # three batches
     lookups: list[str] = []
-    for module, name in ((file_indexing, "stored_documents"), (indexing, "delete_document_rows")):
+    for module, name in (
+        (file_indexing, "unchanged_documents"),
+        (indexing, "delete_document_rows"),
+    ):
         real = getattr(module, name)
         monkeypatch.setattr(
             module,
@@ -92,7 +95,7 @@ def test_a_second_run_embeds_nothing_and_a_changed_file_is_replaced(
     assert (again.indexed, again.unchanged, again.chunks) == (0, 12, 0)
     assert calls == []
 
-    assert lookups == ["stored_documents"] * 3  # one read per batch, nothing deleted
+    assert lookups == ["unchanged_documents"] * 3  # one read per batch, nothing deleted
     lookups.clear()
     (folder / "note_0003.txt").write_text("Note 3 is now about volcanoes only.", encoding="utf-8")
     changed = index_files(folder, uri=uri, collection_name="notes", embed_model=embed_model)
