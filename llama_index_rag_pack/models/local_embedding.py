@@ -185,19 +185,16 @@ class LocalEmbedding(BaseEmbedding):
                     self._onnx = self._load_onnx()
                 except Exception as e:  # export or load: torch, onnx and the file system
                     # int8 runs on ONNX Runtime only: no quiet fall-back to PyTorch
-                    if EmbedBackend.ONNX.value in (self.backend, self._runtime_needed()):
+                    if (
+                        self.backend == EmbedBackend.ONNX.value
+                        or self.precision == EmbedPrecision.INT8.value
+                    ):
                         if isinstance(e, ConfigurationError):
                             raise
                         raise ConfigurationError(f"Cannot run on ONNX Runtime: {e}") from e
                     self._onnx_failed = str(e)
                     logger.info("Embedding on PyTorch only: %s", e)
         return self._onnx
-
-    def _runtime_needed(self) -> str:
-        """``onnx`` where the precision asked for runs on ONNX Runtime only, else ``auto``."""
-        if self.precision == EmbedPrecision.INT8.value:
-            return EmbedBackend.ONNX.value
-        return EmbedBackend.AUTO.value
 
     def _load_onnx(self) -> OnnxSentenceEncoder:
         reason = onnx_support(self.model_name)

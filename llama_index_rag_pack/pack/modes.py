@@ -170,7 +170,7 @@ def build_hybrid_convex(
         unread_weights=None
         if alpha is not None or sentence_weight is not None
         else (config.unread_alpha, config.unread_sentence_weight),
-        in_memory=lite and _in_memory(pack),
+        in_memory=_in_memory(pack),
         concurrent_searches=not lite,
         reranker=reranker,
         pre_top_k=pre_top_k,

@@ -35,20 +35,6 @@ def torch_reference(embed_model):
     return HuggingFaceEmbedding(model_name=embed_model.model_name, device="cpu")
 
 
-@pytest.fixture()
-def exported_copy(embed_model, tmp_path) -> Path:
-    """An onnx_dir holding a copy of the default export (made by the session's model)."""
-    embed_model.get_query_embedding("warm up")
-    source = onnx_encoder.onnx_export_path(embed_model.model_name)
-    target = onnx_encoder.onnx_export_path(embed_model.model_name, tmp_path)
-    target.parent.mkdir(parents=True)
-    try:  # a link, not a 90 MB copy per test
-        os.link(source, target)
-    except OSError:  # another file system
-        shutil.copyfile(source, target)
-    return tmp_path
-
-
 def test_default_model_embeds_queries_on_onnx_with_the_torch_vectors(embed_model, torch_reference):
     assert isinstance(embed_model, LocalEmbedding)
     assert embed_model.query_backend == "onnx"
