@@ -35,6 +35,7 @@ LEVELS = {
     "sql": 4,
     "pack": 5,
     "evaluation": 6,
+    "serve": 6,
     "cli": 7,
 }
 # The package root's public facades sit on top of everything.

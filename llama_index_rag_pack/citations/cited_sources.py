@@ -19,6 +19,9 @@ __all__ = [
     "Citation",
     "SOURCE_KEYS",
     "default_source_id",
+    "evidence_spans",
+    "is_extractive",
+    "passage_text",
     "new_citation",
     "source_keys",
     "unwrap_node",
@@ -171,3 +174,43 @@ def new_citation(number: int, source_id: str, node: Any) -> Citation:
     meta = _metadata(node)
     url = _link(meta)
     return Citation(number=number, source_id=source_id, title=_title(meta, url, source_id), url=url)
+
+
+# --------------------------------------------------------------------------- evidence, duck-typed
+def is_extractive(response: Any) -> bool:
+    """Whether ``response`` is an extractive answer (its sentences are the passages' own)."""
+    return (getattr(response, "metadata", None) or {}).get("answer_style") == "extractive"
+
+
+def passage_text(response: Any, position: int) -> str:
+    """The text of the passage at 1-based context ``position`` of a cited response, whitespace
+    collapsed (the text that :func:`evidence_spans` indexes)."""
+    attribution = getattr(response, "attribution", None)
+    if attribution is not None and position <= len(attribution.passages):
+        return str(attribution.passages[position - 1].text)
+    node = response.context_nodes[position - 1]
+    return " ".join(unwrap_node(node).get_content().split())
+
+
+def evidence_spans(response: Any, position: int) -> list[tuple[str, tuple[int, int] | None]]:
+    """Per answer sentence that leans on the passage at ``position``: the sentence, and where
+    the passage's supporting sentence stands in :func:`passage_text` (``None`` when no span was
+    found). An extractive answer's sentences are quotes of the passage itself."""
+    if is_extractive(response):
+        text = passage_text(response, position)
+        found: list[tuple[str, tuple[int, int] | None]] = []
+        for quote in (response.metadata or {}).get("extracted_quotes", []):
+            if quote.get("position") == position:
+                sentence = " ".join(str(quote.get("text", "")).split())
+                start = text.find(sentence)
+                found.append((sentence, (start, start + len(sentence)) if start >= 0 else None))
+        return found
+    attribution = getattr(response, "attribution", None)
+    found = []
+    for verdict in attribution.verdicts if attribution is not None else []:
+        if position in verdict.positions:
+            span = next(
+                ((e.start, e.end) for e in verdict.evidence if e.position == position), None
+            )
+            found.append((verdict.text, span))
+    return found

@@ -321,6 +321,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "llama_index_rag_pack.cli.raptor",
     "llama_index_rag_pack.cli.judge",
     "llama_index_rag_pack.cli.sql",
+    "llama_index_rag_pack.cli.serve",
 )
 
 

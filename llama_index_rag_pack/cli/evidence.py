@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import sys
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
+
+from llama_index_rag_pack.citations.cited_sources import (
+    evidence_spans,
+    is_extractive,
+    passage_text,
+)
 
 #: Passages longer than this are cut to a window around the highlighted sentences.
 MAX_PASSAGE_CHARS = 700
@@ -71,38 +77,6 @@ def passage_window(
     return prefix + text[lo:hi] + (" …" if hi < len(text) else ""), shifted
 
 
-def _passage_text(response: Any, position: int) -> str:
-    attribution = getattr(response, "attribution", None)
-    if attribution is not None and position <= len(attribution.passages):
-        return attribution.passages[position - 1].text
-    node = response.context_nodes[position - 1]
-    return " ".join(node.node.get_content().split())
-
-
-def _quoted(response: Any, position: int) -> Iterator[tuple[str, tuple[int, int] | None]]:
-    """Per sentence an extractive answer quotes from ``position``: where it stands."""
-    text = _passage_text(response, position)
-    for quote in (response.metadata or {}).get("extracted_quotes", []):
-        if quote.get("position") == position:
-            sentence = " ".join(str(quote.get("text", "")).split())
-            start = text.find(sentence)
-            yield sentence, (start, start + len(sentence)) if start >= 0 else None
-
-
-def _supports(response: Any, position: int) -> Iterator[tuple[str, tuple[int, int] | None]]:
-    """Per answer sentence citing ``position``: the sentence and the highlighted span."""
-    if _is_extractive(response):
-        yield from _quoted(response, position)
-        return
-    attribution = getattr(response, "attribution", None)
-    for verdict in attribution.verdicts if attribution is not None else []:
-        if position in verdict.positions:
-            span = next(
-                ((e.start, e.end) for e in verdict.evidence if e.position == position), None
-            )
-            yield verdict.text, span
-
-
 def _wrap(text: str) -> str:
     return textwrap.fill(
         text, width=WIDTH, initial_indent=INDENT, subsequent_indent=INDENT, break_on_hyphens=False
@@ -124,7 +98,7 @@ def print_evidence(response: Any, *, tty: bool | None = None) -> None:
         return
     opening, closing = highlight_marks(tty)
     out(f"\nEvidence ({opening}marked{closing}: the passage sentence supporting the answer):")
-    extracted = _is_extractive(response)
+    extracted = is_extractive(response)
     for citation in citations:
         how = (
             "attributed by similarity" if citation.origin == "attributed" else "cited by the model"
@@ -142,19 +116,14 @@ def print_evidence(response: Any, *, tty: bool | None = None) -> None:
 
 
 def _print_passage(response: Any, position: int, tty: bool) -> None:
-    supports = list(_supports(response, position))
-    for sentence, _ in supports if not _is_extractive(response) else []:
+    supports = evidence_spans(response, position)
+    for sentence, _ in supports if not is_extractive(response) else []:
         out(
             textwrap.fill(
                 f"answer: “{sentence}”", WIDTH, initial_indent="    ", subsequent_indent=INDENT
             )
         )
     spans = [span for _, span in supports if span is not None]
-    text, shifted = passage_window(_passage_text(response, position), spans)
+    text, shifted = passage_window(passage_text(response, position), spans)
     out(f"    passage {position}:")
     out(_wrap(highlight(text, shifted, tty)))
-
-
-def _is_extractive(response: Any) -> bool:
-    """An extractive answer: its sentences are the passages' own, printed above already."""
-    return (getattr(response, "metadata", None) or {}).get("answer_style") == "extractive"

@@ -1,0 +1,136 @@
+"""``rag-pack serve http`` through the official ``openai`` SDK (sync and async, streamed and not)
+and plain HTTP: models, cited chat completions with their sources, conversations, search.
+
+Real Milvus Lite, the real embedding model, real uvicorn on 127.0.0.1; the LLM is scripted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from llama_index_rag_pack import RagPack
+
+
+@pytest.fixture()
+def url(serve: Any, facts_pack: RagPack) -> str:
+    return serve(facts_pack)
+
+
+def client(url: str, **kwargs: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, **kwargs)
+
+
+def aclient(url: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+
+
+ASK = [{"role": "user", "content": "What is the capital of Andorra?"}]
+
+
+def _cited_source(sources: list[dict[str, Any]]) -> dict[str, Any]:
+    cited = [s for s in sources if s["cited"]]
+    assert len(cited) == 1 and cited[0]["number"] == 1
+    return cited[0]
+
+
+def test_models_lists_the_servable_modes_default_first(url: str, facts_pack: RagPack) -> None:
+    ids = [m.id for m in client(url).models.list()]
+    assert ids[0] == facts_pack.default_mode
+    assert {"vector", "bm25", "hybrid_convex"} <= set(ids)
+    assert "route" not in ids  # needs a routed pack's sources
+    assert "raptor" not in ids  # no tree was built beside this collection
+    assert httpx.get(f"{url}/healthz").json()["status"] == "ok"
+
+
+def test_a_chat_completion_cites_and_carries_its_sources(url: str) -> None:
+    completion = client(url).chat.completions.create(model="hybrid_convex", messages=ASK)
+    content = completion.choices[0].message.content
+    assert completion.model == "hybrid_convex" and completion.object == "chat.completion"
+    assert completion.choices[0].finish_reason == "stop"
+    assert "Andorra la Vella" in content and "[1]" in content
+    sources = completion.model_extra["sources"]
+    source = _cited_source(sources)
+    assert "Andorra la Vella" in source["text"]
+    assert source["metadata"]["title"] == "Andorra"
+    assert source["metadata"]["url"].endswith("/Andorra")
+    assert source["id"] and isinstance(source["score"], float)
+    assert any(not s["cited"] and s["number"] is None for s in sources)  # shown, not cited
+    # where the supporting sentence stands in the passage's text
+    spans = [e for e in source["evidence"] if e["start"] is not None]
+    assert spans and all("Andorra la Vella" in source["text"][e["start"] : e["end"]] for e in spans)
+
+
+def test_a_streamed_answer_equals_the_whole_one_and_ends_with_its_sources(url: str) -> None:
+    whole = client(url).chat.completions.create(model="vector", messages=ASK)
+    chunks = list(client(url).chat.completions.create(model="vector", messages=ASK, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    last = chunks[-1]
+    assert last.choices == [] and last.model_extra["sources"] == whole.model_extra["sources"]
+    assert len({c.id for c in chunks}) == 1
+
+
+async def test_the_async_client_streamed_and_not(url: str) -> None:
+    async with aclient(url) as api:
+        whole = await api.chat.completions.create(model="bm25", messages=ASK)
+        stream = await api.chat.completions.create(model="bm25", messages=ASK, stream=True)
+        text, sources = "", None
+        async for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].delta.content or ""
+            else:
+                sources = chunk.model_extra["sources"]
+    assert text == whole.choices[0].message.content and "Andorra la Vella" in text
+    assert sources == whole.model_extra["sources"]
+
+
+def test_earlier_messages_are_the_conversation(url: str) -> None:
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Tell me about Andorra."},
+        {"role": "assistant", "content": "Andorra is a small country in the Pyrenees."},
+        {"role": "user", "content": [{"type": "text", "text": "What is its capital?"}]},
+    ]
+    completion = client(url).chat.completions.create(model="hybrid_convex", messages=messages)
+    assert completion.model_extra["condensed_question"] == "What is Andorra's capital?"
+    assert "Andorra la Vella" in completion.choices[0].message.content
+    assert "Andorra la Vella" in _cited_source(completion.model_extra["sources"])["text"]
+
+
+def test_filters_narrow_the_search(url: str) -> None:
+    completion = client(url).chat.completions.create(
+        model="vector", messages=ASK, extra_body={"filters": 'title == "Aikido"'}
+    )
+    sources = completion.model_extra["sources"]
+    assert sources and {s["metadata"]["title"] for s in sources} == {"Aikido"}
+    assert "could not find" in completion.choices[0].message.content
+
+
+def test_retrieve_returns_ranked_passages(url: str) -> None:
+    body = {"query": "What does the aardvark eat?", "mode": "vector", "top_k": 2}
+    answer = httpx.post(f"{url}/v1/retrieve", json=body).json()
+    assert answer["model"] == "vector" and len(answer["data"]) == 2
+    first = answer["data"][0]
+    assert "termites" in first["text"] and first["metadata"]["title"] == "Aardvark"
+    assert [p["position"] for p in answer["data"]] == [1, 2]
+    assert answer["data"][0]["score"] >= answer["data"][1]["score"]
+    narrowed = httpx.post(
+        f"{url}/v1/retrieve", json={**body, "filters": 'title in ["Abacus", "Aikido"]'}
+    ).json()
+    assert {p["metadata"]["title"] for p in narrowed["data"]} <= {"Abacus", "Aikido"}
+    default = httpx.post(f"{url}/v1/retrieve", json={"query": "aardvark"}).json()
+    assert default["model"] == client(url).models.list().data[0].id
+
+
+def test_the_citation_style_can_be_asked_for(url: str) -> None:
+    completion = client(url).chat.completions.create(
+        model="vector", messages=ASK, extra_body={"citation_style": "text"}
+    )
+    content = completion.choices[0].message.content
+    assert "[1]" in content and "Sources:" in content and "<sup>" not in content
