@@ -52,20 +52,29 @@ async def until_disconnected(receive: Receive, work: Callable[[], Awaitable[T]])
     Raises:
         ClientGone: the client left; the work was cancelled.
     """
-    result: list[T] = []
+    outcome: list[tuple[bool, Any]] = []
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
             await _wait_for_disconnect(receive)
             group.cancel_scope.cancel()
 
+        async def run() -> None:
+            try:
+                outcome.append((True, await work()))
+            except Exception as e:  # raised below, outside the task group
+                outcome.append((False, e))
+            group.cancel_scope.cancel()
+
         group.start_soon(watch)
-        result.append(await work())
-        group.cancel_scope.cancel()
-    if not result:
+        group.start_soon(run)
+    if not outcome:
         logger.info("client disconnected: its request was cancelled")
         raise ClientGone()
-    return result[0]
+    done, value = outcome[0]
+    if not done:
+        raise value
+    return value
 
 
 def _event(data: Any) -> bytes:
@@ -96,6 +105,8 @@ class EventStream(Response):
             group.start_soon(watch)
             try:
                 await self._stream(send)
+            except OSError:  # the client is gone: nobody to tell
+                logger.info("client disconnected while its stream was sent")
             finally:
                 group.cancel_scope.cancel()
                 with anyio.CancelScope(shield=True):

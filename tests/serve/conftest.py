@@ -119,10 +119,16 @@ def quoting_reply(prompt: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def facts_pack(tmp_path_factory: pytest.TempPathFactory, embed_model: Any) -> RagPack:
+def facts_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where ``facts_pack`` stores its collection ``facts`` (reopen it with another LLM)."""
+    return str(tmp_path_factory.mktemp("serve") / "facts.db")
+
+
+@pytest.fixture(scope="module")
+def facts_pack(facts_uri: str, embed_model: Any) -> RagPack:
     return RagPack(
         documents(),
-        uri=str(tmp_path_factory.mktemp("serve") / "facts.db"),
+        uri=facts_uri,
         collection_name="facts",
         overwrite=True,
         embed_model=embed_model,
