@@ -86,7 +86,10 @@ class PackService:
         with self._lock:  # one opening, however many requests wait for it
             if self._pack is None:
                 pack = self._open()
-                self.keys.check_collection(pack.tenant_field is not None)
+                try:
+                    self.keys.check_collection(pack.tenant_field is not None)
+                except ConfigurationError as e:  # the server's setting, not the request's
+                    raise ApiError(500, str(e), type="server_error", code="misconfigured") from None
                 self._pack = pack
             if self._modes is None:
                 self._modes = _served_modes(self._pack)

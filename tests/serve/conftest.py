@@ -138,10 +138,16 @@ def facts_pack(facts_uri: str, embed_model: Any) -> RagPack:
 
 
 @pytest.fixture(scope="module")
-def tenant_pack(tmp_path_factory: pytest.TempPathFactory, embed_model: Any) -> RagPack:
+def tenant_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Where ``tenant_pack`` stores its collection ``notes``."""
+    return str(tmp_path_factory.mktemp("serve") / "tenants.db")
+
+
+@pytest.fixture(scope="module")
+def tenant_pack(tenant_uri: str, embed_model: Any) -> RagPack:
     return RagPack(
         tenant_documents(),
-        uri=str(tmp_path_factory.mktemp("serve") / "tenants.db"),
+        uri=tenant_uri,
         collection_name="notes",
         overwrite=True,
         tenant_field="tenant",
