@@ -94,7 +94,10 @@ def cmd_serve_http(args: argparse.Namespace) -> int:
     config = uvicorn.Config(
         app, log_level="warning", timeout_graceful_shutdown=5, access_log=args.verbose
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shut down gracefully, then passed Ctrl-C on
+        _cli.err("rag-pack serve: stopped")
     return 0
 
 
@@ -106,7 +109,10 @@ def cmd_serve_mcp(args: argparse.Namespace) -> int:
 
     server = build_mcp_server(service, stdio_tenant=args.tenant)
     threading.Thread(target=service.warm, name="rag-pack-warm", daemon=True).start()
-    anyio.run(server.run_stdio_async)
+    try:
+        anyio.run(server.run_stdio_async)
+    except KeyboardInterrupt:
+        pass  # the client closed the session
     return 0
 
 
