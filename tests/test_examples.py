@@ -29,6 +29,12 @@ EXPECTED = {
     ],
     "routing_two_sources.py": [r"route: food \(", r"route: tech \("],
     "quickstart.py": [r"^A: ", r"^  - Milvus: "],
+    "serve_clients.py": [
+        r"^models: hybrid_convex, ",
+        r"^answer: Milvus is an open-source vector database",
+        r"^cited \[1\]: Milvus$",
+        r"^mcp search: Sourdough, ",
+    ],
     "chinese_documents.py": [
         r"^bm25: auto v1 \(chunks per language: zh 3, ",
         r"^RAPTOR 为什么要先降维再聚类？ -> RAPTOR 树状检索 \(zh\)$",

@@ -4,6 +4,7 @@ API with a web page and MCP at ``/mcp``, or behind MCP over stdio (see ``docs/se
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import socket
@@ -109,10 +110,8 @@ def cmd_serve_mcp(args: argparse.Namespace) -> int:
 
     server = build_mcp_server(service, stdio_tenant=args.tenant)
     threading.Thread(target=service.warm, name="rag-pack-warm", daemon=True).start()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # the client closed the session
         anyio.run(server.run_stdio_async)
-    except KeyboardInterrupt:
-        pass  # the client closed the session
     return 0
 
 
