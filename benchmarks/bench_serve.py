@@ -112,7 +112,7 @@ class Server:
             health = self._health()
             if health and (health["ready"] or not ready):
                 return time.perf_counter() - self.started
-            time.sleep(0.01)
+            time.sleep(0.05)  # as a supervisor polls: a busy loop would slow the start it times
 
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGINT)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import logging
 import socket
 import threading
@@ -60,18 +59,11 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
 def cmd_serve_http(args: argparse.Namespace) -> int:
     service = _service(args)
     import uvicorn
 
-    from llama_index_rag_pack.serve.app import create_app
+    from llama_index_rag_pack.serve.app import create_app, is_loopback
 
     if args.max_body_bytes < 1024:
         raise ConfigurationError("--max-body-bytes must be at least 1024.")
@@ -79,7 +71,7 @@ def cmd_serve_http(args: argparse.Namespace) -> int:
     app = create_app(
         service, max_body_bytes=args.max_body_bytes, mcp=not args.no_mcp, host=args.host
     )
-    if not _is_loopback(args.host):
+    if not is_loopback(args.host):
         _cli.err(
             f"warning: listening on {args.host}, beyond this machine: anyone who can reach it "
             "can ask" + ("" if service.keys.tenants else ", and no --api-key is set") + "."

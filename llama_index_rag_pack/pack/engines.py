@@ -4,8 +4,10 @@ keys of its retrievers and query engines, and the query engine over a mode's ret
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
 from llama_index.core.callbacks import CallbackManager
@@ -22,11 +24,66 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "ENGINE_DEFAULTS",
+    "MAX_CACHED_ENGINES",
+    "BoundedCache",
     "build_chat_engine",
     "build_query_engine",
     "query_engine_key",
     "retriever_key",
 ]
+
+#: Retrievers (and query engines) a pack keeps per distinct arguments: a server asked with ever
+#: new filters or ``top_k`` keeps the most recently used ones, not every one it was asked for.
+MAX_CACHED_ENGINES = 256
+
+V = TypeVar("V")
+
+
+class BoundedCache(Generic[V]):
+    """A thread-safe mapping that keeps the ``maxsize`` most recently used entries.
+
+    Example:
+        >>> cache = BoundedCache(maxsize=2)
+        >>> [cache.get_or_build(k, lambda: k.upper()) for k in ("a", "b", "a", "c")]
+        ['A', 'B', 'A', 'C']
+        >>> sorted(cache)  # "b" was the least recently used
+        ['a', 'c']
+    """
+
+    def __init__(self, maxsize: int = MAX_CACHED_ENGINES) -> None:
+        self.maxsize = maxsize
+        self._items: OrderedDict[Any, V] = OrderedDict()
+        self._lock = threading.RLock()
+
+    def get_or_build(self, key: Any, build: Callable[[], V]) -> V:
+        """The entry of ``key``, built by ``build()`` (outside the lock) when missing."""
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        value = build()
+        with self._lock:
+            value = self._items.setdefault(key, value)  # another thread may have built it
+            self._items.move_to_end(key)
+            while len(self._items) > self.maxsize:
+                self._items.popitem(last=False)
+            return value
+
+    def __contains__(self, key: Any) -> bool:
+        with self._lock:
+            return key in self._items
+
+    def __delitem__(self, key: Any) -> None:
+        with self._lock:
+            del self._items[key]
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._lock:
+            return iter(list(self._items))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
 
 
 def retriever_key(mode: str, arguments: Mapping[str, Any]) -> tuple[Any, ...] | None:

@@ -44,6 +44,7 @@ from llama_index_rag_pack.pack._compat import BaseLlamaPack
 from llama_index_rag_pack.pack.deletion import delete_documents
 from llama_index_rag_pack.pack.engines import (
     ENGINE_DEFAULTS,
+    BoundedCache,
     build_chat_engine,
     build_query_engine,
     query_engine_key,
@@ -145,8 +146,8 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
                 vector_store, embed_model=self.embed_model, callback_manager=self.callback_manager
             )
             self._default_mode: str | None = None
-            self._retrievers: dict[tuple[Any, ...], BaseRetriever] = {}
-            self._query_engines: dict[tuple[Any, ...], BaseQueryEngine] = {}
+            self._retrievers: BoundedCache[BaseRetriever] = BoundedCache()
+            self._query_engines: BoundedCache[BaseQueryEngine] = BoundedCache()
             self._schema_fields: frozenset[str] | None = None
             #: What ``configure_self_query`` set (fields, description, base mode).
             self.self_query_config: Any = None
@@ -281,9 +282,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         key = retriever_key(spec.name, kwargs)
         if key is None:  # an unhashable argument object: build a new retriever, uncached
             return spec.build(self, **kwargs)
-        if key not in self._retrievers:
-            self._retrievers[key] = spec.build(self, **kwargs)
-        return self._retrievers[key]
+        return self._retrievers.get_or_build(key, lambda: spec.build(self, **kwargs))
 
     def make_query_engine(
         self,
@@ -318,9 +317,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             answer_style=answer_style,
         )
         key = query_engine_key(mode, **options) + (id(retriever),)
-        if key not in self._query_engines:
-            self._query_engines[key] = self.engine_for(retriever, **options)
-        return self._query_engines[key]
+        return self._query_engines.get_or_build(key, lambda: self.engine_for(retriever, **options))
 
     def engine_for(self, retriever: BaseRetriever, **options: Any) -> BaseQueryEngine:
         """The pack's query engine over ``retriever``: its LLM, callbacks and embedding model

@@ -214,8 +214,8 @@ def leaves_from_collection(vector_store: Any, expr: str = "") -> list[Any]:
 class RaptorBuildMixin:
     """``RagPack``'s RAPTOR build steps (the tree beside the pack's collection)."""
 
-    _retrievers: dict[tuple[Any, ...], Any]
-    _query_engines: dict[tuple[Any, ...], Any]
+    _retrievers: Any  # engines.BoundedCache
+    _query_engines: Any
 
     def build_raptor_tree(
         self,

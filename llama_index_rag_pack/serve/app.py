@@ -9,6 +9,7 @@ Run it with uvicorn (``rag-pack serve http`` does), or mount it in your own ASGI
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import threading
 from collections.abc import AsyncIterator
@@ -18,6 +19,8 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Mount, Route
@@ -31,7 +34,7 @@ from llama_index_rag_pack.serve.request_bodies import DEFAULT_MAX_BODY_BYTES
 from llama_index_rag_pack.serve.service import PackService
 from llama_index_rag_pack.serve.streaming import error_response
 
-__all__ = ["STATIC_DIR", "create_app"]
+__all__ = ["LOOPBACK_HOSTS", "STATIC_DIR", "create_app", "is_loopback"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,8 +64,27 @@ class _KeyGuard:
         await self.app(scope, receive, send)
 
 
+#: The page runs only its own files: no inline script, no other origin, not framed.
+PAGE_HEADERS = {
+    "cache-control": "no-cache",
+    "content-security-policy": "default-src 'self'; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+#: Host headers accepted on a loopback address (a page elsewhere cannot rebind a name to it).
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]", "::1"]
+
+
 async def _page(request: Request) -> Response:
-    return FileResponse(STATIC_DIR / "index.html", headers={"cache-control": "no-cache"})
+    return FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is this machine's loopback."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -101,8 +123,9 @@ def create_app(
         service: The pack it serves.
         max_body_bytes: The largest request body read (a larger one is a 413).
         mcp: Serve the MCP tools at ``/mcp`` (streamable HTTP).
-        host: The host it is bound to: on loopback, ``/mcp`` refuses requests whose ``Host`` or
-            ``Origin`` is not loopback (DNS rebinding).
+        host: The host it is bound to: on loopback, requests whose ``Host`` is not a loopback
+            name are refused with 400, and ``/mcp`` refuses an ``Origin`` that is not loopback
+            (DNS rebinding).
         warm: Open the pack and load the models in a background thread at start (``/healthz``
             answers at once, ``ready`` turns true when done).
     """
@@ -129,8 +152,15 @@ def create_app(
                 threading.Thread(target=service.warm, name="rag-pack-warm", daemon=True).start()
             yield
 
+    # on loopback, only loopback names: DNS rebinding cannot turn a web page into a client
+    middleware = (
+        [Middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS)]
+        if is_loopback(host)
+        else []
+    )
     return Starlette(
         routes=routes,
+        middleware=middleware,
         lifespan=lifespan,
         exception_handlers={404: _http_error, 405: _http_error},
     )

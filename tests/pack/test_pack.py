@@ -217,3 +217,20 @@ async def test_every_mode_rejects_an_empty_query_the_same_way(shared_pack, mode,
     with pytest.raises(ConfigurationError, match="The query is empty"):
         await retriever.aretrieve(query)
     assert pack.llm.call_count == calls, "no LLM call for an empty query"
+
+
+def test_the_engine_cache_keeps_the_recently_used_ones(shared_pack) -> None:
+    """A server asked with ever new filters keeps a bounded number of retrievers and engines."""
+    from llama_index_rag_pack.pack.engines import MAX_CACHED_ENGINES
+
+    first = shared_pack.retriever("vector", filters='doc_id == "first"')
+    assert shared_pack.retriever("vector", filters='doc_id == "first"') is first
+    engine = shared_pack.make_query_engine("vector", filters='doc_id == "first"')
+    for i in range(MAX_CACHED_ENGINES + 10):
+        shared_pack.retriever("vector", filters=f'doc_id == "other {i}"')
+        shared_pack.make_query_engine("vector", filters=f'doc_id == "other {i}"')
+    assert shared_pack.retriever("vector", filters='doc_id == "first"') is not first  # rebuilt
+    assert shared_pack.make_query_engine("vector", filters='doc_id == "first"') is not engine
+    last = f'doc_id == "other {MAX_CACHED_ENGINES + 9}"'
+    recent = shared_pack.retriever("vector", filters=last)
+    assert shared_pack.retriever("vector", filters=last) is recent

@@ -134,3 +134,23 @@ def test_the_citation_style_can_be_asked_for(url: str) -> None:
     )
     content = completion.choices[0].message.content
     assert "[1]" in content and "Sources:" in content and "<sup>" not in content
+
+
+@pytest.mark.slow
+async def test_the_bundled_local_llm_writes_the_answers(
+    serve: Any, facts_pack: RagPack, facts_uri: str, local_llm: Any
+) -> None:
+    from conftest import service_of
+
+    pack = RagPack.open(
+        uri=facts_uri, collection_name="facts", embed_model=facts_pack.embed_model, llm=local_llm
+    )
+    url = serve(service_of(pack, answer_style="generative"))
+    question = [{"role": "user", "content": "What does the aardvark eat?"}]
+    whole = client(url, timeout=120).chat.completions.create(model="vector", messages=question)
+    assert whole.choices[0].message.content.strip()
+    assert any("termites" in s["text"] for s in whole.model_extra["sources"])
+    async with aclient(url) as api:
+        stream = await api.chat.completions.create(model="vector", messages=question, stream=True)
+        deltas = [c.choices[0].delta.content async for c in stream if c.choices]
+    assert len([d for d in deltas if d]) > 1  # streamed token by token, as the model wrote it

@@ -260,3 +260,17 @@ def test_a_lost_milvus_server_is_a_503_until_it_is_back(
         wait_for(answered, "the server to answer again")
     finally:
         server.kill()
+
+
+def test_on_loopback_only_loopback_host_names_are_answered(url: str) -> None:
+    port = url.rsplit(":", 1)[1]
+    rebound = httpx.get(f"{url}/healthz", headers={"Host": f"attacker.example:{port}"})
+    assert rebound.status_code == 400  # a rebound DNS name never reaches the API
+    body = {"messages": [{"role": "user", "content": "x"}]}
+    refused = httpx.post(f"{url}/v1/chat/completions", json=body, headers={"Host": "evil.example"})
+    assert refused.status_code == 400
+    assert httpx.get(f"http://localhost:{port}/healthz").status_code == 200
+    page = httpx.get(f"{url}/")
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert '<script src="/static/app.js">' in page.text and "cdn" not in page.text.lower()
