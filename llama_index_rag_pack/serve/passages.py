@@ -5,12 +5,14 @@ sentence that supports the answer stands in its text)."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from llama_index_rag_pack.citations.cited_sources import evidence_spans, passage_text
 
 __all__ = ["answer_sources", "passage_json", "public_metadata"]
 
+_SPACE_BEFORE_PUNCTUATION = re.compile(r"[ \t]+([.,;:!?])")
 #: Metadata the pack keeps for itself (hashes and counts of the indexing runs).
 _PRIVATE_KEYS = frozenset({"content_sha256", "doc_chunks"})
 
@@ -64,7 +66,8 @@ def answer_sources(response: Any) -> list[dict[str, Any]]:
     """The sources of a cited answer: each passage the LLM was shown, in context order, with
     ``cited`` and its citation ``number`` (``None`` when not cited), its text (whitespace
     collapsed) and the ``evidence``: per answer sentence leaning on it, the sentence and the
-    ``start``/``end`` of the supporting span in ``text`` (``None`` where none was found)."""
+    ``start``/``end`` of the supporting span in ``text`` (``None`` where none was found); the
+    sentence without the space its removed citation marker left before its punctuation."""
     numbers: dict[int, int] = {}
     for citation in getattr(response, "citations", None) or ():
         for position in citation.positions:
@@ -74,7 +77,7 @@ def answer_sources(response: Any) -> list[dict[str, Any]]:
         node = item.node
         evidence = [
             {
-                "sentence": sentence,
+                "sentence": _SPACE_BEFORE_PUNCTUATION.sub(r"\1", sentence),
                 "start": span[0] if span else None,
                 "end": span[1] if span else None,
             }

@@ -62,6 +62,7 @@ def test_a_chat_completion_cites_and_carries_its_sources(url: str) -> None:
     # where the supporting sentence stands in the passage's text
     spans = [e for e in source["evidence"] if e["start"] is not None]
     assert spans and all("Andorra la Vella" in source["text"][e["start"] : e["end"]] for e in spans)
+    assert spans[0]["sentence"] == "The capital of Andorra is Andorra la Vella."  # the answer's
 
 
 def test_a_streamed_answer_equals_the_whole_one_and_ends_with_its_sources(url: str) -> None:

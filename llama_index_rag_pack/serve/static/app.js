@@ -60,16 +60,13 @@ function renderAnswer(box, text, sources) {
 }
 
 function openSource(sources, number) {
-  const source = (sources || []).find((s) => s.number === number);
-  if (!source) { status("The sources arrive when the answer ends."); return; }
-  showPassage(source);
+  const cited = (sources || []).filter((s) => s.number === number);
+  if (!cited.length) { status("The sources arrive when the answer ends."); return; }
+  showPassages(cited);
 }
 
-function showPassage(source) {
-  const meta = source.metadata || {};
-  $("passage-title").textContent =
-    (source.number ? "[" + source.number + "] " : "") + (meta.title || meta.file_name || source.id);
-  $("passage-meta").textContent = meta.url || meta.file_path || meta.source || "";
+// The passage's text with each supporting span in a <mark>.
+function markedText(source) {
   const text = source.text || "";
   const spans = (source.evidence || [])
     .filter((e) => Number.isInteger(e.start) && e.end > e.start)
@@ -86,8 +83,24 @@ function showPassage(source) {
     cursor = end;
   }
   nodes.push(document.createTextNode(text.slice(cursor)));
-  $("passage-text").replaceChildren(...nodes);
+  return nodes;
+}
+
+// One source's passages (a citation may stand for several chunks of one document).
+function showPassages(passages) {
+  const first = passages[0];
+  const meta = first.metadata || {};
+  $("passage-title").textContent =
+    (first.number ? "[" + first.number + "] " : "") + (meta.title || meta.file_name || first.id);
+  $("passage-meta").textContent = meta.url || meta.file_path || meta.source || "";
+  $("passage-text").replaceChildren(...passages.map((source) => {
+    const block = document.createElement("p");
+    block.className = "passage";
+    block.append(...markedText(source));
+    return block;
+  }));
   $("passage").hidden = false;
+  document.body.classList.add("reading");
 }
 
 function renderSources(list, sources) {
@@ -98,7 +111,7 @@ function renderSources(list, sources) {
     const button = document.createElement("button");
     button.type = "button";
     button.textContent = source.cited ? "[" + source.number + "]" : "passage " + source.position;
-    button.addEventListener("click", () => showPassage(source));
+    button.addEventListener("click", () => showPassages([source]));
     item.append(button, " " + (meta.title || meta.file_name || source.id));
     return item;
   }));
@@ -179,5 +192,8 @@ $("question").addEventListener("keydown", (event) => {
 });
 $("key").addEventListener("change", loadModes);
 $("reset").addEventListener("click", () => { state.history = []; $("conversation").replaceChildren(); });
-$("passage-close").addEventListener("click", () => { $("passage").hidden = true; });
+$("passage-close").addEventListener("click", () => {
+  $("passage").hidden = true;
+  document.body.classList.remove("reading");
+});
 loadModes().catch((e) => status("The server did not answer: " + e.message));
