@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import socket
 import threading
 from typing import Any
@@ -30,6 +31,7 @@ def _service(args: argparse.Namespace) -> Any:
         ) from None
 
     kwargs = _cli.pack_kwargs(args)
+    _serve_threads()
 
     def open_pack() -> Any:
         from llama_index_rag_pack.pack.rag_pack import RagPack
@@ -45,6 +47,17 @@ def _service(args: argparse.Namespace) -> Any:
         answer_style=args.answer_style,
         max_concurrent=args.max_concurrent,
     )
+
+
+def _serve_threads() -> None:
+    """A server is its machine's main work: unless ``RAG_PACK_LLM_THREADS`` says otherwise, the
+    local LLM gets every core this process may use, not the cores that happen to be free at the
+    moment it loads (a moment of load at start would halve it for the server's whole life)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        cores = os.cpu_count() or 1
+    os.environ.setdefault("RAG_PACK_LLM_THREADS", str(cores))
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -154,3 +154,14 @@ def test_keys_from_a_file_the_environment_and_options(tmp_path: Path) -> None:
             KeyRing.parse(bad)
     with pytest.raises(ConfigurationError, match="no tenants"):
         ring.check_collection(has_tenants=False)
+
+
+def test_a_server_gives_the_local_llm_every_core_unless_told(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("RAG_PACK_LLM_THREADS", raising=False)
+    assert main(["serve", "mcp", "--max-concurrent", "0"]) == 2  # fails after the choice
+    assert os.environ["RAG_PACK_LLM_THREADS"] == str(len(os.sched_getaffinity(0)))
+    monkeypatch.setenv("RAG_PACK_LLM_THREADS", "3")
+    assert main(["serve", "mcp", "--max-concurrent", "0"]) == 2
+    assert os.environ["RAG_PACK_LLM_THREADS"] == "3"  # the user's setting stands
