@@ -75,11 +75,17 @@ class PackService:
         self._modes: list[str] | None = None
         self._lock = threading.Lock()
         self._slots: asyncio.Semaphore | None = None
+        self._warming = False
 
     # ------------------------------------------------------------------ the pack
     @property
     def ready(self) -> bool:
-        """Whether the pack is open (the first request then waits for nothing)."""
+        """Whether the pack is open and :meth:`warm` is not loading a model any more (a request
+        then waits for nothing)."""
+        return self._pack is not None and self._modes is not None and not self._warming
+
+    @property
+    def opened(self) -> bool:
         return self._pack is not None and self._modes is not None
 
     def _open_pack(self) -> Any:
@@ -97,7 +103,7 @@ class PackService:
 
     async def pack(self) -> Any:
         """The pack, opened on first use (a failure is raised, and the next call tries again)."""
-        if self.ready:
+        if self.opened:
             return self._pack
         return await anyio.to_thread.run_sync(self._open_pack)
 
@@ -106,6 +112,7 @@ class PackService:
         server runs it in a thread at start, so the first request finds all of it ready)."""
         from llama_index_rag_pack.models.answer_style import resolve_answer_style
 
+        self._warming = True
         try:
             pack = self._open_pack()
             if resolve_answer_style(self.answer_style, pack.llm) == "generative":
@@ -115,6 +122,8 @@ class PackService:
             logger.info("ready: %d modes served", len(self._modes or ()))
         except Exception as e:  # the first request reports it, with its status
             logger.warning("warming up failed (the first request tries again): %s", e)
+        finally:
+            self._warming = False
 
     async def modes(self) -> list[str]:
         """The modes this collection can serve, the default first."""

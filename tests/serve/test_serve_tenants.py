@@ -17,6 +17,7 @@ import pytest
 from conftest import TENANTS, quoting_reply
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lite_server import wait_for
 
 from llama_index_rag_pack import RagPack
 from llama_index_rag_pack.serve.keys import KeyRing
@@ -47,7 +48,7 @@ def test_keys_on_a_collection_without_tenants(serve: Any, facts_pack: RagPack) -
     assert health["status"] == "ok" and health["keys"] is True
     answer = api(url, "s3cret-two").chat.completions.create(model="vector", messages=question)
     assert "Andorra la Vella" in answer.choices[0].message.content
-    assert httpx.get(f"{url}/healthz").json()["ready"] is True  # the pack is open by now
+    wait_for(lambda: httpx.get(f"{url}/healthz").json()["ready"], "the server to be ready")
 
 
 def test_a_key_mapped_to_a_tenant_needs_a_tenant_collection(serve: Any, facts_pack: Any) -> None:
