@@ -224,9 +224,17 @@ class _Parser:
         if tok is not None and tok.kind == "name" and self._is_call():
             raise _error(tok.col, f"unknown function {tok.text!r}")
         self.field("a condition")
-        if self.take(*_COMPARE) or self.take("like"):
+        if self.take(*_COMPARE):
             self.value("the operator")
+        elif self.take("like"):  # Milvus takes only a string pattern
+            tok = self.peek()
+            if tok is None or tok.kind != "string":
+                raise _error(tok.col if tok else self.end, "expected a string pattern after like")
+            self.i += 1
         elif self.take("in") or (self.take("not") and self.take("in")):
+            tok = self.peek()  # Milvus takes only a list
+            if tok is None or tok.text != "[":
+                raise _error(tok.col if tok else self.end, "expected a list [...] after in")
             self.value("in")
         else:
             nxt = self.peek()

@@ -273,6 +273,9 @@ def test_the_int64_bounds_themselves_are_values(lite: Any) -> None:
         ("exists null", "keyword"),
         ("tRuE", "not a boolean"),
         ("{x} == 1", "cannot read"),
+        ("genre in 5", "expected a list [...] after in"),  # Milvus refuses both at search time
+        ('genre not in "a"', "expected a list [...] after in"),
+        ("genre like 5", "expected a string pattern after like"),
     ],
 )
 def test_a_malformed_string_filter_is_refused_in_one_line(expression: str, message: str) -> None:
@@ -291,6 +294,7 @@ def test_a_malformed_string_filter_is_refused_in_one_line(expression: str, messa
         "true",
         "(false) or (year >= -5)",
         'json_contains(tags, "x") and array_length(tags) == 2',
+        'genre like "myst%" and genre not in ["x"]',
     ],
 )
 def test_a_valid_string_filter_is_kept_and_selects_its_rows(lite: Any, expression: str) -> None:
