@@ -2,9 +2,10 @@
 
 A key is given as ``KEY`` (any tenant-free collection) or ``KEY=TENANT`` (every search scoped to
 ``TENANT`` on a collection with tenants; ``KEY=*`` searches all of them). Keys come from
-``--api-key`` options, a file of one ``KEY[=TENANT]`` per line (``#`` starts a comment), and the
-``RAG_PACK_API_KEYS`` environment variable (specs separated by commas or whitespace). Keys are
-compared in constant time and never logged or shown: :func:`repr` counts them.
+``--api-key`` options, a file of one ``KEY[=TENANT]`` per line (``#`` starts a comment, so a key
+in a file cannot hold one), and the ``RAG_PACK_API_KEYS`` environment variable (specs separated
+by commas or whitespace). Keys are compared in constant time and never logged or shown:
+:func:`repr` counts them.
 """
 
 # Pure module: no LlamaIndex, no pymilvus (tests/test_architecture.py checks it).
