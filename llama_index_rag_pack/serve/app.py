@@ -134,6 +134,7 @@ def create_app(
         Route("/", _page),
         Route("/healthz", endpoints.healthz),
         Route("/v1/models", endpoints.models),
+        Route("/v1/models/{model}", endpoints.model),
         Route("/v1/chat/completions", endpoints.chat_completions, methods=["POST"]),
         Route("/v1/retrieve", endpoints.retrieve, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR)),

@@ -70,6 +70,7 @@ class Endpoints:
         self.created = int(time.time())
         self.healthz = self._healthz
         self.models = _guarded(self._models)
+        self.model = _guarded(self._model)
         self.retrieve = _guarded(self._retrieve)
         self.chat_completions = _guarded(self._chat_completions)
 
@@ -91,11 +92,15 @@ class Endpoints:
     async def _models(self, request: Request) -> Response:
         self._token(request)
         modes = await self.service.modes()
-        data = [
-            {"id": mode, "object": "model", "created": self.created, "owned_by": "rag-pack"}
-            for mode in modes
-        ]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": [self._model_json(m) for m in modes]})
+
+    async def _model(self, request: Request) -> Response:
+        self._token(request)
+        mode = await self.service.check_mode(request.path_params["model"])
+        return JSONResponse(self._model_json(mode))
+
+    def _model_json(self, mode: str) -> dict[str, Any]:
+        return {"id": mode, "object": "model", "created": self.created, "owned_by": "rag-pack"}
 
     async def _retrieve(self, request: Request) -> Response:
         token = self._token(request)

@@ -44,6 +44,9 @@ def test_models_lists_the_servable_modes_default_first(url: str, facts_pack: Rag
     assert "route" not in ids  # needs a routed pack's sources
     assert "raptor" not in ids  # no tree was built beside this collection
     assert httpx.get(f"{url}/healthz").json()["status"] == "ok"
+    assert client(url).models.retrieve("bm25").id == "bm25"
+    with pytest.raises(openai.NotFoundError):
+        client(url).models.retrieve("gpt-4o")
 
 
 def test_a_chat_completion_cites_and_carries_its_sources(url: str) -> None:
@@ -155,3 +158,18 @@ async def test_the_bundled_local_llm_writes_the_answers(
         stream = await api.chat.completions.create(model="vector", messages=question, stream=True)
         deltas = [c.choices[0].delta.content async for c in stream if c.choices]
     assert len([d for d in deltas if d]) > 1  # streamed token by token, as the model wrote it
+
+
+def test_llama_index_openai_like_llm_reads_the_server(url: str) -> None:
+    """LlamaIndex's own OpenAI-compatible LLM class, pointed at the server, gets the cited
+    answer, streamed and not (the sources chunk with no choices is skipped as a usage chunk)."""
+    from llama_index.core.llms import ChatMessage
+    from llama_index.llms.openai_like import OpenAILike
+
+    llm = OpenAILike(
+        api_base=f"{url}/v1", api_key="unused", model="hybrid_convex", is_chat_model=True
+    )
+    message = [ChatMessage(role="user", content="What is the capital of Andorra?")]
+    whole = llm.chat(message).message.content
+    streamed = "".join(r.delta or "" for r in llm.stream_chat(message))
+    assert "Andorra la Vella" in whole and streamed == whole
