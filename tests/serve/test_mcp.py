@@ -148,3 +148,18 @@ async def test_rag_pack_serve_mcp_over_stdio_with_the_offline_defaults(tmp_path:
     assert again.structured_content["passages"][0]["metadata"]["file_path"].endswith(
         "Apollo 11.txt"
     )
+
+
+async def test_llama_index_mcp_tools_call_the_server(serve: Any, facts_pack: RagPack) -> None:
+    """LlamaIndex's own MCP client (``llama-index-tools-mcp``) turns the server's tools into
+    ``FunctionTool``s an agent can call."""
+    mcp_tools = pytest.importorskip("llama_index.tools.mcp")
+    url = serve(facts_pack, keys=("agent-key",))
+    client = mcp_tools.BasicMCPClient(f"{url}/mcp", headers={"Authorization": "Bearer agent-key"})
+    tools = {t.metadata.name: t for t in await mcp_tools.McpToolSpec(client).to_tool_list_async()}
+    assert set(tools) == {"search", "ask"}
+    assert "passages" in tools["search"].metadata.description.lower()
+    found = await tools["search"].acall(query="What does the aardvark eat?", top_k=1)
+    assert "termites" in str(found)
+    asked = await tools["ask"].acall(question="What is the capital of Andorra?")
+    assert "Andorra la Vella" in str(asked) and not found.is_error
