@@ -13,7 +13,7 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index_rag_pack.serve.api_errors import ApiError
 from llama_index_rag_pack.serve.service import CITATION_STYLES, MAX_TOP_K
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "ChatBody", "chat_body", "read_json", "search_args"]
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "ChatBody", "read_json", "search_args"]
 
 #: The largest request body read, in bytes (``--max-body-bytes``).
 DEFAULT_MAX_BODY_BYTES = 1_000_000
@@ -72,7 +72,12 @@ def _optional_str(body: dict[str, Any], name: str) -> str | None:
 
 
 class ChatBody:
-    """A checked chat completions body."""
+    """A checked chat completions body: ``question`` (the last user message), ``history`` (the
+    earlier user and assistant turns), ``model``, ``filters``, ``stream``, ``citation_style``.
+
+    Raises:
+        ApiError: 400 naming the field that cannot work.
+    """
 
     def __init__(self, body: dict[str, Any]) -> None:
         messages = body.get("messages")
@@ -123,10 +128,6 @@ class ChatBody:
                 param="citation_style",
                 code="invalid_value",
             )
-
-
-def chat_body(body: dict[str, Any]) -> ChatBody:
-    return ChatBody(body)
 
 
 def search_args(body: dict[str, Any]) -> dict[str, Any]:

@@ -86,6 +86,7 @@ class PackService:
 
     @property
     def opened(self) -> bool:
+        """Whether the pack is open and its modes are listed (a model may still be loading)."""
         return self._pack is not None and self._modes is not None
 
     def _open_pack(self) -> Any:
