@@ -276,3 +276,29 @@ def test_on_loopback_only_loopback_host_names_are_answered(url: str) -> None:
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["x-content-type-options"] == "nosniff"
     assert '<script src="/static/app.js">' in page.text and "cdn" not in page.text.lower()
+
+
+class BreaksMidStream(ScriptedLLM):
+    """Streams three tokens, then loses its server."""
+
+    async def _asplit(self, text: str) -> AsyncIterator[str]:
+        for delta in list(self._split(text))[:3]:
+            yield delta
+        request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+        raise openai.APIConnectionError(request=request)
+
+
+def test_a_failure_after_the_first_token_ends_the_stream_with_an_error(
+    serve: Any, facts_pack: RagPack, facts_uri: str
+) -> None:
+    llm = BreaksMidStream(replies=lambda prompt: LONG_ANSWER)
+    url = serve(reopened(facts_pack, facts_uri, llm))
+    api = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    received = []
+    with pytest.raises(openai.APIError, match="unavailable"):
+        for chunk in api.chat.completions.create(
+            model="vector", messages=ASK["messages"], stream=True
+        ):
+            received.append(chunk)
+    assert received and received[0].choices[0].delta.content  # the status came with a token
+    assert httpx.get(f"{url}/healthz").status_code == 200
