@@ -41,17 +41,10 @@ import httpx
 import openai
 from _results import add_out_argument, md_table, write_results
 
+from llama_index_rag_pack.cli.app import DEMO_TITLES
+
 RAG_PACK = shutil.which("rag-pack") or str(Path(sys.executable).parent / "rag-pack")
-TITLES = (
-    "Apollo 11",
-    "Albert Einstein",
-    "Aardvark",
-    "Abacus",
-    "Alchemy",
-    "Andre Agassi",
-    "Animal Farm",
-    "Atlantic Ocean",
-)
+TITLES = DEMO_TITLES  # the articles `rag-pack demo` indexes
 TENANT_OF = {title: ("acme" if i < 4 else "globex") for i, title in enumerate(TITLES)}
 QUESTIONS = {
     "acme": ("Who were the astronauts of Apollo 11?", "What does the aardvark eat?"),

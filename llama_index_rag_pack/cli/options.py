@@ -31,6 +31,10 @@ def add_citation_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="plain answer without citations; list the retrieved chunks instead",
     )
+    add_answer_style_option(p)
+
+
+def add_answer_style_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--answer-style",
         default="auto",

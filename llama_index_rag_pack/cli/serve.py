@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from llama_index_rag_pack.cli import output as _cli
+from llama_index_rag_pack.cli.options import add_answer_style_option
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 __all__ = ["register"]
@@ -53,10 +54,9 @@ def _serve_threads() -> None:
     """A server is its machine's main work: unless ``RAG_PACK_LLM_THREADS`` says otherwise, the
     local LLM gets every core this process may use, not the cores that happen to be free at the
     moment it loads (a moment of load at start would halve it for the server's whole life)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        cores = os.cpu_count() or 1
+    from llama_index_rag_pack.models.local_llm_engine import usable_cores
+
+    cores = usable_cores()
     os.environ.setdefault("RAG_PACK_LLM_THREADS", str(cores))
 
 
@@ -121,13 +121,7 @@ def cmd_serve_mcp(args: argparse.Namespace) -> int:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--answer-style",
-        default="auto",
-        choices=["auto", "extractive", "generative"],
-        help="extractive: the passages' own sentences, cited; generative: the LLM writes the "
-        "answer; auto (default): extractive with a local model below 1B weights",
-    )
+    add_answer_style_option(p)
     p.add_argument(
         "--max-concurrent",
         type=int,

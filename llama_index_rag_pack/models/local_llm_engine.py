@@ -146,12 +146,16 @@ def default_threads() -> int:
             ) from None
     global _DEFAULT_THREADS
     if _DEFAULT_THREADS is None:  # once per process: every model of it shares the choice
-        try:
-            cores = len(os.sched_getaffinity(0))
-        except AttributeError:  # pragma: no cover - macOS, Windows
-            cores = os.cpu_count() or 1
-        _DEFAULT_THREADS = free_cores(cores, _load_average())
+        _DEFAULT_THREADS = free_cores(usable_cores(), _load_average())
     return _DEFAULT_THREADS
+
+
+def usable_cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return os.cpu_count() or 1
 
 
 _DEFAULT_THREADS: int | None = None

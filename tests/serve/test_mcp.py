@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx2
 import pytest
-from conftest import TENANTS, documents
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from serve_support import TENANTS, documents
 
 from llama_index_rag_pack import RagPack
 

@@ -144,7 +144,7 @@ def test_the_citation_style_can_be_asked_for(url: str) -> None:
 async def test_the_bundled_local_llm_writes_the_answers(
     serve: Any, facts_pack: RagPack, facts_uri: str, local_llm: Any
 ) -> None:
-    from conftest import service_of
+    from serve_support import service_of
 
     pack = RagPack.open(
         uri=facts_uri, collection_name="facts", embed_model=facts_pack.embed_model, llm=local_llm
@@ -173,3 +173,42 @@ def test_llama_index_openai_like_llm_reads_the_server(url: str) -> None:
     whole = llm.chat(message).message.content
     streamed = "".join(r.delta or "" for r in llm.stream_chat(message))
     assert "Andorra la Vella" in whole and streamed == whole
+
+
+def test_chinese_and_japanese_questions_through_the_server(
+    serve: Any, tmp_path: Any, embed_model: Any
+) -> None:
+    """Questions and documents beyond English: found by BM25 in their own language, and their
+    text intact through JSON and the event stream."""
+    from llama_index.core import Document
+    from serve_support import quoting_reply
+
+    from llama_index_rag_pack.testing import ScriptedLLM
+
+    texts = {
+        "长城": "长城是中国古代的军事防御工程，全长两万一千多公里。",
+        "ツチブタ": "ツチブタはアフリカに住む哺乳類で、アリやシロアリを食べます。",
+        "Abacus": "The abacus is a calculating tool used since ancient times.",
+    }
+    docs = [Document(text=text, metadata={"title": title}) for title, text in texts.items()]
+    pack = RagPack(
+        docs,
+        uri=str(tmp_path / "cjk.db"),
+        collection_name="cjk",
+        embed_model=embed_model,
+        llm=ScriptedLLM(replies=quoting_reply),
+        similarity_top_k=2,
+    )
+    url = serve(pack)
+    for question, title in (("长城有多长？", "长城"), ("ツチブタは何を食べますか？", "ツチブタ")):
+        found = httpx.post(f"{url}/v1/retrieve", json={"query": question, "mode": "bm25"}).json()
+        assert found["data"][0]["metadata"]["title"] == title
+        chunks = list(
+            client(url).chat.completions.create(
+                model="bm25", messages=[{"role": "user", "content": question}], stream=True
+            )
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        source = chunks[-1].model_extra["sources"][0]
+        assert source["metadata"]["title"] == title and source["text"] == texts[title]
+        assert source["text"][:6] in text  # the answer quotes the passage, characters intact

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import documents
-from lite_server import wait_for
+from lite_server import free_port, wait_for
+from serve_support import documents
 
 from llama_index_rag_pack.cli import main
 from llama_index_rag_pack.core.errors import ConfigurationError
@@ -52,15 +52,9 @@ def indexed(tmp_path_factory: pytest.TempPathFactory) -> str:
     return uri
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture()
 def server(indexed: str, tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(
         [RAG_PACK, "--uri", indexed, "--collection", "facts", "serve", "http"]

@@ -232,7 +232,7 @@ def test_a_failed_llm_call_is_a_503_and_the_next_request_works(
 def test_a_lost_milvus_server_is_a_503_until_it_is_back(
     serve: Any, tmp_path: Path, embed_model: Any
 ) -> None:
-    from conftest import documents, facts_reply
+    from serve_support import documents, facts_reply
 
     server = LiteServer(tmp_path / "milvus-data")
     server.start()

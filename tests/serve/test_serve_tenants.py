@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from conftest import TENANTS, quoting_reply
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lite_server import wait_for
+from serve_support import TENANTS, quoting_reply
 
 from llama_index_rag_pack import RagPack
 from llama_index_rag_pack.serve.keys import KeyRing
@@ -181,7 +181,7 @@ def test_no_request_ever_returns_another_tenants_text(
 
 @pytest.fixture(scope="module")
 def tenant_server(tenant_pack: RagPack) -> Any:
-    from conftest import RunningServer, service_of
+    from serve_support import RunningServer, service_of
 
     from llama_index_rag_pack.serve.app import create_app
 
