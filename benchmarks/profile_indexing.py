@@ -1,12 +1,15 @@
 """Where indexing time and memory go: ``RagPack(documents)`` stage by stage, beside the stock
-LlamaIndex recipe (``VectorStoreIndex`` over ``MilvusVectorStore`` on Milvus Lite) on the same
-chunks and the same embedding model, each side in a fresh process.
+LlamaIndex recipes on the same chunks and the same embedding model, each side in a fresh process:
+``VectorStoreIndex`` over ``MilvusVectorStore`` on Milvus Lite, dense (``stock``) and hybrid
+(``stock_hybrid``: ``enable_sparse=True`` with Milvus' own ``BM25BuiltInFunction``, the peer of
+the pack's default mode). The stock sides embed in float32, as a LlamaIndex user runs the model.
 
 Stages of the pack (the functions ``RagPack.insert`` calls, wrapped with a timer; RSS read after
 each, and each stage summed over the slices the documents are written in): chunking, BM25
 analysis (``before_embedding``), chunk embeddings, sentence splitting and sentence embeddings,
 deleting old rows, sentence inserts, Lite inserts (``insert_nodes``), flush; then the first
-default-mode search (which reads the in-memory copies) and a second one.
+default-mode search (which reads the in-memory copies) and a second one. On ``wiki8`` the first
+``rag-pack demo`` in a fresh directory runs too (its own timing of its indexing step).
 
 Corpora:
 
@@ -15,9 +18,10 @@ Corpora:
   cheap hashed embedding (384-d), so the model is out of the picture.
 
 Run:  python benchmarks/profile_indexing.py [--corpora wiki8,synthetic:20000] [--cores 2]
-      [--pack-precision int8]
+      [--pack-precision int8] [--sentence-precision float32] [--no-demo]
 Writes ``indexing_profile.json`` and ``indexing_profile.md`` (``indexing_profile_int8.*`` with
-``--pack-precision int8``).
+``--pack-precision int8``, ``indexing_profile_sentences_float32.*`` with
+``--sentence-precision float32``).
 """
 
 from __future__ import annotations
@@ -168,17 +172,46 @@ def run_pack(name: str, uri: str) -> dict[str, Any]:
     }
 
 
-def run_stock(name: str, uri: str) -> dict[str, Any]:
-    """The stock recipe on the pack's own chunks (same splitter settings, same model)."""
-    from llama_index.core import StorageContext, VectorStoreIndex
+def stock_store(uri: str, hybrid: bool) -> Any:
+    """The stock recipe's ``MilvusVectorStore``: dense only, or ``hybrid`` (Milvus' own BM25
+    function on the text, what a LlamaIndex user picks for dense + BM25 on Milvus)."""
     from llama_index.vector_stores.milvus import MilvusVectorStore
+
+    if not hybrid:
+        return MilvusVectorStore(uri=uri, collection_name="stock", dim=DIM, overwrite=True)
+    from llama_index.vector_stores.milvus.utils import BM25BuiltInFunction
+
+    return MilvusVectorStore(
+        uri=uri,
+        collection_name="stock",
+        dim=DIM,
+        overwrite=True,
+        enable_sparse=True,
+        sparse_embedding_function=BM25BuiltInFunction(),
+    )
+
+
+def stock_retriever(index: Any, hybrid: bool, top_k: int = 4) -> Any:
+    """The stock recipe's retriever: dense, or Milvus' hybrid search (dense + BM25, RRF)."""
+    if hybrid:
+        return index.as_retriever(
+            vector_store_query_mode="hybrid", similarity_top_k=top_k, sparse_top_k=top_k
+        )
+    return index.as_retriever(similarity_top_k=top_k)
+
+
+def run_stock(name: str, uri: str, side: str = "stock") -> dict[str, Any]:
+    """The stock recipe on the pack's own chunks (same splitter settings, same model, in
+    float32: the child's environment says so); ``side`` ``stock_hybrid`` adds Milvus' BM25."""
+    from llama_index.core import StorageContext, VectorStoreIndex
 
     from llama_index_rag_pack.documents.chunking import split_documents
 
+    hybrid = side == "stock_hybrid"
     docs, embed = corpus(name)
     start = time.perf_counter()
     nodes = split_documents(docs)
-    store = MilvusVectorStore(uri=uri, collection_name="stock", dim=DIM, overwrite=True)
+    store = stock_store(uri, hybrid)
     context = StorageContext.from_defaults(vector_store=store)
     index = VectorStoreIndex(nodes, storage_context=context, embed_model=embed)
     store.client.flush("stock")
@@ -186,10 +219,10 @@ def run_stock(name: str, uri: str) -> dict[str, Any]:
     searches = []
     for query in ("vector search quality", "river mountain history"):
         t = time.perf_counter()
-        index.as_retriever(similarity_top_k=4).retrieve(query)
+        stock_retriever(index, hybrid).retrieve(query)
         searches.append({"s": time.perf_counter() - t})
     return {
-        "side": "stock",
+        "side": side,
         "corpus": name,
         "chunks": len(nodes),
         "index_s": total,
@@ -201,8 +234,34 @@ def run_stock(name: str, uri: str) -> dict[str, Any]:
 def child(side: str, name: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         uri = str(Path(tmp) / "p.db")
-        result = run_pack(name, uri) if side == "pack" else run_stock(name, uri)
+        result = run_pack(name, uri) if side == "pack" else run_stock(name, uri, side)
     print("RESULT " + json.dumps(result), flush=True)
+
+
+#: The line of ``rag-pack demo``'s timings that is its indexing.
+DEMO_INDEX_STEP = "chunking, embedding and indexing into Milvus"
+
+
+def run_demo(cores: int, env: dict[str, str]) -> dict[str, Any]:
+    """The first ``rag-pack demo`` in a fresh directory (the 8 articles, three answers): its
+    own timing of the indexing step, and the whole command's wall time."""
+    import shutil
+
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [str(Path(sys.executable).parent / "rag-pack"), "demo"]
+        if cores and shutil.which("taskset"):
+            command = ["taskset", "-c", f"0-{cores - 1}", *command]
+        start = time.perf_counter()
+        out = subprocess.run(
+            command, cwd=tmp, env=env, capture_output=True, text=True, check=True
+        ).stdout
+        wall = time.perf_counter() - start
+    index_s = next(
+        float(line.split()[0])
+        for line in out.splitlines()
+        if line.strip().endswith(DEMO_INDEX_STEP)
+    )
+    return {"side": "demo", "corpus": "wiki8", "index_s": index_s, "wall_s": wall, "peak_mb": 0}
 
 
 def main() -> None:
@@ -216,6 +275,13 @@ def main() -> None:
         help="the pack's embedding precision (RAG_PACK_EMBED_PRECISION; the stock side keeps "
         "float32); results go to indexing_profile_<precision>",
     )
+    parser.add_argument(
+        "--sentence-precision",
+        default=None,
+        choices=("float32", "int8"),
+        help="the pack's sentence pass (RAG_PACK_SENTENCE_PRECISION; default: the pack's)",
+    )
+    parser.add_argument("--no-demo", action="store_true", help="skip the rag-pack demo side")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     add_out_argument(parser)
     args = parser.parse_args()
@@ -226,37 +292,60 @@ def main() -> None:
         return
     results = []
     for name in args.corpora.split(","):
-        for side in ("stock", "pack"):
+        sides = ["stock", "stock_hybrid", "pack"]
+        if name == "wiki8" and not args.no_demo:
+            sides.append("demo")
+        for side in sides:
             env = dict(os.environ)
-            if side == "pack" and args.pack_precision:
+            if side.startswith("stock"):  # what a LlamaIndex user runs: the model in float32
+                env.update(RAG_PACK_EMBED_PRECISION="float32", RAG_PACK_SENTENCE_PRECISION="")
+            elif args.pack_precision:
                 env["RAG_PACK_EMBED_PRECISION"] = args.pack_precision
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", side, name, "--cores", str(args.cores)],
-                capture_output=True,
-                text=True,
-                check=True,
-                env=env,
-            ).stdout
-            found = json.loads(out.split("RESULT ", 1)[1])
+            if args.sentence_precision and not side.startswith("stock"):
+                env["RAG_PACK_SENTENCE_PRECISION"] = args.sentence_precision
+            if side == "demo":
+                found = run_demo(args.cores, env)
+            else:
+                out = subprocess.run(
+                    [sys.executable, __file__, "--child", side, name, "--cores", str(args.cores)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                    env=env,
+                ).stdout
+                found = json.loads(out.split("RESULT ", 1)[1])
             print(side, name, f"{found['index_s']:.1f} s", f"{found['peak_mb']:.0f} MB", flush=True)
             results.append(found)
     tables = []
-    summary_rows = []
+    summary_rows: list[list[Any]] = []
+    demo_rows: list[list[Any]] = []
     for name in args.corpora.split(","):
         pack = next(r for r in results if r["corpus"] == name and r["side"] == "pack")
         stock = next(r for r in results if r["corpus"] == name and r["side"] == "stock")
+        hybrid = next(r for r in results if r["corpus"] == name and r["side"] == "stock_hybrid")
         summary_rows.append(
             [
                 name,
                 pack["chunks"],
                 f"{pack['index_s']:.1f}",
                 f"{stock['index_s']:.1f}",
-                f"{pack['index_s'] / stock['index_s']:.2f}x",
+                f"{hybrid['index_s']:.1f}",
+                f"**{pack['index_s'] / hybrid['index_s']:.2f}x**",
                 f"{pack['peak_mb']:.0f}",
-                f"{stock['peak_mb']:.0f}",
-                f"{pack['peak_mb'] / stock['peak_mb']:.2f}x",
+                f"{hybrid['peak_mb']:.0f}",
+                f"{pack['peak_mb'] / hybrid['peak_mb']:.2f}x",
             ]
         )
+        demo = next((r for r in results if r["corpus"] == name and r["side"] == "demo"), None)
+        if demo is not None:
+            demo_rows.append(
+                [
+                    f"{demo['index_s']:.1f}",
+                    f"{demo['wall_s']:.1f}",
+                    f"{hybrid['index_s']:.1f}",
+                    f"**{demo['index_s'] / hybrid['index_s']:.2f}x**",
+                ]
+            )
         rows = [
             [s["stage"], f"{s['s']:.2f}", f"{100 * s['s'] / pack['index_s']:.0f}%",
              f"{s['rss_mb']:.0f}", f"{s['peak_mb']:.0f}"]
@@ -271,23 +360,42 @@ def main() -> None:
                 md_table(["stage", "s", "share", "RSS MB after", "peak MB"], rows, "lrrrr"),
             )
         )
+    if demo_rows:
+        tables.insert(
+            0,
+            (
+                "The first `rag-pack demo` in a fresh directory, beside the stock hybrid recipe",
+                md_table(
+                    ["demo's indexing step s", "demo wall s", "stock hybrid s",
+                     "demo / stock hybrid"],
+                    demo_rows,
+                    "rrrr",
+                ),
+            ),
+        )  # fmt: skip
     tables.insert(
         0,
         (
-            "Pack against the stock recipe on the same chunks and model",
+            "Pack against the stock recipes on the same chunks and model",
             md_table(
-                ["corpus", "chunks", "pack s", "stock s", "ratio", "pack peak MB",
-                 "stock peak MB", "ratio"],
+                ["corpus", "chunks", "pack s", "stock dense s", "stock hybrid s",
+                 "pack / hybrid", "pack peak MB", "hybrid peak MB", "ratio"],
                 summary_rows,
-                "lrrrrrrr",
+                "lrrrrrrrr",
             ),
         ),
     )  # fmt: skip
-    name = f"indexing_profile_{args.pack_precision}" if args.pack_precision else "indexing_profile"
+    suffix = "_".join(
+        f"{label}{value}"
+        for label, value in (("", args.pack_precision), ("sentences_", args.sentence_precision))
+        if value
+    )
+    name = f"indexing_profile_{suffix}" if suffix else "indexing_profile"
     model = (
-        f"; the pack embeds with the {args.pack_precision} model, the stock side with float32"
-        if args.pack_precision
-        else ""
+        f"; the pack's model in {args.pack_precision or 'float32'}, its sentence pass in "
+        f"{args.sentence_precision or args.pack_precision or 'float32'}"
+        if suffix
+        else "; the pack's defaults (chunks and queries in float32, the sentence pass in int8)"
     )
     write_results(
         name,
@@ -296,9 +404,12 @@ def main() -> None:
         out=args.out,
         description=(
             "`RagPack(documents)` stage by stage (the functions its insert calls, timed) and the "
-            "stock recipe (`VectorStoreIndex` over `MilvusVectorStore`, Milvus Lite) on the same "
-            f"chunks and embedding model, each in a fresh process pinned to {args.cores} "
-            f"cores{model}."
+            "stock recipes (`VectorStoreIndex` over `MilvusVectorStore` on Milvus Lite: dense, "
+            "and hybrid with Milvus' own BM25 function, `BM25BuiltInFunction`) on the same "
+            "chunks and embedding model (the stock sides in float32, as a LlamaIndex user runs "
+            f"it), each in a fresh process pinned to {args.cores} cores{model}. `wiki8` also "
+            "runs the first `rag-pack demo` in a fresh directory (its own timing of the "
+            "indexing step; the wall time adds loading and three answers)."
         ),
     )
     print(f"wrote {name}.json and {name}.md")

@@ -142,9 +142,15 @@ def sentence_units(
 def embed_sentence_units(
     units: Sequence[SentenceUnit], embed_model: Any, *, show_progress: bool = False
 ) -> list[list[float]]:
-    """The embeddings of ``units`` (one batch call of ``embed_model``)."""
+    """The embeddings of ``units``: one batch call of ``embed_model`` (its ``embed_sentences``
+    where it has one, e.g. :class:`~llama_index_rag_pack.models.local_embedding.LocalEmbedding`'s
+    int8 sentence pass), each distinct text embedded once (the sentences a chunk shares with its
+    neighbour through the chunk overlap are the usual repeats)."""
     if not units:
         return []
-    return embed_model.get_text_embedding_batch(
-        [u.text for u in units], show_progress=show_progress
-    )
+    distinct = list(dict.fromkeys(u.text for u in units))
+    embed = getattr(embed_model, "embed_sentences", None)
+    if not callable(embed):
+        embed = embed_model.get_text_embedding_batch
+    vectors = dict(zip(distinct, embed(distinct, show_progress=show_progress), strict=True))
+    return [vectors[u.text] for u in units]

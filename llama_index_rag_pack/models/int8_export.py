@@ -1,17 +1,19 @@
-"""An int8 copy of a sentence model's ONNX export: 1.7-2.5x less model time on a CPU.
+"""An int8 copy of a sentence model's ONNX export: about half the model time on a CPU.
 
-``LocalEmbedding(precision="int8")`` (or ``RAG_PACK_EMBED_PRECISION=int8``) embeds with a copy of
-the model's float32 export (:mod:`~llama_index_rag_pack.models.onnx_encoder`) whose weight
-matrices are int8, one scale per output channel, and whose activations are quantised per run
-(ONNX Runtime's dynamic quantisation). Only matrix products with a weight are quantised; the
-attention products, layer norms and pooling stay float32. The copy is made once from the
-float32 export (about a second, no PyTorch), checked against it on probe texts, and kept beside
-it as ``<model>.int8-<digest>.onnx``.
+``LocalEmbedding(precision="int8")`` (or ``RAG_PACK_EMBED_PRECISION=int8``) embeds everything
+with it, ``sentence_precision="int8"`` (``RAG_PACK_SENTENCE_PRECISION=int8``) only the sentence
+index's texts. The copy of the model's float32 export
+(:mod:`~llama_index_rag_pack.models.onnx_encoder`) has int8 weight matrices, one scale per output
+channel, and quantises their inputs per run (ONNX Runtime's dynamic quantisation). Only matrix
+products with a weight are quantised; the attention products, layer norms and pooling stay
+float32. An int8 model runs one text per run, so a text's vector depends on that text alone,
+never on the texts it is embedded with. The copy is made once from the float32 export (about a
+second, no PyTorch), checked against it on probe texts, and kept beside it as
+``<model>.int8-<digest>.onnx``.
 
-Measured (``benchmarks/results/embedding_precision.md``): on 2 cores with AVX-512 VNNI the
-bundled MiniLM embeds chunks 1.9x and sentences 2.5x faster; its vectors keep a cosine of about
-0.994 to the float32 ones; held-out retrieval quality is in that file (not within one question
-of float32 on both splits, so float32 stays the default).
+Measured: ``benchmarks/results/sentence_precision.md`` (held-out quality: every int8 variant
+ranks 2-6 fewer of 294 questions' evidence first, so float32 stays the default) and
+``benchmarks/results/indexing_profile_sentences_int8.md`` (time).
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ def int8_export(reference: OnnxSentenceEncoder, model_dir: str | Path, threads: 
         try:
             logger.info("Quantising %s to int8 once (%s)", reference.path, target)
             _quantize(Path(reference.path), partial)
-            _check(reference, OnnxSentenceEncoder(model_dir, partial, threads=threads))
+            _check(reference, OnnxSentenceEncoder(model_dir, partial, threads=threads, run_batch=1))
             os.replace(partial, target)
         except (OSError, RuntimeError, ValueError) as e:  # file system, onnx, onnxruntime
             raise ConfigurationError(f"Cannot make the int8 model {target}: {e}") from e

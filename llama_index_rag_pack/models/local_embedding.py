@@ -16,8 +16,12 @@ faster sorted than in the order given; ``benchmarks/results/embedding_batches.md
 
 ``backend`` (or ``RAG_PACK_EMBED_BACKEND``): ``auto`` (the above), ``onnx`` (everything on ONNX
 Runtime) or ``torch`` (everything on PyTorch). ``precision`` (or ``RAG_PACK_EMBED_PRECISION``):
-``float32``, or ``int8`` for an int8 copy of the export (1.7-2.5x less model time)
+``float32``, or ``int8`` for an int8 copy of the export (about half the model time)
 (:mod:`~llama_index_rag_pack.models.int8_export`); queries and batches use the same one.
+``sentence_precision`` (or ``RAG_PACK_SENTENCE_PRECISION``) ``int8`` embeds only the sentence
+index's texts with that copy (:meth:`LocalEmbedding.embed_sentences`), chunks and questions
+staying float32. An int8 model runs one text per run, so its vectors never depend on the
+texts embedded beside them.
 The async methods run the model in a worker thread, never on the event loop.
 """
 
@@ -39,6 +43,7 @@ from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.text_decoding import without_lone_surrogates
 from llama_index_rag_pack.models.int8_export import EmbedPrecision, int8_export
 from llama_index_rag_pack.models.onnx_encoder import (
+    RUN_BATCH,
     OnnxSentenceEncoder,
     export_lock,
     export_onnx,
@@ -46,12 +51,16 @@ from llama_index_rag_pack.models.onnx_encoder import (
     onnx_support,
 )
 
-__all__ = ["EmbedBackend", "LocalEmbedding", "cached_model_dir"]
+__all__ = ["DEFAULT_SENTENCE_PRECISION", "EmbedBackend", "LocalEmbedding", "cached_model_dir"]
 
 logger = logging.getLogger(__name__)
 
 
 _EXPORT_LOCK = threading.Lock()
+
+#: What the sentence index's texts are embedded with unless said otherwise (see
+#: :class:`LocalEmbedding`'s ``sentence_precision``).
+DEFAULT_SENTENCE_PRECISION = "float32"
 
 
 def cached_model_dir(name: str) -> str | None:
@@ -99,9 +108,17 @@ class LocalEmbedding(BaseEmbedding):
             run per core at a time; idle threads sleep at once instead of spinning).
         precision: ``float32`` or ``int8`` (ONNX Runtime only; default:
             ``RAG_PACK_EMBED_PRECISION`` or float32).
+        sentence_precision: What the sentence index's texts are embedded with
+            (:meth:`embed_sentences`): ``float32`` or ``int8`` (ONNX Runtime only; default:
+            ``RAG_PACK_SENTENCE_PRECISION``, else :data:`DEFAULT_SENTENCE_PRECISION`; ``int8``
+            whenever ``precision`` is). ``int8`` roughly halves the sentence pass, the larger
+            half of indexing, at a measured cost in ranking
+            (``benchmarks/results/sentence_precision.md``). A model that cannot run on ONNX
+            Runtime embeds its sentences as its chunks.
 
     Raises:
-        ConfigurationError: unknown backend or precision, ``int8`` with ``backend="torch"``,
+        ConfigurationError: unknown backend or precision, ``int8`` (either precision) with
+            ``backend="torch"``,
             a model name that is not on this machine or cannot be loaded, or
             ``backend="onnx"`` for a model that cannot be exported (the first embedding says
             why).
@@ -113,11 +130,13 @@ class LocalEmbedding(BaseEmbedding):
     onnx_dir: str | None = Field(default=None)
     onnx_threads: int | None = Field(default=None)
     precision: str = Field(default="float32")
+    sentence_precision: str = Field(default=DEFAULT_SENTENCE_PRECISION)
 
     _lock: Any = PrivateAttr(default_factory=threading.Lock)
     _onnx: Any = PrivateAttr(default=None)
     _onnx_failed: str | None = PrivateAttr(default=None)
     _pooler: Any = PrivateAttr(default=None)
+    _sentence_onnx: Any = PrivateAttr(default=None)
     _pooler_failed: bool = PrivateAttr(default=False)
     _torch: Any = PrivateAttr(default=None)
 
@@ -128,17 +147,28 @@ class LocalEmbedding(BaseEmbedding):
             "RAG_PACK_EMBED_PRECISION", "float32"
         )
         kwargs["precision"] = EmbedPrecision.parse(precision).value
+        sentence_precision = kwargs.pop("sentence_precision", None) or os.environ.get(
+            "RAG_PACK_SENTENCE_PRECISION", DEFAULT_SENTENCE_PRECISION
+        )
+        sentence_precision = EmbedPrecision.parse(sentence_precision).value
+        if kwargs["precision"] == EmbedPrecision.INT8.value:
+            sentence_precision = EmbedPrecision.INT8.value
+        kwargs["sentence_precision"] = sentence_precision
         name = str(model_name)
         if name.startswith("~"):
             name = str(Path(name).expanduser())
         super().__init__(model_name=name, backend=EmbedBackend.parse(backend).value, **kwargs)
         if self.device != "cpu" and self.backend == EmbedBackend.ONNX.value:
             raise ConfigurationError("backend='onnx' runs on the CPU; use backend='torch'.")
-        if self.precision == EmbedPrecision.INT8.value and (
-            self.backend == EmbedBackend.TORCH.value or self.device != "cpu"
-        ):
+        on_torch = self.backend == EmbedBackend.TORCH.value or self.device != "cpu"
+        if self.precision == EmbedPrecision.INT8.value and on_torch:
             raise ConfigurationError(
                 "precision='int8' runs on ONNX Runtime on the CPU; use backend='auto' or 'onnx'."
+            )
+        if self.sentence_precision == EmbedPrecision.INT8.value and on_torch:
+            raise ConfigurationError(
+                "sentence_precision='int8' runs on ONNX Runtime on the CPU; use backend='auto' "
+                "or 'onnx'."
             )
         if not self.model_name.strip():
             raise ConfigurationError("LocalEmbedding needs a model directory or name.")
@@ -214,7 +244,7 @@ class LocalEmbedding(BaseEmbedding):
                         logger.info("Exporting %s to ONNX once (%s)", self.model_name, path)
                         encoder = self._encoder(export_onnx(self.model_name, path))
         if self.precision == EmbedPrecision.INT8.value:
-            return self._encoder(int8_export(encoder, self.model_name))
+            return self._int8_encoder(encoder)
         return encoder
 
     def _existing_export(self, path: Path) -> OnnxSentenceEncoder | None:
@@ -231,13 +261,55 @@ class LocalEmbedding(BaseEmbedding):
             path.unlink(missing_ok=True)
             return None
 
-    def _encoder(self, path: Path) -> OnnxSentenceEncoder:
+    def _encoder(self, path: Path, run_batch: int = RUN_BATCH) -> OnnxSentenceEncoder:
         return OnnxSentenceEncoder(
             self.model_name,
             path,
             threads=self.onnx_threads or min(2, os.cpu_count() or 1),
             batch_threads=self.onnx_threads or os.cpu_count() or 1,
+            run_batch=run_batch,
         )
+
+    def _int8_encoder(self, reference: OnnxSentenceEncoder) -> OnnxSentenceEncoder:
+        # one text per run: its activations' scales, so its vector, depend on it alone
+        return self._encoder(int8_export(reference, self.model_name), run_batch=1)
+
+    def _sentence_encoder(self) -> OnnxSentenceEncoder | None:
+        """What :meth:`embed_sentences` runs apart from the chunks' model: the int8 copy of
+        the float32 export where ``sentence_precision`` is int8 and ``precision`` is not;
+        ``None`` where sentences are embedded as chunks are."""
+        if self.sentence_precision == self.precision or not self._on_onnx():
+            return None
+        encoder = self._onnx_encoder()
+        if encoder is None:  # the model runs on PyTorch: no int8 copy to make
+            return None
+        if self._sentence_onnx is None:
+            with self._lock:
+                if self._sentence_onnx is None:
+                    self._sentence_onnx = self._int8_encoder(encoder)
+        return self._sentence_onnx
+
+    def embed_sentences(self, texts: list[str], show_progress: bool = False) -> list[list[float]]:
+        """Vectors of the sentence index's texts, at ``sentence_precision`` (see the module).
+
+        Raises:
+            ConfigurationError: the int8 copy of the model cannot be made.
+        """
+        encoder = self._sentence_encoder()
+        if encoder is None or not texts:
+            return self.get_text_embedding_batch(texts, show_progress=show_progress)
+        order = by_length(texts)
+        ordered = [without_lone_surrogates(texts[i]) for i in order]
+        step = max(1, self.embed_batch_size) * 16
+        parts = range(0, len(ordered), step)
+        if show_progress:
+            from tqdm.auto import tqdm
+
+            parts = tqdm(parts, desc="Embedding sentences", unit="batch")
+        vectors: list[list[float]] = []
+        for start in parts:
+            vectors += encoder.encode(ordered[start : start + step]).tolist()
+        return in_order(order, vectors)
 
     def _torch_model(self) -> BaseEmbedding:
         if self._torch is None:

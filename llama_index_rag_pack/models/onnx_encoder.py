@@ -8,7 +8,8 @@ process. Embedding then needs only ONNX Runtime and the model's ``tokenizer.json
 ``tokenizers`` library): no PyTorch import (≈5 s on a 2-core machine), and one query in ≈5.5 ms
 instead of ≈17 ms (``benchmarks/results/query_embedding.md``). A batch is cut into runs of
 ``RUN_BATCH`` texts, one run per core at a time; up to ``RUN_BATCH`` texts are one run on the
-query session (at most 2 threads).
+query session (at most 2 threads). An int8 model runs one text per run (``run_batch=1``), so
+that its per-run activation scales, and so its vectors, depend on that text alone.
 
 Texts are tokenized as sentence-transformers does (whitespace stripped, lower-cased when the
 model says so, truncated to ``max_seq_length``), so the vectors match the PyTorch model's to
@@ -281,6 +282,7 @@ class OnnxSentenceEncoder:
         *,
         threads: int = 2,
         batch_threads: int | None = None,
+        run_batch: int = RUN_BATCH,
     ) -> None:
         from tokenizers import Tokenizer
 
@@ -292,6 +294,9 @@ class OnnxSentenceEncoder:
         tokenizer.enable_truncation(self.max_length)
         self._tokenizer = tokenizer
         self._path = str(onnx_path)
+        # 1 for a model whose activations are quantised per run (int8): a text's vector then
+        # depends on that text alone, never on the texts it is batched with
+        self.run_batch = max(1, int(run_batch))
         self._session = self._new_session(threads)
         # Batches (indexing) run on every core, one run per core at a time on a one-thread
         # session (made on the first batch): small runs split over threads spend much of their
@@ -357,13 +362,14 @@ class OnnxSentenceEncoder:
         return ids, mask
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """Unit-length vectors of ``texts``, run in batches of ``RUN_BATCH`` (texts of similar
+        """Unit-length vectors of ``texts``, run in batches of ``run_batch`` (texts of similar
         length together, as the caller sorts them, waste little padding), up to one run per
         core at a time."""
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
-        batches = [texts[start : start + RUN_BATCH] for start in range(0, len(texts), RUN_BATCH)]
-        if len(batches) == 1:  # one run (up to RUN_BATCH texts): the query session's threads
+        size = self.run_batch
+        batches = [texts[start : start + size] for start in range(0, len(texts), size)]
+        if len(batches) == 1:  # one run (up to run_batch texts): the query session's threads
             return self._run(self._session, batches[0])
         session = self._batch_runner()
         futures = self._submitted(session, batches) if self._batch_threads > 1 else []

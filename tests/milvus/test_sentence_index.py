@@ -18,6 +18,7 @@ from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.documents.sentences import (
     chunk_sentences,
     context_header,
+    embed_sentence_units,
     sentence_units,
 )
 from llama_index_rag_pack.fusion.convex_fusion import convex_fusion
@@ -103,6 +104,37 @@ def test_sentence_units_are_headed_and_ids_stable():
     assert len({u.id for u in a}) == 2
     assert [u.text for u in a] == ["T: First sentence is here.", "T: Second sentence is here."]
     assert {u.chunk_id for u in a} == {"c1"}
+
+
+class _CountingEmbedding:
+    """Records the texts of each sentence batch; a text's vector is its length and its hash."""
+
+    def __init__(self, with_sentence_pass: bool) -> None:
+        self.calls: list[list[str]] = []
+        if with_sentence_pass:
+            self.embed_sentences = self.get_text_embedding_batch
+
+    def get_text_embedding_batch(self, texts, show_progress=False):
+        self.calls.append(list(texts))
+        return [[float(len(t)), float(hash(t) % 997)] for t in texts]
+
+
+@pytest.mark.parametrize("with_sentence_pass", [True, False])
+def test_a_sentence_repeated_across_chunks_is_embedded_once(with_sentence_pass):
+    """The chunk overlap repeats a sentence in two chunks: one vector for both, each unit
+    still gets its own (the model's ``embed_sentences`` when it has one)."""
+    shared = "The overlap sentence is shared by both chunks."
+    first = TextNode(id_="c1", text=f"Only the first chunk says this. {shared}")
+    second = TextNode(id_="c2", text=f"{shared} Only the second chunk says that.")
+    units = sentence_units([first, second])
+    model = _CountingEmbedding(with_sentence_pass)
+    vectors = embed_sentence_units(units, model)
+    assert len(model.calls) == 1 and len(model.calls[0]) == 3 == len(set(model.calls[0]))
+    assert len(vectors) == len(units) == 4
+    asked = model.calls[0]
+    expected = dict(zip(asked, model.get_text_embedding_batch(asked), strict=True))
+    assert all(vector == expected[unit.text] for unit, vector in zip(units, vectors, strict=True))
+    assert embed_sentence_units([], model) == []
 
 
 # ----------------------------------------------------------------------------- Milvus
