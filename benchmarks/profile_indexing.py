@@ -297,8 +297,9 @@ def main() -> None:
             sides.append("demo")
         for side in sides:
             env = dict(os.environ)
+            env.pop("RAG_PACK_SENTENCE_PRECISION", None)
             if side.startswith("stock"):  # what a LlamaIndex user runs: the model in float32
-                env.update(RAG_PACK_EMBED_PRECISION="float32", RAG_PACK_SENTENCE_PRECISION="")
+                env["RAG_PACK_EMBED_PRECISION"] = "float32"
             elif args.pack_precision:
                 env["RAG_PACK_EMBED_PRECISION"] = args.pack_precision
             if args.sentence_precision and not side.startswith("stock"):
@@ -395,7 +396,7 @@ def main() -> None:
         f"; the pack's model in {args.pack_precision or 'float32'}, its sentence pass in "
         f"{args.sentence_precision or args.pack_precision or 'float32'}"
         if suffix
-        else "; the pack's defaults (chunks and queries in float32, the sentence pass in int8)"
+        else "; the pack's defaults (the model in float32 for chunks, sentences and questions)"
     )
     write_results(
         name,

@@ -147,8 +147,10 @@ class LocalEmbedding(BaseEmbedding):
             "RAG_PACK_EMBED_PRECISION", "float32"
         )
         kwargs["precision"] = EmbedPrecision.parse(precision).value
-        sentence_precision = kwargs.pop("sentence_precision", None) or os.environ.get(
-            "RAG_PACK_SENTENCE_PRECISION", DEFAULT_SENTENCE_PRECISION
+        sentence_precision = (
+            kwargs.pop("sentence_precision", None)
+            or os.environ.get("RAG_PACK_SENTENCE_PRECISION")
+            or DEFAULT_SENTENCE_PRECISION
         )
         sentence_precision = EmbedPrecision.parse(sentence_precision).value
         if kwargs["precision"] == EmbedPrecision.INT8.value:

@@ -135,6 +135,8 @@ def test_sentences_are_embedded_in_float32_by_default(embed_model, monkeypatch) 
     assert describe_embed_model(embed_model) == "all-MiniLM-L6-v2 (bundled, CPU)"
     monkeypatch.setenv("RAG_PACK_SENTENCE_PRECISION", "int8")
     assert LocalEmbedding(embed_model.model_name).sentence_precision == "int8"
+    monkeypatch.setenv("RAG_PACK_SENTENCE_PRECISION", "")  # set but empty: the default
+    assert LocalEmbedding(embed_model.model_name).sentence_precision == "float32"
     monkeypatch.setenv("RAG_PACK_SENTENCE_PRECISION", "int4")
     with pytest.raises(ConfigurationError, match="int4"):
         LocalEmbedding(embed_model.model_name)
