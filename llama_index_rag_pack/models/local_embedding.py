@@ -41,6 +41,7 @@ from pydantic import Field, PrivateAttr
 from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.text_decoding import without_lone_surrogates
+from llama_index_rag_pack.models.hub_cache import cached_model_dir
 from llama_index_rag_pack.models.int8_export import EmbedPrecision, int8_export
 from llama_index_rag_pack.models.onnx_encoder import (
     RUN_BATCH,
@@ -50,6 +51,7 @@ from llama_index_rag_pack.models.onnx_encoder import (
     onnx_export_path,
     onnx_support,
 )
+from llama_index_rag_pack.models.text_batches import by_length, in_order
 
 __all__ = ["DEFAULT_SENTENCE_PRECISION", "EmbedBackend", "LocalEmbedding", "cached_model_dir"]
 
@@ -61,28 +63,6 @@ _EXPORT_LOCK = threading.Lock()
 #: What the sentence index's texts are embedded with unless said otherwise (see
 #: :class:`LocalEmbedding`'s ``sentence_precision``).
 DEFAULT_SENTENCE_PRECISION = "float32"
-
-
-def cached_model_dir(name: str) -> str | None:
-    """The snapshot directory of the Hub model ``name`` where core's ``HuggingFaceEmbedding``
-    loads it from (LlamaIndex's cache directory), or ``None`` when it is not there.
-
-    Looked up without importing PyTorch. A bare name is also tried under
-    ``sentence-transformers/``, as sentence-transformers does. Nothing is downloaded.
-    """
-    from huggingface_hub import try_to_load_from_cache
-    from huggingface_hub.errors import HFValidationError
-    from llama_index.core.utils import get_cache_dir
-
-    candidates = [name] if "/" in name else [name, f"sentence-transformers/{name}"]
-    for repo_id in candidates:
-        try:
-            found = try_to_load_from_cache(repo_id, "config.json", cache_dir=get_cache_dir())
-        except HFValidationError:  # not a Hub id ("a/b/c", spaces, ...)
-            continue
-        if isinstance(found, str):
-            return str(Path(found).parent)
-    return None
 
 
 class EmbedBackend(Choice):
@@ -404,16 +384,3 @@ class LocalEmbedding(BaseEmbedding):
             [texts[i] for i in order], show_progress=show_progress, **kwargs
         )
         return in_order(order, vectors)
-
-
-def by_length(texts: list[str]) -> list[int]:
-    """Positions of ``texts``, shortest text first (stable)."""
-    return sorted(range(len(texts)), key=lambda i: len(texts[i]))
-
-
-def in_order(order: list[int], vectors: list[Any]) -> list[Any]:
-    """``vectors`` (computed in ``order``) put back in the original positions."""
-    out: list[Any] = [None] * len(order)
-    for position, vector in zip(order, vectors, strict=True):
-        out[position] = vector
-    return out

