@@ -23,7 +23,8 @@ Environment variables (all optional):
 ``RAG_PACK_EMBED_BACKEND``       ``auto`` (default: queries on ONNX Runtime, indexing on
                                  PyTorch), ``onnx`` or ``torch``
 ``RAG_PACK_EMBED_PRECISION``     ``float32`` (default) or ``int8`` (an int8 copy of the ONNX
-                                 export, 1.7-2.5x less model time)
+                                 export, about half the model time)
+``RAG_PACK_SENTENCE_PRECISION``  ``float32`` (default) or ``int8``: the sentence index alone
 ``RAG_PACK_SENTENCE_VECTORS``    ``separate`` (default: a pass per sentence) or ``pooled``
                                  (from each chunk's own pass), for the sentence index
 ``RAG_PACK_MEMORY_COPIES``       ``on`` (default) or ``off``: in-memory copies of a Lite
