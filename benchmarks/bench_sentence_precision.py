@@ -15,16 +15,11 @@ Writes ``sentence_precision.json`` and ``sentence_precision.md``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from _results import add_out_argument, md_table, write_results
+from bench_sentence_vectors import run_eval
 
 #: variant: the environment it is indexed and asked with
 VARIANTS = {
@@ -40,28 +35,6 @@ STRATEGIES = ("hybrid_convex", "vector")
 METRICS = (("evidence@1", "evidence@1"), ("evidence@5", "evidence@5"), ("MRR@10", "mrr@10"))
 
 
-def run_eval(variant: str, dataset: str, split: str, work: Path, cores: int) -> tuple[dict, float]:
-    """``rag-pack eval`` of one split under ``variant``'s environment; the report and seconds."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", **VARIANTS[variant])
-    out = work / f"out_{variant}_{dataset}_{split}"
-    command = [
-        str(Path(sys.executable).parent / "rag-pack"),
-        "eval",
-        "--dataset", dataset,
-        "--split", split,
-        "--strategies", ",".join(STRATEGIES),
-        "--cache-dir", str(work / f"cache_{variant}"),
-        "--out", str(out),
-        "--no-chart",
-    ]  # fmt: skip
-    if cores and shutil.which("taskset"):
-        command = ["taskset", "-c", f"0-{cores - 1}", *command]
-    start = time.perf_counter()
-    subprocess.run(command, env=env, check=True, capture_output=True)
-    seconds = time.perf_counter() - start
-    return json.loads((out / f"{dataset}-{split}.json").read_text()), seconds
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cores", type=int, default=2)
@@ -75,7 +48,15 @@ def main() -> None:
     results: dict[str, dict] = {}
     for variant in variants:
         for dataset, split in SETS:
-            report, seconds = run_eval(variant, dataset, split, work, args.cores)
+            report, seconds = run_eval(
+                variant,
+                split,
+                work,
+                args.cores,
+                dataset=dataset,
+                strategies=STRATEGIES,
+                env_vars=VARIANTS[variant],
+            )
             n = report.get("n_questions") or len(report.get("questions", [])) or None
             by_name = {entry["name"]: entry["metrics"] for entry in report["strategies"]}
             results[f"{variant}/{dataset}/{split}"] = {

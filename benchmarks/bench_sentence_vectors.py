@@ -40,18 +40,28 @@ METRICS = (
 
 
 def run_eval(
-    variant: str, split: str, work: Path, cores: int, env_name: str = "RAG_PACK_SENTENCE_VECTORS"
+    variant: str,
+    split: str,
+    work: Path,
+    cores: int,
+    env_name: str = "RAG_PACK_SENTENCE_VECTORS",
+    *,
+    dataset: str = "wiki_qa_para",
+    strategies: tuple[str, ...] = STRATEGIES,
+    env_vars: dict[str, str] | None = None,
 ) -> tuple[dict, float]:
-    """``rag-pack eval`` of ``split`` with ``env_name=variant``, indexed into its own cache
-    under ``work``; the harness' report and the seconds it took."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", **{env_name: variant})
-    out = work / f"out_{variant}_{split}"
+    """``rag-pack eval`` of ``dataset``'s ``split`` with ``env_name=variant`` (or the
+    environment ``env_vars``), indexed into its own cache under ``work``; the harness' report
+    and the seconds it took."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **(env_vars or {env_name: variant}))
+    suffix = "" if dataset == "wiki_qa_para" else f"_{dataset}"
+    out = work / f"out_{variant}_{split}{suffix}"
     command = [
         str(Path(sys.executable).parent / "rag-pack"),
         "eval",
-        "--dataset", "wiki_qa_para",
+        "--dataset", dataset,
         "--split", split,
-        "--strategies", ",".join(STRATEGIES),
+        "--strategies", ",".join(strategies),
         "--cache-dir", str(work / f"cache_{variant}"),
         "--out", str(out),
         "--no-chart",
@@ -61,7 +71,7 @@ def run_eval(
     start = time.perf_counter()
     subprocess.run(command, env=env, check=True, capture_output=True)
     seconds = time.perf_counter() - start
-    return json.loads((out / f"wiki_qa_para-{split}.json").read_text()), seconds
+    return json.loads((out / f"{dataset}-{split}.json").read_text()), seconds
 
 
 def main() -> None:
