@@ -24,6 +24,10 @@ local UMAP + mixture inside each global cluster), with these differences:
   an HNSW graph above ``exact_neighbors_up_to`` rows when set), UMAP runs 200 epochs,
   and the global neighbourhood ``sqrt(n - 1)`` is capped at ``max_global_neighbors`` (50):
   10k x 384 vectors take 44 s of CPU, the reference 451 s (benchmarks/results);
+* a set of more than ``fit_sample`` (10,000) rows is fitted on a seeded sample, and every other
+  row joins the cluster of most of its nearest sampled rows
+  (:mod:`~llama_index_rag_pack.raptor.cluster_propagation`): 100k x 384 in about a minute
+  instead of 14, with the planted topics as pure;
 * distinct topics are never merged: every cluster, and every set too small for UMAP (at most
   ``reduction_dim + 1`` rows, which the reference keeps as one cluster), is split into the groups
   that average-linkage clustering keeps apart at cosine similarity ``topic_similarity``. With a
@@ -42,6 +46,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llama_index_rag_pack.raptor.cluster_propagation import (
+    DEFAULT_FIT_SAMPLE,
+    fit_on_sample,
+)
 from llama_index_rag_pack.raptor.dimension_reduction import (
     EXACT_NEIGHBORS_UP_TO,
     count_unique_rows,
@@ -287,6 +295,7 @@ def cluster_embeddings(
     topic_similarity: float | None = DEFAULT_TOPIC_SIMILARITY,
     topic_split_max_rows: int = 2000,
     exact_neighbors_up_to: int | None = EXACT_NEIGHBORS_UP_TO,
+    fit_sample: int | None = DEFAULT_FIT_SAMPLE,
 ) -> list[list[int]]:
     """Soft-cluster embeddings the RAPTOR way.
 
@@ -312,6 +321,12 @@ def cluster_embeddings(
         exact_neighbors_up_to: Sets of more rows get their UMAP neighbour graph from an HNSW
             graph (faiss) instead of the exact search, whose cost grows as ``n**2``; ``None``
             (the default): exact at every size.
+        fit_sample: Sets of more rows are clustered through a seeded sample of this many rows
+            (reduction, mixtures and topic splits fitted on the sample), and every other row
+            joins the cluster of most of its nearest sampled rows
+            (:mod:`~llama_index_rag_pack.raptor.cluster_propagation`); a cluster still over
+            ``max_length_in_cluster`` is clustered again the same way. ``None``: every row is
+            fitted.
 
     Returns:
         For each row, the sorted ids of the clusters it belongs to (at least one; ids are
@@ -341,6 +356,8 @@ def cluster_embeddings(
         raise ValueError(f"max_global_neighbors must be >= 2, got {max_global_neighbors}")
     if exact_neighbors_up_to is not None and exact_neighbors_up_to < 0:
         raise ValueError(f"exact_neighbors_up_to must be >= 0 or None, got {exact_neighbors_up_to}")
+    if fit_sample is not None and fit_sample <= reduction_dim + 1:
+        raise ValueError(f"fit_sample must be > reduction_dim + 1 or None, got {fit_sample}")
     if len(x) == 0:
         return []
     clustering = _BudgetedClustering(
@@ -350,16 +367,21 @@ def cluster_embeddings(
         max_split_depth=max_split_depth,
         random_state=random_state,
         members=functools.partial(
-            _cluster_members,
-            reduction_dim=reduction_dim,
-            threshold=threshold,
-            max_clusters=max_clusters,
-            local_n_neighbors=local_n_neighbors,
-            max_global_neighbors=max_global_neighbors,
+            fit_on_sample,
+            fit_sample=fit_sample,
             metric=metric,
-            topic_similarity=topic_similarity,
-            topic_split_max_rows=topic_split_max_rows,
-            exact_neighbors_up_to=exact_neighbors_up_to,
+            members=functools.partial(
+                _cluster_members,
+                reduction_dim=reduction_dim,
+                threshold=threshold,
+                max_clusters=max_clusters,
+                local_n_neighbors=local_n_neighbors,
+                max_global_neighbors=max_global_neighbors,
+                metric=metric,
+                topic_similarity=topic_similarity,
+                topic_split_max_rows=topic_split_max_rows,
+                exact_neighbors_up_to=exact_neighbors_up_to,
+            ),
         ),
     )
     return _assignment(clustering.clusters(np.arange(len(x))), len(x))
