@@ -136,7 +136,8 @@ def server_address(uri: str) -> tuple[str, int] | None:
 
 def check_uri(uri: str, *, timeout: float = CONNECT_TIMEOUT_S) -> None:
     """Fail fast when ``uri`` cannot work: a malformed server address, a server where nothing
-    answers within ``timeout`` seconds, or a Milvus Lite path that does not end in ``.db``.
+    answers within ``timeout`` seconds, a Milvus Lite path that does not end in ``.db``, or one
+    without Milvus Lite installed.
 
     Raises:
         ConfigurationError: the uri is malformed.
@@ -150,6 +151,10 @@ def check_uri(uri: str, *, timeout: float = CONNECT_TIMEOUT_S) -> None:
                 f"Milvus Lite needs a path ending in '.db', got {uri!r} "
                 "(e.g. ./rag_pack_data/milvus.db), or give a server address http://host:19530."
             )
+        from llama_index_rag_pack.milvus.lite import lite_installed, lite_missing_message
+
+        if not lite_installed():
+            raise ConfigurationError(lite_missing_message(uri))
         return
     address = server_address(uri)
     if address is None:
