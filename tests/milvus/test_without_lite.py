@@ -3,10 +3,10 @@ local ``*.db`` path refused in one line that names the server option, before any
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from llama_index.core import Document
 from packaging.requirements import Requirement
 
