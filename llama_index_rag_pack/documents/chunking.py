@@ -5,6 +5,10 @@ the same documents twice gives the same ids. Texts longer than :data:`MAX_SPLIT_
 at paragraph ends before LlamaIndex's ``SentenceSplitter`` sees them (nltk's sentence tokenizer
 gives up after 5 s, at about 7 MB of text), and whatever the splitter raises is one
 :class:`~llama_index_rag_pack.core.errors.ConfigurationError` naming the file.
+
+Markdown tables (what :mod:`~llama_index_rag_pack.documents.office_files` writes) are cut only
+between rows: each row is one unit of the splitter, and a table longer than a chunk is cut into
+groups of whole rows, each under the table's header row (:mod:`.tables`).
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ import uuid
 from collections.abc import Sequence
 
 from llama_index.core.node_parser import SentenceSplitter
+from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 from llama_index.core.utils import get_tokenizer, get_tqdm_iterable
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.text_decoding import split_at_breaks
+from llama_index_rag_pack.documents.tables import split_table_rows, table_row_groups
 
 __all__ = [
     "DEFAULT_CHUNK_OVERLAP",
@@ -87,6 +93,8 @@ def split_documents(
     the same documents twice gives the same ids, and equal scores rank the same way every time;
     with ``tenant_field``, from the document's tenant too (:func:`chunk_id`). Texts longer than
     :data:`MAX_SPLIT_CHARS` are first cut at paragraph ends (:class:`_LongTextSplitter`).
+    Markdown tables are cut only between rows, a long one into groups of rows each under the
+    header row (:func:`~llama_index_rag_pack.documents.tables.table_row_groups`).
 
     Raises:
         ConfigurationError: bad ``chunk_size``/``chunk_overlap``, or a document that cannot be
@@ -96,7 +104,11 @@ def split_documents(
     ids = functools.partial(chunk_id, tenant_field=tenant_field) if tenant_field else chunk_id
     tokenizer = get_tokenizer()
     splitter = _LongTextSplitter(
-        chunk_size=chunk_size, chunk_overlap=chunk_overlap, id_func=ids, tokenizer=tokenizer
+        chunk_size=chunk_size,
+        chunk_overlap=chunk_overlap,
+        id_func=ids,
+        tokenizer=tokenizer,
+        chunking_tokenizer_fn=split_table_rows(split_by_sentence_tokenizer()),
     )
     nodes: list[BaseNode] = []
     for doc in get_tqdm_iterable(documents, show_progress, "Splitting documents"):
@@ -120,10 +132,23 @@ def split_documents(
 
 
 class _LongTextSplitter(SentenceSplitter):
-    """A ``SentenceSplitter`` that cuts texts into pieces first (:data:`MAX_SPLIT_CHARS`)."""
+    """A ``SentenceSplitter`` that cuts texts into pieces first (:data:`MAX_SPLIT_CHARS`), and
+    Markdown tables longer than a chunk into groups of whole rows under their header row."""
 
     def split_text_metadata_aware(self, text: str, metadata_str: str) -> list[str]:
+        budget = self.chunk_size - len(self._tokenizer(metadata_str))
         chunks: list[str] = []
         for piece in split_at_breaks(text, MAX_SPLIT_CHARS):
-            chunks += super().split_text_metadata_aware(piece, metadata_str)
+            parts = list(table_row_groups(piece, budget, self._count_tokens))
+            if not any(is_rows for is_rows, _ in parts):  # no table longer than a chunk
+                chunks += super().split_text_metadata_aware(piece, metadata_str)
+                continue
+            for is_rows, part in parts:
+                if is_rows and self._count_tokens(part) <= budget:
+                    chunks.append(part.strip())
+                elif part.strip():  # other text, or one row too long for a chunk
+                    chunks += super().split_text_metadata_aware(part, metadata_str)
         return chunks
+
+    def _count_tokens(self, text: str) -> int:
+        return len(self._tokenizer(text))

@@ -1,4 +1,5 @@
-"""Loading documents: readers for txt/md/pdf/html that keep binaries, devices and oversized
+"""Loading documents: readers for txt/md/pdf/html (office and data files:
+:mod:`~llama_index_rag_pack.documents.office_files`) that keep binaries, devices and oversized
 files out (chunking them: :mod:`~llama_index_rag_pack.documents.chunking`)."""
 
 from __future__ import annotations
@@ -19,12 +20,21 @@ from llama_index_rag_pack.core.text_decoding import (
     escape_undecodable,
     without_lone_surrogates,
 )
+from llama_index_rag_pack.documents.office_files import (
+    OFFICE_EXTENSIONS,
+    UnreadableFileError,
+    read_office_file,
+)
 
 logger = logging.getLogger(__name__)
 
-SUPPORTED_EXTENSIONS = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".rst")
+#: The file types read: text, then office and data files (.docx .pptx .xlsx .csv .epub).
+SUPPORTED_EXTENSIONS = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".rst") + (
+    OFFICE_EXTENSIONS
+)
 #: Larger files are skipped (a PDF's size is mostly images): 32 MiB of text is ~36,000 chunks,
 #: 27 s and 0.6 GB to split, about an hour to embed on 2 cores; bigger is a log or a dump.
+#: .docx/.pptx/.xlsx/.epub (zip archives, mostly images) have the PDF limit, .csv the other.
 MAX_FILE_BYTES, MAX_PDF_BYTES = 32 * 2**20, 512 * 2**20
 
 
@@ -66,8 +76,10 @@ def load_documents(
 
     Document ids are the file paths (a name's bytes that are not UTF-8 escaped: ``caf\\xe9.txt``),
     so re-indexing a file replaces its old chunks. Binary, undecodable or blank files, unreadable
-    PDFs, FIFOs and devices, and files over :data:`MAX_FILE_BYTES` (32 MiB; PDFs
+    PDFs and office files (damaged, encrypted, a text file named .docx), FIFOs and devices, and
+    files over :data:`MAX_FILE_BYTES` (32 MiB; PDFs, .docx, .pptx, .xlsx and .epub
     :data:`MAX_PDF_BYTES`, 512 MiB) are skipped with a warning each (:func:`read_documents`).
+    Office and data files: :mod:`~llama_index_rag_pack.documents.office_files`.
 
     Raises:
         ConfigurationError: a path does not exist.
@@ -185,12 +197,20 @@ def _read_file(path: Path) -> list[Document]:
     """The documents of one file (a PDF may give one per page), ids and metadata valid UTF-8.
 
     Raises:
-        _Skip: not a regular file, too large, binary, undecodable or an unreadable PDF.
+        _Skip: not a regular file, too large, binary, undecodable, or an unreadable PDF or
+            office file.
     """
-    is_pdf = path.suffix.lower() == ".pdf"
-    _check_regular_file(path, MAX_PDF_BYTES if is_pdf else MAX_FILE_BYTES)
+    suffix = path.suffix.lower()
+    is_pdf = suffix == ".pdf"
+    big = is_pdf or (suffix in OFFICE_EXTENSIONS and suffix != ".csv")
+    _check_regular_file(path, MAX_PDF_BYTES if big else MAX_FILE_BYTES)
     if is_pdf:
         return _valid_utf8(_read_pdf(path))
+    if suffix in OFFICE_EXTENSIONS:
+        try:
+            return _valid_utf8(read_office_file(path))
+        except UnreadableFileError as e:
+            raise _Skip(str(e)) from e
     encoding = detect_text_encoding(path.read_bytes())
     if encoding is None:
         raise _Skip(NOT_TEXT)
