@@ -229,7 +229,9 @@ def _add_global_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_index_command(sub: Any) -> None:
-    p = sub.add_parser("index", help="index files or directories (txt, md, pdf, html)")
+    p = sub.add_parser(
+        "index", help="index files or directories (txt, md, pdf, html, docx, pptx, xlsx, csv, epub)"
+    )
     p.add_argument("paths", nargs="*", help="files or directories")
     p.add_argument("--overwrite", action="store_true", help="drop the collection first")
     p.add_argument(
