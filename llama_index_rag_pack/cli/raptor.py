@@ -32,7 +32,7 @@ def _open_tree(args: argparse.Namespace, *, must_exist: bool, llm: Any = None) -
     dim = len(embed.get_text_embedding("dimension probe"))
     store = open_raptor_store(uri, collection, dim=dim, token=args.token, must_exist=must_exist)
     options: dict[str, Any] = {}
-    for key in ("max_levels", "max_concurrency", "chunk_size", "chunk_overlap"):
+    for key in ("max_levels", "min_compression", "max_concurrency", "chunk_size", "chunk_overlap"):
         value = getattr(args, key, None)
         if value is not None:
             options[key] = value
@@ -72,6 +72,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         stats = tree.build(documents)
     _cli.out(f"  levels    : {stats.levels}")
     _cli.out(f"  llm calls : {stats.llm_calls} ({stats.summaries_reused} summaries reused)")
+    _cli.out(f"  carried   : {stats.summaries_carried} clusters of one (no LLM call)")
     _cli.out(f'Ask with: rag-pack --collection {collection} ask --mode raptor "your question"')
     return 0
 
@@ -126,6 +127,13 @@ def register(subparsers: Any) -> None:
         "paths", nargs="*", help="files or directories; none: reuse the collection's chunks"
     )
     b.add_argument("--max-levels", type=int, default=None, help="highest summary level (default 5)")
+    b.add_argument(
+        "--min-compression",
+        type=float,
+        default=None,
+        help="build a level only when the one below has this many times as many nodes "
+        "(default 2.0; 1: while anything merges)",
+    )
     b.add_argument(
         "--max-concurrency", type=int, default=None, help="summaries in flight (default 16)"
     )

@@ -2,8 +2,13 @@
 
 A build goes level by level: cluster the nodes of level ``L`` (``cluster_embeddings``), write one
 summary per cluster as a node of level ``L + 1``, embed the summaries, repeat until one cluster
-is left or ``max_levels`` is reached. A summary that failed is never stored: the level's
-successful summaries are stored, then :class:`RaptorBuildError` is raised.
+is left, ``max_levels`` is reached, or a level would not compress the one below by
+``min_compression`` (``L`` nodes in ``L + 1`` clusters: then ``L`` is the top). A cluster of one
+node is not sent to the LLM: its node is carried up unchanged (same text and embedding, marked
+``raptor_carried``), so every level still links to the next and the node can still merge with
+others higher up; retrieval returns the original, never the carried copy. A summary that failed
+is never stored: the level's successful summaries are stored, then :class:`RaptorBuildError` is
+raised.
 
 Everything is deterministic, which makes building again resume: clustering is seeded and a
 summary's id hashes its level and its children's ids, so summaries already stored are kept and
@@ -30,6 +35,7 @@ from llama_index.core.schema import MetadataMode, TextNode
 from llama_index_rag_pack.core.errors import RagPackError
 from llama_index_rag_pack.raptor.clustering import DEFAULT_TOPIC_SIMILARITY, cluster_embeddings
 from llama_index_rag_pack.raptor.raptor_nodes import (
+    CARRIED_KEY,
     CHILD_KEY,
     CLUSTER_KEY,
     LEVEL_KEY,
@@ -50,6 +56,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_MIN_COMPRESSION = 2.0
+
 
 class RaptorBuildError(RagPackError, RuntimeError):
     """Some summaries failed after all retries; what succeeded is stored, build again to resume."""
@@ -62,7 +70,8 @@ class BuildStats:
     Attributes:
         levels: Nodes per level after the operation.
         llm_calls: Summary requests sent (retries included).
-        summaries_written: Summaries written (new or refreshed).
+        summaries_written: Summaries written (new or refreshed), carried ones included.
+        summaries_carried: Clusters of one carried up unchanged (no LLM call).
         summaries_reused: Summaries already stored and kept (resumed builds).
         leaves_added: New leaves stored.
         leaves_removed: Leaves deleted.
@@ -72,6 +81,7 @@ class BuildStats:
     levels: dict[int, int] = field(default_factory=dict)
     llm_calls: int = 0
     summaries_written: int = 0
+    summaries_carried: int = 0
     summaries_reused: int = 0
     leaves_added: int = 0
     leaves_removed: int = 0
@@ -113,6 +123,9 @@ class LevelBuilder:
         max_levels: Highest summary level.
         new_cluster_similarity: On insert, a node less similar than this to every cluster
             centroid starts a new cluster.
+        min_compression: A level is added only when the level below has at least this many
+            times as many nodes as it would have (its clusters); otherwise the level below is
+            the top.
         show_progress: Progress on stderr: a line per level clustered, tqdm bars for
             embeddings and summaries.
         stats: What this operation did so far.
@@ -126,6 +139,7 @@ class LevelBuilder:
     count_tokens: Callable[[str], int]
     max_levels: int
     new_cluster_similarity: float
+    min_compression: float = DEFAULT_MIN_COMPRESSION
     show_progress: bool = False
     stats: BuildStats = field(default_factory=BuildStats, init=False)
     _started: float = field(default_factory=time.perf_counter, init=False, repr=False)
@@ -145,9 +159,15 @@ class LevelBuilder:
         return self.stats
 
     def summarise(self, jobs: list[SummaryJob]) -> SummaryBatch:
-        """Write the summaries of ``jobs`` (counted in the stats' ``llm_calls``)."""
-        batch = self.summarise_fn(jobs)
+        """Write the summaries of ``jobs`` (counted in the stats' ``llm_calls``); a job of one
+        child gets that child's text, without an LLM call (see :meth:`write_summaries`)."""
+        carried = [job for job in jobs if _carries(job)]
+        asked = [job for job in jobs if not _carries(job)]
+        batch = self.summarise_fn(asked) if asked else SummaryBatch()
+        for job in carried:
+            batch.outcomes[job.node_id] = job.children[0].get_content()
         self.stats.llm_calls += batch.llm_calls
+        self.stats.summaries_carried += len(carried)
         return batch
 
     # ------------------------------------------------------------------ embeddings and leaves
@@ -222,6 +242,13 @@ class LevelBuilder:
             if not groups or (len(groups) >= len(nodes) and all(len(g) == 1 for g in groups)):
                 self._finish_top(level, nodes)
                 return
+            if len(nodes) < self.min_compression * len(groups):
+                self._say(
+                    f"RAPTOR level {level} is the top: {len(nodes)} nodes in {len(groups)} "
+                    f"clusters compress less than min_compression={self.min_compression:g}"
+                )
+                self._finish_top(level, nodes)
+                return
             targets: dict[str, tuple[int, list[TextNode]]] = {}
             for cid, members in enumerate(groups):
                 children = [nodes[i] for i in members]
@@ -267,7 +294,10 @@ class LevelBuilder:
 
     # ------------------------------------------------------------------ summaries
     def _summary_node(self, job: SummaryJob, text: str, inherited: dict[str, Any]) -> TextNode:
+        carried = _carries(job)
         node = TextNode(id_=job.node_id, text=text)
+        if carried and job.children[0].embedding is not None:
+            node.embedding = list(job.children[0].embedding)  # it stands for its child
         mark_raptor_node(
             node,
             **{
@@ -277,6 +307,7 @@ class LevelBuilder:
                 CHILD_KEY: [c.node_id for c in job.children],
                 TOKENS_KEY: self.count_tokens(text),
                 SOURCE_CLUSTER_KEY: job.source_cluster,
+                CARRIED_KEY: carried,
                 **inherited,
             },
         )
@@ -325,6 +356,11 @@ class LevelBuilder:
         return done
 
 
+def _carries(job: SummaryJob) -> bool:
+    """A cluster of one: its node is carried up as it is, not summarised."""
+    return len(job.children) == 1
+
+
 def _record_memberships(
     store: Any, nodes: Sequence[TextNode], targets: dict[str, tuple[int, list[TextNode]]]
 ) -> None:
@@ -343,4 +379,10 @@ def _record_memberships(
     store.upsert(changed)
 
 
-__all__ = ["BuildStats", "ClusterOptions", "LevelBuilder", "RaptorBuildError"]
+__all__ = [
+    "DEFAULT_MIN_COMPRESSION",
+    "BuildStats",
+    "ClusterOptions",
+    "LevelBuilder",
+    "RaptorBuildError",
+]

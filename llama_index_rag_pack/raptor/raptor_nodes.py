@@ -10,6 +10,8 @@ fields in Milvus, so they can be filtered on):
 ``raptor_child_ids``        ids of the nodes a summary summarises (empty for leaves)
 ``raptor_tokens``           the node's length in tokens (for token budgets)
 ``raptor_source_cluster``   summaries only: the cluster of the level below they summarise
+``raptor_carried``          summaries only: True when the node is its single child carried up
+                            unchanged (a cluster of one is not sent to the LLM)
 ==========================  ==================================================================
 
 Ids are hashes of what a node holds, so that rebuilding the same corpus finds the nodes already
@@ -30,7 +32,16 @@ PARENT_KEY = "raptor_parent_ids"
 CHILD_KEY = "raptor_child_ids"
 TOKENS_KEY = "raptor_tokens"
 SOURCE_CLUSTER_KEY = "raptor_source_cluster"
-RAPTOR_KEYS = (LEVEL_KEY, CLUSTER_KEY, PARENT_KEY, CHILD_KEY, TOKENS_KEY, SOURCE_CLUSTER_KEY)
+CARRIED_KEY = "raptor_carried"
+RAPTOR_KEYS = (
+    LEVEL_KEY,
+    CLUSTER_KEY,
+    PARENT_KEY,
+    CHILD_KEY,
+    TOKENS_KEY,
+    SOURCE_CLUSTER_KEY,
+    CARRIED_KEY,
+)
 
 
 def summary_id(level: int, child_ids: Sequence[str]) -> str:
@@ -51,6 +62,18 @@ def leaf_id(ref_doc_id: str | None, position: int, text: str) -> str:
     return f"raptor-0-{digest}"
 
 
+def is_carried(node: BaseNode) -> bool:
+    """Whether ``node`` is a cluster of one carried up unchanged: it stands for its single child,
+    which retrieval returns instead (the tree keeps it so every level links to the next).
+
+    Example:
+        >>> from llama_index.core.schema import TextNode
+        >>> is_carried(TextNode(text="x", metadata={CARRIED_KEY: True}))
+        True
+    """
+    return bool(node.metadata.get(CARRIED_KEY))
+
+
 def mark_raptor_node(node: BaseNode, **fields: object) -> None:
     """Set RAPTOR metadata on ``node``, kept out of the text the embedder and the LLM see."""
     node.metadata.update(fields)
@@ -62,6 +85,7 @@ def mark_raptor_node(node: BaseNode, **fields: object) -> None:
 
 
 __all__ = [
+    "CARRIED_KEY",
     "CHILD_KEY",
     "CLUSTER_KEY",
     "LEVEL_KEY",
@@ -69,6 +93,7 @@ __all__ = [
     "RAPTOR_KEYS",
     "SOURCE_CLUSTER_KEY",
     "TOKENS_KEY",
+    "is_carried",
     "leaf_id",
     "mark_raptor_node",
     "summary_id",

@@ -1,5 +1,10 @@
 """``RaptorRetriever``: collapsed-tree, tree-traversal and leaves-only retrieval over a RAPTOR
 tree.
+
+A cluster of one is carried up the tree unchanged (``raptor_carried``: same text and embedding
+as its child, no LLM summary). Such a node only links its level to the next: tree traversal
+walks through it to its child, and no mode ever returns it (the collapsed search asks for more
+hits until ``similarity_top_k`` are left without it), so a chunk never comes back twice.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from llama_index_rag_pack.core.errors import (
 from llama_index_rag_pack.core.query_bases import PackRetriever
 from llama_index_rag_pack.milvus.metadata_filters import Filters, filter_expression
 from llama_index_rag_pack.raptor.raptor_levels import BuildStats
-from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY, TOKENS_KEY
+from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY, TOKENS_KEY, is_carried
 from llama_index_rag_pack.raptor.raptor_store import scope_all_levels, scope_level, scope_within
 from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 
@@ -263,6 +268,7 @@ class RaptorRetriever(PackRetriever):
 
     # ------------------------------------------------------------------ retrieval
     def _cut(self, hits: list[NodeWithScore]) -> list[NodeWithScore]:
+        hits = [h for h in hits if not is_carried(h.node)]
         hits = sorted(hits, key=lambda h: -(h.score if h.score is not None else float("-inf")))
         if self.token_budget is None:
             return hits
@@ -298,7 +304,10 @@ class RaptorRetriever(PackRetriever):
         store, k = self.tree.store, self.similarity_top_k
         only = self._passing_ids()
         if self.mode is RaptorRetrieveMode.COLLAPSED:
-            return self._cut(store.search(embedding, k, scope_all_levels(only)))
+            scope, fetch = scope_all_levels(only), k
+            while (kept := _originals(store.search(embedding, fetch, scope), k, fetch)) is None:
+                fetch *= 2
+            return self._cut(kept)
         if self.mode is RaptorRetrieveMode.LEAVES:
             return self._cut(store.search(embedding, k, scope_level(0, only)))
         level = self.top_level if only is None else max(only.values(), default=0)
@@ -318,7 +327,12 @@ class RaptorRetriever(PackRetriever):
         store, k = self.tree.store, self.similarity_top_k
         only = await asyncio.to_thread(self._passing_ids) if self.filter else None
         if self.mode is RaptorRetrieveMode.COLLAPSED:
-            return self._cut(await store.asearch(embedding, k, scope_all_levels(only)))
+            scope, fetch = scope_all_levels(only), k
+            while (
+                kept := _originals(await store.asearch(embedding, fetch, scope), k, fetch)
+            ) is None:
+                fetch *= 2
+            return self._cut(kept)
         if self.mode is RaptorRetrieveMode.LEAVES:
             return self._cut(await store.asearch(embedding, k, scope_level(0, only)))
         # the first traversal scans the levels in Milvus: do it off the event loop
@@ -341,6 +355,16 @@ class RaptorRetriever(PackRetriever):
             logger.info(
                 "RAPTOR traversal: level %d picked %s", level, [h.node.node_id for h in picked]
             )
+
+
+def _originals(hits: list[NodeWithScore], k: int, fetched: int) -> list[NodeWithScore] | None:
+    """The best ``k`` hits that are not carried copies, or ``None`` when the search returned all
+    ``fetched`` it was asked for but fewer than ``k`` originals (ask for more)."""
+    kept = [h for h in hits if not is_carried(h.node)]
+    if len(kept) < k and len(hits) >= fetched:
+        return None
+    kept.sort(key=lambda h: -(h.score if h.score is not None else float("-inf")))
+    return kept[:k]
 
 
 __all__ = ["DEFAULT_TOKEN_BUDGET", "RaptorRetrieveMode", "RaptorRetriever"]

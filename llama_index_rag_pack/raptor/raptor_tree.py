@@ -31,7 +31,12 @@ from llama_index_rag_pack.core.errors import ConfigurationError, EmptyCorpusErro
 from llama_index_rag_pack.documents.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
 from llama_index_rag_pack.raptor.clustering import DEFAULT_TOPIC_SIMILARITY
 from llama_index_rag_pack.raptor.raptor_leaves import make_leaves
-from llama_index_rag_pack.raptor.raptor_levels import BuildStats, ClusterOptions, LevelBuilder
+from llama_index_rag_pack.raptor.raptor_levels import (
+    DEFAULT_MIN_COMPRESSION,
+    BuildStats,
+    ClusterOptions,
+    LevelBuilder,
+)
 from llama_index_rag_pack.raptor.raptor_store import RaptorStore
 from llama_index_rag_pack.raptor.raptor_summaries import (
     DEFAULT_SUMMARY_PROMPT,
@@ -61,6 +66,7 @@ def _check_options(
     max_length_in_cluster: int | None,
     new_cluster_similarity: float,
     topic_similarity: float | None,
+    min_compression: float,
 ) -> None:
     """Raise :class:`ConfigurationError` naming the first option out of range."""
     for name, value, low in (
@@ -87,6 +93,11 @@ def _check_options(
         raise ConfigurationError(
             f"topic_similarity must be in [-1, 1] or None, got {topic_similarity!r}"
         )
+    if not min_compression >= 1.0:  # also rejects NaN
+        raise ConfigurationError(
+            f"min_compression must be >= 1 (1: add levels while anything merges), "
+            f"got {min_compression!r}"
+        )
 
 
 class RaptorTree(PromptMixin):
@@ -98,6 +109,10 @@ class RaptorTree(PromptMixin):
         llm: Writes the summaries; resolved (settings.resolve_llm) only when a summary is needed.
         summary_prompt: Prompt with ``{context_str}``; default :data:`DEFAULT_SUMMARY_PROMPT`.
         max_levels: Highest summary level.
+        min_compression: A new level is built only when the level below has at least this many
+            times as many nodes as the new level would (its clusters); otherwise the level
+            below is the top. Stops levels that would spend LLM calls to merge little (e.g.
+            19 nodes into 12 clusters at 2.0); 1: add levels while anything merges.
         max_concurrency: Summaries in flight at once.
         max_retries: Retries per summary (exponential backoff from ``retry_backoff`` seconds).
         retry_backoff: First backoff delay in seconds.
@@ -135,6 +150,7 @@ class RaptorTree(PromptMixin):
         llm: LLM | str | None = None,
         summary_prompt: BasePromptTemplate | str | None = None,
         max_levels: int = 5,
+        min_compression: float = DEFAULT_MIN_COMPRESSION,
         max_concurrency: int = 16,
         max_retries: int = 3,
         retry_backoff: float = 0.5,
@@ -160,6 +176,7 @@ class RaptorTree(PromptMixin):
             max_length_in_cluster=max_length_in_cluster,
             new_cluster_similarity=new_cluster_similarity,
             topic_similarity=topic_similarity,
+            min_compression=min_compression,
         )
         from llama_index_rag_pack.models.settings import resolve_embed_model
 
@@ -171,6 +188,7 @@ class RaptorTree(PromptMixin):
             summary_prompt = PromptTemplate(summary_prompt)
         self.summary_prompt: BasePromptTemplate = summary_prompt or DEFAULT_SUMMARY_PROMPT
         self.max_levels = max_levels
+        self.min_compression = min_compression
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
@@ -284,6 +302,7 @@ class RaptorTree(PromptMixin):
             cluster_budget=self.cluster_budget,
             count_tokens=self.count_tokens,
             max_levels=self.max_levels,
+            min_compression=self.min_compression,
             new_cluster_similarity=self.new_cluster_similarity,
             show_progress=self.show_progress,
         )

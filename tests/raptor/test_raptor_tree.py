@@ -31,6 +31,7 @@ from llama_index_rag_pack.raptor.raptor_nodes import (
     LEVEL_KEY,
     PARENT_KEY,
     TOKENS_KEY,
+    is_carried,
     summary_id,
 )
 from llama_index_rag_pack.raptor.raptor_retriever import RaptorRetriever
@@ -137,10 +138,11 @@ def test_build_stores_every_level_with_consistent_links(
     assert 1 <= levels[max(levels)] <= len(TITLES)
     nodes = check_invariants(tree)
     summaries = [n for n in nodes.values() if n.metadata[LEVEL_KEY] > 0]
-    # one LLM call per summary, none wasted, run concurrently
-    assert built["llm"].call_count == len(summaries)
+    # one LLM call per summary, none wasted (none for a cluster of one, carried up), concurrent
+    written = [s for s in summaries if not is_carried(s)]
+    assert built["llm"].call_count == len(written)
     assert built["llm"].max_concurrency >= 2 and not built["llm"].gate.timed_out
-    for s in summaries:
+    for s in written:
         assert s.text and not s.text.startswith(("Sure", '"')), "preamble and quotes are stripped"
         assert s.node_id == summary_id(s.metadata[LEVEL_KEY], s.metadata[CHILD_KEY])
     # soft clustering never stores a node twice
@@ -194,7 +196,7 @@ def test_collapsed_mixes_levels_and_respects_the_token_budget(built: dict[str, A
     # Invariants only: how many nodes the tree has depends on the clustering, not on this feature.
     tree = built["retriever"].tree
     query = "Apollo 11 Moon landing"
-    size = sum(tree.levels().values())
+    size = sum(not is_carried(n) for n in tree.store.tree_nodes())  # carried copies never return
     wide = RaptorRetriever(tree=tree, similarity_top_k=40, token_budget=None)
     hits = wide.retrieve(query)
     assert len(hits) == min(40, size), "top-k over every level (the whole tree when smaller)"
@@ -225,11 +227,15 @@ def test_tree_traversal_descends_through_children(built: dict[str, Any]) -> None
     by_level: dict[int, list[Any]] = {}
     for h in hits:
         by_level.setdefault(h.node.metadata[LEVEL_KEY], []).append(h.node)
-    assert set(by_level) == set(range(top + 1)), "one pick per level, top to leaves"
+    # a node carried up unchanged (a cluster of one) is walked through but never returned
+    nodes = all_nodes(tree)
+    assert 0 in by_level and set(by_level) <= set(range(top + 1)), "top to leaves"
     for level in range(top):
-        allowed = {c for p in by_level[level + 1] for c in p.metadata[CHILD_KEY]}
-        assert {n.node_id for n in by_level[level]} <= allowed
-        assert len(by_level[level]) <= 2
+        picked_above = {n.node_id for n in by_level.get(level + 1, [])}
+        for node in by_level.get(level, []):
+            parents = node.metadata[PARENT_KEY]
+            assert picked_above & set(parents) or any(is_carried(nodes[p]) for p in parents)
+        assert len(by_level.get(level, [])) <= 2
 
 
 ANIMAL = [
@@ -329,7 +335,8 @@ def test_empty_query_and_large_k(built: dict[str, Any]) -> None:
     for empty in ("", "   "):
         with pytest.raises(ConfigurationError, match="query is empty"):
             retriever.retrieve(empty)
-    assert len(retriever.retrieve("abacus")) == sum(retriever.levels().values())
+    originals = [n for n in retriever.tree.store.tree_nodes() if not is_carried(n)]
+    assert len(retriever.retrieve("abacus")) == len(originals), "every node, carried ones once"
 
 
 def test_retriever_validates_arguments(built: dict[str, Any], embed_model: Any) -> None:
@@ -532,7 +539,8 @@ def test_failed_summaries_are_never_stored_and_the_build_resumes(
     assert "TimeoutError" in str(info.value) or "empty summary" in str(info.value)
     assert tree.levels()[0] == len(tree.make_leaves(docs)) and max(tree.levels()) == 1
     stored = {n.node_id for n in tree.store.tree_nodes(min_level=1)}
-    assert len(stored) == 1, "the one good summary is stored, the failed ones are not"
+    asked = {n.node_id for n in tree.store.tree_nodes(min_level=1) if not is_carried(n)}
+    assert len(asked) == 1, "the one good summary is stored, the failed ones are not"
     assert all(n.text.strip() for n in tree.store.tree_nodes(min_level=1))
 
     second = summary_llm(forbid_sync=path == "async")
@@ -541,9 +549,8 @@ def test_failed_summaries_are_never_stored_and_the_build_resumes(
     assert stats.summaries_reused >= len(stored) > 0
     summaries = {n.node_id for n in tree2.store.tree_nodes(min_level=1)}
     assert stored <= summaries, "finished summaries were kept"
-    assert second.call_count == len(summaries) - len(stored), (
-        "only the missing summaries were written"
-    )
+    written = {n.node_id for n in tree2.store.tree_nodes(min_level=1) if not is_carried(n)}
+    assert second.call_count == len(written - stored), "only the missing summaries were written"
     check_invariants(tree2)
 
 
@@ -551,19 +558,28 @@ async def test_async_build_is_concurrent_and_never_calls_sync_llm(
     tmp_path: Any, embed_model: Any, gated_llm: Any
 ) -> None:
     store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
-    docs = corpus(TITLES[:2], chars=1500)
+    docs = corpus(TITLES, chars=1500)
     # a small budget: level 1 needs four clusters or more, whatever the clustering, so the limit
-    # of 3 in flight is reached and would be exceeded if it were not enforced
-    options = {**TREE_OPTIONS, "max_length_in_cluster": 160, "max_concurrency": 3}
-    assert leaf_tokens(store, docs, embed_model, **options) > 3 * options["max_length_in_cluster"]
+    # of 3 in flight is reached and would be exceeded if it were not enforced (a budget of about
+    # two chunks: a cluster of one is carried up without an LLM call, pairs are summarised);
+    # min_compression 1: level 1 is built even where it would not halve the leaves
+    options = {
+        **TREE_OPTIONS,
+        "max_length_in_cluster": 300,
+        "max_concurrency": 3,
+        "min_compression": 1.0,
+    }
+    assert leaf_tokens(store, docs, embed_model, **options) > 4 * options["max_length_in_cluster"]
     # each call waits until 3 are in flight (then a short delay, so a 4th would overlap them)
     llm = gated_llm(chatty_summary, target=3, forbid_sync=True, delay=0.01)
     retriever = await RaptorRetriever.afrom_documents(
         docs, llm=llm, embed_model=embed_model, vector_store=store, tree_options=options
     )
     assert retriever.levels()[0] >= 6 and retriever.levels()[1] >= 4
+    assert llm.call_count >= 4, "more summaries than may be in flight at once"
     assert llm.max_concurrency == 3 and not llm.gate.timed_out
-    assert llm.call_count == sum(n for lvl, n in retriever.levels().items() if lvl > 0)
+    summaries = retriever.tree.store.tree_nodes(min_level=1)
+    assert llm.call_count == sum(not is_carried(n) for n in summaries), "none for clusters of one"
     check_invariants(retriever.tree)
 
 
@@ -606,8 +622,11 @@ def test_insert_resummarises_only_what_changed(
     while frontier:
         above_new |= frontier
         frontier = {p for i in frontier for p in after[i].metadata[PARENT_KEY]} - above_new
-    # no full rebuild: one call per summary above the new leaves, every other summary untouched
-    assert 0 < llm.call_count == stats.summaries_written == len(above_new)
+    # no full rebuild: one call per summary above the new leaves (none for a cluster of one,
+    # carried up), every other summary untouched
+    assert stats.summaries_written == len(above_new)
+    carried = sum(is_carried(after[i]) for i in above_new)
+    assert 0 < llm.call_count == len(above_new) - carried == stats.llm_calls
     for i, n in before.items():
         if n.metadata[LEVEL_KEY] > 0 and i not in above_new:
             assert after[i].text == n.text
