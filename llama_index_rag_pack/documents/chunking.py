@@ -7,8 +7,8 @@ gives up after 5 s, at about 7 MB of text), and whatever the splitter raises is 
 :class:`~llama_index_rag_pack.core.errors.ConfigurationError` naming the file.
 
 Markdown tables (what :mod:`~llama_index_rag_pack.documents.office_files` writes) are cut only
-between rows: each row is one unit of the splitter, and a table longer than a chunk is cut into
-groups of whole rows, each under the table's header row (:mod:`.tables`).
+between rows: each row is one unit of the splitter, and a table that does not fit whole in one
+chunk is cut into groups of whole rows, each under the table's header row (:mod:`.tables`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
@@ -25,7 +25,12 @@ from llama_index.core.utils import get_tokenizer, get_tqdm_iterable
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.text_decoding import split_at_breaks
-from llama_index_rag_pack.documents.tables import split_table_rows, table_row_groups
+from llama_index_rag_pack.documents.tables import (
+    MarkdownTable,
+    find_tables,
+    split_table_rows,
+    table_row_groups,
+)
 
 __all__ = [
     "DEFAULT_CHUNK_OVERLAP",
@@ -93,8 +98,9 @@ def split_documents(
     the same documents twice gives the same ids, and equal scores rank the same way every time;
     with ``tenant_field``, from the document's tenant too (:func:`chunk_id`). Texts longer than
     :data:`MAX_SPLIT_CHARS` are first cut at paragraph ends (:class:`_LongTextSplitter`).
-    Markdown tables are cut only between rows, a long one into groups of rows each under the
-    header row (:func:`~llama_index_rag_pack.documents.tables.table_row_groups`).
+    Markdown tables are cut only between rows; one that does not fit whole in a chunk is cut
+    into groups of rows, each under the header row
+    (:func:`~llama_index_rag_pack.documents.tables.table_row_groups`).
 
     Raises:
         ConfigurationError: bad ``chunk_size``/``chunk_overlap``, or a document that cannot be
@@ -133,22 +139,70 @@ def split_documents(
 
 class _LongTextSplitter(SentenceSplitter):
     """A ``SentenceSplitter`` that cuts texts into pieces first (:data:`MAX_SPLIT_CHARS`), and
-    Markdown tables longer than a chunk into groups of whole rows under their header row."""
+    Markdown tables that do not fit whole in one chunk into groups of whole rows, each under the
+    table's header row."""
 
     def split_text_metadata_aware(self, text: str, metadata_str: str) -> list[str]:
         budget = self.chunk_size - len(self._tokenizer(metadata_str))
+        # Tables longer than a chunk first, whole: cut into pieces, they would lose their header.
+        long = [t for t in find_tables(text) if self._count(text[t.start : t.end]) > budget]
+        if long:
+            return self._split_tables(text, long, metadata_str, self._split_pieces)
+        return self._split_pieces(text, metadata_str)
+
+    def _split_pieces(self, text: str, metadata_str: str) -> list[str]:
+        """``text`` cut at paragraph ends into pieces the sentence splitter can take; a table
+        that the splitter would cut is cut into row groups instead."""
         chunks: list[str] = []
         for piece in split_at_breaks(text, MAX_SPLIT_CHARS):
-            parts = list(table_row_groups(piece, budget, self._count_tokens))
-            if not any(is_rows for is_rows, _ in parts):  # no table longer than a chunk
-                chunks += super().split_text_metadata_aware(piece, metadata_str)
-                continue
-            for is_rows, part in parts:
-                if is_rows and self._count_tokens(part) <= budget:
-                    chunks.append(part.strip())
-                elif part.strip():  # other text, or one row too long for a chunk
-                    chunks += super().split_text_metadata_aware(part, metadata_str)
+            plain = super().split_text_metadata_aware(piece, metadata_str)
+            cut = [
+                table
+                for table in find_tables(piece)
+                if not any(piece[table.start : table.end].strip() in chunk for chunk in plain)
+            ]
+            if cut:
+                plain = self._split_tables(
+                    piece, cut, metadata_str, super().split_text_metadata_aware
+                )
+            chunks += plain
         return chunks
 
-    def _count_tokens(self, text: str) -> int:
+    def _split_tables(
+        self,
+        text: str,
+        tables: list[MarkdownTable],
+        metadata_str: str,
+        split_text: Callable[[str, str], list[str]],
+    ) -> list[str]:
+        """``text`` in chunks: ``tables`` in groups of rows under their header row, the text
+        around them split by ``split_text``. A table's first group shares a chunk with the text
+        before it (a title, a caption) where its header and a row fit beside it."""
+        budget = self.chunk_size - len(self._tokenizer(metadata_str))
+        chunks: list[str] = []
+        position = 0
+        for table in tables:
+            before = text[position : table.start]
+            room = None
+            if before.strip():
+                chunks += split_text(before, metadata_str)
+                room = budget - self._count(f"{chunks[-1]}\n\n") if chunks else None
+            if self._count(text[table.start : table.end]) <= budget:
+                room = None  # it fits a chunk whole: beside the text before it, or alone
+            groups = table_row_groups(table, budget, self._count, first_budget=room)
+            first = groups[0].strip()
+            if room is not None and self._count(f"{chunks[-1]}\n\n{first}") <= budget:
+                chunks[-1] = f"{chunks[-1]}\n\n{first}"
+                groups = groups[1:]
+            for group in groups:
+                if self._count(group) > budget:  # one row longer than a chunk: cut it
+                    chunks += super().split_text_metadata_aware(group, metadata_str)
+                else:
+                    chunks.append(group.strip())
+            position = table.end
+        if text[position:].strip():
+            chunks += split_text(text[position:], metadata_str)
+        return chunks
+
+    def _count(self, text: str) -> int:
         return len(self._tokenizer(text))

@@ -3,8 +3,8 @@
 Readers of office and data files (:mod:`~llama_index_rag_pack.documents.office_files`) write a
 table as Markdown rows under its header row; the chunker
 (:mod:`~llama_index_rag_pack.documents.chunking`) then treats every row as one unit, so a chunk
-ends between rows, and cuts a table longer than a chunk into groups of whole rows, each under the
-header row again (:func:`table_row_groups`).
+ends between rows, and a table that would not fit whole in one chunk is cut into groups of whole
+rows, each under the header row again (:func:`table_row_groups`).
 """
 
 # Pure module: no LlamaIndex, no pymilvus (tests/test_architecture.py checks it).
@@ -120,40 +120,39 @@ def split_table_rows(sentences: Callable[[str], list[str]]) -> Callable[[str], l
 
 
 def table_row_groups(
-    text: str, budget: int, count_tokens: Callable[[str], int]
-) -> Iterator[tuple[bool, str]]:
-    """``text`` in order as ``(False, other_text)`` and ``(True, rows)`` pieces: each table
-    longer than ``budget`` tokens is cut into groups of whole rows, each under the table's
-    header row and at most ``budget`` tokens (a row too long for that is a group alone, header
-    included: the chunker cuts it). Shorter tables stay in the other text.
+    table: MarkdownTable,
+    budget: int,
+    count_tokens: Callable[[str], int],
+    first_budget: int | None = None,
+) -> list[str]:
+    """``table`` cut into groups of whole rows, each under the table's header row and at most
+    ``budget`` tokens (a row too long for that is a group alone, header included: the chunker
+    cuts it). With ``first_budget``, the first group is at most that many tokens where the
+    header and the first row fit in it (room left beside the text before the table).
 
     Example:
-        >>> table = "| k | v |\\n|---|---|\\n" + "".join(f"| {i} | x |\\n" for i in range(4))
+        >>> text = "| k | v |\\n|---|---|\\n" + "".join(f"| {i} | x |\\n" for i in range(5))
+        >>> (table,) = find_tables(text)
         >>> lines = lambda text: text.count("\\n")  # tokens, here: lines
-        >>> for is_table, piece in table_row_groups("Intro.\\n" + table, 4, lines):
-        ...     print(is_table, repr(piece))
-        False 'Intro.\\n'
-        True '| k | v |\\n|---|---|\\n| 0 | x |\\n| 1 | x |\\n'
-        True '| k | v |\\n|---|---|\\n| 2 | x |\\n| 3 | x |\\n'
+        >>> for group in table_row_groups(table, 4, lines, first_budget=3):
+        ...     print(repr(group))
+        '| k | v |\\n|---|---|\\n| 0 | x |\\n'
+        '| k | v |\\n|---|---|\\n| 1 | x |\\n| 2 | x |\\n'
+        '| k | v |\\n|---|---|\\n| 3 | x |\\n| 4 | x |\\n'
     """
-    position = 0
-    for table in find_tables(text):
-        if count_tokens(text[table.start : table.end]) <= budget:
-            continue
-        if table.start > position:
-            yield False, text[position : table.start]
-        head = count_tokens(table.header)
-        group: list[str] = []
-        size = head
-        for row in table.rows:
-            row_size = count_tokens(row)
-            if group and size + row_size > budget:
-                yield True, table.header + "".join(group)
-                group, size = [], head
-            group.append(row)
-            size += row_size
-        if group:
-            yield True, table.header + "".join(group)
-        position = table.end
-    if position < len(text):
-        yield False, text[position:]
+    head = count_tokens(table.header)
+    sizes = [count_tokens(row) for row in table.rows]
+    limit = budget
+    if first_budget is not None and sizes and head + sizes[0] <= first_budget:
+        limit = first_budget
+    groups: list[str] = []
+    group: list[str] = []
+    size = head
+    for row, row_size in zip(table.rows, sizes, strict=True):
+        if group and size + row_size > limit:
+            groups.append(table.header + "".join(group))
+            group, size, limit = [], head, budget
+        group.append(row)
+        size += row_size
+    groups.append(table.header + "".join(group))
+    return groups
