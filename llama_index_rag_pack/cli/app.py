@@ -29,7 +29,7 @@ from llama_index_rag_pack.cli.output import (
     print_models,
     step,
 )
-from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
+from llama_index_rag_pack.core.errors import RagPackError
 
 DEMO_TITLES = (
     "Apollo 11",
@@ -50,39 +50,9 @@ DEMO_QUESTIONS = (
 
 # --------------------------------------------------------------------------- commands
 def cmd_index(args: argparse.Namespace) -> int:
-    from llama_index_rag_pack.pack.file_indexing import index_files
+    from llama_index_rag_pack.cli.index import cmd_index as run
 
-    if args.reindex:
-        from llama_index_rag_pack.cli.reindex import cmd_reindex
-
-        return cmd_reindex(args)
-    if not args.paths:
-        raise ConfigurationError(
-            "rag-pack index needs files or directories to index (or --reindex to upgrade the "
-            "stored collection's BM25 analysis)."
-        )
-    timings: dict[str, float] = {}
-    with step("reading, chunking, embedding and storing in Milvus", timings):
-        report = index_files(
-            args.paths,
-            recursive=not args.no_recursive,
-            overwrite=args.overwrite,
-            show_progress=True,
-            chunk_size=args.chunk_size,
-            chunk_overlap=args.chunk_overlap,
-            sentence_index=not args.no_sentence_index,
-            bm25_analyzer=args.bm25_analyzer or "auto",
-            **{k: v for k, v in pack_kwargs(args).items() if k != "llm"},
-        )
-        out(f"  {report.summary()}")  # each unreadable file was logged with its reason
-    pack = report.pack
-    sentences = pack.sentence_index.count() if pack.sentence_index is not None else 0
-    out(
-        f"Collection {pack.vector_store.collection_name!r} now holds {pack.count()} chunks"
-        + (f" and {sentences} sentences." if sentences else ".")
-        + (f" Skipped {len(report.skipped)} unreadable files." if report.skipped else "")
-    )
-    return 0
+    return run(args)
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
@@ -234,6 +204,23 @@ def _add_index_command(sub: Any) -> None:
     )
     p.add_argument("paths", nargs="*", help="files or directories")
     p.add_argument("--overwrite", action="store_true", help="drop the collection first")
+    p.add_argument(
+        "--sync",
+        action="store_true",
+        help="also delete what is stored for files under the paths that are gone (chunks, "
+        "sentences, BM25 statistics and RAPTOR leaves), and report what was added, changed, "
+        "removed and left unchanged",
+    )
+    p.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="with --sync: keep watching the paths and sync again after every change "
+        "(polling every SECONDS, default 2; Ctrl-C stops)",
+    )
     p.add_argument(
         "--reindex",
         action="store_true",

@@ -151,10 +151,10 @@ def check_uri(uri: str, *, timeout: float = CONNECT_TIMEOUT_S) -> None:
                 f"Milvus Lite needs a path ending in '.db', got {uri!r} "
                 "(e.g. ./rag_pack_data/milvus.db), or give a server address http://host:19530."
             )
-        from llama_index_rag_pack.milvus.lite import lite_installed, lite_missing_message
+        from llama_index_rag_pack.core import lite_install
 
-        if not lite_installed():
-            raise ConfigurationError(lite_missing_message(uri))
+        if not lite_install.lite_installed():
+            raise ConfigurationError(lite_install.lite_missing_message(uri))
         return
     address = server_address(uri)
     if address is None:

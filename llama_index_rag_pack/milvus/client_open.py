@@ -12,13 +12,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from llama_index_rag_pack.core import lite_install
 from llama_index_rag_pack.core.errors import ConfigurationError, MilvusUnavailableError
-from llama_index_rag_pack.milvus.lite import (
-    LITE_OPEN_LOCK,
-    lite_installed,
-    lite_lock_problem,
-    lite_missing_message,
-)
+from llama_index_rag_pack.milvus.lite import LITE_OPEN_LOCK, lite_lock_problem
 from llama_index_rag_pack.milvus.recovery import recovering_client_class
 from llama_index_rag_pack.models.settings import default_milvus_uri
 
@@ -79,8 +75,8 @@ def check_uri(uri: str, *, timeout: float = 3.0) -> None:
             f"Milvus Lite needs a path ending in '.db', got {uri!r} "
             "(e.g. ./rag_pack_data/milvus.db), or give a server address http://host:19530."
         )
-    if not lite_installed():
-        raise ConfigurationError(lite_missing_message(uri))
+    if not lite_install.lite_installed():
+        raise ConfigurationError(lite_install.lite_missing_message(uri))
     path = Path(uri)
     if path.exists() and not path.is_dir():
         raise ConfigurationError(

@@ -1,4 +1,6 @@
-"""A document's rows in a pack's collection, found and deleted by its id within its tenant.
+"""A document's rows in a pack's collection, found and deleted by its id within its tenant, and
+the stored documents whose files are gone (a sync of a folder,
+:func:`~llama_index_rag_pack.pack.file_indexing.index_files` with ``sync=True``).
 
 Document ids come from users (file paths, ids of their own), so they only ever enter a Milvus
 expression as escaped literals (:func:`ids_expression`). With tenants, several tenants may use the
@@ -12,12 +14,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from llama_index_rag_pack.milvus.milvus_filter import and_expressions, milvus_literal
 from llama_index_rag_pack.milvus.tenants import ANY_TENANT, tenant_expression
 
-__all__ = ["delete_document_rows", "group_by_tenant", "ids_expression", "row_ids"]
+__all__ = [
+    "FILE_PATH_KEY",
+    "GoneDocuments",
+    "StoredDocument",
+    "delete_document_rows",
+    "gone_documents",
+    "group_by_tenant",
+    "ids_expression",
+    "row_ids",
+    "stored_documents",
+]
 
 #: Document ids per delete expression (a long ``in`` list is split into several deletes).
 ID_BATCH = 500
@@ -90,3 +104,94 @@ def delete_document_rows(
             client.delete(name, filter=expr)
         deleted += len(chunks)
     return deleted
+
+
+# --------------------------------------------------------------------------- files that are gone
+#: Metadata key of the file a document was read from (LlamaIndex's file readers).
+FILE_PATH_KEY = "file_path"
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """A document stored in the collection: its id, tenant and the file it was read from."""
+
+    doc_id: str
+    tenant: str | None
+    file_path: str | None
+
+
+def stored_documents(pack: Any) -> list[StoredDocument]:
+    """Every document of the pack's collection (one row per document), read in one scan."""
+    store = pack.vector_store
+    doc_field = getattr(store, "doc_id_field", None) or "doc_id"
+    tenant_field = getattr(pack, "tenant_field", None)
+    fields = [doc_field, FILE_PATH_KEY, *([tenant_field] if tenant_field else [])]
+    found: dict[tuple[str | None, str], StoredDocument] = {}
+    iterator = store.client.query_iterator(
+        store.collection_name, batch_size=_READ_BATCH, filter="", output_fields=fields
+    )
+    try:
+        while batch := iterator.next():
+            for row in batch:
+                doc_id = str(row.get(doc_field) or "")
+                tenant = row.get(tenant_field) if tenant_field else None
+                path = row.get(FILE_PATH_KEY)
+                if doc_id and (tenant, doc_id) not in found:
+                    found[(tenant, doc_id)] = StoredDocument(
+                        doc_id, tenant, path if isinstance(path, str) and path else None
+                    )
+    finally:
+        iterator.close()
+    return list(found.values())
+
+
+def _resolved(path: str | Path) -> Path:
+    return Path(path).expanduser().resolve()
+
+
+def _under(path: Path, root: Path, recursive: bool) -> bool:
+    if path == root:
+        return True
+    return path.is_relative_to(root) and (recursive or path.parent == root)
+
+
+@dataclass
+class GoneDocuments:
+    """What a sync deletes: documents of files that are gone, and parts a file lost."""
+
+    documents: list[StoredDocument] = field(default_factory=list)
+    files: set[str] = field(default_factory=set)
+
+
+def gone_documents(
+    stored: Iterable[StoredDocument],
+    roots: Sequence[str | Path],
+    found_files: Iterable[str | Path],
+    read_ids: dict[Path, set[str]],
+    *,
+    recursive: bool = True,
+) -> GoneDocuments:
+    """The stored documents a sync of ``roots`` deletes.
+
+    Args:
+        stored: The collection's documents (:func:`stored_documents`).
+        roots: The indexed paths (folders or files).
+        found_files: Every supported file found under them this run (read or skipped).
+        read_ids: For each file read this run (resolved path), the ids of its documents.
+        recursive: Whether sub-folders were searched (a file in one is not gone otherwise).
+    """
+    tops = [_resolved(r) for r in roots]
+    present = {_resolved(f) for f in found_files}
+    gone = GoneDocuments()
+    for doc in stored:
+        if doc.file_path is None:
+            continue
+        path = _resolved(doc.file_path)
+        if not any(_under(path, top, recursive) for top in tops):
+            continue
+        if path not in present:  # the file was deleted, moved or renamed
+            gone.documents.append(doc)
+            gone.files.add(doc.file_path)
+        elif path in read_ids and doc.doc_id not in read_ids[path]:  # a part it lost
+            gone.documents.append(doc)
+    return gone

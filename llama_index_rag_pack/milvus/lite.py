@@ -133,24 +133,6 @@ def _served_here(uri: str) -> bool:
     return os.path.abspath(uri) in getattr(server_manager_instance, "_servers", {})
 
 
-def lite_installed() -> bool:
-    """Whether Milvus Lite (the ``milvus-lite`` package) is installed: it has no Windows build,
-    so the package installs without it there and only a server uri works."""
-    import importlib.util
-
-    return importlib.util.find_spec("milvus_lite") is not None
-
-
-def lite_missing_message(uri: str) -> str:
-    """The one-line error for a Milvus Lite path ``uri`` when Milvus Lite is not installed."""
-    return (
-        f"{uri!r} is a Milvus Lite database, but Milvus Lite is not installed (it has no "
-        "Windows build). Point the pack at a Milvus server instead: uri='http://127.0.0.1:19530' "
-        "(--uri; docs/milvus.md has the Docker command), or on Linux and macOS "
-        "`pip install milvus-lite`."
-    )
-
-
 def is_lite_path(uri: str | None) -> bool:
     """True for a Milvus Lite database path (``*.db``, no ``scheme://``)."""
     return bool(uri) and "://" not in str(uri) and str(uri).endswith(".db")
@@ -190,8 +172,6 @@ def _release_lite_server(path: Path) -> None:
 __all__ = [
     "discard_new_lite_db_on_failure",
     "is_lite_path",
-    "lite_installed",
-    "lite_missing_message",
     "LITE_OPEN_LOCK",
     "describe_process",
     "lite_lock_problem",

@@ -20,9 +20,15 @@ from llama_index_rag_pack.milvus.tenants import ANY_TENANT, tenant_expression
 from llama_index_rag_pack.milvus.vector_memory import forget_vectors
 from llama_index_rag_pack.pack.filters import pack_filter_expression
 from llama_index_rag_pack.pack.pack_view import PackView
-from llama_index_rag_pack.pack.raptor import drop_pack_tree, open_pack_tree, raptor_collection_name
+from llama_index_rag_pack.pack.raptor import (
+    drop_pack_tree,
+    open_pack_tree,
+    open_raptor_store,
+    raptor_collection_name,
+    tree_tenant,
+)
 
-__all__ = ["delete_documents", "documents_by_tenant"]
+__all__ = ["delete_documents", "documents_by_tenant", "remove_from_trees"]
 
 logger = logging.getLogger(__name__)
 
@@ -96,3 +102,27 @@ def _delete_from_tree(
         drop_pack_tree(pack, tenant)
         return
     open_pack_tree(pack, tenant=tenant).delete(doc_ids)
+
+
+def remove_from_trees(pack: PackView, tenant: str | None, doc_ids: list[str]) -> int:
+    """Remove the RAPTOR leaves of ``doc_ids`` from their tree without calling the LLM (a sync
+    of a folder); the number of leaves removed. The summaries above them still hold their text
+    until ``rag-pack raptor update`` (:meth:`RaptorTree.refresh
+    <llama_index_rag_pack.raptor.raptor_tree.RaptorTree.refresh>`) writes them again."""
+    if not getattr(pack, "uri", None) or not doc_ids:
+        return 0
+    collection = pack.vector_store.collection_name
+    if not pack.vector_store.client.has_collection(raptor_collection_name(collection, tenant)):
+        return 0
+    from llama_index_rag_pack.raptor.raptor_store import RaptorStore
+
+    dim = len(pack.embed_model.get_text_embedding("dimension probe"))
+    store = RaptorStore(
+        open_raptor_store(pack.uri, collection, dim=dim, tenant=tree_tenant(pack, tenant))
+    )
+    leaves = [n.node_id for n in store.by_doc(doc_ids)]
+    if leaves:
+        store.delete_ids(leaves)
+        store.flush()
+        logger.info("Removed %d RAPTOR leaves; the tree's summaries are stale", len(leaves))
+    return len(leaves)

@@ -10,6 +10,13 @@ killed half-way re-does only the documents it had not finished (their partial ro
 A document's sentences are written before its chunks, so a document whose chunks are all there
 has its sentences too.
 
+With ``sync=True`` (``rag-pack index DIR --sync``) the documents stored for files under the
+indexed paths that are gone (deleted, moved, renamed; and the parts a file no longer has, a PDF
+with fewer pages) are deleted after the new and changed files are written, everywhere the pack
+keeps them; RAPTOR leaves go without an LLM call, and the summaries above them are refreshed by
+``rag-pack raptor update``. A file still there that cannot be read this time keeps what was
+stored for it. Documents added through the Python API (no ``file_path``) are never touched.
+
 Example:
     >>> report = index_files(["notes/"], uri="notes.db")  # doctest: +SKIP
     >>> report.summary()  # doctest: +SKIP
@@ -21,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +43,14 @@ from llama_index_rag_pack.documents.chunking import (
     chunk_id,
 )
 from llama_index_rag_pack.documents.ingest import SkippedFile, find_files, read_file_documents
+from llama_index_rag_pack.milvus.document_rows import (
+    FILE_PATH_KEY,
+    GoneDocuments,
+    delete_document_rows,
+    gone_documents,
+    stored_documents,
+)
+from llama_index_rag_pack.milvus.vector_memory import forget_vectors
 from llama_index_rag_pack.pack.indexing import CONTENT_HASH_KEY, DOC_CHUNKS_KEY, HIDDEN_KEYS
 
 logger = logging.getLogger(__name__)
@@ -44,6 +60,7 @@ __all__ = [
     "BATCH_FILES",
     "FileIndexReport",
     "content_hash",
+    "delete_gone",
     "index_files",
     "unchanged_documents",
 ]
@@ -64,6 +81,12 @@ class FileIndexReport:
         unchanged: Documents skipped: stored with the same text and chunking, all chunks there.
         chunks: Chunks written.
         skipped: Files that could not be read, each with its reason.
+        synced: Whether this was a sync (``sync=True``): then ``new``, ``changed`` and
+            ``removed`` are counted.
+        new: Of ``indexed``, documents the collection did not hold.
+        changed: Of ``indexed``, documents stored before with other text (or cut short).
+        removed: Documents deleted because their file is gone (or lost that part).
+        removed_files: The files that were gone.
         seconds: Wall time.
         pack: The pack over the collection (``None`` when nothing was readable).
     """
@@ -73,6 +96,11 @@ class FileIndexReport:
     unchanged: int = 0
     chunks: int = 0
     skipped: list[SkippedFile] = field(default_factory=list)
+    synced: bool = False
+    new: int = 0
+    changed: int = 0
+    removed: int = 0
+    removed_files: list[str] = field(default_factory=list)
     seconds: float = 0.0
     pack: Any = None
 
@@ -83,10 +111,14 @@ class FileIndexReport:
         if self.skipped:
             n = len(self.skipped)
             text += f" ({n:,} file{'s' if n != 1 else ''} skipped)"
-        return (
-            f"{text}; {self.indexed:,} indexed as {self.chunks:,} chunks, "
-            f"{self.unchanged:,} unchanged"
-        )
+        text = f"{text}; {self.indexed:,} indexed as {self.chunks:,} chunks"
+        if self.synced:
+            text += f" ({self.new:,} new, {self.changed:,} changed)"
+        text += f", {self.unchanged:,} unchanged"
+        if self.synced:
+            gone = len(self.removed_files)
+            text += f", {self.removed:,} removed ({gone:,} file{'s' if gone != 1 else ''} gone)"
+        return text
 
 
 def content_hash(document: Document, chunk_size: int, chunk_overlap: int) -> str:
@@ -160,6 +192,7 @@ def index_files(
     *,
     recursive: bool = True,
     overwrite: bool = False,
+    sync: bool = False,
     show_progress: bool = False,
     **pack_kwargs: Any,
 ) -> FileIndexReport:
@@ -167,7 +200,10 @@ def index_files(
 
     ``pack_kwargs`` are :class:`~llama_index_rag_pack.RagPack`'s (``uri``, ``collection_name``,
     ``chunk_size``, ...). ``overwrite`` drops the collection before the first batch. The
-    collection is made by the first batch with any text when it does not exist.
+    collection is made by the first batch with any text when it does not exist. ``sync`` also
+    deletes the documents of files under ``paths`` that are gone (and the parts a file lost),
+    everywhere the pack keeps them (:mod:`~llama_index_rag_pack.pack.file_sync`); a folder
+    emptied of supported files is then synced to nothing.
 
     Raises:
         ConfigurationError: a path does not exist, or a bad setting.
@@ -178,31 +214,47 @@ def index_files(
     start = time.perf_counter()
     # the pack's own bars (chunking, embeddings) show progress inside each batch
     pack_kwargs.setdefault("show_progress", show_progress)
-    files = find_files(paths, recursive=recursive)
-    report = FileIndexReport(files=len(files))
+    try:
+        files = find_files(paths, recursive=recursive)
+    except EmptyCorpusError:
+        if not sync:
+            raise
+        files = []  # every file under the paths is gone: the sync removes them all
+    report = FileIndexReport(files=len(files), synced=sync)
     chunk_size = pack_kwargs.get("chunk_size", DEFAULT_CHUNK_SIZE)
     chunk_overlap = pack_kwargs.get("chunk_overlap", DEFAULT_CHUNK_OVERLAP)
     pack = None if overwrite else _open_existing(RagPack, pack_kwargs)
     # a collection this run makes holds only what it wrote: files are read once each, so
     # nothing is looked up (a lookup per batch grows with the collection)
     made_here = pack is None
+    stored = stored_documents(pack) if sync and pack is not None else []
+    stored_ids = {doc.doc_id for doc in stored}
+    read_ids: dict[Path, set[str]] = defaultdict(set)
     try:
         with _progress(len(files), show_progress) as advance:
             for batch in _batches(files, report.skipped, advance.files):
                 for doc in batch:
                     _stamp(doc, chunk_size, chunk_overlap)
+                    if sync and isinstance(doc.metadata.get(FILE_PATH_KEY), str):
+                        read_ids[Path(doc.metadata[FILE_PATH_KEY]).resolve()].add(doc.doc_id)
                 same = set() if made_here else unchanged_documents(pack.vector_store, batch)
                 todo = [d for d in batch if d.doc_id not in same]
                 report.unchanged += len(batch) - len(todo)
+                report.changed += sum(d.doc_id in stored_ids for d in todo)
                 if todo:  # in a collection made before, their old or partial rows go first
                     replace = not made_here
                     pack, written = _write(RagPack, pack, todo, overwrite, replace, pack_kwargs)
                     report.indexed += len(todo)
                     report.chunks += written
                     advance.chunks(written)
+        if stored:
+            gone = gone_documents(stored, _as_list(paths), files, read_ids, recursive=recursive)
+            report.removed = delete_gone(pack, gone)
+            report.removed_files = sorted(gone.files)
     finally:  # one flush: Lite seals a segment at each, and scores BM25 per segment
         if pack is not None:
             pack.flush()
+    report.new = report.indexed - report.changed if sync else 0
     report.pack, report.seconds = pack, time.perf_counter() - start
     if pack is None:
         listed = "; ".join(map(str, report.skipped[:5]))
@@ -210,6 +262,30 @@ def index_files(
             f"Nothing to index: none of the {len(files)} files has readable text ({listed})."
         )
     return report
+
+
+def delete_gone(pack: Any, gone: GoneDocuments) -> int:
+    """Delete ``gone``'s documents everywhere the pack keeps them (chunks, sentences, BM25
+    statistics, RAPTOR leaves); the number deleted."""
+    from llama_index_rag_pack.pack.deletion import remove_from_trees
+
+    by_tenant: dict[str | None, list[str]] = defaultdict(list)
+    for doc in gone.documents:
+        by_tenant[doc.tenant].append(doc.doc_id)
+    store = pack.vector_store
+    for tenant, ids in by_tenant.items():
+        delete_document_rows(store, sorted(ids), tenant=tenant, sentence_index=pack.sentence_index)
+        remove_from_trees(pack, tenant, sorted(ids))
+    if by_tenant:
+        forget_vectors(store.client, store.collection_name)
+        store.client.flush(store.collection_name)
+        pack.forget_engines()
+        logger.info("Sync removed %d documents of %d files", len(gone.documents), len(gone.files))
+    return len(gone.documents)
+
+
+def _as_list(paths: str | Path | Sequence[str | Path]) -> list[str | Path]:
+    return [paths] if isinstance(paths, (str, Path)) else list(paths)
 
 
 def _open_existing(rag_pack: Any, pack_kwargs: dict[str, Any]) -> Any:

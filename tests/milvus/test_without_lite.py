@@ -11,8 +11,9 @@ from llama_index.core import Document
 from packaging.requirements import Requirement
 
 from llama_index_rag_pack.cli import checks, main
+from llama_index_rag_pack.core import lite_install
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.milvus import client_open, lite
+from llama_index_rag_pack.milvus import client_open
 from llama_index_rag_pack.pack.rag_pack import RagPack
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,8 +35,7 @@ def test_milvus_lite_is_a_dependency_everywhere_but_windows(platform: str, wante
 
 @pytest.fixture()
 def no_lite(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lite, "lite_installed", lambda: False)
-    monkeypatch.setattr(client_open, "lite_installed", lambda: False)
+    monkeypatch.setattr(lite_install, "lite_installed", lambda: False)
 
 
 MESSAGE = "is a Milvus Lite database, but Milvus Lite is not installed"
@@ -72,4 +72,4 @@ def test_a_server_uri_needs_no_milvus_lite(no_lite: None, monkeypatch) -> None:
 
 
 def test_lite_installed_here() -> None:
-    assert lite.lite_installed(), "the test machine has Milvus Lite (Linux)"
+    assert lite_install.lite_installed(), "the test machine has Milvus Lite (Linux)"

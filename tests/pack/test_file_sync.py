@@ -1,0 +1,151 @@
+"""``index_files(..., sync=True)`` / ``rag-pack index DIR --sync``: files that are gone leave
+the collection (chunks, sentences, BM25 statistics, RAPTOR leaves), and the report says what
+was added, changed, removed and left unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llama_index_rag_pack.milvus.document_rows import StoredDocument, gone_documents
+from llama_index_rag_pack.pack.file_indexing import index_files
+
+
+def _write(folder: Path, name: str, text: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(text, encoding="utf-8")
+
+
+def _corpus(folder: Path) -> None:
+    _write(folder, "rivers.txt", "The Danube flows through ten countries to the Black Sea.")
+    _write(folder, "deserts.txt", "The Atacama desert is the driest place on Earth.")
+    _write(folder / "sub", "forests.txt", "The Taiga is the largest forest biome on the planet.")
+    _write(folder, "glaciers.md", "# Glaciers\n\nThe Vatnajokull glacier covers Iceland's south.")
+
+
+def _doc_ids(pack) -> set[str]:
+    store = pack.vector_store
+    rows = store.client.query(store.collection_name, filter="", output_fields=["doc_id"], limit=999)
+    return {Path(r["doc_id"]).name for r in rows}
+
+
+def _bm25_texts(pack, query: str) -> list[str]:
+    return [n.node.get_content() for n in pack.retriever(mode="bm25").retrieve(query)]
+
+
+def test_a_sync_removes_deleted_files_everywhere_and_reports_each_kind(
+    tmp_path, embed_model, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = Path("docs")
+    _corpus(folder)
+    kwargs = {"uri": "sync.db", "collection_name": "docs", "embed_model": embed_model}
+    first = index_files(folder, sync=True, **kwargs)
+    assert (first.new, first.changed, first.removed, first.unchanged) == (4, 0, 0, 0)
+    assert "4 new, 0 changed" in first.summary() and "0 removed (0 files gone)" in first.summary()
+    sentences_before = first.pack.sentence_index.count()
+    assert any("Atacama" in t for t in _bm25_texts(first.pack, "Atacama driest"))
+
+    (folder / "deserts.txt").unlink()
+    _write(folder, "rivers.txt", "The Danube flows into the Black Sea through its delta.")
+    _write(folder, "volcanoes.txt", "Mount Etna is the most active volcano in Europe.")
+    synced = index_files(folder, sync=True, **kwargs)
+    assert (synced.new, synced.changed, synced.unchanged, synced.removed) == (1, 1, 2, 1)
+    assert synced.removed_files == [str(Path("docs") / "deserts.txt")]
+    assert synced.summary().endswith(
+        "2 indexed as 2 chunks (1 new, 1 changed), 2 unchanged, 1 removed (1 file gone)"
+    )
+    pack = synced.pack
+    assert _doc_ids(pack) == {"rivers.txt", "forests.txt", "glaciers.md", "volcanoes.txt"}
+    # every retriever: dense, BM25 (statistics without the deleted document) and sentences
+    for mode in ("vector", "bm25", "hybrid_convex"):
+        texts = [n.node.get_content() for n in pack.retriever(mode=mode).retrieve("Atacama")]
+        assert not any("Atacama" in t for t in texts), mode
+    sentences = pack.sentence_index
+    rows = sentences.client.query(
+        sentences.collection_name, filter="", output_fields=["doc_id"], limit=999
+    )
+    assert rows and not any("deserts" in r["doc_id"] for r in rows), "its sentences went too"
+    assert len(rows) == sentences.count() <= sentences_before
+    stats = pack.vector_store.client.query(
+        pack.vector_store.collection_name, filter="", output_fields=["doc_id"], limit=999
+    )
+    assert all("deserts" not in r["doc_id"] for r in stats)
+
+    # nothing changed: a second sync removes nothing and embeds nothing
+    again = index_files(folder, sync=True, **kwargs)
+    assert (again.indexed, again.unchanged, again.removed) == (0, 4, 0)
+
+
+def test_without_sync_a_deleted_file_stays(tmp_path, embed_model, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    folder = Path("docs")
+    _corpus(folder)
+    kwargs = {"uri": "plain.db", "collection_name": "docs", "embed_model": embed_model}
+    index_files(folder, **kwargs)
+    (folder / "deserts.txt").unlink()
+    report = index_files(folder, **kwargs)
+    assert "deserts.txt" in _doc_ids(report.pack) and report.removed == 0
+    assert "removed" not in report.summary()
+
+
+def test_a_folder_emptied_of_files_syncs_to_nothing_and_other_folders_are_kept(
+    tmp_path, embed_model, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _corpus(Path("docs"))
+    _write(Path("other"), "moon.txt", "The Moon is Earth's only natural satellite.")
+    kwargs = {"uri": "empty.db", "collection_name": "docs", "embed_model": embed_model}
+    index_files(["docs", "other"], **kwargs)
+    for path in Path("docs").rglob("*.*"):
+        path.unlink()
+    report = index_files("docs", sync=True, **kwargs)
+    assert report.files == 0 and report.removed == 4
+    assert _doc_ids(report.pack) == {"moon.txt"}, "a sync of docs/ never touches other/"
+
+
+def test_a_sync_without_recursion_keeps_files_in_sub_folders(
+    tmp_path, embed_model, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _corpus(Path("docs"))
+    kwargs = {"uri": "flat.db", "collection_name": "docs", "embed_model": embed_model}
+    index_files("docs", **kwargs)
+    report = index_files("docs", sync=True, recursive=False, **kwargs)
+    assert report.removed == 0 and "forests.txt" in _doc_ids(report.pack)
+
+
+def test_an_unreadable_file_keeps_what_was_stored_for_it(
+    tmp_path, embed_model, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    _corpus(Path("docs"))
+    kwargs = {"uri": "keep.db", "collection_name": "docs", "embed_model": embed_model}
+    index_files("docs", **kwargs)
+    Path("docs/deserts.txt").write_bytes(b"\x00\x01\x02binary\xff\xfe" * 50)
+    report = index_files("docs", sync=True, **kwargs)
+    assert report.removed == 0 and len(report.skipped) == 1
+    assert "deserts.txt" in _doc_ids(report.pack)
+
+
+@pytest.mark.parametrize("recursive", [True, False])
+def test_gone_documents_picks_files_under_the_roots_only(tmp_path, recursive: bool) -> None:
+    root = tmp_path / "docs"
+    (root / "sub").mkdir(parents=True)
+    kept = root / "a.txt"
+    kept.write_text("a")
+    stored = [
+        StoredDocument("a", None, str(kept)),
+        StoredDocument("gone", None, str(root / "gone.txt")),
+        StoredDocument("deep", None, str(root / "sub" / "deep.txt")),
+        StoredDocument("elsewhere", None, str(tmp_path / "other" / "x.txt")),
+        StoredDocument("api", None, None),
+        StoredDocument("pdf_part_3", None, str(root / "b.pdf")),
+        StoredDocument("pdf_part_0", None, str(root / "b.pdf")),
+    ]
+    (root / "b.pdf").write_text("pdf")
+    read = {kept.resolve(): {"a"}, (root / "b.pdf").resolve(): {"pdf_part_0"}}
+    gone = gone_documents(stored, [root], [kept, root / "b.pdf"], read, recursive=recursive)
+    expected = {"gone", "pdf_part_3"} | ({"deep"} if recursive else set())
+    assert {d.doc_id for d in gone.documents} == expected
