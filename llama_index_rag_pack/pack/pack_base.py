@@ -106,6 +106,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         self.sentence_vectors = indexing.check_sentence_vectors(sentence_vectors)
         self.chunk_size = chunk_size
         self.chunk_overlap = chunk_overlap
+        self._bm25_requested = bm25_analyzer  # an insert refuses another analysis by name
         self.similarity_top_k = similarity_top_k
         self.fusion_config = resolve_fusion_config(fusion_config)
         self.show_progress = show_progress
@@ -235,11 +236,13 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         documents = drop_blank_documents(documents)
         if self.tenant_field is not None:
             check_tenants(documents, self.tenant_field)
+        missing = indexing.check_index_settings(self, self._bm25_requested)
         written = 0
         if replace is None:
             replace = not indexing.nothing_stored(self)  # else no old rows to look for
         for part in indexing.document_slices(documents, self.tenant_field):
             written += indexing.write_slice(self, part, check_language=not written, replace=replace)
+        indexing.record_index_settings(self, missing)
         if flush:
             self.flush()
         self.forget_engines()
