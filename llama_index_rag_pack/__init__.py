@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
         LLMNotConfiguredError,
         MilvusUnavailableError,
         RagPackError,
+        RerankError,
     )
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import (
@@ -70,6 +71,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index_rag_pack.raptor.raptor_levels import RaptorBuildError
     from llama_index_rag_pack.raptor.raptor_retriever import RaptorRetrieveMode, RaptorRetriever
     from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
+    from llama_index_rag_pack.rerank.cross_encoder import CrossEncoderReranker
+    from llama_index_rag_pack.rerank.endpoint_reranker import EndpointReranker
+    from llama_index_rag_pack.rerank.reranked_retriever import RerankedRetriever
+    from llama_index_rag_pack.rerank.reranker_base import PackReranker
     from llama_index_rag_pack.routing.logical_selector import LogicalSelector
     from llama_index_rag_pack.routing.prompt_router import PromptRouter
     from llama_index_rag_pack.routing.router import FusionRouterRetriever
@@ -137,6 +142,12 @@ _EXPORTS: dict[str, str] = {
     "LLMNotConfiguredError": ".core.errors",
     "MilvusUnavailableError": ".core.errors",
     "RagPackError": ".core.errors",
+    "RerankError": ".core.errors",
+    # second-stage rerankers (docs/rerank.md)
+    "CrossEncoderReranker": ".rerank.cross_encoder",
+    "EndpointReranker": ".rerank.endpoint_reranker",
+    "PackReranker": ".rerank.reranker_base",
+    "RerankedRetriever": ".rerank.reranked_retriever",
     "distribution_based_fusion": ".fusion.rank_fusion",
     "reciprocal_rank_fusion": ".fusion.rank_fusion",
     "relative_score_fusion": ".fusion.rank_fusion",
@@ -191,6 +202,11 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "CrossEncoderReranker",
+    "EndpointReranker",
+    "PackReranker",
+    "RerankedRetriever",
+    "RerankError",
     "SentenceAttributor",
     "RaptorBuildError",
     "RaptorRetrieveMode",

@@ -28,6 +28,7 @@ LEVELS = {
     "citations": 3,
     "fusion": 3,
     "raptor": 3,
+    "rerank": 3,
     "chat": 4,
     "judge": 4,
     "routing": 4,

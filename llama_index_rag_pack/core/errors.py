@@ -22,6 +22,7 @@ __all__ = [
     "MilvusOperationError",
     "CollectionNotFoundError",
     "EmbeddingError",
+    "RerankError",
 ]
 
 
@@ -57,6 +58,12 @@ class CollectionNotFoundError(RagPackError, LookupError):
 
 class EmbeddingError(RagPackError, RuntimeError):
     """The embedding endpoint could not be reached or refused a request (``openai:MODEL``)."""
+
+
+class RerankError(RagPackError, RuntimeError):
+    """The reranker failed: its endpoint could not be reached, timed out, answered an HTTP
+    error or a body that is not a ranking of the documents sent, or a local cross-encoder could
+    not be loaded (``rerank_fallback="keep"`` keeps the un-reranked list instead)."""
 
 
 EMPTY_QUERY_MESSAGE = "The query is empty: ask a question with some text in it."

@@ -1,7 +1,7 @@
 """Errors of ``rag-pack serve`` as OpenAI-style JSON bodies.
 
 Every refused request gets ``{"error": {"message", "type", "param", "code"}}`` with a 4xx status
-(the caller can fix it) or 503 (Milvus, the embedding endpoint or the LLM failed: the next
+(the caller can fix it) or 503 (Milvus, the embedding or rerank endpoint or the LLM failed: the next
 request works once it is back). Nothing else escapes a handler: an unexpected exception is a 500
 with a generic message, logged with its traceback.
 """
@@ -20,6 +20,7 @@ from llama_index_rag_pack.core.errors import (
     LLMNotConfiguredError,
     MilvusOperationError,
     MilvusUnavailableError,
+    RerankError,
 )
 
 __all__ = ["ApiError", "api_error_from"]
@@ -32,6 +33,7 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     MilvusOperationError,
     CollectionNotFoundError,
     EmbeddingError,
+    RerankError,
     LLMNotConfiguredError,
     ConnectionError,
     TimeoutError,
