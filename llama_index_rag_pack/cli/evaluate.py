@@ -91,6 +91,13 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--answers", action="store_true", help="also let the LLM answer and score EM / token F1"
     )
+    p.add_argument(
+        "--rerank",
+        metavar="URL|local:DIR",
+        default=None,
+        help="also score each strategy reranked (as NAME+rerank) by this /rerank endpoint or "
+        "local cross-encoder, 4 x --top-k candidates each (docs/rerank.md)",
+    )
 
 
 def _add_output_arguments(p: argparse.ArgumentParser) -> None:
@@ -138,6 +145,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     expr = (args.filter or "").strip() or None
     if expr is not None:
         check_filter_expression(expr)  # malformed: one line, before any model loads
+    if args.rerank:
+        from llama_index_rag_pack.rerank.reranker_spec import make_reranker
+
+        make_reranker(args.rerank)  # a malformed URL or missing directory: one line, now
     harness = EvalHarness(
         load_labelled_set(args.dataset, corpus=args.corpus, split=args.split),
         corpus=args.corpus,
@@ -168,6 +179,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         _out(f"  filter: {expr}")
     _out(f"  {pack.count()} chunks; {len(harness.examples())} questions to evaluate")
     strategies = _fit_and_compare(args, harness) if args.fit else args.strategies
+    if args.rerank:
+        strategies = _reranked(strategies, args.rerank)
     if args.concurrency > 1:
         report = asyncio.run(harness.arun(strategies))
     else:
@@ -183,6 +196,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         _out(f"{kind:>8}: {path}")
     _out(f"done in {time.perf_counter() - start:.1f} s")
     return 0 if report.ok_rows() else 1
+
+
+def _reranked(strategies: Any, rerank: str) -> list[Any]:
+    """The strategies, each followed by its reranked twin (``--rerank``)."""
+    from llama_index_rag_pack.evaluation.strategies import (
+        reranked_strategies,
+        resolve_strategies,
+    )
+
+    chosen = resolve_strategies(strategies) if isinstance(strategies, str) else strategies
+    return reranked_strategies(chosen, rerank)
 
 
 def _add_fit_arguments(p: argparse.ArgumentParser) -> None:

@@ -6,7 +6,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-__all__ = ["add_answer_options", "add_citation_options", "add_retrieval_options", "positive_int"]
+__all__ = [
+    "add_answer_options",
+    "add_citation_options",
+    "add_rerank_options",
+    "add_retrieval_options",
+    "positive_int",
+]
 
 
 def positive_int(text: str) -> int:
@@ -17,6 +23,56 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
     return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def add_rerank_options(p: argparse.ArgumentParser) -> None:
+    """``--rerank`` and its settings (docs/rerank.md)."""
+    p.add_argument(
+        "--rerank",
+        metavar="URL|local:DIR",
+        default=None,
+        help="rerank every retrieval: a /rerank endpoint (TEI, vLLM, Infinity, Jina, Cohere: "
+        "http://HOST:PORT[/PATH][#MODEL], tei+ or cohere+ picks the API) or local:DIR, a saved "
+        "cross-encoder; the key comes from $RAG_PACK_RERANK_API_KEY (docs/rerank.md)",
+    )
+    p.add_argument(
+        "--rerank-top-n",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="candidates the reranker sees (default 4 x --top-k)",
+    )
+    p.add_argument(
+        "--rerank-batch-size",
+        type=positive_int,
+        default=32,
+        metavar="N",
+        help="documents per rerank request (default 32)",
+    )
+    p.add_argument(
+        "--rerank-timeout",
+        type=positive_float,
+        default=30.0,
+        metavar="S",
+        help="seconds a rerank request may take to connect and per read (default 30)",
+    )
+    p.add_argument(
+        "--rerank-fallback",
+        default="raise",
+        choices=["raise", "keep"],
+        help="when reranking fails: raise (one error line, default) or keep the first-stage "
+        "order with a warning",
+    )
 
 
 def add_citation_options(p: argparse.ArgumentParser) -> None:
@@ -67,6 +123,7 @@ def add_retrieval_options(p: argparse.ArgumentParser, modes: Sequence[str], top_
 def add_answer_options(p: argparse.ArgumentParser, modes: Sequence[str]) -> None:
     """The options of ``ask`` and ``chat``: retrieval, output, routing."""
     add_retrieval_options(p, modes, top_k=4)
+    add_rerank_options(p)
     p.add_argument("--no-stream", action="store_true", help="print the answer at the end")
     p.add_argument(
         "--self-query-fields",

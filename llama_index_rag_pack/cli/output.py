@@ -57,6 +57,20 @@ def pack_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "token": args.token,
         "llm": args.llm,
         "embed_model": args.embed_model,
+        **rerank_kwargs(args),
+    }
+
+
+def rerank_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``RagPack``'s rerank arguments from the command line (none without ``--rerank``)."""
+    rerank = getattr(args, "rerank", None)
+    if not rerank:
+        return {}
+    return {
+        "rerank": rerank,
+        "rerank_top_n": args.rerank_top_n,
+        "rerank_fallback": args.rerank_fallback,
+        "rerank_options": {"batch_size": args.rerank_batch_size, "timeout": args.rerank_timeout},
     }
 
 
@@ -70,6 +84,8 @@ def print_models(pack: Any, answer_style: str | None = None, citations: bool = T
     if info.get("bm25"):
         out(f"  bm25      : {info['bm25']}")
     out(f"  llm       : {info['llm']}")
+    if info.get("rerank"):
+        out(f"  rerank    : {info['rerank']}")
     if answer_style is not None:
         from llama_index_rag_pack.models.answer_style import describe_answer_style
 

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from llama_index_rag_pack.cli import output as _cli
-from llama_index_rag_pack.cli.options import add_answer_style_option
+from llama_index_rag_pack.cli.options import add_answer_style_option, add_rerank_options
 from llama_index_rag_pack.core.errors import ConfigurationError
 
 __all__ = ["register"]
@@ -122,6 +122,7 @@ def cmd_serve_mcp(args: argparse.Namespace) -> int:
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     add_answer_style_option(p)
+    add_rerank_options(p)
     p.add_argument(
         "--max-concurrent",
         type=int,

@@ -148,6 +148,32 @@ def resolve_strategies(spec: str | Iterable[str]) -> list[Strategy]:
     return out
 
 
+def reranked_strategies(strategies: Iterable[Strategy], rerank: str) -> list[Strategy]:
+    """Each strategy followed by its twin ``NAME+rerank``: the same retriever, its candidates
+    reranked by ``rerank`` (a rerank endpoint's URL or ``local:DIR``; docs/rerank.md), so the
+    table shows what the second stage adds to each.
+
+    Example:
+        >>> twins = reranked_strategies([Strategy("bm25", "bm25")], "http://127.0.0.1:8080")
+        >>> [(s.name, dict(s.kwargs)) for s in twins]
+        [('bm25', {}), ('bm25+rerank', {'rerank': 'http://127.0.0.1:8080'})]
+    """
+    out: list[Strategy] = []
+    for strategy in strategies:
+        out.append(strategy)
+        out.append(
+            Strategy(
+                name=f"{strategy.name}+rerank",
+                mode=strategy.mode,
+                kwargs={**dict(strategy.kwargs), "rerank": rerank},
+                needs_llm=strategy.needs_llm,
+                needs_tree=strategy.needs_tree,
+                description=f"{strategy.description or strategy.mode}, reranked",
+            )
+        )
+    return out
+
+
 def code_fingerprint(*objects: Any) -> str:
     """Hash of the source code behind ``objects`` (classes, functions, or instances' classes).
 
@@ -198,6 +224,7 @@ __all__ = [
     "code_fingerprint",
     "mode_names",
     "register_strategy",
+    "reranked_strategies",
     "resolve_strategies",
     "retriever_builder",
 ]

@@ -28,12 +28,15 @@ __all__ = ["base_scope", "check_builder_filters", "pack_filter_expression", "sco
 def base_scope(pack: PackView, filters: str | None) -> dict[str, Any]:
     """The arguments a mode passes when it asks ``pack`` for its base retriever: its own
     ``filters`` (already the compiled expression, tenant scope included), and on a pack with
-    tenants ``tenant="*"`` so the scope is not asked for twice."""
+    tenants ``tenant="*"`` so the scope is not asked for twice; on a pack that reranks,
+    ``rerank=False``: the mode's own retriever reranks what the base finds, once."""
     scope: dict[str, Any] = {}
     if filters:
         scope["filters"] = filters
     if getattr(pack, "tenant_field", None) is not None:
         scope["tenant"] = ANY_TENANT
+    if getattr(getattr(pack, "reranking", None), "default", None) is not None:
+        scope["rerank"] = False
     return scope
 
 

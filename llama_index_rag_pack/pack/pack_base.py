@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -56,6 +56,7 @@ from llama_index_rag_pack.pack.mode_registry import listed_modes
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode
 from llama_index_rag_pack.pack.raptor import RaptorBuildMixin
 from llama_index_rag_pack.pack.sql import SQLEngineMixin
+from llama_index_rag_pack.rerank.pack_reranking import PackReranking
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -94,6 +95,10 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         sentence_vectors: str | None = None,
         fusion_config: FusionConfig | str | Path | None = None,
         tenant_field: str | None = None,
+        rerank: Any = None,
+        rerank_top_n: int | None = None,
+        rerank_fallback: str = "raise",
+        rerank_options: Mapping[str, Any] | None = None,
         show_progress: bool = False,
         callback_manager: CallbackManager | None = None,
         flush: bool = True,
@@ -109,6 +114,9 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         self._bm25_requested = bm25_analyzer  # an insert refuses another analysis by name
         self.similarity_top_k = similarity_top_k
         self.fusion_config = resolve_fusion_config(fusion_config)
+        self.reranking = PackReranking(
+            rerank, top_n=rerank_top_n, fallback=rerank_fallback, options=rerank_options
+        )
         self.show_progress = show_progress
         self.callback_manager = callback_manager or CallbackManager([])
         self._llm_spec = llm
@@ -214,6 +222,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             ),
             **indexing.describe_bm25(store),
             **indexing.describe_milvus(store),
+            **self.reranking.describe(),
         }
 
     # ------------------------------------------------------------------ indexing
@@ -277,15 +286,18 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             self._default_mode = indexing.default_mode_for(self.vector_store)
         return self._default_mode
 
-    def retriever(self, mode: str | RetrievalMode | None = None, **kwargs: Any) -> BaseRetriever:
+    def retriever(
+        self, mode: str | RetrievalMode | None = None, *, rerank: Any = None, **kwargs: Any
+    ) -> BaseRetriever:
         """The retriever for ``mode`` (default :attr:`default_mode`; cached per mode and
-        arguments)."""
+        arguments), reranked by the pack's ``rerank``, another one, or none (``False``)."""
         spec = get_mode(self.default_mode if mode is None else mode)
         kwargs = scoped_kwargs(self, spec, kwargs)
         key = retriever_key(spec.name, kwargs)
+        key, build = self.reranking.plan(self, spec, kwargs, rerank, key)
         if key is None:  # an unhashable argument object: build a new retriever, uncached
-            return spec.build(self, **kwargs)
-        return self._retrievers.get_or_build(key, lambda: spec.build(self, **kwargs))
+            return build()
+        return self._retrievers.get_or_build(key, build)
 
     def make_query_engine(
         self,

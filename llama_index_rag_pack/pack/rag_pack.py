@@ -51,6 +51,16 @@ class RagPack(RagPackBase):
         fusion_config: Defaults of the hybrid modes: a ``FusionConfig`` or the path of one saved
             by ``rag-pack eval --fit``; unset: ``<data_dir>/fusion.json`` when it exists, else
             the built-in defaults. Arguments of ``retriever(mode, ...)`` override it.
+        tenant_field: The metadata key that keeps tenants apart (docs/filters.md).
+        rerank: A second stage after every mode, the chat engine included (docs/rerank.md): the
+            URL of a ``/rerank`` endpoint (``http://HOST:PORT[/PATH][#MODEL]``, TEI, vLLM,
+            Infinity, Jina or Cohere; ``tei+``/``cohere+`` picks the API), ``local:DIR`` (a
+            saved sentence-transformers CrossEncoder) or a LlamaIndex node postprocessor.
+        rerank_top_n: Candidates the reranker sees per query (default 4 x ``top_k``).
+        rerank_fallback: ``"raise"`` (a failed rerank is a ``RerankError``) or ``"keep"`` (a
+            warning, and the first-stage order).
+        rerank_options: ``batch_size`` (documents per request, 32), ``timeout`` (seconds,
+            30), ``api_key_env`` (``RAG_PACK_RERANK_API_KEY``), ``max_response_bytes``.
         show_progress: Progress bars while indexing.
         flush: Flush after indexing ``documents`` (``False``: the caller calls :meth:`flush`
             after further inserts; Milvus Lite seals a segment at every flush and scores BM25

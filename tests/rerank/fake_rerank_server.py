@@ -12,7 +12,10 @@ the request and response bodies of the real APIs, and failing on demand.
   ``/fail/duplicate``, ``/fail/partial``: the failures their names say.
 
 Scores come from :func:`fake_score`, unrelated to any first-stage order. Every request is
-recorded (path, body, headers) in ``server.requests``.
+recorded (path, body, headers) in ``server.requests``. Each test module makes the fixture
+``rerank_server`` (one server per module, its records cleared before each test) from
+:func:`serve_module` and :func:`cleared`: a ``conftest.py`` here would clash with
+``tests/serve``'s under ``--doctest-modules``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import contextlib
 import json
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -142,3 +146,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.wfile.write(payload)
+
+
+def serve_module() -> Iterator[FakeRerankServer]:
+    """The module fixture ``rerank_server_module``: one server for a test module."""
+    server = FakeRerankServer()
+    yield server
+    server.stop()
+
+
+def cleared(rerank_server_module: FakeRerankServer) -> FakeRerankServer:
+    """The fixture ``rerank_server``: the module's server, its records cleared."""
+    rerank_server_module.requests.clear()
+    return rerank_server_module

@@ -11,13 +11,16 @@ import socket
 import time
 
 import pytest
-from fake_rerank_server import MODEL, FakeRerankServer, fake_score
+from fake_rerank_server import MODEL, FakeRerankServer, cleared, fake_score, serve_module
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
 from llama_index_rag_pack.core.errors import ConfigurationError, RerankError
 from llama_index_rag_pack.rerank.endpoint_reranker import EndpointReranker
 from llama_index_rag_pack.rerank.reranker_base import RERANK_SCORE_KEY
 from llama_index_rag_pack.rerank.reranker_spec import make_reranker
+
+rerank_server_module = pytest.fixture(scope="module")(serve_module)
+rerank_server = pytest.fixture()(cleared)
 
 QUERY = "What does the aardvark eat?"
 TEXTS = [
