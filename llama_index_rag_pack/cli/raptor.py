@@ -77,6 +77,22 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_update(args: argparse.Namespace) -> int:
+    """Write again the summaries above leaves a folder sync removed (no LLM call when none)."""
+    tree = _open_tree(args, must_exist=True, llm=args.llm)
+    with _cli.step(f"refreshing the RAPTOR tree in {tree.store.collection_name!r}"):
+        stats = tree.refresh()
+    if not stats.leaves_removed:
+        _cli.out("  up to date: no summary lost a leaf")
+        return 0
+    _cli.out(f"  levels    : {stats.levels}")
+    _cli.out(
+        f"  llm calls : {stats.llm_calls} ({stats.summaries_written} summaries written above "
+        f"{stats.leaves_removed} removed leaves)"
+    )
+    return 0
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     from llama_index_rag_pack.cli.raptor_plot import to_dot, to_mermaid, tree_outline
 
@@ -145,6 +161,12 @@ def register(subparsers: Any) -> None:
     )
     b.add_argument("--overwrite", action="store_true", help="drop the existing tree first")
     b.set_defaults(func=cmd_build)
+
+    u = sub.add_parser(
+        "update",
+        help="write again the summaries above leaves that `rag-pack index --sync` removed",
+    )
+    u.set_defaults(func=cmd_update)
 
     s = sub.add_parser("show", help="print the tree as an outline, Mermaid or Graphviz")
     s.add_argument("--format", choices=["text", "mermaid", "dot"], default="text")

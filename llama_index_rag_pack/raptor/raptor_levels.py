@@ -32,7 +32,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from llama_index.core.schema import MetadataMode, TextNode
 
-from llama_index_rag_pack.core.errors import RagPackError
+from llama_index_rag_pack.raptor.build_progress import (
+    DEFAULT_STORE_EVERY,
+    ProgressFn,
+    RaptorBuildError,
+    report,
+    summarise_in_groups,
+)
 from llama_index_rag_pack.raptor.clustering import DEFAULT_TOPIC_SIMILARITY, cluster_embeddings
 from llama_index_rag_pack.raptor.raptor_nodes import (
     CARRIED_KEY,
@@ -57,10 +63,6 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 DEFAULT_MIN_COMPRESSION = 2.0
-
-
-class RaptorBuildError(RagPackError, RuntimeError):
-    """Some summaries failed after all retries; what succeeded is stored, build again to resume."""
 
 
 @dataclass
@@ -128,6 +130,11 @@ class LevelBuilder:
             the top.
         show_progress: Progress on stderr: a line per level clustered, tqdm bars for
             embeddings and summaries.
+        progress: Called with a :class:`~llama_index_rag_pack.raptor.build_progress.BuildProgress`
+            as levels are clustered and summaries stored (rate and ETA of the level).
+        store_every: Summaries are stored in groups of this many clusters as they are
+            written (:mod:`~llama_index_rag_pack.raptor.build_progress`): a killed build loses
+            at most the group in flight.
         stats: What this operation did so far.
     """
 
@@ -141,8 +148,10 @@ class LevelBuilder:
     new_cluster_similarity: float
     min_compression: float = DEFAULT_MIN_COMPRESSION
     show_progress: bool = False
+    progress: ProgressFn | None = None
+    store_every: int = DEFAULT_STORE_EVERY
     stats: BuildStats = field(default_factory=BuildStats, init=False)
-    _started: float = field(default_factory=time.perf_counter, init=False, repr=False)
+    started_at: float = field(default_factory=time.perf_counter, init=False, repr=False)
 
     def _say(self, message: str) -> None:
         """A progress line on stderr (with ``show_progress``), between the tqdm bars."""
@@ -155,7 +164,7 @@ class LevelBuilder:
     def finish(self) -> BuildStats:
         """The operation's stats, with the levels now stored and the time it took."""
         self.stats.levels = self.store.levels()
-        self.stats.seconds = time.perf_counter() - self._started
+        self.stats.seconds = time.perf_counter() - self.started_at
         return self.stats
 
     def summarise(self, jobs: list[SummaryJob]) -> SummaryBatch:
@@ -231,12 +240,14 @@ class LevelBuilder:
             nodes = self.store.level(level, with_embeddings=True)
             if len(nodes) > 1 and level < self.max_levels:
                 self._say(f"RAPTOR level {level}: clustering {len(nodes)} nodes")
+                report(self, level + 1, "clustering", 0, len(nodes))
                 started = time.perf_counter()
                 groups = self.groups(nodes)
                 self._say(
                     f"RAPTOR level {level}: {len(groups)} clusters "
                     f"({time.perf_counter() - started:.1f} s)"
                 )
+                report(self, level + 1, "clustering", len(groups), len(groups))
             else:
                 groups = []
             if not groups or (len(groups) >= len(nodes) and all(len(g) == 1 for g in groups)):
@@ -263,14 +274,10 @@ class LevelBuilder:
             self.stats.summaries_reused += len(targets) - len(jobs)
             logger.info(
                 "Level %d: %d nodes → %d clusters (%d to summarise, %d already stored)",
-                level,
-                len(nodes),
-                len(targets),
-                len(jobs),
-                len(targets) - len(jobs),
+                *(level, len(nodes), len(targets), len(jobs), len(targets) - len(jobs)),
             )
             if jobs:
-                self.write_summaries(jobs, self.summarise(jobs), replace=False)
+                summarise_in_groups(self, jobs, level + 1)
             level += 1
 
     def _drop_stale_summaries(self, level: int, wanted: set[str]) -> set[str]:

@@ -27,8 +27,9 @@ from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 from llama_index.core.schema import BaseNode, TextNode
 
-from llama_index_rag_pack.core.errors import ConfigurationError, EmptyCorpusError, check_count
+from llama_index_rag_pack.core.errors import EmptyCorpusError
 from llama_index_rag_pack.documents.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from llama_index_rag_pack.raptor.build_progress import DEFAULT_STORE_EVERY, ProgressFn
 from llama_index_rag_pack.raptor.clustering import DEFAULT_TOPIC_SIMILARITY
 from llama_index_rag_pack.raptor.raptor_leaves import make_leaves
 from llama_index_rag_pack.raptor.raptor_levels import (
@@ -45,59 +46,18 @@ from llama_index_rag_pack.raptor.raptor_summaries import (
     SummaryBatch,
     SummaryJob,
 )
-from llama_index_rag_pack.raptor.raptor_updates import delete_documents, insert_leaves
+from llama_index_rag_pack.raptor.raptor_updates import (
+    delete_documents,
+    insert_leaves,
+    refresh_stale,
+)
+from llama_index_rag_pack.raptor.tree_options import check_tree_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
     from llama_index.core.llms import LLM
 
 logger = logging.getLogger(__name__)
-
-
-def _check_options(
-    *,
-    max_levels: int,
-    max_concurrency: int,
-    max_retries: int,
-    retry_backoff: float,
-    reduction_dim: int,
-    threshold: float,
-    max_clusters: int,
-    max_length_in_cluster: int | None,
-    new_cluster_similarity: float,
-    topic_similarity: float | None,
-    min_compression: float,
-) -> None:
-    """Raise :class:`ConfigurationError` naming the first option out of range."""
-    for name, value, low in (
-        ("max_levels", max_levels, 1),
-        ("max_concurrency", max_concurrency, 1),
-        ("max_retries", max_retries, 0),
-        ("reduction_dim", reduction_dim, 1),
-        ("max_clusters", max_clusters, 2),
-    ):
-        check_count(name, value, minimum=low)
-    if not 0.0 <= threshold < 1.0:
-        raise ConfigurationError(f"threshold must be in [0, 1), got {threshold!r}")
-    if retry_backoff < 0:
-        raise ConfigurationError(f"retry_backoff must be >= 0 seconds, got {retry_backoff!r}")
-    if max_length_in_cluster is not None and max_length_in_cluster <= 0:
-        raise ConfigurationError(
-            f"max_length_in_cluster must be > 0, got {max_length_in_cluster!r}"
-        )
-    if not -1.0 <= new_cluster_similarity <= 1.0:
-        raise ConfigurationError(
-            f"new_cluster_similarity must be in [-1, 1], got {new_cluster_similarity!r}"
-        )
-    if topic_similarity is not None and not -1.0 <= topic_similarity <= 1.0:
-        raise ConfigurationError(
-            f"topic_similarity must be in [-1, 1] or None, got {topic_similarity!r}"
-        )
-    if not min_compression >= 1.0:  # also rejects NaN
-        raise ConfigurationError(
-            f"min_compression must be >= 1 (1: add levels while anything merges), "
-            f"got {min_compression!r}"
-        )
 
 
 class RaptorTree(PromptMixin):
@@ -131,6 +91,10 @@ class RaptorTree(PromptMixin):
             (``None``: never split; see ``cluster_embeddings``).
         show_progress: Progress on stderr: a line per level clustered, bars for embeddings and
             summaries (clusters done of the level's total, LLM calls, ETA).
+        progress: Called with a :class:`~llama_index_rag_pack.raptor.build_progress.BuildProgress`
+            as levels are clustered and summaries stored (rate and ETA of the level).
+        store_every: Summaries are stored in groups of this many as they are written, so a
+            killed build loses at most the group in flight and resumes from the rest.
 
     Example:
         >>> from llama_index.core import Document
@@ -164,8 +128,10 @@ class RaptorTree(PromptMixin):
         new_cluster_similarity: float = 0.3,
         topic_similarity: float | None = DEFAULT_TOPIC_SIMILARITY,
         show_progress: bool = False,
+        progress: ProgressFn | None = None,
+        store_every: int = DEFAULT_STORE_EVERY,
     ) -> None:
-        _check_options(
+        check_tree_options(
             max_levels=max_levels,
             max_concurrency=max_concurrency,
             max_retries=max_retries,
@@ -177,6 +143,7 @@ class RaptorTree(PromptMixin):
             new_cluster_similarity=new_cluster_similarity,
             topic_similarity=topic_similarity,
             min_compression=min_compression,
+            store_every=store_every,
         )
         from llama_index_rag_pack.models.settings import resolve_embed_model
 
@@ -189,6 +156,7 @@ class RaptorTree(PromptMixin):
         self.summary_prompt: BasePromptTemplate = summary_prompt or DEFAULT_SUMMARY_PROMPT
         self.max_levels = max_levels
         self.min_compression = min_compression
+        self.progress, self.store_every = progress, store_every
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
@@ -305,6 +273,8 @@ class RaptorTree(PromptMixin):
             min_compression=self.min_compression,
             new_cluster_similarity=self.new_cluster_similarity,
             show_progress=self.show_progress,
+            progress=self.progress,
+            store_every=self.store_every,
         )
 
     async def _run_async(self, operation: Callable[..., BuildStats], *args: Any) -> BuildStats:
@@ -358,9 +328,11 @@ class RaptorTree(PromptMixin):
         insert_leaves(builder, self.make_leaves(documents))
         return builder.finish()
 
-    def _delete(self, ref_doc_ids: str | Sequence[str], summarise: SummariseFn) -> BuildStats:
-        builder = self._builder(summarise)
-        delete_documents(builder, ref_doc_ids)
+    def _delete(
+        self, ref_doc_ids: str | Sequence[str] | None, summarise: SummariseFn
+    ) -> BuildStats:
+        builder = self._builder(summarise)  # None: refresh what lost leaves already
+        (refresh_stale(builder) if ref_doc_ids is None else delete_documents(builder, ref_doc_ids))
         return builder.finish()
 
     def insert(self, documents: Sequence[BaseNode]) -> BuildStats:
@@ -381,6 +353,15 @@ class RaptorTree(PromptMixin):
     async def adelete(self, ref_doc_ids: str | Sequence[str]) -> BuildStats:
         """Async :meth:`delete`."""
         return await self._run_async(self._delete, ref_doc_ids)
+
+    def refresh(self) -> BuildStats:
+        """Write again the summaries whose leaves were removed without an LLM call (a folder
+        sync, ``rag-pack index --sync``), up to the root; nothing to do costs no LLM call."""
+        return self._delete(None, self._summarise)
+
+    async def arefresh(self) -> BuildStats:
+        """Async :meth:`refresh`."""
+        return await self._run_async(self._delete, None)
 
 
 __all__ = ["RaptorTree"]

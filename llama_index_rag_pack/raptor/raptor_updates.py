@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from llama_index.core.schema import TextNode
@@ -65,6 +66,22 @@ def delete_documents(builder: LevelBuilder, ref_doc_ids: str | Sequence[str]) ->
     builder.store.delete_ids(removed)
     builder.stats.leaves_removed += len(removed)
     propagate_changes(builder, [], set(), removed)
+
+
+def stale_children(store: Any) -> set[str]:
+    """Ids that summaries of level 1 list as children but that are no longer stored: leaves
+    removed without refreshing the summaries above them (a folder sync)."""
+    leaves = {n.node_id for n in store.level(0)}
+    return {c for p in store.level(1) for c in (p.metadata.get(CHILD_KEY) or []) if c not in leaves}
+
+
+def refresh_stale(builder: LevelBuilder) -> None:
+    """Write again the summaries that lost children (:func:`stale_children`) and walk the
+    changes up to the root; a tree with none is left as it is (no LLM call)."""
+    missing = stale_children(builder.store) if builder.store.exists() else set()
+    if missing:
+        builder.stats.leaves_removed += len(missing)
+        propagate_changes(builder, [], set(), missing)
 
 
 @dataclass
