@@ -139,6 +139,11 @@ def _open_pack(args: argparse.Namespace, uri: str, routed: bool, llm: Any, embed
     if routed:
         from llama_index_rag_pack.cli.route import open_routed_pack
 
+        if _cli.rerank_kwargs(args):
+            from llama_index_rag_pack.core.errors import ConfigurationError
+
+            raise ConfigurationError("--rerank does not apply to --route answers yet.")
+
         return open_routed_pack(args, similarity_top_k=args.top_k, **models)
     from llama_index_rag_pack.pack.rag_pack import RagPack
 

@@ -178,3 +178,14 @@ def test_serve_answers_from_reranked_passages_through_the_openai_client(
         )[:2]
     finally:
         server.stop()
+
+
+def test_ask_route_with_rerank_is_refused_in_one_line(
+    uri: str, scripted_models: None, rerank_server: FakeRerankServer, capsys: Any
+) -> None:
+    code = main(["--uri", uri, "ask", QUESTION, "--route", "--rerank", rerank_server.url])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: --rerank does not apply to --route answers yet."
+    )
+    assert rerank_server.requests == []
