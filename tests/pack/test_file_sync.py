@@ -149,3 +149,41 @@ def test_gone_documents_picks_files_under_the_roots_only(tmp_path, recursive: bo
     gone = gone_documents(stored, [root], [kept, root / "b.pdf"], read, recursive=recursive)
     expected = {"gone", "pdf_part_3"} | ({"deep"} if recursive else set())
     assert {d.doc_id for d in gone.documents} == expected
+
+
+def test_a_sync_takes_the_leaves_of_a_gone_file_out_of_the_raptor_tree_without_the_llm(
+    tmp_path, embed_model, monkeypatch, capsys
+) -> None:
+    from llama_index_rag_pack.pack.rag_pack import RagPack
+    from llama_index_rag_pack.pack.raptor import open_pack_tree
+    from llama_index_rag_pack.raptor.raptor_updates import stale_children
+    from llama_index_rag_pack.testing import ScriptedLLM
+
+    monkeypatch.chdir(tmp_path)
+    folder = Path("docs")
+    for k in range(3):
+        _write(folder, f"deserts_{k}.txt", f"The Atacama desert note {k}: the driest place.")
+        _write(folder, f"rivers_{k}.txt", f"The Danube river note {k}: it meets the Black Sea.")
+    kwargs = {"uri": "tree.db", "collection_name": "docs", "embed_model": embed_model}
+    llm = ScriptedLLM(replies=lambda prompt: "In short: notes on deserts and rivers.")
+    index_files(folder, **kwargs)
+    pack = RagPack.open(llm=llm, **kwargs)
+    pack.build_raptor_tree(max_length_in_cluster=60, reduction_dim=4, min_compression=1.0)
+    tree = open_pack_tree(pack)
+    assert tree.store.top_level() >= 1 and stale_children(tree.store) == set()
+
+    (folder / "deserts_0.txt").unlink()
+    calls = llm.call_count
+    report = index_files(folder, sync=True, **kwargs)
+    assert report.removed == 1 and llm.call_count == calls, "the sync calls no LLM"
+    leaves = [n.metadata.get("file_path") for n in tree.store.level(0)]
+    assert leaves and not any("deserts_0" in str(p) for p in leaves)
+    assert stale_children(tree.store), "the summaries above it are stale until refreshed"
+    stats = tree.refresh()  # rag-pack raptor update
+    assert stats.llm_calls >= 1 and stale_children(tree.store) == set()
+
+    from llama_index_rag_pack.cli import main
+
+    capsys.readouterr()
+    assert main(["--uri", "tree.db", "--collection", "docs", "raptor", "update"]) == 0
+    assert "up to date: no summary lost a leaf" in capsys.readouterr().out
