@@ -56,12 +56,27 @@ class Citation:
     count: int = 0
     origin: str = "model"
 
+    @property
+    def pages(self) -> list[str]:
+        """The page (or slide) labels of the cited chunks, in first-use order: metadata
+        ``page_label``, which PDF pages and ``.pptx`` slides carry (empty for other files)."""
+        labels = (str(_metadata(node).get("page_label") or "") for node in self.nodes)
+        return list(dict.fromkeys(label for label in labels if label))
+
+    def where(self) -> str:
+        """``, p. 3`` or ``, pp. 2, 5`` after a title (empty without page labels)."""
+        pages = self.pages
+        if not pages:
+            return ""
+        return f", {'p.' if len(pages) == 1 else 'pp.'} {', '.join(pages)}"
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly view (without the node objects)."""
         return {
             "number": self.number,
             "source_id": self.source_id,
             "title": self.title,
+            "pages": self.pages,
             "url": self.url,
             "positions": list(self.positions),
             "count": self.count,

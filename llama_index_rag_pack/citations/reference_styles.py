@@ -108,7 +108,7 @@ class TextReferenceStyle(ReferenceStyle):
         lines = []
         for c in citations:
             link = f" — {c.url}" if c.url and c.url != c.title else ""
-            lines.append(f"  [{c.number}] {c.title}{link}")
+            lines.append(f"  [{c.number}] {c.title}{c.where()}{link}")
         return f"\n\n{self.header}\n" + "\n".join(lines)
 
 
@@ -159,9 +159,9 @@ class MarkdownReferenceStyle(ReferenceStyle):
             url = _safe_href(c.url)
             title = _md_escape(c.title)
             lines.append(
-                f"- **{c.number}** [{title}]({_md_url(url)})"
+                f"- **{c.number}** [{title}]({_md_url(url)}){_md_escape(c.where())}"
                 if url
-                else f"- **{c.number}** {title}"
+                else f"- **{c.number}** {title}{_md_escape(c.where())}"
             )
         return "\n\n" + "\n".join(lines)
 
@@ -203,7 +203,7 @@ class HTMLReferenceStyle(ReferenceStyle):
             url = _safe_href(c.url)
             title = html.escape(c.title, quote=True)
             body = f'<a href="{html.escape(url, quote=True)}">{title}</a>' if url else title
-            items.append(f'<li value="{c.number}">{body}</li>')
+            items.append(f'<li value="{c.number}">{body}{html.escape(c.where())}</li>')
         return '\n<ol class="references">\n' + "\n".join(items) + "\n</ol>"
 
 

@@ -363,6 +363,7 @@ class TestStyles:
             "number": 1,
             "source_id": "a.html#chap2",
             "title": "a chap2",
+            "pages": [],
             "url": "a.html#chap2",
             "positions": [2],
             "count": 1,
