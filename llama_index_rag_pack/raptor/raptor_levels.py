@@ -16,8 +16,10 @@ only the missing ones are written.
 
 :class:`LevelBuilder` reaches the tree's store only through these methods (a
 :class:`~llama_index_rag_pack.raptor.raptor_store.RaptorStore` has them): ``exists()``,
-``get(ids)``, ``level(level, with_embeddings=...)``, ``levels()``, ``add(nodes)``,
-``upsert(nodes)``, ``delete_ids(ids)`` and ``delete_levels_above(level)``.
+``get(ids)``, ``level(level, with_embeddings=...)``, ``level_vectors(level)`` (a level's nodes
+and their vectors as one float32 matrix: a level's vectors are held once, compactly),
+``levels()``, ``add(nodes)``, ``upsert(nodes, vectors=None)``, ``record_memberships(...)``,
+``delete_ids(ids)`` and ``delete_levels_above(level)``.
 """
 
 from __future__ import annotations
@@ -207,11 +209,12 @@ class LevelBuilder:
         logger.info("Leaves: %d new, %d already stored", len(new), len(leaves) - len(new))
 
     # ------------------------------------------------------------------ clustering
-    def groups(self, nodes: Sequence[TextNode]) -> list[list[int]]:
-        """Cluster ``nodes`` (with embeddings); member index lists, numbered by cluster id."""
+    def groups(self, nodes: Sequence[TextNode], vectors: Any = None) -> list[list[int]]:
+        """Cluster ``nodes`` (their embeddings, or the rows of ``vectors``); member index lists,
+        numbered by cluster id."""
         if len(nodes) == 0:
             return []
-        emb = np.asarray([n.embedding for n in nodes], dtype=np.float32)
+        emb = vectors if vectors is not None else np.asarray([n.embedding for n in nodes], "f4")
         lengths = [
             int(n.metadata.get(TOKENS_KEY) or self.count_tokens(n.get_content())) for n in nodes
         ]
@@ -237,12 +240,12 @@ class LevelBuilder:
         """Build (or finish building) every level above ``start_level``."""
         level = start_level
         while True:
-            nodes = self.store.level(level, with_embeddings=True)
+            nodes, vectors = self.store.level_vectors(level)  # the vectors once, as float32
             if len(nodes) > 1 and level < self.max_levels:
                 self._say(f"RAPTOR level {level}: clustering {len(nodes)} nodes")
                 report(self, level + 1, "clustering", 0, len(nodes))
                 started = time.perf_counter()
-                groups = self.groups(nodes)
+                groups = self.groups(nodes, vectors)
                 self._say(
                     f"RAPTOR level {level}: {len(groups)} clusters "
                     f"({time.perf_counter() - started:.1f} s)"
@@ -251,21 +254,23 @@ class LevelBuilder:
             else:
                 groups = []
             if not groups or (len(groups) >= len(nodes) and all(len(g) == 1 for g in groups)):
-                self._finish_top(level, nodes)
+                self._finish_top(level, nodes, vectors)
                 return
             if len(nodes) < self.min_compression * len(groups):
                 self._say(
                     f"RAPTOR level {level} is the top: {len(nodes)} nodes in {len(groups)} "
                     f"clusters compress less than min_compression={self.min_compression:g}"
                 )
-                self._finish_top(level, nodes)
+                self._finish_top(level, nodes, vectors)
                 return
             targets: dict[str, tuple[int, list[TextNode]]] = {}
             for cid, members in enumerate(groups):
                 children = [nodes[i] for i in members]
+                if len(members) == 1:  # carried up with its own vector
+                    children[0].embedding = vectors[members[0]].tolist()
                 targets[summary_id(level + 1, [c.node_id for c in children])] = (cid, children)
             existing = self._drop_stale_summaries(level + 1, set(targets))
-            _record_memberships(self.store, nodes, targets)
+            self.store.record_memberships(nodes, targets, vectors)
             jobs = [
                 SummaryJob(node_id=sid, level=level + 1, children=children, source_cluster=cid)
                 for sid, (cid, children) in targets.items()
@@ -291,13 +296,13 @@ class LevelBuilder:
             self.store.delete_ids(stale)
         return existing
 
-    def _finish_top(self, level: int, nodes: Sequence[TextNode]) -> None:
+    def _finish_top(self, level: int, nodes: Sequence[TextNode], vectors: Any) -> None:
         """``level`` is the top: drop leftovers above it and clear the top nodes' parents."""
         self.store.delete_levels_above(level)
-        orphaned = [n for n in nodes if n.metadata.get(PARENT_KEY)]
-        for n in orphaned:
-            n.metadata[PARENT_KEY], n.metadata[CLUSTER_KEY] = [], []
-        self.store.upsert(orphaned)
+        orphaned = [i for i, n in enumerate(nodes) if n.metadata.get(PARENT_KEY)]
+        for i in orphaned:
+            nodes[i].metadata[PARENT_KEY], nodes[i].metadata[CLUSTER_KEY] = [], []
+        self.store.upsert([nodes[i] for i in orphaned], vectors[orphaned] if orphaned else None)
 
     # ------------------------------------------------------------------ summaries
     def _summary_node(self, job: SummaryJob, text: str, inherited: dict[str, Any]) -> TextNode:
@@ -366,24 +371,6 @@ class LevelBuilder:
 def _carries(job: SummaryJob) -> bool:
     """A cluster of one: its node is carried up as it is, not summarised."""
     return len(job.children) == 1
-
-
-def _record_memberships(
-    store: Any, nodes: Sequence[TextNode], targets: dict[str, tuple[int, list[TextNode]]]
-) -> None:
-    """Every node of a level learns its clusters and parents (before the summaries exist)."""
-    memberships: dict[str, tuple[list[int], list[str]]] = {n.node_id: ([], []) for n in nodes}
-    for sid, (cid, children) in targets.items():
-        for c in children:
-            memberships[c.node_id][0].append(cid)
-            memberships[c.node_id][1].append(sid)
-    changed = []
-    for n in nodes:
-        clusters, parents = memberships[n.node_id]
-        if n.metadata.get(CLUSTER_KEY) != clusters or n.metadata.get(PARENT_KEY) != parents:
-            n.metadata[CLUSTER_KEY], n.metadata[PARENT_KEY] = clusters, parents
-            changed.append(n)
-    store.upsert(changed)
 
 
 __all__ = [

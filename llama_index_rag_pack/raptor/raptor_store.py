@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 from llama_index.core.schema import BaseNode, NodeWithScore, TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
@@ -28,7 +29,7 @@ from llama_index_rag_pack.milvus.bm25.bm25_rows import (
     record_languages,
 )
 from llama_index_rag_pack.milvus.document_rows import ids_expression
-from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY, LEVEL_KEY
+from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY, CLUSTER_KEY, LEVEL_KEY, PARENT_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -126,9 +127,10 @@ class RaptorStore:
         return milvus_utils.count_entities(self.client, self.collection_name)
 
     # ------------------------------------------------------------------ writes
-    def _rows_of(self, nodes: Sequence[BaseNode]) -> list[dict[str, Any]]:
-        """The Milvus rows of ``nodes``, with their analysed BM25 copies (and, under a
-        language-aware analysis, their languages, counted in the collection's profile)."""
+    def _rows_of(self, nodes: Sequence[BaseNode], vectors: Any = None) -> list[dict[str, Any]]:
+        """The Milvus rows of ``nodes`` (their embeddings, or the rows of ``vectors``), with their
+        analysed BM25 copies (and, under a language-aware analysis, their languages, counted in
+        the collection's profile)."""
         analysis = getattr(self.vector_store, "bm25_analysis", None)
         texts = [node.get_content(metadata_mode="none") for node in nodes]
         analysed = analyse_nodes(analysis, nodes, texts)
@@ -137,12 +139,14 @@ class RaptorStore:
             analysed_row(
                 node,
                 text,
-                [float(v) for v in node.get_embedding()],
+                vectors[i].tolist()
+                if vectors is not None
+                else [float(v) for v in node.get_embedding()],
                 found if client_side else None,
                 self.text_key,
                 self.embedding_field,
             )
-            for node, text, found in zip(nodes, texts, analysed, strict=True)
+            for i, (node, text, found) in enumerate(zip(nodes, texts, analysed, strict=True))
         ]
         record_languages(self.client, self.collection_name, analysis, analysed)
         return rows
@@ -159,17 +163,39 @@ class RaptorStore:
                 self.client.insert(self.collection_name, rows[start : start + _SCAN_BATCH])
         self.flush()
 
-    def upsert(self, nodes: Sequence[BaseNode]) -> None:
-        """Rewrite nodes in place (same ids), e.g. after their parents changed."""
+    def upsert(self, nodes: Sequence[BaseNode], vectors: Any = None) -> None:
+        """Rewrite nodes in place (same ids), e.g. after their parents changed; their vectors
+        are their embeddings, or the rows of ``vectors`` (a float32 matrix, one row per node,
+        for nodes read without them). Rows are built and written a batch at a time."""
         if not nodes:
             return
         if not self.exists():
             self.add(nodes)
             return
-        rows = self._rows_of(nodes)
-        for start in range(0, len(rows), _SCAN_BATCH):
-            self.client.upsert(self.collection_name, rows[start : start + _SCAN_BATCH])
+        for start in range(0, len(nodes), _SCAN_BATCH):
+            part = vectors[start : start + _SCAN_BATCH] if vectors is not None else None
+            rows = self._rows_of(nodes[start : start + _SCAN_BATCH], part)
+            self.client.upsert(self.collection_name, rows)
         self.flush()
+
+    def record_memberships(
+        self, nodes: Sequence[TextNode], targets: dict[str, tuple[int, list[Any]]], vectors: Any
+    ) -> None:
+        """Every node of a level learns its clusters and parents from ``targets`` (summary id ->
+        cluster id, children), before the summaries exist; ``vectors``: the nodes' vectors, one
+        row each (they were read without embeddings)."""
+        memberships: dict[str, tuple[list[int], list[str]]] = {n.node_id: ([], []) for n in nodes}
+        for sid, (cid, children) in targets.items():
+            for c in children:
+                memberships[c.node_id][0].append(cid)
+                memberships[c.node_id][1].append(sid)
+        changed = []
+        for i, n in enumerate(nodes):
+            clusters, parents = memberships[n.node_id]
+            if n.metadata.get(CLUSTER_KEY) != clusters or n.metadata.get(PARENT_KEY) != parents:
+                n.metadata[CLUSTER_KEY], n.metadata[PARENT_KEY] = clusters, parents
+                changed.append(i)
+        self.upsert([nodes[i] for i in changed], vectors[changed] if changed else None)
 
     def delete_ids(self, ids: Iterable[str]) -> None:
         ids = list(dict.fromkeys(ids))
@@ -196,30 +222,53 @@ class RaptorStore:
             return []
         milvus_utils.ensure_loaded(self.client, self.collection_name)
         fields = list(_ROW_FIELDS) + ([self.embedding_field] if with_embeddings else [])
-        nodes = [self._to_node(dict(row), with_embeddings) for row in self._rows(expr, fields)]
+        nodes = [
+            self._to_node(dict(row), with_embeddings)
+            for batch in self._row_batches(expr, fields)
+            for row in batch
+        ]  # a batch of rows at a time: the rows are not held beside the nodes
         nodes.sort(key=lambda n: n.node_id)
         return nodes
 
+    def level_vectors(self, level: int) -> tuple[list[TextNode], np.ndarray]:
+        """The nodes of ``level`` without their embeddings (sorted by id), and their vectors as
+        one float32 matrix in the same order: a level's vectors held once, compactly, however
+        many nodes it has (Python lists of floats take about 8 times the room)."""
+        nodes = self.level(level)
+        if not nodes:
+            return nodes, np.zeros((0, 0), dtype=np.float32)
+        ids: list[str] = []
+        parts: list[np.ndarray] = []
+        fields = ["id", self.embedding_field]
+        for batch in self._row_batches(_level_expr(level), fields):
+            ids.extend(str(row["id"]) for row in batch)
+            parts.append(np.asarray([row[self.embedding_field] for row in batch], np.float32))
+        where = {node_id: i for i, node_id in enumerate(ids)}
+        order = np.asarray([where[n.node_id] for n in nodes], dtype=np.int64)
+        return nodes, np.concatenate(parts)[order]
+
     def _rows(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Rows matching ``expr``: one ``query`` when they fit its window, else a query iterator."""
+        return [row for batch in self._row_batches(expr, fields) for row in batch]
+
+    def _row_batches(self, expr: str, fields: list[str]) -> Iterator[list[dict[str, Any]]]:
+        """Rows matching ``expr`` in batches: one ``query`` when they fit its window, else a
+        query iterator's batches."""
         rows = self.client.query(
             self.collection_name, filter=expr, output_fields=fields, limit=_QUERY_WINDOW
         )
         if len(rows) < _QUERY_WINDOW:
-            return list(rows)
-        rows = []
+            yield list(rows)
+            return
+        del rows
         iterator = self.client.query_iterator(
             self.collection_name, batch_size=_SCAN_BATCH, filter=expr, output_fields=fields
         )
         try:
-            while True:
-                batch = iterator.next()
-                if not batch:
-                    break
-                rows.extend(batch)
+            while batch := iterator.next():
+                yield batch
         finally:
             iterator.close()
-        return rows
 
     def level(self, level: int, *, with_embeddings: bool = False) -> list[TextNode]:
         """All nodes of one level, sorted by id."""

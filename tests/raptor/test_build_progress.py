@@ -139,3 +139,36 @@ def test_refresh_writes_again_what_lost_leaves_and_nothing_else(
     assert stale_children(tree.store) == set()
     texts = " ".join(n.get_content() for n in tree.store.tree_nodes(min_level=1))
     assert "Note 0 on the volcano" not in texts and "Note 1 on the volcano" not in texts
+
+
+def test_a_build_reads_each_level_vectors_once_as_float32(
+    tmp_path: Any, embed_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A level's vectors come as one float32 matrix, never as Python floats on every node
+    (about 8 times the room): the build still makes the same tree."""
+    import numpy as np
+
+    from llama_index_rag_pack.raptor.raptor_store import RaptorStore
+
+    whole = tree_at(tmp_path / "a.db", embed_model, ScriptedLLM(replies=summary))
+    whole.build(documents())
+    real_level, real_vectors = RaptorStore.level, RaptorStore.level_vectors
+    matrices: list[Any] = []
+
+    def level(self: Any, level: int, *, with_embeddings: bool = False) -> Any:
+        assert not with_embeddings, "a build reads no level with its embeddings as floats"
+        return real_level(self, level)
+
+    def level_vectors(self: Any, level: int) -> Any:
+        nodes, vectors = real_vectors(self, level)
+        matrices.append(vectors)
+        assert all(n.embedding is None for n in nodes)
+        return nodes, vectors
+
+    monkeypatch.setattr(RaptorStore, "level", level)
+    monkeypatch.setattr(RaptorStore, "level_vectors", level_vectors)
+    lean = tree_at(tmp_path / "b.db", embed_model, ScriptedLLM(replies=summary))
+    lean.build(documents())
+    assert matrices and all(m.dtype == np.float32 for m in matrices if m.size)
+    monkeypatch.setattr(RaptorStore, "level", real_level)
+    assert shape(lean) == shape(whole)
