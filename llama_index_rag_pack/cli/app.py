@@ -213,13 +213,16 @@ def _add_index_command(sub: Any) -> None:
     )
     p.add_argument(
         "--watch",
-        type=float,
-        nargs="?",
-        const=2.0,
-        default=None,
-        metavar="SECONDS",
+        action="store_true",
         help="with --sync: keep watching the paths and sync again after every change "
-        "(polling every SECONDS, default 2; Ctrl-C stops)",
+        "(polling, see --watch-every; Ctrl-C stops)",
+    )
+    p.add_argument(
+        "--watch-every",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="seconds between two looks at the files with --watch (default 2)",
     )
     p.add_argument(
         "--reindex",

@@ -24,22 +24,24 @@ def cmd_index(args: argparse.Namespace) -> int:
             "rag-pack index needs files or directories to index (or --reindex to upgrade the "
             "stored collection's BM25 analysis)."
         )
-    if args.watch is not None and not args.watch > 0:
-        raise ConfigurationError(f"--watch takes a number of seconds above 0, got {args.watch:g}.")
-    if args.watch is not None and not args.sync:
+    if not args.watch_every > 0:
+        raise ConfigurationError(
+            f"--watch-every takes a number of seconds above 0, got {args.watch_every:g}."
+        )
+    if args.watch and not args.sync:
         raise ConfigurationError("--watch keeps the collection in sync: use it with --sync.")
-    if args.watch is not None and args.overwrite:
+    if args.watch and args.overwrite:
         raise ConfigurationError(
             "--watch cannot be used with --overwrite (it would rebuild on every change)."
         )
-    if args.watch is not None:
+    if args.watch:
         from llama_index_rag_pack.cli.watch import watch
 
         return watch(
             lambda: _index_once(args, index_files, overwrite=False),
             args.paths,
             recursive=not args.no_recursive,
-            interval=args.watch,
+            interval=args.watch_every,
             say=out,
         )
     return _index_once(args, index_files, overwrite=args.overwrite)

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from llama_index_rag_pack.core.errors import EmptyCorpusError
+from llama_index_rag_pack.core.errors import EmptyCorpusError, RagPackError
 from llama_index_rag_pack.documents.ingest import find_files
 
 __all__ = ["DEFAULT_WATCH_SECONDS", "snapshot", "watch"]
@@ -22,7 +22,7 @@ def snapshot(paths: Sequence[str | Path], recursive: bool) -> dict[str, tuple[in
     """Every supported file under ``paths`` with its modification time (ns) and size."""
     try:
         files = find_files(list(paths), recursive=recursive)
-    except EmptyCorpusError:
+    except (EmptyCorpusError, RagPackError):  # nothing there (a folder removed): no files
         return {}
     state: dict[str, tuple[int, int]] = {}
     for path in files:
@@ -45,11 +45,19 @@ def watch(
 ) -> int:
     """Run ``sync`` now and again after every change under ``paths``; 0 on Ctrl-C (or once
     ``stop`` is set). A change is acted on once it has stood still for one ``interval``, so a
-    file being written is read whole."""
+    file being written is read whole; a sync that fails says why in one line and the watch
+    goes on."""
     stop = stop or threading.Event()
+
+    def sync_once() -> None:  # a failed round is said, and the next change tries again
+        try:
+            sync()
+        except RagPackError as e:
+            say(f"error: {e}")
+
     try:
-        sync()
-        seen = snapshot(paths, recursive)
+        seen = snapshot(paths, recursive)  # before the sync: an edit during it is seen
+        sync_once()
         where = ", ".join(map(str, paths))
         say(f"Watching {where} for changes (every {interval:g} s; Ctrl-C stops).")
         while not stop.wait(interval):
@@ -62,8 +70,8 @@ def watch(
             if settled != now:  # still being written: look again next time
                 continue
             say(f"{time.strftime('%H:%M:%S')} files changed: syncing")
-            sync()
             seen = settled
+            sync_once()
     except KeyboardInterrupt:
         say("Stopped watching.")
     return 0

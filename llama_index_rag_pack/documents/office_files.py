@@ -88,8 +88,13 @@ def read_office_file(path: Path) -> list[Document]:
 
 def _check_zip(path: Path, kind: str) -> None:
     """Raise :class:`UnreadableFileError` unless ``path`` is a zip archive of sane size."""
-    with path.open("rb") as f:
-        head = f.read(8)
+    try:
+        with path.open("rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise UnreadableFileError(
+            f"cannot be read ({e.strerror or e}); check it is readable"
+        ) from e
     if not head:
         raise UnreadableFileError("empty (0 bytes); nothing to index in it")
     if head == _OLE_MAGIC:
@@ -102,12 +107,17 @@ def _check_zip(path: Path, kind: str) -> None:
             f"not a real {kind} file (not a zip archive: damaged, truncated or another type "
             "renamed); re-save it, or give it the extension of its real type (e.g. .txt)"
         )
-    with zipfile.ZipFile(path) as archive:
-        expanded = sum(
-            i.file_size
-            for i in archive.infolist()
-            if i.filename.lower().endswith((".xml", ".rels", ".xhtml", ".html", ".htm"))
-        )
+    try:
+        with zipfile.ZipFile(path) as archive:
+            expanded = sum(
+                i.file_size
+                for i in archive.infolist()
+                if i.filename.lower().endswith((".xml", ".rels", ".xhtml", ".html", ".htm"))
+            )
+    except (zipfile.BadZipFile, OSError, ValueError) as e:
+        raise UnreadableFileError(
+            f"the {kind} file is damaged ({type(e).__name__}: {e}); open and re-save it"
+        ) from e
     if expanded > MAX_EXPANDED_BYTES:
         raise UnreadableFileError(
             f"its text expands to {expanded / 2**20:.0f} MiB (the limit is "

@@ -13,15 +13,17 @@ never replaces or removes another tenant's rows.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llama_index_rag_pack.core.text_decoding import escape_undecodable
 from llama_index_rag_pack.milvus.milvus_filter import and_expressions, milvus_literal
 from llama_index_rag_pack.milvus.tenants import ANY_TENANT, tenant_expression
 
 __all__ = [
+    "ABSOLUTE_PATH_KEY",
     "FILE_PATH_KEY",
     "GoneDocuments",
     "StoredDocument",
@@ -109,6 +111,9 @@ def delete_document_rows(
 # --------------------------------------------------------------------------- files that are gone
 #: Metadata key of the file a document was read from (LlamaIndex's file readers).
 FILE_PATH_KEY = "file_path"
+#: Hidden metadata key: that file's absolute path when it was indexed (a sync from another
+#: working directory still finds it).
+ABSOLUTE_PATH_KEY = "file_abspath"
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,7 @@ class StoredDocument:
     doc_id: str
     tenant: str | None
     file_path: str | None
+    absolute_path: str | None = None
 
 
 def stored_documents(pack: Any) -> list[StoredDocument]:
@@ -125,7 +131,12 @@ def stored_documents(pack: Any) -> list[StoredDocument]:
     store = pack.vector_store
     doc_field = getattr(store, "doc_id_field", None) or "doc_id"
     tenant_field = getattr(pack, "tenant_field", None)
-    fields = [doc_field, FILE_PATH_KEY, *([tenant_field] if tenant_field else [])]
+    fields = [
+        doc_field,
+        FILE_PATH_KEY,
+        ABSOLUTE_PATH_KEY,
+        *([tenant_field] if tenant_field else []),
+    ]
     found: dict[tuple[str | None, str], StoredDocument] = {}
     iterator = store.client.query_iterator(
         store.collection_name, batch_size=_READ_BATCH, filter="", output_fields=fields
@@ -135,10 +146,13 @@ def stored_documents(pack: Any) -> list[StoredDocument]:
             for row in batch:
                 doc_id = str(row.get(doc_field) or "")
                 tenant = row.get(tenant_field) if tenant_field else None
-                path = row.get(FILE_PATH_KEY)
+                path, absolute = row.get(FILE_PATH_KEY), row.get(ABSOLUTE_PATH_KEY)
                 if doc_id and (tenant, doc_id) not in found:
                     found[(tenant, doc_id)] = StoredDocument(
-                        doc_id, tenant, path if isinstance(path, str) and path else None
+                        doc_id,
+                        tenant,
+                        path if isinstance(path, str) and path else None,
+                        absolute if isinstance(absolute, str) and absolute else None,
                     )
     finally:
         iterator.close()
@@ -170,6 +184,7 @@ def gone_documents(
     read_ids: dict[Path, set[str]],
     *,
     recursive: bool = True,
+    extensions: Collection[str] | None = None,
 ) -> GoneDocuments:
     """The stored documents a sync of ``roots`` deletes.
 
@@ -179,14 +194,21 @@ def gone_documents(
         found_files: Every supported file found under them this run (read or skipped).
         read_ids: For each file read this run (resolved path), the ids of its documents.
         recursive: Whether sub-folders were searched (a file in one is not gone otherwise).
+        extensions: The file types searched (lower case, with the dot): a stored document of
+            another type (added from Python under the same folder) is not touched.
+
+    Paths are compared as the readers record them (undecodable bytes of a file name escaped),
+    each document by the absolute path it was indexed from when it has one.
     """
     tops = [_resolved(r) for r in roots]
-    present = {_resolved(f) for f in found_files}
+    present = {_resolved(escape_undecodable(str(f))) for f in found_files}
     gone = GoneDocuments()
     for doc in stored:
         if doc.file_path is None:
             continue
-        path = _resolved(doc.file_path)
+        if extensions is not None and Path(doc.file_path).suffix.lower() not in extensions:
+            continue
+        path = Path(doc.absolute_path) if doc.absolute_path else _resolved(doc.file_path)
         if not any(_under(path, top, recursive) for top in tops):
             continue
         if path not in present:  # the file was deleted, moved or renamed

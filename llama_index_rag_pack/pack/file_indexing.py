@@ -42,8 +42,14 @@ from llama_index_rag_pack.documents.chunking import (
     DEFAULT_CHUNK_SIZE,
     chunk_id,
 )
-from llama_index_rag_pack.documents.ingest import SkippedFile, find_files, read_file_documents
+from llama_index_rag_pack.documents.ingest import (
+    SUPPORTED_EXTENSIONS,
+    SkippedFile,
+    find_files,
+    read_file_documents,
+)
 from llama_index_rag_pack.milvus.document_rows import (
+    ABSOLUTE_PATH_KEY,
     FILE_PATH_KEY,
     GoneDocuments,
     delete_document_rows,
@@ -51,7 +57,12 @@ from llama_index_rag_pack.milvus.document_rows import (
     stored_documents,
 )
 from llama_index_rag_pack.milvus.vector_memory import forget_vectors
-from llama_index_rag_pack.pack.indexing import CONTENT_HASH_KEY, DOC_CHUNKS_KEY, HIDDEN_KEYS
+from llama_index_rag_pack.pack.indexing import (
+    CONTENT_HASH_KEY,
+    DOC_CHUNKS_KEY,
+    HIDDEN_KEYS,
+    adopt_recorded_chunking,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -130,8 +141,13 @@ def content_hash(document: Document, chunk_size: int, chunk_overlap: int) -> str
 
 def _stamp(document: Document, chunk_size: int, chunk_overlap: int) -> None:
     document.metadata[CONTENT_HASH_KEY] = content_hash(document, chunk_size, chunk_overlap)
+    hidden = list(HIDDEN_KEYS)
+    path = document.metadata.get(FILE_PATH_KEY)
+    if isinstance(path, str) and path:  # a sync from another directory still finds it
+        document.metadata[ABSOLUTE_PATH_KEY] = str(Path(path).resolve())
+        hidden.append(ABSOLUTE_PATH_KEY)
     for keys in (document.excluded_embed_metadata_keys, document.excluded_llm_metadata_keys):
-        keys.extend(k for k in HIDDEN_KEYS if k not in keys)
+        keys.extend(k for k in hidden if k not in keys)
 
 
 def unchanged_documents(store: Any, documents: Sequence[Document]) -> set[str]:
@@ -202,8 +218,9 @@ def index_files(
     ``chunk_size``, ...). ``overwrite`` drops the collection before the first batch. The
     collection is made by the first batch with any text when it does not exist. ``sync`` also
     deletes the documents of files under ``paths`` that are gone (and the parts a file lost),
-    everywhere the pack keeps them (:mod:`~llama_index_rag_pack.pack.file_sync`); a folder
-    emptied of supported files is then synced to nothing.
+    everywhere the pack keeps them
+    (:func:`~llama_index_rag_pack.milvus.document_rows.gone_documents`); a folder emptied of
+    supported files is then synced to nothing.
 
     Raises:
         ConfigurationError: a path does not exist, or a bad setting.
@@ -224,6 +241,9 @@ def index_files(
     chunk_size = pack_kwargs.get("chunk_size", DEFAULT_CHUNK_SIZE)
     chunk_overlap = pack_kwargs.get("chunk_overlap", DEFAULT_CHUNK_OVERLAP)
     pack = None if overwrite else _open_existing(RagPack, pack_kwargs)
+    if pack is not None:  # the default chunking takes the collection's (hashes match it)
+        adopt_recorded_chunking(pack)
+        chunk_size, chunk_overlap = pack.chunk_size, pack.chunk_overlap
     # a collection this run makes holds only what it wrote: files are read once each, so
     # nothing is looked up (a lookup per batch grows with the collection)
     made_here = pack is None
@@ -248,7 +268,14 @@ def index_files(
                     report.chunks += written
                     advance.chunks(written)
         if stored:
-            gone = gone_documents(stored, _as_list(paths), files, read_ids, recursive=recursive)
+            gone = gone_documents(
+                stored,
+                _as_list(paths),
+                files,
+                read_ids,
+                recursive=recursive,
+                extensions=set(SUPPORTED_EXTENSIONS),
+            )
             report.removed = delete_gone(pack, gone)
             report.removed_files = sorted(gone.files)
     finally:  # one flush: Lite seals a segment at each, and scores BM25 per segment

@@ -4,17 +4,23 @@ sentence index, and which mode a collection answers with by default."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from llama_index.core.indices.utils import embed_nodes
 
-from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError
-from llama_index_rag_pack.documents.chunking import split_documents
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.documents.chunking import (
+    DEFAULT_CHUNK_OVERLAP,
+    DEFAULT_CHUNK_SIZE,
+    split_documents,
+)
 from llama_index_rag_pack.documents.sentences import embed_sentence_units, sentence_units
 from llama_index_rag_pack.milvus import connection as milvus_utils
 from llama_index_rag_pack.milvus.document_rows import delete_document_rows, group_by_tenant
 from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
+from llama_index_rag_pack.models import index_settings
 from llama_index_rag_pack.pack.modes import DEFAULT_MODE, DENSE_ONLY_DEFAULT_MODE
 
 logger = logging.getLogger(__name__)
@@ -255,7 +261,6 @@ def check_sentence_vectors(value: str | None) -> str:
     Raises:
         ConfigurationError: not one of ``separate`` and ``pooled``.
     """
-    import os
 
     from llama_index_rag_pack.models.token_pooling import SENTENCE_VECTORS
 
@@ -330,67 +335,33 @@ def default_mode_for(vector_store: Any) -> str:
 
 
 # ------------------------------------------------------------------- one model per collection
-#: Collection properties that record how its rows were made; an insert made otherwise is refused.
-EMBEDDING_PROPERTY = "rag_pack.embedding"
-CHUNKING_PROPERTY = "rag_pack.chunking"
-
-
-def index_settings(pack: Any) -> dict[str, str]:
-    """How ``pack`` makes rows: its embedding model (class, name, dimension) and chunking."""
-    from llama_index_rag_pack.models.settings import describe_embed_model
-
-    model = pack.embed_model
-    store = pack.vector_store
-    dim = milvus_utils.collection_dim(store.client, store.collection_name)
-    return {
-        EMBEDDING_PROPERTY: f"{type(model).__name__}:{describe_embed_model(model)}"
-        + (f" ({dim}-d)" if dim else ""),
-        CHUNKING_PROPERTY: f"{pack.chunk_size}/{pack.chunk_overlap} tokens",
-    }
+def adopt_recorded_chunking(pack: Any) -> None:
+    """A pack left at the default chunking takes its collection's
+    (:func:`~llama_index_rag_pack.models.index_settings.adopt_recorded_chunking`)."""
+    index_settings.adopt_recorded_chunking(pack, (DEFAULT_CHUNK_SIZE, DEFAULT_CHUNK_OVERLAP))
 
 
 def check_index_settings(pack: Any, requested_bm25: Any = None) -> dict[str, str]:
-    """Refuse to write rows into a collection made with another embedding model, chunking or
-    (asked for by name) BM25 analysis: vectors of two models are never mixed. Returns the
-    settings this pack records on the collection where none are recorded yet.
+    """Refuse an insert made with another embedding model or chunking than the collection's
+    (:mod:`~llama_index_rag_pack.models.index_settings`), or with a BM25 analysis asked for by
+    name that is not the stored one; the settings to record where none are yet.
 
     Raises:
-        ConfigurationError: one line naming what differs and ``--overwrite`` (or ``--reindex``
-            for the BM25 analysis).
+        ConfigurationError: one line naming what differs and ``--overwrite`` or ``--reindex``.
     """
-    store = pack.vector_store
-    name = store.collection_name
-    props = store.client.describe_collection(name).get("properties") or {}
-    wanted = index_settings(pack)
-    for key, what in ((EMBEDDING_PROPERTY, "embedding model"), (CHUNKING_PROPERTY, "chunking")):
-        have = props.get(key)
-        if have and have != wanted[key]:
-            raise ConfigurationError(
-                f"Collection {name!r} was indexed with the {what} {have}, this pack uses "
-                f"{wanted[key]}: vectors and chunks of two settings are never mixed in one "
-                "collection. Use the same settings, rebuild it (`rag-pack index --overwrite`, "
-                "overwrite=True), or index into another collection."
-            )
-    analysis = getattr(store, "bm25_analysis", None)
+    adopt_recorded_chunking(pack)
+    analysis = getattr(pack.vector_store, "bm25_analysis", None)
     if isinstance(requested_bm25, str) and requested_bm25 != "auto" and analysis is not None:
         from llama_index_rag_pack.documents.bm25_analysis import resolve_analyzer
 
         if resolve_analyzer(requested_bm25).name != analysis.name:
             raise ConfigurationError(
-                f"Collection {name!r} is analysed for BM25 as {analysis.name!r}, not "
-                f"{requested_bm25!r}: re-analyse it first (`rag-pack index --reindex "
-                f"--bm25-analyzer {requested_bm25}`), or rebuild it (`--overwrite`)."
+                f"Collection {pack.vector_store.collection_name!r} is analysed for BM25 as "
+                f"{analysis.name!r}, not {requested_bm25!r}: re-analyse it first (`rag-pack "
+                f"index --reindex --bm25-analyzer {requested_bm25}`), or rebuild it "
+                "(`--overwrite`)."
             )
-    return {k: v for k, v in wanted.items() if not props.get(k)}
+    return index_settings.check_index_settings(pack)
 
 
-def record_index_settings(pack: Any, missing: dict[str, str]) -> None:
-    """Record ``missing`` settings on the pack's collection (a server that keeps no collection
-    properties is left as it is)."""
-    if not missing:
-        return
-    store = pack.vector_store
-    try:
-        store.client.alter_collection_properties(store.collection_name, properties=missing)
-    except RagPackError as e:  # e.g. a server without collection properties
-        logger.debug("Could not record the index settings of %s: %s", store.collection_name, e)
+record_index_settings = index_settings.record_index_settings

@@ -109,8 +109,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         if documents is not None and input_dir is not None:
             raise ConfigurationError("Give documents or input_dir, not both.")
         self.sentence_vectors = indexing.check_sentence_vectors(sentence_vectors)
-        self.chunk_size = chunk_size
-        self.chunk_overlap = chunk_overlap
+        self.chunk_size, self.chunk_overlap = chunk_size, chunk_overlap
         self._bm25_requested = bm25_analyzer  # an insert refuses another analysis by name
         self.similarity_top_k = similarity_top_k
         self.fusion_config = resolve_fusion_config(fusion_config)

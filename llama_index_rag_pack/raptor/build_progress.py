@@ -2,11 +2,12 @@
 
 A level's summaries go to the LLM in groups of ``store_every`` clusters (``max_concurrency`` of
 them in flight at once). Each group, once answered, is embedded and stored in a writer thread
-while the next group is with the LLM, so a build killed at any moment loses at most the groups in
-flight, and the next build (or ``RaptorTree.resume()``, ``rag-pack raptor build``) writes only the
-summaries not stored yet: summary ids hash their level and children, and clustering is seeded.
-The next level cannot be clustered before this one's summaries exist (it clusters their
-embeddings), so the overlap is between the LLM calls and the embedding and storing.
+while the next group is with the LLM, so a build killed at any moment loses at most the groups
+in flight (at most two: one with the LLM, one being stored), and the next build (or
+``RaptorTree.resume()``, ``rag-pack raptor build``) writes only the summaries not stored yet:
+summary ids hash their level and children, and clustering is seeded. The next level cannot be
+clustered before this one's summaries exist (it clusters their embeddings), so the overlap is
+between the LLM calls and the embedding and storing.
 
 Progress goes to an optional callback as :class:`BuildProgress` records: one when a level starts
 and ends clustering, and one per group summarised, with the rate and the time left for the level.
@@ -53,6 +54,7 @@ class BuildProgress:
         llm_calls: LLM calls of the whole operation so far.
         elapsed_s: Seconds since the operation started.
         eta_s: Seconds left for this stage at the rate so far (``None`` before a rate is known).
+        rate: Units per second in this stage so far (``None`` before one is known).
     """
 
     level: int
@@ -62,6 +64,7 @@ class BuildProgress:
     llm_calls: int
     elapsed_s: float
     eta_s: float | None = None
+    rate: float | None = None
 
     def line(self) -> str:
         """One line for a terminal, e.g. ``level 1: 512/10,240 summaries, 11.8/s, ETA 13m 44s``."""
@@ -69,9 +72,9 @@ class BuildProgress:
             if self.done < self.total:
                 return f"level {self.level}: clustering {self.total:,} nodes"
             return f"level {self.level}: {self.total:,} clusters ({self.elapsed_s:.0f} s in)"
-        rate = self.done / max(1e-9, self.elapsed_s)
+        rate = "" if self.rate is None else f", {self.rate:.1f}/s"
         eta = "" if self.eta_s is None else f", ETA {_duration(self.eta_s)}"
-        return f"level {self.level}: {self.done:,}/{self.total:,} summaries, {rate:.1f}/s{eta}"
+        return f"level {self.level}: {self.done:,}/{self.total:,} summaries{rate}{eta}"
 
 
 ProgressFn = Callable[[BuildProgress], None]
@@ -132,7 +135,8 @@ def summarise_in_groups(builder: Any, jobs: list[Any], level: int) -> None:
         done += group_size
         spent = time.perf_counter() - started
         eta = (len(jobs) - done) * spent / done if done else None
-        report(builder, level, "summarising", done, len(jobs), eta_s=eta)
+        rate = done / spent if spent > 0 else None
+        report(builder, level, "summarising", done, len(jobs), eta_s=eta, rate=rate)
 
     pending_size = 0
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raptor-store") as writer:

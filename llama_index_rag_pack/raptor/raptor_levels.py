@@ -136,7 +136,7 @@ class LevelBuilder:
             as levels are clustered and summaries stored (rate and ETA of the level).
         store_every: Summaries are stored in groups of this many clusters as they are
             written (:mod:`~llama_index_rag_pack.raptor.build_progress`): a killed build loses
-            at most the group in flight.
+            at most the groups in flight.
         stats: What this operation did so far.
     """
 

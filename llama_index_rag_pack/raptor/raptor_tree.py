@@ -94,7 +94,7 @@ class RaptorTree(PromptMixin):
         progress: Called with a :class:`~llama_index_rag_pack.raptor.build_progress.BuildProgress`
             as levels are clustered and summaries stored (rate and ETA of the level).
         store_every: Summaries are stored in groups of this many as they are written, so a
-            killed build loses at most the group in flight and resumes from the rest.
+            killed build loses at most the groups in flight and resumes from the rest.
 
     Example:
         >>> from llama_index.core import Document

@@ -37,7 +37,7 @@ def test_index_sync_reports_what_was_removed(tmp_path, monkeypatch, capsys) -> N
     ("argv", "message"),
     [
         (["--watch"], "--watch keeps the collection in sync: use it with --sync."),
-        (["--sync", "--watch", "0"], "--watch takes a number of seconds above 0"),
+        (["--sync", "--watch", "--watch-every", "0"], "--watch-every takes a number of seconds"),
         (["--sync", "--watch", "--overwrite"], "--watch cannot be used with --overwrite"),
     ],
 )
@@ -98,3 +98,39 @@ def test_snapshot_sees_supported_files_only(tmp_path) -> None:
     assert list(watch.snapshot([tmp_path], True)) == [str(tmp_path / "a.txt")]
     (tmp_path / "a.txt").unlink()
     assert watch.snapshot([tmp_path], True) == {}
+
+
+def test_a_failed_sync_round_is_one_line_and_the_watch_goes_on(tmp_path) -> None:
+    from llama_index_rag_pack.core.errors import MilvusUnavailableError
+
+    said: list[str] = []
+    rounds: list[int] = []
+    stop = threading.Event()
+
+    def sync() -> None:
+        rounds.append(1)
+        if len(rounds) == 1:
+            raise MilvusUnavailableError("Cannot reach Milvus at http://127.0.0.1:1 (refused).")
+        stop.set()
+
+    (tmp_path / "a.txt").write_text("one", encoding="utf-8")
+    thread = threading.Thread(
+        target=watch.watch,
+        args=(sync, [tmp_path]),
+        kwargs={"interval": 0.05, "say": said.append, "stop": stop},
+    )
+    thread.start()
+    time.sleep(0.3)
+    (tmp_path / "b.txt").write_text("two", encoding="utf-8")
+    thread.join(10)
+    assert not thread.is_alive() and len(rounds) == 2
+    assert said[0] == "error: Cannot reach Milvus at http://127.0.0.1:1 (refused)."
+
+
+def test_watch_and_sync_flags_parse_before_the_paths(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("docs").mkdir()
+    code, _, err = _run(
+        capsys, "--uri", "w.db", "index", "--sync", "--watch", "--overwrite", "docs"
+    )
+    assert code == 2 and "--watch cannot be used with --overwrite" in err

@@ -353,4 +353,6 @@ def test_a_question_about_a_slide_cites_the_deck_and_its_slide(office_pack) -> N
     assert citation.title == "deck.pptx"
     (node,) = [unwrap_node(n) for n in citation.nodes]
     assert node.metadata["page_label"] == "2" and node.metadata["slide"] == 2
-    assert "| Year | Budget |\n|---|---|\n| 2025 | 4.2 M EUR |\n| 2026 | 5.0 M EUR |" in node.text
+    # the row asked about, under its header (how many rows share the chunk depends on the
+    # metadata's length: the temporary path counts against chunk_size=64)
+    assert "| Year | Budget |\n|---|---|\n" in node.text and "| 2026 | 5.0 M EUR |" in node.text

@@ -187,3 +187,60 @@ def test_a_sync_takes_the_leaves_of_a_gone_file_out_of_the_raptor_tree_without_t
     capsys.readouterr()
     assert main(["--uri", "tree.db", "--collection", "docs", "raptor", "update"]) == 0
     assert "up to date: no summary lost a leaf" in capsys.readouterr().out
+
+
+def test_a_sync_from_another_directory_finds_the_same_files(
+    tmp_path, embed_model, monkeypatch
+) -> None:
+    home = tmp_path / "home"
+    monkeypatch.chdir(tmp_path)
+    _corpus(home / "docs")
+    uri = str(tmp_path / "abs.db")
+    kwargs = {"uri": uri, "collection_name": "docs", "embed_model": embed_model}
+    monkeypatch.chdir(home)
+    index_files("docs", **kwargs)  # stored as relative paths: docs/rivers.txt, ...
+    (home / "work" / "docs").mkdir(parents=True)  # the same relative name, elsewhere, empty
+    monkeypatch.chdir(home / "work")
+    report = index_files("docs", sync=True, **kwargs)
+    assert report.removed == 0, "home/docs is not under work/docs: nothing deleted"
+    assert len(_doc_ids(report.pack)) == 4
+
+
+def test_documents_of_types_the_sync_does_not_read_are_kept(
+    tmp_path, embed_model, monkeypatch
+) -> None:
+    from llama_index.core import Document
+
+    from llama_index_rag_pack.pack.rag_pack import RagPack
+
+    monkeypatch.chdir(tmp_path)
+    _corpus(Path("docs"))
+    kwargs = {"uri": "types.db", "collection_name": "docs", "embed_model": embed_model}
+    report = index_files("docs", **kwargs)
+    notebook = Document(
+        text="A notebook about rivers.", metadata={"file_path": "docs/analysis.ipynb"}
+    )
+    RagPack.open(llm="none", **kwargs).insert([notebook])
+    synced = index_files("docs", sync=True, **kwargs)
+    assert synced.removed == 0
+    store = report.pack.vector_store
+    rows = store.client.query(
+        store.collection_name, filter="", output_fields=["file_path"], limit=99
+    )
+    assert "docs/analysis.ipynb" in {r.get("file_path") for r in rows}
+
+
+def test_a_file_whose_name_is_not_utf8_is_not_taken_for_gone(tmp_path, embed_model) -> None:
+    import os
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    name = os.fsdecode(b"caf\xe9.txt")  # a Latin-1 file name on a UTF-8 system
+    try:
+        (folder / name).write_text("The cafe serves coffee all day.", encoding="utf-8")
+    except (OSError, UnicodeError):
+        pytest.skip("the file system refuses undecodable names")
+    kwargs = {"uri": str(tmp_path / "u.db"), "collection_name": "docs", "embed_model": embed_model}
+    index_files(folder, **kwargs)
+    report = index_files(folder, sync=True, **kwargs)
+    assert report.removed == 0 and report.unchanged == 1

@@ -11,7 +11,7 @@ from llama_index.core.embeddings import MockEmbedding
 
 from llama_index_rag_pack.cli import main
 from llama_index_rag_pack.core.errors import ConfigurationError
-from llama_index_rag_pack.pack.indexing import CHUNKING_PROPERTY, EMBEDDING_PROPERTY
+from llama_index_rag_pack.models.index_settings import CHUNKING_PROPERTY, EMBEDDING_PROPERTY
 from llama_index_rag_pack.pack.rag_pack import RagPack
 
 DOCS = [Document(text="Aardvarks eat ants and termites at night.", doc_id="a")]
