@@ -101,3 +101,22 @@ def test_the_cli_refuses_other_chunking_in_one_line(tmp_path, monkeypatch, capsy
     last = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress bar
     assert last.startswith("error: Collection 'rag_pack' was indexed with the chunking")
     assert "--overwrite" in last
+
+
+def test_a_pack_at_the_default_chunking_takes_the_collections(tmp_path, embed_model) -> None:
+    uri = str(tmp_path / "d.db")
+    RagPack(DOCS, uri=uri, collection_name="c", embed_model=embed_model, llm="none", chunk_size=128)
+    opened = RagPack.open(uri=uri, collection_name="c", embed_model=embed_model, llm="none")
+    opened.insert(MORE)  # not refused: it chunks as the collection was chunked
+    assert (opened.chunk_size, opened.chunk_overlap) == (128, 32)
+
+
+def test_an_endpoint_model_is_named_without_its_url() -> None:
+    from llama_index_rag_pack.models.index_settings import embedding_identity
+
+    class Endpoint(MockEmbedding):
+        api_base: str = "http://localhost:8000/v1"
+
+    a = Endpoint(embed_dim=8, model_name="bge-m3")
+    b = Endpoint(embed_dim=8, model_name="bge-m3", api_base="http://127.0.0.1:8000/v1")
+    assert embedding_identity(a) == embedding_identity(b) == "Endpoint:bge-m3"
