@@ -108,7 +108,7 @@ class EndpointReranker(PackReranker):
                     payload = b""
                     for chunk in response.iter_bytes():
                         payload = self._grown(payload, chunk)
-            except httpx.HTTPError as e:
+            except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as e:
                 raise self._transport_error(e) from None
             if response.status_code in WRONG_SHAPE_STATUSES and attempt + 1 < len(apis):
                 continue  # the other API's body may be the one this server reads
@@ -125,7 +125,7 @@ class EndpointReranker(PackReranker):
                     payload = b""
                     async for chunk in response.aiter_bytes():
                         payload = self._grown(payload, chunk)
-            except httpx.HTTPError as e:
+            except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as e:
                 raise self._transport_error(e) from None
             if response.status_code in WRONG_SHAPE_STATUSES and attempt + 1 < len(apis):
                 continue
@@ -159,8 +159,13 @@ class EndpointReranker(PackReranker):
         self._api = self._api or api
         return scores
 
-    def _transport_error(self, error: httpx.HTTPError) -> RerankError:
+    def _transport_error(self, error: Exception) -> RerankError:
         url = self._target.url
+        if isinstance(error, UnicodeError):  # a key or text that cannot be sent as it is
+            return RerankError(
+                f"The rerank request to {url} cannot be encoded ({type(error).__name__}): check "
+                f"${self.api_key_env} holds only ASCII characters."
+            )
         if isinstance(error, httpx.TimeoutException):
             return RerankError(
                 f"The rerank endpoint {url} did not answer within {self.timeout:g} s "

@@ -89,7 +89,11 @@ def parse_endpoint(spec: str) -> RerankEndpoint:
                 f"{', '.join(sorted(API_PREFIXES))}, or no prefix to find it from the answers."
             )
         api, text = API_PREFIXES[head.lower()], rest
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        parts.hostname  # noqa: B018  (raises on a malformed IPv6 host)
+    except ValueError as e:
+        raise ConfigurationError(f"rerank={spec!r} is not a valid URL ({e}).") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ConfigurationError(
             f"rerank={spec!r} is neither an http(s) URL of a rerank endpoint "

@@ -59,9 +59,20 @@ def make_reranker(rerank: Any, **options: Any) -> BaseNodePostprocessor:
 
         kept = {k: v for k, v in options.items() if k not in _ENDPOINT_ONLY}
         return CrossEncoderReranker(path=spec[len(LOCAL_PREFIX) :], **kept)
+    from pydantic import ValidationError
+
     from llama_index_rag_pack.rerank.endpoint_reranker import EndpointReranker
 
-    return EndpointReranker(endpoint=spec, **{k: v for k, v in options.items() if k != "device"})
+    try:
+        return EndpointReranker(
+            endpoint=spec, **{k: v for k, v in options.items() if k != "device"}
+        )
+    except ValidationError as e:  # a bad option value: one line naming it
+        first = e.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "option"
+        raise ConfigurationError(
+            f"rerank option {where}={first.get('input')!r}: {first.get('msg')}."
+        ) from None
 
 
 def describe_reranker(reranker: Any) -> str:

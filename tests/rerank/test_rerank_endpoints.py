@@ -227,3 +227,30 @@ def test_arguments_are_checked_when_made() -> None:
         "rerank endpoint https://api.example.com:443/v2/rerank (API found from the answers, "
         "model m)"
     )
+
+
+def test_bad_option_values_and_urls_are_one_configuration_line() -> None:
+    from llama_index_rag_pack.core.errors import ConfigurationError
+    from llama_index_rag_pack.rerank.reranker_spec import make_reranker
+
+    for spec, options, match in (
+        ("http://127.0.0.1:9/rerank", {"timeout": 0}, "rerank option timeout=0"),
+        ("http://127.0.0.1:9/rerank", {"timeout": "x"}, "rerank option timeout='x'"),
+        ("http://[::1:80", {}, "is not a valid URL"),
+    ):
+        with pytest.raises(ConfigurationError, match=match) as caught:
+            make_reranker(spec, **options)
+        assert "\n" not in str(caught.value)
+
+
+def test_a_key_that_cannot_be_sent_is_a_rerank_error(monkeypatch) -> None:
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+    from llama_index_rag_pack.core.errors import RerankError
+    from llama_index_rag_pack.rerank.reranker_spec import make_reranker
+
+    monkeypatch.setenv("RAG_PACK_RERANK_API_KEY", "clé-secrète")
+    reranker = make_reranker("http://127.0.0.1:9/rerank", timeout=1)
+    nodes = [NodeWithScore(node=TextNode(text="a"), score=1.0)]
+    with pytest.raises(RerankError, match="ASCII"):
+        reranker.postprocess_nodes(nodes, query_bundle=QueryBundle("q"))
