@@ -232,20 +232,22 @@ class RaptorStore:
 
     def level_vectors(self, level: int) -> tuple[list[TextNode], np.ndarray]:
         """The nodes of ``level`` without their embeddings (sorted by id), and their vectors as
-        one float32 matrix in the same order: a level's vectors held once, compactly, however
-        many nodes it has (Python lists of floats take about 8 times the room)."""
-        nodes = self.level(level)
+        one float32 matrix in the same order, read in one scan: a level's vectors are held once,
+        compactly, however many nodes it has (Python lists of floats take about 8 times the
+        room)."""
+        if not self.exists():
+            return [], np.zeros((0, 0), dtype=np.float32)
+        milvus_utils.ensure_loaded(self.client, self.collection_name)
+        fields = [*_ROW_FIELDS, self.embedding_field]
+        nodes: list[TextNode] = []
+        parts: list[np.ndarray] = []
+        for batch in self._row_batches(_level_expr(level), fields):
+            nodes.extend(self._to_node(dict(row), False) for row in batch)
+            parts.append(np.asarray([row[self.embedding_field] for row in batch], np.float32))
         if not nodes:
             return nodes, np.zeros((0, 0), dtype=np.float32)
-        ids: list[str] = []
-        parts: list[np.ndarray] = []
-        fields = ["id", self.embedding_field]
-        for batch in self._row_batches(_level_expr(level), fields):
-            ids.extend(str(row["id"]) for row in batch)
-            parts.append(np.asarray([row[self.embedding_field] for row in batch], np.float32))
-        where = {node_id: i for i, node_id in enumerate(ids)}
-        order = np.asarray([where[n.node_id] for n in nodes], dtype=np.int64)
-        return nodes, np.concatenate(parts)[order]
+        order = sorted(range(len(nodes)), key=lambda i: nodes[i].node_id)
+        return [nodes[i] for i in order], np.concatenate(parts)[np.asarray(order, np.int64)]
 
     def _rows(self, expr: str, fields: list[str]) -> list[dict[str, Any]]:
         """Rows matching ``expr``: one ``query`` when they fit its window, else a query iterator."""
