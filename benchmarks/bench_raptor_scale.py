@@ -45,39 +45,47 @@ DIM = 384
 
 def chunks(n: int, topics: int, seed: int = 0) -> list[Any]:
     """``n`` TextNodes on ``topics`` topics, with their hashed embeddings."""
+    import zlib
+
     import numpy as np
     from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
 
     rng = np.random.default_rng(seed)
-    vocab = [[f"t{t}w{w}" for w in range(40)] for t in range(topics)]
-    common = [f"common{w}" for w in range(200)]
-    embed = hashed()
+    vocab = np.asarray([[f"t{t}w{w}" for w in range(40)] for t in range(topics)])
+    common = np.asarray([f"common{w}" for w in range(200)])
+    slot = {w: zlib.crc32(w.encode()) % DIM for w in [*vocab.ravel(), *common]}
     out = []
     for i in range(n):
         t = int(rng.integers(topics))
         own = rng.random(60) < 0.7
-        words = [
-            vocab[t][int(rng.integers(40))] if o else common[int(rng.integers(200))] for o in own
-        ]
+        words = np.where(
+            own, vocab[t][rng.integers(40, size=60)], common[rng.integers(200, size=60)]
+        )
         text = " ".join(words) + "."
+        counts = np.bincount([slot[w] for w in words], minlength=DIM).astype(np.float32)
         node = TextNode(id_=f"chunk-{i}", text=text, metadata={"topic": t})
         node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=f"doc-{i // 10}")
-        node.embedding = embed.get_text_embedding(text)
+        node.embedding = (counts / float(np.linalg.norm(counts))).tolist()
         out.append(node)
     return out
 
 
-def hashed() -> Any:
+def hashed_vector(text: str) -> list[float]:
+    """A 384-d vector of hashed word counts (crc32: the same in every process)."""
     import zlib
 
     import numpy as np
+
+    v = np.zeros(DIM, dtype=np.float32)
+    for word in text.lower().replace(".", " ").split():
+        v[zlib.crc32(word.encode()) % DIM] += 1.0
+    return (v / (float(np.linalg.norm(v)) or 1.0)).tolist()
+
+
+def hashed() -> Any:
     from llama_index.core.embeddings import BaseEmbedding
 
-    def vector(text: str) -> list[float]:
-        v = np.zeros(DIM, dtype=np.float32)
-        for word in text.lower().replace(".", " ").split():
-            v[zlib.crc32(word.encode()) % DIM] += 1.0
-        return (v / (float(np.linalg.norm(v)) or 1.0)).tolist()
+    vector = hashed_vector
 
     class Hashed(BaseEmbedding):
         def _get_text_embedding(self, text: str) -> list[float]:
