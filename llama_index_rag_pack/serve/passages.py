@@ -14,7 +14,7 @@ __all__ = ["answer_sources", "passage_json", "public_metadata"]
 
 _SPACE_BEFORE_PUNCTUATION = re.compile(r"[ \t]+([.,;:!?])")
 #: Metadata the pack keeps for itself (hashes and counts of the indexing runs).
-_PRIVATE_KEYS = frozenset({"content_sha256", "doc_chunks"})
+_PRIVATE_KEYS = frozenset({"content_sha256", "doc_chunks", "file_abspath"})
 
 
 def _json_value(value: Any) -> Any:
