@@ -83,24 +83,11 @@ def hashed_vector(text: str) -> list[float]:
 
 
 def hashed() -> Any:
-    from llama_index.core.embeddings import BaseEmbedding
+    """The hashed embedding of ``profile_indexing`` over :func:`hashed_vector` (crc32, so the
+    killed, resumed and uninterrupted builds' processes embed alike)."""
+    from profile_indexing import hashed_embedding
 
-    vector = hashed_vector
-
-    class Hashed(BaseEmbedding):
-        def _get_text_embedding(self, text: str) -> list[float]:
-            return vector(text)
-
-        def _get_query_embedding(self, query: str) -> list[float]:
-            return vector(query)
-
-        async def _aget_query_embedding(self, query: str) -> list[float]:
-            return vector(query)
-
-        def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-            return [vector(t) for t in texts]
-
-    return Hashed(model_name="hashed-384", embed_batch_size=1024)
+    return hashed_embedding(hashed_vector, batch_size=1024)
 
 
 def terse_summary(prompt: str) -> str:

@@ -61,17 +61,20 @@ def rss_mb() -> tuple[float, float]:
     return now, peak
 
 
-def hashed_embedding() -> Any:
-    """A 384-d embedding of hashed word counts: deterministic and about free."""
+def hashed_embedding(vector: Any = None, batch_size: int = 512) -> Any:
+    """A 384-d embedding of hashed word counts: deterministic and about free (``vector``:
+    another ``text -> list[float]`` behind the same LlamaIndex embedding)."""
     import numpy as np
     from llama_index.core.embeddings import BaseEmbedding
 
-    def vector(text: str) -> list[float]:
+    def hashed(text: str) -> list[float]:
         out = np.zeros(DIM, dtype=np.float32)
         for word in text.lower().split():
             out[hash(word) % DIM] += 1.0
         norm = float(np.linalg.norm(out)) or 1.0
         return (out / norm).tolist()
+
+    vector = vector or hashed
 
     class HashedEmbedding(BaseEmbedding):
         def _get_text_embedding(self, text: str) -> list[float]:
@@ -86,7 +89,7 @@ def hashed_embedding() -> Any:
         def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
             return [vector(t) for t in texts]
 
-    return HashedEmbedding(model_name="hashed-384", embed_batch_size=512)
+    return HashedEmbedding(model_name="hashed-384", embed_batch_size=batch_size)
 
 
 def corpus(name: str) -> tuple[list[Any], Any]:
