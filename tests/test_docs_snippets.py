@@ -1,4 +1,4 @@
-"""Every Python block of README.md and docs/*.md runs as pasted.
+"""Every Python block of README.md and the pages under docs/ runs as pasted.
 
 Each block runs on its own (a fresh namespace, in an empty working directory), offline, with the
 real bundled embedding model and Milvus Lite. An LLM that a block resolves by default (LlamaIndex's
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
 BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.S | re.M)
 SKIP = re.compile(r"<!--\s*snippet:\s*skip\s+(.+?)\s*-->\s*$")
 CONTINUES = re.compile(r"<!--\s*snippet:\s*continues\s*-->\s*$")
@@ -91,7 +91,12 @@ def scripted_settings_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 def test_every_doc_has_its_blocks_found() -> None:
     assert len(SNIPPETS) >= 20
-    assert {s.path.name for s in SNIPPETS} >= {"README.md", "citations.md", "routing.md"}
+    assert {s.path.name for s in SNIPPETS} >= {
+        "README.md",
+        "getting-started.md",
+        "citations.md",
+        "routing.md",
+    }
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=[s.id for s in SNIPPETS])
