@@ -76,6 +76,8 @@ __all__ = [
     "AnalysedChunk",
     "Bm25Analysis",
     "BM25Analyzer",
+    "ChunkToAnalyse",
+    "analyse_chunks",
     "analyze_for_bm25",
     "document_headings",
     "english_terms",
@@ -131,6 +133,25 @@ class AnalysedChunk:
     text: str
     language: str | None = None
     languages: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChunkToAnalyse:
+    """What the analysis of one chunk reads (plain values: another process can analyse it).
+
+    Attributes:
+        text: The chunk's text.
+        headings: Its title and section headings (:func:`document_headings`).
+        language: Its recorded language, analysed in as before (``None``: identified).
+        document: Its document's key: chunks of one document share its language.
+        takes_hint: Whether its words may take its document's language.
+    """
+
+    text: str
+    headings: tuple[str, ...] = ()
+    language: str | None = None
+    document: str = ""
+    takes_hint: bool = True
 
 
 @dataclass(frozen=True)
@@ -283,6 +304,29 @@ def _callable_name(analyzer: Callable[..., Any]) -> str:
     module = getattr(analyzer, "__module__", None) or ""
     name = getattr(analyzer, "__qualname__", None) or type(analyzer).__qualname__
     return f"custom:{module}.{name}" if module else f"custom:{name}"
+
+
+def analyse_chunks(analysis: Bm25Analysis, chunks: Sequence[ChunkToAnalyse]) -> list[AnalysedChunk]:
+    """The analysed copies of ``chunks``, in order. Under a language-aware analysis, the words
+    of a chunk too short to identify take the language of its document, identified over the
+    document's chunks among ``chunks`` (a document of one chunk is identified as that chunk)."""
+    hints: dict[str, str | None] = {}
+    if analysis.language_aware:
+        by_doc: dict[str, list[str]] = {}
+        for chunk in chunks:
+            if chunk.takes_hint:
+                by_doc.setdefault(chunk.document, []).append(chunk.text)
+        hints = {
+            doc: analysis.document_hint("\n".join(parts))
+            for doc, parts in by_doc.items()
+            if len(parts) > 1
+        }
+    return [
+        analysis.analyse_document(
+            chunk.text, chunk.headings, language=chunk.language, hint=hints.get(chunk.document)
+        )
+        for chunk in chunks
+    ]
 
 
 def resolve_analyzer(spec: str | BM25Analyzer | Bm25Analysis | None) -> Bm25Analysis:

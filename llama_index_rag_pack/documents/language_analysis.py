@@ -181,17 +181,24 @@ class LanguageAnalyzer:
         return f"LanguageAnalyzer({self.name!r})"
 
     # ------------------------------------------------------------------ documents
-    def rest_language(self, text: str, hint: str | None = None, *, document: bool = False) -> str:
+    def rest_language(
+        self,
+        text: str,
+        hint: str | None = None,
+        *,
+        document: bool = False,
+        letters: int | None = None,
+    ) -> str:
         """The language of the words of ``text`` outside CJK runs: identified when there are
         enough letters and the identifier is sure, else ``hint``, else the script's default
         (English for Latin letters). A chunk overrides its document's language (``hint``) only
         for a language with a stemmer: a list of names or numbers in an English article does
-        not become Latin or Pidgin."""
+        not become Latin or Pidgin. ``letters``: the letters of ``text``, when counted already."""
         if self.language is not None:
             return self.language
         sample = _NOISE.sub(" ", text[: 4 * IDENTIFIED_CHARS])
         sample = " ".join(sample.split())[:IDENTIFIED_CHARS]
-        letters = count_letters(text)
+        letters = count_letters(text) if letters is None else letters
         script = letter_script(sample)
         min_letters = MIN_DOCUMENT_LETTERS if document else MIN_IDENTIFIED_LETTERS
         min_probability = MIN_DOCUMENT_PROBABILITY if document else MIN_CHUNK_PROBABILITY
@@ -248,10 +255,11 @@ class LanguageAnalyzer:
         cjk = "".join(run for kind, run in runs if kind == "cjk")
         rest = "".join(run if kind == "rest" else " " for kind, run in runs)
         cjk_lang = self._document_cjk(cjk, language)
+        letters = count_letters(rest)
         if language and language not in CJK_LANGUAGES and self.language is None:
             rest_lang = language
         else:
-            rest_lang = self.rest_language(rest, hint)
+            rest_lang = self.rest_language(rest, hint, letters=letters)
         terms: list[str] = []
         used: dict[str, None] = {}
         for kind, run in runs:
@@ -266,7 +274,6 @@ class LanguageAnalyzer:
                 if got:
                     used[rest_lang] = None
             terms.extend(got)
-        letters = count_letters(rest)
         if cjk and cjk_lang and len(cjk) * CJK_CHAR_WEIGHT >= letters:
             main = cjk_lang
         elif letters or not cjk:

@@ -152,6 +152,8 @@ _NON_LATIN = {
 def fold_width(text: str) -> str:
     """Full-width ASCII (``ＡＰＩ２``), the ideographic space and half-width katakana in their
     usual forms (NFKC on those characters only: everything else is left as it is)."""
+    if text.isascii():  # none of those characters
+        return text
     return _WIDE.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
 
 
@@ -159,6 +161,10 @@ def script_runs(text: str) -> Iterator[tuple[str, str]]:
     """``(kind, run)`` pieces of ``text`` in order: ``cjk`` (Han and kana), ``bigram`` (Hangul,
     Thai, Lao, Khmer, Myanmar) and ``rest`` (everything else, words with spaces between them).
     Joined back, the runs are ``text``."""
+    if text.isascii():  # no script of a cjk or bigram run is written in ASCII
+        if text:
+            yield "rest", text
+        return
     pos = 0
     for m in _RUNS.finditer(text):
         if m.start() > pos:

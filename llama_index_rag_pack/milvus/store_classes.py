@@ -70,9 +70,10 @@ class PackStoreMixin:
         """The partition-key field that keeps tenants apart (``None``: no tenants)."""
         return self._tenant_field
 
-    def prepare_bm25(self, nodes: Any) -> None:
-        """Analyse ``nodes`` for BM25 before anything is written (``add`` uses them)."""
-        self._analysed = prepare_analysed(self, self._bm25_analysis, nodes)
+    def prepare_bm25(self, nodes: Any, found: Any = None) -> None:
+        """Analyse ``nodes`` for BM25 before anything is written (``add`` uses them);
+        ``found``: their analysed copies, already made (:func:`prepare_analysed`)."""
+        self._analysed = prepare_analysed(self, self._bm25_analysis, nodes, found)
 
     def add(self, nodes: Any, **add_kwargs: Any) -> Any:
         analysis = self._bm25_analysis

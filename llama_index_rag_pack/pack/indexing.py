@@ -30,6 +30,7 @@ __all__ = [
     "document_slices",
     "nothing_stored",
     "write_slice",
+    "chunk_slice",
     "CONTENT_HASH_KEY",
     "DOC_CHUNKS_KEY",
     "HIDDEN_KEYS",
@@ -107,31 +108,44 @@ def nothing_stored(pack: Any) -> bool:
     return pack.sentence_index is None or not pack.sentence_index.count()
 
 
-def write_slice(
-    pack: Any, documents: Sequence[Any], *, check_language: bool = True, replace: bool = True
-) -> int:
-    """Chunk, embed and store one slice of :meth:`RagPackBase.insert
-    <llama_index_rag_pack.pack.pack_base.RagPackBase.insert>` (not flushed); the chunks
-    written. Everything that can fail on the input or the model runs before the slice's
-    documents' old rows are deleted (``replace=False``: none can exist); sentences are written
-    before chunks."""
-    field, store, sentences = pack.tenant_field, pack.vector_store, pack.sentence_index
-    groups = group_by_tenant(documents, field)
+def chunk_slice(pack: Any, documents: Sequence[Any]) -> list[Any]:
+    """The chunks of a slice, each tenant's documents split apart, with their chunk counts."""
+    field = pack.tenant_field
     nodes = [
         node
-        for group in groups.values()
+        for group in group_by_tenant(documents, field).values()
         for node in split_documents(
             group, chunk_size=pack.chunk_size, chunk_overlap=pack.chunk_overlap,
             show_progress=pack.show_progress, tenant_field=field,
         )
     ]  # fmt: skip
     stamp_chunk_counts(nodes)  # a resumed run skips documents stored whole
-    before_embedding(store, nodes, pack.embed_model, check_language=check_language)
+    return nodes
+
+
+def write_slice(
+    pack: Any,
+    documents: Sequence[Any],
+    *,
+    check_language: bool = True,
+    replace: bool = True,
+    nodes: list[Any] | None = None,
+    found: Sequence[Any] | None = None,
+) -> int:
+    """Chunk, embed and store one slice of :meth:`RagPackBase.insert
+    <llama_index_rag_pack.pack.pack_base.RagPackBase.insert>` (not flushed); the chunks
+    written. ``nodes``: its chunks (:func:`chunk_slice`), already made; ``found``: their BM25
+    copies, made by the analysis helper (:mod:`~llama_index_rag_pack.pack.pipeline.slice_prep`).
+    Everything that can fail on the input or the model runs before the slice's documents' old
+    rows are deleted (``replace=False``: none can exist); sentences are written before chunks."""
+    field, store, sentences = pack.tenant_field, pack.vector_store, pack.sentence_index
+    nodes = chunk_slice(pack, documents) if nodes is None else nodes
+    before_embedding(store, nodes, pack.embed_model, check_language=check_language, found=found)
     units, vectors = embed_for_index(
         nodes, sentences, pack.embed_model, pack.sentence_vectors, pack.show_progress
     )
-    for owner, group in groups.items() if replace else ():  # a failure above leaves them
-        ids = list(dict.fromkeys(doc.doc_id for doc in group))
+    for owner, group in group_by_tenant(documents, field).items() if replace else ():
+        ids = list(dict.fromkeys(doc.doc_id for doc in group))  # a failure above leaves them
         delete_document_rows(store, ids, tenant=owner, sentence_index=sentences)
     # sentences first: a document whose chunks are all stored has its sentences too
     store_sentences(sentences, units, vectors)
@@ -201,14 +215,20 @@ def warn_if_model_cannot_read(nodes: Sequence[Any], embed_model: Any) -> str | N
 
 
 def before_embedding(
-    store: Any, nodes: Sequence[Any], embed_model: Any, *, check_language: bool = True
+    store: Any,
+    nodes: Sequence[Any],
+    embed_model: Any,
+    *,
+    check_language: bool = True,
+    found: Sequence[Any] | None = None,
 ) -> None:
     """What indexing checks before the chunks are embedded and anything is written: their BM25
     analysis (a store of the pack's analyses them now, so a segmenter that fails does so with
-    the collection untouched) and whether the embedding model reads their language."""
+    the collection untouched; ``found``: their analysed copies, already made) and whether the
+    embedding model reads their language."""
     prepare = getattr(store, "prepare_bm25", None)
     if callable(prepare):
-        prepare(list(nodes))
+        prepare(list(nodes), found=found)
     if check_language:
         warn_if_model_cannot_read(nodes, embed_model)
 

@@ -54,6 +54,7 @@ from llama_index_rag_pack.pack.filters import scoped_kwargs
 from llama_index_rag_pack.pack.judge import JudgeEngineMixin
 from llama_index_rag_pack.pack.mode_registry import listed_modes
 from llama_index_rag_pack.pack.modes import RetrievalMode, get_mode
+from llama_index_rag_pack.pack.pipeline.slice_prep import write_slices
 from llama_index_rag_pack.pack.raptor import RaptorBuildMixin
 from llama_index_rag_pack.pack.sql import SQLEngineMixin
 from llama_index_rag_pack.rerank.pack_reranking import PackReranking
@@ -245,11 +246,9 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         if self.tenant_field is not None:
             check_tenants(documents, self.tenant_field)
         missing = indexing.check_index_settings(self, self._bm25_requested)
-        written = 0
         if replace is None:
             replace = not indexing.nothing_stored(self)  # else no old rows to look for
-        for part in indexing.document_slices(documents, self.tenant_field):
-            written += indexing.write_slice(self, part, check_language=not written, replace=replace)
+        written = write_slices(self, documents, replace=replace)
         indexing.record_index_settings(self, missing)
         if flush:
             self.flush()

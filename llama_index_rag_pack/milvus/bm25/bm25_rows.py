@@ -16,6 +16,8 @@ from llama_index_rag_pack.documents.bm25_analysis import (
     LANGUAGES_PROPERTY,
     AnalysedChunk,
     Bm25Analysis,
+    ChunkToAnalyse,
+    analyse_chunks,
     document_headings,
 )
 from llama_index_rag_pack.documents.language_profile import LanguageProfile
@@ -34,16 +36,40 @@ __all__ = [
     "add_analysed_nodes",
     "analyse_nodes",
     "analysed_row",
+    "chunks_to_analyse",
     "node_text",
     "prepare_analysed",
     "record_languages",
 ]
 
 
+def chunks_to_analyse(nodes: Sequence[Any], texts: Sequence[str]) -> list[ChunkToAnalyse]:
+    """What the analysis of ``nodes`` (whose texts are ``texts``) reads of them."""
+    out = []
+    for node, text in zip(nodes, texts, strict=True):
+        metadata = getattr(node, "metadata", None)
+        given = metadata.get(LANGUAGE_KEY) if isinstance(metadata, dict) else None
+        out.append(
+            ChunkToAnalyse(
+                text,
+                tuple(document_headings(metadata)),
+                normalize_language(given),
+                _doc_key(node),
+                _needs_hint(node),
+            )
+        )
+    return out
+
+
 def analyse_nodes(
-    analysis: Bm25Analysis | None, nodes: Sequence[Any], texts: Sequence[str]
+    analysis: Bm25Analysis | None,
+    nodes: Sequence[Any],
+    texts: Sequence[str],
+    found: Sequence[AnalysedChunk] | None = None,
 ) -> list[AnalysedChunk]:
-    """The analysed copies of ``nodes`` (whose texts are ``texts``).
+    """The analysed copies of ``nodes`` (whose texts are ``texts``; ``found``: already made by
+    :func:`~llama_index_rag_pack.documents.bm25_analysis.analyse_chunks` from
+    :func:`chunks_to_analyse`).
 
     Under a language-aware analysis, each node's language is recorded in its metadata
     (:data:`~llama_index_rag_pack.milvus.bm25.bm25_fields.LANGUAGE_KEY`, hidden from the embedding
@@ -54,36 +80,20 @@ def analyse_nodes(
     """
     if analysis is None or not analysis.client_side:
         return [AnalysedChunk(text) for text in texts]
-    hints: dict[str, str | None] = {}
-    if analysis.language_aware:
-        by_doc: dict[str, list[str]] = {}
-        for node, text in zip(nodes, texts, strict=True):
-            if _needs_hint(node):
-                by_doc.setdefault(_doc_key(node), []).append(text)
-        # a document of one chunk (a RAPTOR summary) is identified as that chunk is
-        hints = {
-            doc: analysis.document_hint("\n".join(parts))
-            for doc, parts in by_doc.items()
-            if len(parts) > 1
-        }
-    out = []
-    for node, text in zip(nodes, texts, strict=True):
+    if found is None:
+        found = analyse_chunks(analysis, chunks_to_analyse(nodes, texts))
+    for node, chunk in zip(nodes, found, strict=True):
         metadata = getattr(node, "metadata", None)
         given = metadata.get(LANGUAGE_KEY) if isinstance(metadata, dict) else None
-        recorded = normalize_language(given)
-        found = analysis.analyse_document(
-            text, document_headings(metadata), language=recorded, hint=hints.get(_doc_key(node))
-        )
-        if given is not None and recorded is None:
+        if given is not None and normalize_language(given) is None:
             logger.debug("Metadata %s=%r names no language: left as it is", LANGUAGE_KEY, given)
-        elif analysis.language_aware and isinstance(metadata, dict) and found.language:
-            metadata[LANGUAGE_KEY] = found.language
+        elif analysis.language_aware and isinstance(metadata, dict) and chunk.language:
+            metadata[LANGUAGE_KEY] = chunk.language
             for keys in ("excluded_embed_metadata_keys", "excluded_llm_metadata_keys"):
                 excluded = getattr(node, keys, None)
                 if isinstance(excluded, list) and LANGUAGE_KEY not in excluded:
                     excluded.append(LANGUAGE_KEY)
-        out.append(found)
-    return out
+    return list(found)
 
 
 def _needs_hint(node: Any) -> bool:
@@ -140,14 +150,18 @@ def node_text(store: Any, node: Any) -> str:
 
 
 def prepare_analysed(
-    store: Any, analysis: Bm25Analysis | None, nodes: Sequence[Any]
+    store: Any,
+    analysis: Bm25Analysis | None,
+    nodes: Sequence[Any],
+    found: Sequence[AnalysedChunk] | None = None,
 ) -> dict[str, tuple[str, AnalysedChunk]]:
     """The analysed copies of ``nodes`` by id, with the text each was made of, for
-    :func:`add_analysed_nodes` (``{}`` without a client-side analysis)."""
+    :func:`add_analysed_nodes` (``{}`` without a client-side analysis; ``found``: see
+    :func:`analyse_nodes`)."""
     if analysis is None or not analysis.client_side:
         return {}
     texts = [node_text(store, node) for node in nodes]
-    analysed = analyse_nodes(analysis, nodes, texts)
+    analysed = analyse_nodes(analysis, nodes, texts, found)
     return {
         node.node_id: (text, found)
         for node, text, found in zip(nodes, texts, analysed, strict=True)
