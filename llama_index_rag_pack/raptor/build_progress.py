@@ -106,11 +106,14 @@ def report(builder: Any, level: int, stage: str, done: int, total: int, **kw: An
     )
 
 
-def summarise_in_groups(builder: Any, jobs: list[Any], level: int) -> None:
+def summarise_in_groups(
+    builder: Any, jobs: list[Any], level: int, first: Callable[[], Any] | None = None
+) -> None:
     """Summarise ``jobs`` (:class:`~llama_index_rag_pack.raptor.raptor_summaries.SummaryJob`) in
     groups of ``builder.store_every`` (a
     :class:`~llama_index_rag_pack.raptor.raptor_levels.LevelBuilder`), storing each group in a
-    writer thread while the next is summarised (see the module).
+    writer thread while the next is summarised (see the module). ``first``: a write the writer
+    thread does before the first group's, while that group is summarised.
 
     Raises:
         RaptorBuildError: some summaries failed after their retries (every other group was
@@ -132,6 +135,8 @@ def summarise_in_groups(builder: Any, jobs: list[Any], level: int) -> None:
         except RaptorBuildError as e:
             errors.append(e)
         pending = None
+        if not group_size:  # ``first``: no summary among it
+            return
         done += group_size
         spent = time.perf_counter() - started
         eta = (len(jobs) - done) * spent / done if done else None
@@ -141,6 +146,8 @@ def summarise_in_groups(builder: Any, jobs: list[Any], level: int) -> None:
     pending_size = 0
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raptor-store") as writer:
         try:
+            if first is not None:
+                pending = writer.submit(first)
             for start in range(0, len(jobs), size):
                 group = jobs[start : start + size]
                 batch = builder.summarise(group)

@@ -24,6 +24,7 @@ and their vectors as one float32 matrix: a level's vectors are held once, compac
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import time
@@ -270,7 +271,6 @@ class LevelBuilder:
                     children[0].embedding = vectors[members[0]].tolist()
                 targets[summary_id(level + 1, [c.node_id for c in children])] = (cid, children)
             existing = self._drop_stale_summaries(level + 1, set(targets))
-            self.store.record_memberships(nodes, targets, vectors)
             jobs = [
                 SummaryJob(node_id=sid, level=level + 1, children=children, source_cluster=cid)
                 for sid, (cid, children) in targets.items()
@@ -281,8 +281,13 @@ class LevelBuilder:
                 "Level %d: %d nodes → %d clusters (%d to summarise, %d already stored)",
                 *(level, len(nodes), len(targets), len(jobs), len(targets) - len(jobs)),
             )
+            # the level's rows learn their parents in the writer thread while the first
+            # summaries are written (a resumed build records them again where they differ)
+            memberships = functools.partial(self.store.record_memberships, nodes, targets, vectors)
             if jobs:
-                summarise_in_groups(self, jobs, level + 1)
+                summarise_in_groups(self, jobs, level + 1, first=memberships)
+            else:
+                memberships()
             level += 1
 
     def _drop_stale_summaries(self, level: int, wanted: set[str]) -> set[str]:
