@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from llama_index.core.node_parser import SentenceSplitter
 from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
@@ -116,25 +116,52 @@ def split_documents(
         tokenizer=tokenizer,
         chunking_tokenizer_fn=split_table_rows(split_by_sentence_tokenizer()),
     )
-    nodes: list[BaseNode] = []
     for doc in get_tqdm_iterable(documents, show_progress, "Splitting documents"):
-        name = (doc.metadata or {}).get("file_path") or doc.doc_id
         modes = (MetadataMode.EMBED, MetadataMode.LLM)
         metadata_len = max(len(tokenizer(doc.get_metadata_str(m))) for m in modes)
         if metadata_len >= chunk_size:
             raise ConfigurationError(
-                f"{name}: its metadata (file path and other fields) is {metadata_len} tokens, "
-                f"which leaves no room for text in chunks of {chunk_size}; use a larger chunk "
-                f"size (--chunk-size / chunk_size {metadata_len + 64} or more)"
+                f"{_name(doc)}: its metadata (file path and other fields) is {metadata_len} "
+                f"tokens, which leaves no room for text in chunks of {chunk_size}; use a larger "
+                f"chunk size (--chunk-size / chunk_size {metadata_len + 64} or more)"
             )
-        try:
-            nodes += splitter.get_nodes_from_documents([doc])
-        except (ValueError, TimeoutError) as e:
+    nodes: list[BaseNode] = []
+    for batch in _distinct_id_runs(documents):
+        try:  # one call for many documents: core's per-call instrumentation paid once
+            nodes += splitter.get_nodes_from_documents(batch)
+        except (ValueError, TimeoutError) as error:
+            culprit, e = batch[0], error
+            for doc in batch:  # which one: the same error, for that document alone
+                try:
+                    splitter.get_nodes_from_documents([doc])
+                except (ValueError, TimeoutError) as alone:
+                    culprit, e = doc, alone
+                    break
             raise ConfigurationError(
-                f"{name}: cannot be split into chunks of {chunk_size} tokens ({e}); use a larger "
-                "chunk size, or split the file into smaller ones"
+                f"{_name(culprit)}: cannot be split into chunks of {chunk_size} tokens ({e}); "
+                "use a larger chunk size, or split the file into smaller ones"
             ) from e
     return nodes
+
+
+def _name(doc: Document) -> str:
+    return str((doc.metadata or {}).get("file_path") or doc.doc_id)
+
+
+def _distinct_id_runs(documents: Sequence[Document]) -> Iterator[list[Document]]:
+    """``documents`` in runs of consecutive documents with distinct ids, in order: core's node
+    parser gives each chunk the metadata of the last document of its id in one call, so two
+    documents of one id are never split in the same call."""
+    run: list[Document] = []
+    ids: set[str] = set()
+    for doc in documents:
+        if doc.doc_id in ids:
+            yield run
+            run, ids = [], set()
+        run.append(doc)
+        ids.add(doc.doc_id)
+    if run:
+        yield run
 
 
 class _LongTextSplitter(SentenceSplitter):
