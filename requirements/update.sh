@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the lock files that every install command and CI use:
-#   requirements/lock.txt              newest versions allowed by pyproject.toml (extras: dev)
+#   requirements/lock.txt              newest versions allowed by pyproject.toml (extras: dev, docs)
 #   requirements/lock-core-0.14.20.txt the same with llama-index-core 0.14.20 (compat pass)
 # Both are universal (Python 3.11+, Linux/macOS/Windows markers) and are used as pip constraints
 # (`pip install -c requirements/lock.txt ...`), so pyproject.toml keeps its compatible ranges for
@@ -21,7 +21,7 @@ compile() {  # compile OUTPUT PINS...
   shift
   local pins=()
   for p in "$@"; do pins+=(-c "$p"); done
-  "$uv" pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+  "$uv" pip compile pyproject.toml --extra dev --extra docs --universal --python-version 3.11 \
     --custom-compile-command "bash requirements/update.sh" --quiet "${pins[@]}" -o "$out"
 }
 compile requirements/lock.txt requirements/pins.in
