@@ -23,8 +23,8 @@ TEXTS = [
 ]
 
 
-def test_int8_vectors_stay_close_to_float32_and_rank_alike(embed_model, exported_copy) -> None:
-    int8 = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy), precision="int8")
+def test_int8_vectors_stay_close_to_float32_and_rank_alike(embed_model, quantised_copy) -> None:
+    int8 = LocalEmbedding(embed_model.model_name, onnx_dir=str(quantised_copy), precision="int8")
     full = np.asarray(embed_model.get_text_embedding_batch(TEXTS))
     small = np.asarray(int8.get_text_embedding_batch(TEXTS))
     assert small.shape == full.shape
@@ -37,8 +37,8 @@ def test_int8_vectors_stay_close_to_float32_and_rank_alike(embed_model, exported
     assert np.array_equal(query, small[0])
     assert not np.allclose(query, full[0], atol=1e-4)
     assert int(np.argmax(small[1:] @ query)) == int(np.argmax(full[1:] @ full[0])) == 0
-    made = list(Path(exported_copy, "onnx").glob("*.int8-*.onnx"))
-    full_file = Path(onnx_encoder.onnx_export_path(embed_model.model_name, exported_copy))
+    made = list(Path(quantised_copy, "onnx").glob("*.int8-*.onnx"))
+    full_file = Path(onnx_encoder.onnx_export_path(embed_model.model_name, quantised_copy))
     # the weight matrices in int8; the word-embedding table stays float32
     assert len(made) == 1 and made[0].stat().st_size < 0.8 * full_file.stat().st_size
     assert describe_embed_model(int8) == "all-MiniLM-L6-v2 (bundled, CPU, int8)"
@@ -93,11 +93,11 @@ def test_a_failed_quantisation_is_one_error_not_a_quiet_fallback(
         model.get_query_embedding("x")
 
 
-def test_an_int8_vector_depends_on_its_text_alone(embed_model, exported_copy) -> None:
+def test_an_int8_vector_depends_on_its_text_alone(embed_model, quantised_copy) -> None:
     """Activations are quantised per run, and an int8 run holds one text: a text's vector is
     the same alone, among short or long texts, in any order (float32's batches differ only
     by rounding)."""
-    int8 = LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy), precision="int8")
+    int8 = LocalEmbedding(embed_model.model_name, onnx_dir=str(quantised_copy), precision="int8")
     alone = np.asarray([int8.get_text_embedding(t) for t in TEXTS])
     batch = np.asarray(int8.get_text_embedding_batch(TEXTS))
     shuffled = np.asarray(int8.get_text_embedding_batch(TEXTS[::-1] + TEXTS[:2]))[::-1][2:]
@@ -105,14 +105,14 @@ def test_an_int8_vector_depends_on_its_text_alone(embed_model, exported_copy) ->
     assert np.array_equal(alone, shuffled)
     # the int8 sentence pass of a float32 model uses the same int8 runs
     mixed = LocalEmbedding(
-        embed_model.model_name, onnx_dir=str(exported_copy), sentence_precision="int8"
+        embed_model.model_name, onnx_dir=str(quantised_copy), sentence_precision="int8"
     )
     assert np.array_equal(np.asarray(mixed.embed_sentences(TEXTS)), alone)
 
 
-def test_int8_sentences_beside_float32_chunks_and_queries(embed_model, exported_copy) -> None:
+def test_int8_sentences_beside_float32_chunks_and_queries(embed_model, quantised_copy) -> None:
     model = LocalEmbedding(
-        embed_model.model_name, onnx_dir=str(exported_copy), sentence_precision="int8"
+        embed_model.model_name, onnx_dir=str(quantised_copy), sentence_precision="int8"
     )
     assert model.sentence_precision == "int8" and model.precision == "float32"
     chunks = np.asarray(model.get_text_embedding_batch(TEXTS))
