@@ -171,13 +171,16 @@ _KILLABLE = textwrap.dedent(
 )
 
 
-def test_a_killed_run_resumes_to_the_rows_of_an_uninterrupted_one(tmp_path) -> None:
+def test_a_killed_run_resumes_to_the_rows_of_an_uninterrupted_one(
+    tmp_path, embed_model, monkeypatch
+) -> None:
     folder = _folder(tmp_path / "notes", 20)
     script = tmp_path / "run_index.py"
     script.write_text(_KILLABLE, encoding="utf-8")
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    whole = str(tmp_path / "whole.db")
-    subprocess.run([sys.executable, str(script), str(folder), whole], env=env, check=True)
+    whole = str(tmp_path / "whole.db")  # the uninterrupted run: here, with the same model
+    monkeypatch.setattr(file_indexing, "BATCH_FILES", 4)
+    index_files(folder, uri=whole, collection_name="notes", embed_model=embed_model)
 
     killed = str(tmp_path / "killed.db")
     proc = subprocess.Popen(
