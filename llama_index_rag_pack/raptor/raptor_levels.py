@@ -42,7 +42,7 @@ from llama_index_rag_pack.raptor.build_progress import (
     report,
     summarise_in_groups,
 )
-from llama_index_rag_pack.raptor.clustering import DEFAULT_TOPIC_SIMILARITY, cluster_embeddings
+from llama_index_rag_pack.raptor.clustering import cluster_embeddings
 from llama_index_rag_pack.raptor.raptor_nodes import (
     CARRIED_KEY,
     CHILD_KEY,
@@ -59,6 +59,7 @@ from llama_index_rag_pack.raptor.raptor_summaries import (
     SummaryBatch,
     SummaryJob,
 )
+from llama_index_rag_pack.raptor.tree_options import BuildStats, ClusterOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -66,52 +67,6 @@ if TYPE_CHECKING:  # pragma: no cover
 logger = logging.getLogger(__name__)
 
 DEFAULT_MIN_COMPRESSION = 2.0
-
-
-@dataclass
-class BuildStats:
-    """What a build, insert or delete did.
-
-    Attributes:
-        levels: Nodes per level after the operation.
-        llm_calls: Summary requests sent (retries included).
-        summaries_written: Summaries written (new or refreshed), carried ones included.
-        summaries_carried: Clusters of one carried up unchanged (no LLM call).
-        summaries_reused: Summaries already stored and kept (resumed builds).
-        leaves_added: New leaves stored.
-        leaves_removed: Leaves deleted.
-        seconds: Wall time.
-    """
-
-    levels: dict[int, int] = field(default_factory=dict)
-    llm_calls: int = 0
-    summaries_written: int = 0
-    summaries_carried: int = 0
-    summaries_reused: int = 0
-    leaves_added: int = 0
-    leaves_removed: int = 0
-    seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class ClusterOptions:
-    """How a level is clustered (the options of
-    :func:`~llama_index_rag_pack.raptor.clustering.cluster_embeddings`).
-
-    Attributes:
-        reduction_dim: UMAP dimension.
-        threshold: Soft-membership probability threshold.
-        max_clusters: Exclusive upper bound on clusters per mixture.
-        random_state: Seed (keep it fixed so interrupted builds resume).
-        topic_similarity: Clusters are split where average linkage keeps groups apart at this
-            cosine similarity (``None``: never).
-    """
-
-    reduction_dim: int
-    threshold: float
-    max_clusters: int
-    random_state: int | None
-    topic_similarity: float | None = DEFAULT_TOPIC_SIMILARITY
 
 
 @dataclass
@@ -154,6 +109,11 @@ class LevelBuilder:
     progress: ProgressFn | None = None
     store_every: int = DEFAULT_STORE_EVERY
     stats: BuildStats = field(default_factory=BuildStats, init=False)
+    #: Whether the tree held nothing but this operation's leaves: no level has rows it did
+    #: not write, so each level is read by its known ids and nothing is looked for to delete.
+    fresh: bool = field(default=False, init=False)
+    known: dict[int, list[str]] = field(default_factory=dict, init=False, repr=False)
+    topped: bool = field(default=False, init=False, repr=False)
     started_at: float = field(default_factory=time.perf_counter, init=False, repr=False)
 
     def _say(self, message: str) -> None:
@@ -166,7 +126,11 @@ class LevelBuilder:
 
     def finish(self) -> BuildStats:
         """The operation's stats, with the levels now stored and the time it took."""
-        self.stats.levels = self.store.levels()
+        self.stats.levels = (
+            {lvl: len(ids) for lvl, ids in sorted(self.known.items())}
+            if self.fresh and self.topped  # the known levels are the tree
+            else self.store.levels()
+        )
         self.stats.seconds = time.perf_counter() - self.started_at
         return self.stats
 
@@ -198,14 +162,17 @@ class LevelBuilder:
 
     def store_leaves(self, leaves: list[TextNode]) -> None:
         """Embed and store the leaves that are not stored yet."""
+        self.fresh = not self.store.count()
         existing = (
             {n.node_id for n in self.store.get([n.node_id for n in leaves])}
-            if self.store.exists()
+            if not self.fresh
             else set()
         )
         new = [n for n in leaves if n.node_id not in existing]
         self.embed(new, "leaves")
         self.store.add(new)
+        if self.fresh:
+            self.known[0] = list(dict.fromkeys(n.node_id for n in new))
         self.stats.leaves_added += len(new)
         logger.info("Leaves: %d new, %d already stored", len(new), len(leaves) - len(new))
 
@@ -241,7 +208,8 @@ class LevelBuilder:
         """Build (or finish building) every level above ``start_level``."""
         level = start_level
         while True:
-            nodes, vectors = self.store.level_vectors(level)  # the vectors once, as float32
+            # the vectors once, as float32
+            nodes, vectors = self.store.level_vectors(level, self.known.get(level))
             if len(nodes) > 1 and level < self.max_levels:
                 self._say(f"RAPTOR level {level}: clustering {len(nodes)} nodes")
                 report(self, level + 1, "clustering", 0, len(nodes))
@@ -288,10 +256,14 @@ class LevelBuilder:
                 summarise_in_groups(self, jobs, level + 1, first=memberships)
             else:
                 memberships()
+            if self.fresh:  # every summary of the level is stored: its rows are these
+                self.known[level + 1] = sorted(targets)
             level += 1
 
     def _drop_stale_summaries(self, level: int, wanted: set[str]) -> set[str]:
         """Delete the summaries of ``level`` that an earlier clustering made; return its ids."""
+        if self.fresh:  # none was made
+            return set()
         existing = {n.node_id for n in self.store.level(level)}
         stale = existing - wanted
         if stale:
@@ -303,7 +275,11 @@ class LevelBuilder:
 
     def _finish_top(self, level: int, nodes: Sequence[TextNode], vectors: Any) -> None:
         """``level`` is the top: drop leftovers above it and clear the top nodes' parents."""
-        self.store.delete_levels_above(level)
+        if self.fresh:
+            self.known = {lvl: ids for lvl, ids in self.known.items() if lvl <= level}
+            self.topped = True
+        else:
+            self.store.delete_levels_above(level)
         orphaned = [i for i, n in enumerate(nodes) if n.metadata.get(PARENT_KEY)]
         for i in orphaned:
             nodes[i].metadata[PARENT_KEY], nodes[i].metadata[CLUSTER_KEY] = [], []

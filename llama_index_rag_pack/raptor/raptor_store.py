@@ -230,18 +230,22 @@ class RaptorStore:
         nodes.sort(key=lambda n: n.node_id)
         return nodes
 
-    def level_vectors(self, level: int) -> tuple[list[TextNode], np.ndarray]:
+    def level_vectors(
+        self, level: int, ids: Sequence[str] | None = None
+    ) -> tuple[list[TextNode], np.ndarray]:
         """The nodes of ``level`` without their embeddings (sorted by id), and their vectors as
-        one float32 matrix in the same order, read in one scan: a level's vectors are held once,
-        compactly, however many nodes it has (Python lists of floats take about 8 times the
-        room)."""
+        one float32 matrix in the same order: a level's vectors are held once, compactly.
+        ``ids``: the level's ids, known to the caller: read by primary key (on Milvus Lite, no
+        pass over every row's dynamic fields per page of a scan)."""
         if not self.exists():
             return [], np.zeros((0, 0), dtype=np.float32)
         milvus_utils.ensure_loaded(self.client, self.collection_name)
         fields = [*_ROW_FIELDS, self.embedding_field]
         nodes: list[TextNode] = []
         parts: list[np.ndarray] = []
-        for batch in self._row_batches(_level_expr(level), fields):
+        chunks = (ids[i : i + _ID_CHUNK] for i in range(0, len(ids or ()), _ID_CHUNK))
+        by_id = (self._rows(_ids_expr(chunk), fields) for chunk in chunks)
+        for batch in self._row_batches(_level_expr(level), fields) if ids is None else by_id:
             nodes.extend(self._to_node(dict(row), False) for row in batch)
             parts.append(np.asarray([row[self.embedding_field] for row in batch], np.float32))
         if not nodes:

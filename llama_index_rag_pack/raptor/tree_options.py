@@ -1,11 +1,61 @@
-"""Checks of :class:`~llama_index_rag_pack.raptor.raptor_tree.RaptorTree`'s options: each out of
-range is one ConfigurationError line naming it, raised before anything loads."""
+"""Options and results of a :class:`~llama_index_rag_pack.raptor.raptor_tree.RaptorTree`
+operation: how levels are clustered, what a build did, and the options' checks (each out of
+range is one ConfigurationError line naming it, raised before anything loads)."""
 
 from __future__ import annotations
 
-from llama_index_rag_pack.core.errors import ConfigurationError, check_count
+from dataclasses import dataclass, field
 
-__all__ = ["check_tree_options"]
+from llama_index_rag_pack.core.errors import ConfigurationError, check_count
+from llama_index_rag_pack.raptor.clustering import DEFAULT_TOPIC_SIMILARITY
+
+__all__ = ["BuildStats", "ClusterOptions", "check_tree_options"]
+
+
+@dataclass
+class BuildStats:
+    """What a build, insert or delete did.
+
+    Attributes:
+        levels: Nodes per level after the operation.
+        llm_calls: Summary requests sent (retries included).
+        summaries_written: Summaries written (new or refreshed), carried ones included.
+        summaries_carried: Clusters of one carried up unchanged (no LLM call).
+        summaries_reused: Summaries already stored and kept (resumed builds).
+        leaves_added: New leaves stored.
+        leaves_removed: Leaves deleted.
+        seconds: Wall time.
+    """
+
+    levels: dict[int, int] = field(default_factory=dict)
+    llm_calls: int = 0
+    summaries_written: int = 0
+    summaries_carried: int = 0
+    summaries_reused: int = 0
+    leaves_added: int = 0
+    leaves_removed: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How a level is clustered (the options of
+    :func:`~llama_index_rag_pack.raptor.clustering.cluster_embeddings`).
+
+    Attributes:
+        reduction_dim: UMAP dimension.
+        threshold: Soft-membership probability threshold.
+        max_clusters: Exclusive upper bound on clusters per mixture.
+        random_state: Seed (keep it fixed so interrupted builds resume).
+        topic_similarity: Clusters are split where average linkage keeps groups apart at this
+            cosine similarity (``None``: never).
+    """
+
+    reduction_dim: int
+    threshold: float
+    max_clusters: int
+    random_state: int | None
+    topic_similarity: float | None = DEFAULT_TOPIC_SIMILARITY
 
 
 def check_tree_options(

@@ -15,7 +15,8 @@ from llama_index.core import Document
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.milvus.connection import open_vector_store
 from llama_index_rag_pack.raptor.build_progress import BuildProgress
-from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY
+from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY, CLUSTER_KEY, PARENT_KEY
+from llama_index_rag_pack.raptor.raptor_store import RaptorStore
 from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 from llama_index_rag_pack.raptor.raptor_updates import stale_children
 from llama_index_rag_pack.testing import ScriptedLLM
@@ -159,8 +160,8 @@ def test_a_build_reads_each_level_vectors_once_as_float32(
         assert not with_embeddings, "a build reads no level with its embeddings as floats"
         return real_level(self, level)
 
-    def level_vectors(self: Any, level: int) -> Any:
-        nodes, vectors = real_vectors(self, level)
+    def level_vectors(self: Any, level: int, ids: Any = None) -> Any:
+        nodes, vectors = real_vectors(self, level, ids)
         matrices.append(vectors)
         assert all(n.embedding is None for n in nodes)
         return nodes, vectors
@@ -172,3 +173,40 @@ def test_a_build_reads_each_level_vectors_once_as_float32(
     assert matrices and all(m.dtype == np.float32 for m in matrices if m.size)
     monkeypatch.setattr(RaptorStore, "level", real_level)
     assert shape(lean) == shape(whole)
+
+
+def _links(tree: Any) -> dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]]:
+    return {
+        n.node_id: (
+            tuple(n.metadata.get(PARENT_KEY) or []),
+            tuple(n.metadata.get(CLUSTER_KEY) or []),
+        )
+        for n in tree.store.tree_nodes(min_level=0)
+    }
+
+
+def test_a_fresh_build_reads_levels_by_id_and_makes_the_same_tree(
+    tmp_path: Any, embed_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scans: list[str] = []
+    real_batches, real_count = RaptorStore._row_batches, RaptorStore.count
+
+    def row_batches(self: Any, expr: str, fields: list[str]) -> Any:
+        scans.append(expr)
+        return real_batches(self, expr, fields)
+
+    monkeypatch.setattr(RaptorStore, "_row_batches", row_batches)
+    fresh = tree_at(tmp_path / "fresh.db", embed_model, ScriptedLLM(replies=summary))
+    fresh_stats = fresh.build(documents())
+    assert not [e for e in scans if "raptor_level" in e]  # every level read by its ids
+    assert fresh_stats.levels == fresh.store.levels() and len(fresh_stats.levels) >= 2
+
+    # the same build taking the long way: the tree is not taken for empty
+    monkeypatch.setattr(RaptorStore, "count", lambda self: real_count(self) + 1)
+    scans.clear()
+    scanned = tree_at(tmp_path / "scanned.db", embed_model, ScriptedLLM(replies=summary))
+    scanned_stats = scanned.build(documents())
+    assert [e for e in scans if "raptor_level" in e]
+    assert scanned_stats.levels == fresh_stats.levels
+    assert shape(scanned) == shape(fresh) and _links(scanned) == _links(fresh)
+    assert scanned_stats.llm_calls == fresh_stats.llm_calls
