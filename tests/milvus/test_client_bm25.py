@@ -57,11 +57,9 @@ def rankings(store, questions, search_type, embed_model=None):
     return [[n.node.node_id for n in retriever.retrieve(q)] for q in questions]
 
 
-@pytest.mark.parametrize("where", ["lite", "server"])
-def test_pack_vectors_rank_as_the_bm25_function_on_the_wiki_corpus(tmp_path, wiki, where, request):
-    nodes, questions = wiki
-    uri = str(tmp_path / "bm25.db") if where == "lite" else request.getfixturevalue("milvus_server")
-    found = {}
+def stores_of(uri: str, nodes: list) -> dict:
+    """The corpus stored twice at ``uri``: BM25 vectors by Milvus' function and by the pack."""
+    stores = {}
     for vectors in ("function", "client"):
         store = open_vector_store(
             uri, f"wiki_{vectors}", dim=384, overwrite=True, bm25_vectors=vectors
@@ -69,25 +67,37 @@ def test_pack_vectors_rank_as_the_bm25_function_on_the_wiki_corpus(tmp_path, wik
         assert store.bm25_vectors == vectors and has_bm25(store.client, store.collection_name)
         store.add([n.model_copy() for n in nodes])
         flush(store)
-        found[vectors] = rankings(store, questions, "sparse")
+        stores[vectors] = store
+    return stores
+
+
+@pytest.fixture(scope="module")
+def lite_stores(tmp_path_factory: pytest.TempPathFactory, wiki) -> dict:
+    """Both stores on Lite, shared by the sparse and the hybrid comparisons (read only)."""
+    return stores_of(str(tmp_path_factory.mktemp("bm25") / "bm25.db"), wiki[0])
+
+
+@pytest.mark.parametrize("where", ["lite", "server"])
+def test_pack_vectors_rank_as_the_bm25_function_on_the_wiki_corpus(wiki, where, request):
+    nodes, questions = wiki
+    if where == "lite":
+        stores = request.getfixturevalue("lite_stores")
+    else:
+        stores = stores_of(request.getfixturevalue("milvus_server"), nodes)
+    found = {vectors: rankings(store, questions, "sparse") for vectors, store in stores.items()}
     assert all(len(r) == 10 for r in found["function"])
     assert found["client"] == found["function"]
-    client = store.client
+    client = stores["client"].client
     assert client.has_collection(stats_collection_name("wiki_client"))
     assert not client.has_collection(stats_collection_name("wiki_function"))
 
 
-def test_hybrid_modes_agree_too(tmp_path, wiki, embed_model):
-    nodes, questions = wiki
-    uri = str(tmp_path / "hybrid.db")
-    found = {}
-    for vectors in ("function", "client"):
-        store = open_vector_store(
-            uri, f"h_{vectors}", dim=384, overwrite=True, bm25_vectors=vectors
-        )
-        store.add([n.model_copy() for n in nodes])
-        flush(store)
-        found[vectors] = rankings(store, questions[:12], "hybrid", embed_model)
+def test_hybrid_modes_agree_too(lite_stores, wiki, embed_model):
+    questions = wiki[1][:12]
+    found = {
+        vectors: rankings(store, questions, "hybrid", embed_model)
+        for vectors, store in lite_stores.items()
+    }
     assert found["client"] == found["function"]
 
 
