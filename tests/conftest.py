@@ -9,6 +9,9 @@
 * ``concurrency_gate``: factory ``concurrency_gate(target) -> ConcurrencyGate``.
 * ``gated_llm``: factory ``gated_llm(replies, target, **kwargs) -> GatedLLM``.
 
+The gate and the scripted LLMs live in ``scripted_support.py``: this file imports nothing heavy
+at load (the xdist controller loads it before it starts the workers).
+
 Concurrency is proved with gates, never with timings: a gated call waits until ``target`` calls
 are in flight at once. Code that runs the calls concurrently reaches the target at once, however
 slow the machine; code that runs them one by one never does, and the test fails after a timeout.
@@ -16,18 +19,16 @@ slow the machine; code that runs them one by one never does, and the test fails 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -61,100 +62,10 @@ for _var in (
 # Nor a developer's saved fits (rag_pack_data/fusion.json) or data: one fresh directory per run.
 os.environ["RAG_PACK_DATA_DIR"] = tempfile.mkdtemp(prefix="rag-pack-tests-")
 
-from llama_index.core.bridge.pydantic import PrivateAttr  # noqa: E402  (env setup above first)
+if TYPE_CHECKING:
+    from scripted_support import ConcurrencyGate, GatedLLM, JsonHeldLLM
 
-from llama_index_rag_pack.testing import ScriptedLLM, SyncCallError  # noqa: E402
-
-GATE_TIMEOUT = 20.0
-
-
-class ConcurrencyGate:
-    """Counts calls in flight; ``hold``/``ahold`` wait until ``target`` were in flight at once.
-
-    The wait ends for good once the target was reached (later calls pass at once) or after
-    ``timeout`` seconds (then ``reached`` is False and the test's assertion on ``max_in_flight``
-    fails): a serial implementation makes a test fail, never hang.
-    """
-
-    def __init__(self, target: int, timeout: float = GATE_TIMEOUT) -> None:
-        self.target, self.timeout = target, timeout
-        self.in_flight = self.max_in_flight = 0
-        self.timed_out = False
-        self._cond = threading.Condition()
-
-    @property
-    def reached(self) -> bool:
-        return self.max_in_flight >= self.target
-
-    def enter(self) -> None:
-        with self._cond:
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            self._cond.notify_all()
-
-    def exit(self) -> None:
-        with self._cond:
-            self.in_flight -= 1
-
-    def hold(self) -> None:
-        """Block this thread until the target is reached (or the gate gave up)."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self.reached or self.timed_out, self.timeout):
-                self.timed_out = True
-                self._cond.notify_all()
-
-    async def ahold(self) -> None:
-        """Suspend this task (never blocking the loop) until the target is reached."""
-        deadline = time.monotonic() + self.timeout
-        while not (self.reached or self.timed_out):
-            if time.monotonic() > deadline:
-                self.timed_out = True
-                break
-            await asyncio.sleep(0.001)
-
-
-class GatedLLM(ScriptedLLM):
-    """A ScriptedLLM whose calls wait at a :class:`ConcurrencyGate` before replying.
-
-    ``max_concurrency`` then reaches ``gate.target`` exactly when the code under test really has
-    that many calls in flight, whatever the machine's speed. ``delay`` still applies afterwards.
-    """
-
-    _gate: Any = PrivateAttr(default=None)
-
-    def __init__(self, *args: Any, gate: ConcurrencyGate, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._gate = gate
-
-    @property
-    def gate(self) -> ConcurrencyGate:
-        return self._gate
-
-    def _sync_reply(self, prompt: str, method: str) -> Any:
-        if self.forbid_sync:
-            raise SyncCallError(f"ScriptedLLM.{method} called, but this LLM forbids sync calls")
-        self._enter()
-        self._gate.enter()
-        try:
-            self._gate.hold()
-            if self.delay:
-                time.sleep(self.delay)
-            return self._next_reply(prompt)
-        finally:
-            self._gate.exit()
-            self._exit()
-
-    async def _async_reply(self, prompt: str) -> Any:
-        self._enter()
-        self._gate.enter()
-        try:
-            await self._gate.ahold()
-            if self.delay:
-                await asyncio.sleep(self.delay)
-            return self._next_reply(prompt)
-        finally:
-            self._gate.exit()
-            self._exit()
+    from llama_index_rag_pack.testing import ScriptedLLM
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -191,6 +102,8 @@ def vector_store(milvus_uri: str) -> Any:
 
 @pytest.fixture()
 def scripted_llm() -> Callable[..., ScriptedLLM]:
+    from llama_index_rag_pack.testing import ScriptedLLM
+
     def make(replies: Any = None, **kwargs: Any) -> ScriptedLLM:
         return ScriptedLLM(replies=replies if replies is not None else [], **kwargs)
 
@@ -227,23 +140,11 @@ def assert_same_ranking() -> Callable[..., None]:
     return same_ranking
 
 
-class JsonHeldLLM(ScriptedLLM):
-    """Stands in for an LLM that constrains its decoding to a JSON schema (the local llama.cpp
-    model); records, per call, the schema requested around it (``json_output``)."""
-
-    supports_json_schema: bool = True
-    schemas: list = []
-
-    def _next_reply(self, prompt: str) -> Any:
-        from llama_index_rag_pack.models.json_output import requested_json_schema
-
-        self.schemas.append(requested_json_schema())
-        return super()._next_reply(prompt)
-
-
 @pytest.fixture(scope="session")
 def json_held_llm() -> Callable[..., JsonHeldLLM]:
     """Factory ``json_held_llm(replies) -> JsonHeldLLM`` with an empty schema record."""
+
+    from scripted_support import JsonHeldLLM
 
     def make(replies: Any) -> JsonHeldLLM:
         llm = JsonHeldLLM(replies=replies)
@@ -255,11 +156,15 @@ def json_held_llm() -> Callable[..., JsonHeldLLM]:
 
 @pytest.fixture(scope="session")
 def concurrency_gate() -> Callable[..., ConcurrencyGate]:
+    from scripted_support import ConcurrencyGate
+
     return ConcurrencyGate
 
 
 @pytest.fixture(scope="session")
 def gated_llm() -> Callable[..., GatedLLM]:
+    from scripted_support import ConcurrencyGate, GatedLLM
+
     def make(replies: Any = None, target: int = 2, **kwargs: Any) -> GatedLLM:
         gate = ConcurrencyGate(target)
         return GatedLLM(replies=replies if replies is not None else [], gate=gate, **kwargs)
@@ -382,6 +287,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     config.option.loadscopereorder = False  # keep LONGEST_GROUPS' order
     return GroupScheduling(config, log)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> Any:
+    """Test modules are cached as bytecode once rewritten for assertions (in their gitignored
+    ``__pycache__``), even where ``PYTHONDONTWRITEBYTECODE`` is set: rewriting every module
+    again costs each xdist worker seconds per run. Only while collecting (that is when the test
+    modules are imported); the setting is restored for the tests themselves."""
+    dont_write, sys.dont_write_bytecode = sys.dont_write_bytecode, False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = dont_write
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
