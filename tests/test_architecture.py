@@ -7,6 +7,7 @@ than 20 modules, and no module or function outgrows the size limits."""
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,15 +72,26 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-MODULES = _modules()
-SOURCES = {m: p.read_text(encoding="utf-8") for m, p in MODULES.items()}
-TREES = {m: ast.parse(src) for m, src in SOURCES.items()}
+@functools.cache
+def modules() -> dict[str, Path]:
+    """The package's modules by dotted name (read when a test first asks: not at collection)."""
+    return _modules()
+
+
+@functools.cache
+def sources() -> dict[str, str]:
+    return {m: p.read_text(encoding="utf-8") for m, p in modules().items()}
+
+
+@functools.cache
+def trees() -> dict[str, ast.Module]:
+    return {m: ast.parse(src) for m, src in sources().items()}
 
 
 def _resolve(module: str, node: ast.ImportFrom) -> str:
     if node.level == 0:
         return node.module or ""
-    base = module.split(".")[: -node.level + (1 if MODULES[module].name == "__init__.py" else 0)]
+    base = module.split(".")[: -node.level + (1 if modules()[module].name == "__init__.py" else 0)]
     return ".".join([*base, node.module] if node.module else base)
 
 
@@ -102,7 +114,7 @@ def _loaded_by_name(module: str, node: ast.Call) -> str | None:
 def _imports() -> Iterator[Import]:
     """Every import in the package, at module level or inside functions (a lazy import is still
     a dependency), and every module loaded by name."""
-    for module, tree in TREES.items():
+    for module, tree in trees().items():
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
@@ -111,12 +123,14 @@ def _imports() -> Iterator[Import]:
                 base = _resolve(module, node)
                 for alias in node.names:
                     full = f"{base}.{alias.name}"
-                    yield Import(module, full if full in MODULES else base, node.lineno)
+                    yield Import(module, full if full in modules() else base, node.lineno)
             elif isinstance(node, ast.Call) and (target := _loaded_by_name(module, node)):
                 yield Import(module, target, node.lineno)
 
 
-IMPORTS = list(_imports())
+@functools.cache
+def imports() -> list[Import]:
+    return list(_imports())
 
 
 def _package(module: str) -> str:
@@ -134,16 +148,16 @@ def _level(module: str) -> int:
 
 
 def test_every_module_belongs_to_a_package() -> None:
-    for module in MODULES:
+    for module in modules():
         _package(module)
 
 
 def test_packages_import_only_their_own_modules_and_those_below() -> None:
     wrong = [
         f"{i.source}:{i.line} imports {i.target} ({_package(i.source)} -> {_package(i.target)})"
-        for i in IMPORTS
+        for i in imports()
         if i.target.startswith(ROOT)
-        and i.target in MODULES
+        and i.target in modules()
         and _package(i.target) != _package(i.source)
         and _level(i.target) >= _level(i.source)
     ]
@@ -154,20 +168,21 @@ def test_features_never_import_pack_cli_or_evaluation() -> None:
     features = {p for p, level in LEVELS.items() if 3 <= level <= 4}
     wrong = [
         f"{i.source}:{i.line} imports {i.target}"
-        for i in IMPORTS
-        if i.target in MODULES
+        for i in imports()
+        if i.target in modules()
         and _package(i.source) in features
         and _package(i.target) in {"pack", "cli", "evaluation"}
     ]
     assert wrong == []
 
 
+@pytest.mark.slow
 def test_modules_are_loaded_by_name_only_from_the_top() -> None:
     by_name = sorted(
         {
             i.source
-            for i in IMPORTS
-            for node in ast.walk(TREES[i.source])
+            for i in imports()
+            for node in ast.walk(trees()[i.source])
             if isinstance(node, ast.Call)
             and _loaded_by_name(i.source, node) == i.target
             and node.lineno == i.line
@@ -213,9 +228,9 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def _module_edges() -> dict[str, set[str]]:
-    edges: dict[str, set[str]] = {m: set() for m in MODULES}
-    for i in IMPORTS:
-        if i.target in MODULES and i.target != i.source:
+    edges: dict[str, set[str]] = {m: set() for m in modules()}
+    for i in imports():
+        if i.target in modules() and i.target != i.source:
             edges[i.source].add(i.target)
     return edges
 
@@ -233,27 +248,29 @@ def test_the_cycle_finder_finds_cycles() -> None:
 def test_milvus_is_reached_only_through_the_milvus_package(library: str) -> None:
     outside = [
         f"{i.source}:{i.line}"
-        for i in IMPORTS
+        for i in imports()
         if (i.target == library or i.target.startswith(f"{library}."))
         and _package(i.source) != "milvus"
     ]
     assert outside == []
 
 
-PURE = {m for m, src in SOURCES.items() if PURE_MARKER in src}
+@functools.cache
+def pure() -> frozenset[str]:
+    return frozenset(m for m, src in sources().items() if PURE_MARKER in src)
 
 
 def test_pure_modules_import_neither_llama_index_nor_pymilvus_nor_an_impure_module() -> None:
     impure = [
         f"{i.source}:{i.line} imports {i.target}"
-        for i in IMPORTS
-        if i.source in PURE
+        for i in imports()
+        if i.source in pure()
         and (
             i.target.split(".")[0] in {"llama_index", "pymilvus", "milvus_lite"}
             or (
-                i.target in MODULES
-                and i.target not in PURE
-                and MODULES[i.target].stem != "__init__"
+                i.target in modules()
+                and i.target not in pure()
+                and modules()[i.target].stem != "__init__"
             )
         )
     ]
@@ -261,23 +278,23 @@ def test_pure_modules_import_neither_llama_index_nor_pymilvus_nor_an_impure_modu
 
 
 def test_the_pure_marker_is_where_it_says_and_core_is_mostly_pure() -> None:
-    assert len(PURE) >= 40  # the algorithm modules of every feature say so
-    core = {m for m in MODULES if _package(m) == "core" and MODULES[m].stem != "__init__"}
+    assert len(pure()) >= 40  # the algorithm modules of every feature say so
+    core = {m for m in modules() if _package(m) == "core" and modules()[m].stem != "__init__"}
     # core's LlamaIndex bases: where a query enters a retriever or engine, and node tags
-    assert core - PURE == {f"{ROOT}.core.query_bases", f"{ROOT}.core.node_tags"}
+    assert core - pure() == {f"{ROOT}.core.query_bases", f"{ROOT}.core.node_tags"}
 
 
 def test_core_holds_only_what_several_features_share() -> None:
     """Every core module is imported (directly, or through another core module) by modules of
     at least two other packages."""
-    users: dict[str, set[str]] = {m: set() for m in MODULES if _package(m) == "core"}
-    for i in IMPORTS:
+    users: dict[str, set[str]] = {m: set() for m in modules() if _package(m) == "core"}
+    for i in imports():
         if i.target in users and _package(i.source) not in {"core", "facade"}:
             users[i.target].add(_package(i.source))
     changed = True
     while changed:  # a core module used by another core module serves that one's users too
         changed = False
-        for i in IMPORTS:
+        for i in imports():
             if i.target in users and i.source in users and i.source != i.target:
                 before = len(users[i.target])
                 users[i.target] |= users[i.source]
@@ -288,7 +305,7 @@ def test_core_holds_only_what_several_features_share() -> None:
 
 def test_no_folder_holds_more_than_twenty_modules() -> None:
     folders: dict[Path, int] = {}
-    for path in MODULES.values():
+    for path in modules().values():
         folders[path.parent] = folders.get(path.parent, 0) + 1
     crowded = {str(p.relative_to(PACKAGE)): n for p, n in folders.items()}
     crowded = {p: n for p, n in crowded.items() if n > MAX_FOLDER_MODULES}
@@ -298,8 +315,8 @@ def test_no_folder_holds_more_than_twenty_modules() -> None:
 def test_the_cli_never_imports_the_milvus_door() -> None:
     reaches = [
         f"{i.source}:{i.line} imports {i.target}"
-        for i in IMPORTS
-        if _package(i.source) == "cli" and i.target in MODULES and _package(i.target) == "milvus"
+        for i in imports()
+        if _package(i.source) == "cli" and i.target in modules() and _package(i.target) == "milvus"
     ]
     assert reaches == []
 
@@ -339,7 +356,7 @@ def _private_reaches() -> Iterator[tuple[str, str, int]]:
             return True
         return isinstance(value, ast.Call) and getattr(value.func, "id", None) == "super"
 
-    for module, tree in TREES.items():
+    for module, tree in trees().items():
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute):
                 attr, value = node.attr, node.value
@@ -359,6 +376,7 @@ def _private_reaches() -> Iterator[tuple[str, str, int]]:
                 yield module, f"{node.func.id}({ast.unparse(node.args[0])}, {name!r})", node.lineno
 
 
+@pytest.mark.slow
 def test_no_module_reaches_into_another_objects_private_attributes() -> None:
     reaches = [
         f"{module}:{line} {expression}"
@@ -368,6 +386,7 @@ def test_no_module_reaches_into_another_objects_private_attributes() -> None:
     assert reaches == [], "add a method or property to the class instead"
 
 
+@pytest.mark.slow
 def test_each_third_party_reach_is_still_there_and_documented() -> None:
     found = {(module, expression) for module, expression, _ in _private_reaches()}
     assert found >= THIRD_PARTY_REACHES, THIRD_PARTY_REACHES - found
@@ -397,15 +416,16 @@ def _function_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
 def test_modules_stay_under_the_size_limit() -> None:
     too_long = {
         m: n
-        for m, p in MODULES.items()
+        for m, p in modules().items()
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
     assert too_long == {}, f"split these modules (limit {MAX_MODULE_LINES} lines): {too_long}"
 
 
+@pytest.mark.slow
 def test_functions_stay_under_the_size_limit() -> None:
     too_long = {}
-    for module, path in MODULES.items():
+    for module, path in modules().items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 n = _function_lines(node)
@@ -428,6 +448,7 @@ def test_the_root_lists_each_public_name_once_in_each_table() -> None:
     assert len(pkg.__all__) == len(set(pkg.__all__))
 
 
+@pytest.mark.slow
 def test_from_sources_works_after_importing_only_the_rag_pack_module() -> None:
     """``RagPack.from_sources`` needs nothing but its own module imported, and no module is
     loaded by name for it (``RoutedRagPack`` shares ``RagPackBase`` instead of subclassing

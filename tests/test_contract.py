@@ -42,6 +42,9 @@ from llama_index_rag_pack.pack.modes import get_mode, mode_names
 from llama_index_rag_pack.pack.routed import RoutedRagPack, RouteSource
 from llama_index_rag_pack.testing import ScriptedLLM
 
+# every mode on packs built at module scope (a RAPTOR tree, routed collections): seconds
+pytestmark = pytest.mark.slow
+
 TOP_K = 3
 QUESTIONS = (
     "Which ranking function do search engines use for keyword matches?",

@@ -50,6 +50,7 @@ def test_every_example_is_checked() -> None:
     assert set(SCRIPTS) == set(EXPECTED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_example_runs_offline(
     script: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any, embed_model: Any

@@ -89,6 +89,7 @@ JUDGE_BOMBS = {  # reply -> (score, follow-up, problem)
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("bomb", list(JUDGE_BOMBS))
 def test_judge_replies_are_read_fast(pack: RagPack, bomb: str, path: str) -> None:
@@ -112,6 +113,7 @@ REWRITE_BOMBS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("bomb", list(REWRITE_BOMBS))
 def test_rewrite_replies_are_read_fast(pack: RagPack, bomb: str, path: str) -> None:
@@ -124,6 +126,7 @@ def test_rewrite_replies_are_read_fast(pack: RagPack, bomb: str, path: str) -> N
     assert nodes and nodes[0].node.metadata["rewritten_query"] == QUESTION  # the fallback
 
 
+@pytest.mark.slow
 def test_rewrite_reads_only_the_head_of_a_reply(pack: RagPack) -> None:
     STATE["reply"] = "Here is the query:\n" * 2_000 + "milvus vector database"  # 38 KB
     nodes = pack.retriever("rewrite").retrieve(QUESTION)
@@ -133,6 +136,7 @@ def test_rewrite_reads_only_the_head_of_a_reply(pack: RagPack) -> None:
     assert nodes[0].node.metadata["rewritten_query"] == "milvus vector database"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_fusion_replies_are_read_fast(pack: RagPack, path: str) -> None:
     STATE["reply"] = "1. \n" * 2_000_000  # 8 MB of empty items: 5 s
@@ -171,6 +175,7 @@ def _names_by_definition(text: str, names: list[str]) -> list[int]:
 _WORDS = ["a", "b", "ab", "a b", "b a", "a_b", "A-B", "ba", "a b a", ""]
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(text=st.text("ab _-.", max_size=16), names=st.lists(st.sampled_from(_WORDS), max_size=5))
 def test_property_names_in_text_matches_its_definition(text: str, names: list[str]) -> None:
@@ -187,6 +192,7 @@ _OLD_NUMBER = (
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.lists(st.sampled_from(["choice", "no.", "is", ":", "#", " ", "\n", "\t", "\r", "(",
                                  "1", "234", ".", ")", "x", " \n "]), max_size=12))  # fmt: skip
@@ -212,6 +218,7 @@ _JUDGE_PARTS = ["score", "Rating", "is", "of", ":", "=", "-", "(", "[", "*", '"'
                 "Follow-up", "question", "new", ",", "}", "#"]  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(st.lists(st.sampled_from(_JUDGE_PARTS), max_size=14))
 def test_property_judge_replies_are_read_as_before(parts: list[str]) -> None:
@@ -223,6 +230,7 @@ def test_property_judge_replies_are_read_as_before(parts: list[str]) -> None:
     assert (old and old[1]) == (new and judge_verdicts._without_tail(new[1]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_an_answer_with_a_long_run_of_blanks_is_tidied_fast(pack: RagPack, path: str) -> None:
     answer = "Milvus stores vectors" + " " * 20_000 + "."  # 3 s: \s+ retried inside the run

@@ -31,6 +31,7 @@ def pack(tmp_path_factory: pytest.TempPathFactory, embed_model: Any) -> RagPack:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["vector", "bm25", "hybrid_convex", "fusion", "hyde", "rewrite"])
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 def test_a_reply_or_question_with_a_lone_surrogate_is_searched(

@@ -105,6 +105,7 @@ def _cited_titles(response: Any) -> set[str]:
     return {n.node.metadata.get("title") for n in response.source_nodes}
 
 
+@pytest.mark.slow
 def test_a_three_turn_conversation_resolves_follow_ups_and_cites_the_right_article(
     pack: RagPack,
 ) -> None:
@@ -126,6 +127,7 @@ def test_a_three_turn_conversation_resolves_follow_ups_and_cites_the_right_artic
     assert "[1]" in records[1][1] and "wikipedia.org" in records[1][1]
 
 
+@pytest.mark.slow
 async def test_sync_async_and_streaming_agree(pack: RagPack) -> None:
     def sync_run() -> list[Any]:
         engine = pack.make_chat_engine()
@@ -163,6 +165,7 @@ async def test_sync_async_and_streaming_agree(pack: RagPack) -> None:
     assert await astream_run() == expected
 
 
+@pytest.mark.slow
 def test_reset_forgets_the_conversation(pack: RagPack) -> None:
     scripted = llm()
     engine = CitedChatEngine.from_defaults(pack.retriever("hybrid_convex"), scripted)
@@ -176,6 +179,7 @@ def test_reset_forgets_the_conversation(pack: RagPack) -> None:
     assert scripted.call_count == calls + 1  # the answer only, no condense call
 
 
+@pytest.mark.slow
 def test_the_history_given_per_call_and_the_token_limit(pack: RagPack) -> None:
     scripted = llm()
     engine = CitedChatEngine.from_defaults(pack.retriever("bm25"), scripted, token_limit=40)
@@ -199,6 +203,7 @@ def test_the_default_token_limit_leaves_room_in_the_context_window() -> None:
     assert CitedChatEngine.default_token_limit(ScriptedLLM(context_window=600)) == 256
 
 
+@pytest.mark.slow
 def test_settings_llm_is_used_like_core_chat_engines(pack: RagPack) -> None:
     scripted = llm()
     previous = Settings._llm
@@ -211,6 +216,7 @@ def test_settings_llm_is_used_like_core_chat_engines(pack: RagPack) -> None:
     assert scripted.call_count == 1
 
 
+@pytest.mark.slow
 def test_an_unusable_condense_reply_searches_the_message_as_it_stands(pack: RagPack) -> None:
     replies = iter(["", "Andorra is a small landlocked country in the Pyrenees."])
     engine = CitedChatEngine.from_defaults(
@@ -223,6 +229,7 @@ def test_an_unusable_condense_reply_searches_the_message_as_it_stands(pack: RagP
     )
 
 
+@pytest.mark.slow
 def test_bad_input_is_one_clear_error(pack: RagPack, tmp_path: Path) -> None:
     engine = pack.make_chat_engine()
     for bad in ("", "   "):
@@ -236,6 +243,7 @@ def test_bad_input_is_one_clear_error(pack: RagPack, tmp_path: Path) -> None:
     assert isinstance(pack.make_chat_engine("bm25").query_engine, CitedQueryEngine)
 
 
+@pytest.mark.slow
 def test_filters_scope_every_turn(pack: RagPack) -> None:
     engine = pack.make_chat_engine("bm25", filters='title == "Aikido"')
     response = engine.chat("Who developed aikido?")
@@ -244,6 +252,7 @@ def test_filters_scope_every_turn(pack: RagPack) -> None:
     assert context and {n.node.metadata["title"] for n in context} == {"Aikido"}
 
 
+@pytest.mark.slow
 def test_callback_handlers_see_each_turns_retrieval(pack: RagPack) -> None:
     from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 

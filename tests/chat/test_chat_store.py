@@ -55,6 +55,7 @@ def test_messages_keep_their_order_key_and_status():
     asyncio.run(main())
 
 
+@pytest.mark.slow
 @hypothesis.settings(max_examples=60, deadline=None)
 @hypothesis.given(st.lists(st.tuples(st.sampled_from("ab"), st.integers(0, 4)), max_size=30))
 def test_archiving_matches_a_list_model(operations):

@@ -75,6 +75,7 @@ SUBJECTS = st.sampled_from(["Milvus", "Andorra", "aikido", "the aardvark", "Apol
 ASKS = st.sampled_from(["founded", "capital", "population", "eat", "released", "height"])
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(subject=SUBJECTS, ask=ASKS, other=SUBJECTS)
 def test_a_condensation_that_names_the_subject_and_keeps_the_ask_is_kept(
@@ -117,6 +118,7 @@ def _titles(response: Any) -> set[str]:
     return {n.node.metadata.get("title") for n in response.source_nodes}
 
 
+@pytest.mark.slow
 async def test_a_lost_subject_is_searched_joined_sync_async_and_streaming(pack) -> None:
     turns = ("Tell me about Andorra.", "What is its capital?", "And how high is it?")
     searched: dict[str, list[str]] = {}
@@ -146,6 +148,7 @@ async def test_a_lost_subject_is_searched_joined_sync_async_and_streaming(pack) 
     assert all(found == expected for found in searched.values()), searched
 
 
+@pytest.mark.slow
 def test_a_new_subject_is_searched_as_condensed(pack) -> None:
     chat = pack.make_chat_engine()
     chat.chat("Tell me about Andorra.")
@@ -154,6 +157,7 @@ def test_a_new_subject_is_searched_as_condensed(pack) -> None:
     assert "follow_up" not in response.metadata
 
 
+@pytest.mark.slow
 def test_reset_and_a_given_history_forget_the_subject(pack) -> None:
     chat = pack.make_chat_engine()
     chat.chat("Tell me about Andorra.")
@@ -176,6 +180,7 @@ def wiki_uri(tmp_path_factory: pytest.TempPathFactory, embed_model: Any) -> str:
     return uri
 
 
+@pytest.mark.slow
 def test_rag_pack_chat_keeps_the_subject_with_the_bundled_model(
     wiki_uri: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

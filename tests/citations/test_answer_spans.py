@@ -105,6 +105,7 @@ def test_a_span_of_the_questions_own_words_is_never_offered() -> None:
     assert "Animal Farm" not in texts and "George Orwell" in texts
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(question=TEXT, sentence=TEXT)
 def test_every_span_is_the_sentences_own_text(question: str, sentence: str) -> None:
@@ -121,6 +122,7 @@ def test_every_span_is_the_sentences_own_text(question: str, sentence: str) -> N
     assert shown is None or shown == ranked[0]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(question=st.text(max_size=80), sentence=st.text(max_size=300))
 def test_any_text_gives_spans_without_error(question: str, sentence: str) -> None:

@@ -124,6 +124,7 @@ class TestAnswerSentences:
         (sentence,) = answer_sentences("See [1](id=) and [x](y).")
         assert sentence.ids == () and sentence.text == "See [1](id=) and [x](y)."
 
+    @pytest.mark.slow
     @given(st.text(alphabet="ab .![]()id=1,\n", max_size=80))
     @settings(max_examples=300, deadline=None)
     def test_the_raw_sentences_give_the_answer_back(self, text: str) -> None:
@@ -142,6 +143,7 @@ class TestLexical:
         groups = [["astronaut", "landed", "1968"], ["moon"], []]
         assert token_containment(tokens, groups).tolist() == [2 / 3, 0.0, 0.0]
 
+    @pytest.mark.slow
     @given(st.lists(st.text(alphabet="abcdefgh", min_size=1, max_size=8), min_size=1, max_size=8))
     @settings(max_examples=200, deadline=None)
     def test_every_token_is_found_in_its_own_sentence(self, tokens: list[str]) -> None:
@@ -154,6 +156,7 @@ class TestLexical:
 
 
 class TestChooseSources:
+    @pytest.mark.slow
     @given(
         st.lists(st.floats(0, 1, allow_nan=False), max_size=8),
         st.floats(0.05, 1),
@@ -394,6 +397,7 @@ def test_the_bundled_local_model_gets_cited_answers(local_llm, embed_model, caps
     assert "(attributed by similarity)" in out and ">>" in out and "<<" in out
 
 
+@pytest.mark.slow
 def test_attribution_splits_passages_without_importing_nltk() -> None:
     code = (
         "import sys\n"
@@ -417,6 +421,7 @@ def test_attribution_splits_passages_without_importing_nltk() -> None:
     ]
 
 
+@pytest.mark.slow
 @given(st.text(alphabet="Ab. J?!U\n", max_size=60))
 def test_prose_sentences_give_the_text_back(text: str) -> None:
     assert "".join(split_prose_sentences(text)) == text

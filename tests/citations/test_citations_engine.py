@@ -119,6 +119,7 @@ def cheetah_marker_reply(prompt: str) -> str:
 
 
 class TestMarkersMode:
+    @pytest.mark.slow
     def test_sync_answer_cites_only_supporting_chunks(self, retriever) -> None:
         llm = ScriptedLLM(replies=cheetah_marker_reply)
         engine = CitedQueryEngine(retriever, llm, style="text")
@@ -141,6 +142,7 @@ class TestMarkersMode:
         prompt = llm.prompts[0]
         assert "[N](id=ID)" in prompt and QUESTION in prompt and "93 to 104 km/h" in prompt
 
+    @pytest.mark.slow
     def test_uncited_context_is_not_a_source(self, retriever) -> None:
         llm = ScriptedLLM(
             replies=lambda p: f"Lions live in prides [1](id={id_of(p, CHUNKS[2][0])})."
@@ -150,12 +152,14 @@ class TestMarkersMode:
         assert response.answer == f"Lions live in prides <sup>[[1]({LION_URL})]</sup>."
         assert "Cheetah" not in response.references
 
+    @pytest.mark.slow
     async def test_async_never_calls_sync_llm_methods(self, retriever) -> None:
         llm = ScriptedLLM(replies=cheetah_marker_reply, forbid_sync=True)
         response = await CitedQueryEngine(retriever, llm, style="text").aquery(QUESTION)
         assert response.answer.endswith("Lions live in prides [2].")
         assert len(response.source_nodes) == 3
 
+    @pytest.mark.slow
     def test_streaming_rewrites_token_by_token(self, retriever) -> None:
         llm = ScriptedLLM(
             replies=cheetah_marker_reply,
@@ -176,6 +180,7 @@ class TestMarkersMode:
         assert [c.number for c in response.citations] == [1, 2]
         assert response.metadata["dropped_ids"] == [17]
 
+    @pytest.mark.slow
     async def test_async_streaming(self, retriever) -> None:
         llm = ScriptedLLM(replies=cheetah_marker_reply, forbid_sync=True)
         engine = CitedQueryEngine(retriever, llm, style="html", streaming=True)
@@ -196,6 +201,7 @@ class TestMarkersMode:
         assert str(response) == "I don't know [1](id=1)."
         assert response.source_nodes == [] and "(no documents were found)" in llm.prompts[0]
 
+    @pytest.mark.slow
     def test_prompt_is_overridable(self, retriever) -> None:
         from llama_index.core.prompts import PromptTemplate
 
@@ -233,6 +239,7 @@ class TestQuotesMode:
             },
         )
 
+    @pytest.mark.slow
     def test_function_calling_quotes_are_verified(self, retriever, caplog) -> None:
         llm = ScriptedLLM(replies=self.tool_reply, function_calling=True)
         engine = CitedQueryEngine(retriever, llm, style="text", mode="quotes")
@@ -252,6 +259,7 @@ class TestQuotesMode:
         assert sorted(n.node.node_id for n in response.source_nodes) == ["n0", "n2"]
         assert response.metadata["quotes"][3]["match"] == "unverified"
 
+    @pytest.mark.slow
     async def test_async_function_calling(self, retriever) -> None:
         llm = ScriptedLLM(replies=self.tool_reply, function_calling=True, forbid_sync=True)
         response = await CitedQueryEngine(retriever, llm, style="text", mode="quotes").aquery(
@@ -259,6 +267,7 @@ class TestQuotesMode:
         )
         assert len(response.source_nodes) == 2
 
+    @pytest.mark.slow
     def test_json_prompt_without_function_calling(self, retriever) -> None:
         def reply(prompt: str) -> str:
             i = id_of(prompt, CHUNKS[0][0])
@@ -277,6 +286,7 @@ class TestQuotesMode:
         assert response.answer == "About 100 km/h [1]."
         assert [n.node.node_id for n in response.source_nodes] == ["n0"]
 
+    @pytest.mark.slow
     def test_unparseable_reply_falls_back_to_plain_text(self, retriever, caplog) -> None:
         llm = ScriptedLLM(
             replies=[
@@ -288,6 +298,7 @@ class TestQuotesMode:
         assert "could not read an answer" in caplog.text
         assert "Fast, about 100 km/h" in str(response) and response.source_nodes == []
 
+    @pytest.mark.slow
     def test_tool_model_answering_in_text(self, retriever) -> None:
         llm = ScriptedLLM(
             replies=[
@@ -318,6 +329,7 @@ class TestAnnotateMode:
 
         return reply
 
+    @pytest.mark.slow
     def test_second_call_maps_sentences_to_sources(self, retriever) -> None:
         llm = ScriptedLLM(
             replies=self.replies(
@@ -333,6 +345,7 @@ class TestAnnotateMode:
         assert response.metadata["dropped_ids"] == [42]
         assert response.metadata["raw_answer"].startswith("Cheetahs run at 100 km/h.")
 
+    @pytest.mark.slow
     async def test_async_and_streaming(self, retriever) -> None:
         llm = ScriptedLLM(
             replies=self.replies("Cheetahs run at 100 km/h. Lions live in prides."),
@@ -346,6 +359,7 @@ class TestAnnotateMode:
         )
         assert len(response.source_nodes) == 2
 
+    @pytest.mark.slow
     def test_garbage_annotation_gives_no_citations(self, retriever, caplog) -> None:
         llm = ScriptedLLM(replies=["Cheetahs are fast.", "I cannot help with that."])
         with caplog.at_level(logging.WARNING):
@@ -375,6 +389,7 @@ class TestHelpers:
 
 
 class TestValidation:
+    @pytest.mark.slow
     def test_bad_arguments_say_what_to_do(self, retriever) -> None:
         llm = ScriptedLLM()
         with pytest.raises(ConfigurationError, match="markers, quotes, annotate"):
@@ -404,6 +419,7 @@ class TestFromArgs:
         store = open_vector_store(milvus_db, "citations", dim=384)
         return VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
 
+    @pytest.mark.slow
     def test_from_an_index(self, index: VectorStoreIndex) -> None:
         llm = ScriptedLLM(replies=lambda p: f"93 to 104 km/h [4](id={id_of(p, CHUNKS[0][0])}).")
         engine = CitedQueryEngine.from_args(index, llm, similarity_top_k=2, style="text")
@@ -412,6 +428,7 @@ class TestFromArgs:
         assert response.answer == "93 to 104 km/h [1]."
         assert [n.node.node_id for n in response.source_nodes] == ["n0"]
 
+    @pytest.mark.slow
     async def test_from_an_index_async(self, index: VectorStoreIndex) -> None:
         llm = ScriptedLLM(replies=cheetah_marker_reply, forbid_sync=True)
         engine = CitedQueryEngine.from_args(
@@ -423,6 +440,7 @@ class TestFromArgs:
         assert len(response.context_nodes) == 3
         assert sorted(n.node.node_id for n in response.source_nodes) == ["n0", "n1", "n2"]
 
+    @pytest.mark.slow
     def test_from_a_retriever_with_settings_llm(
         self, retriever: BaseRetriever, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -436,6 +454,7 @@ class TestFromArgs:
         assert "93 to 104 km/h [1]" in str(engine.query(QUESTION))
         assert llm.call_count == 1
 
+    @pytest.mark.slow
     async def test_from_a_retriever_with_settings_llm_async(
         self, retriever: BaseRetriever, monkeypatch: pytest.MonkeyPatch
     ) -> None:
@@ -447,6 +466,7 @@ class TestFromArgs:
         assert response.answer.endswith("Lions live in prides [2].")
         assert llm.call_count == 1
 
+    @pytest.mark.slow
     def test_bad_arguments(self, retriever: BaseRetriever, index: VectorStoreIndex) -> None:
         llm = ScriptedLLM()
         with pytest.raises(ConfigurationError, match="set it on the retriever"):
@@ -485,6 +505,7 @@ class TestPostprocessor:
         out = CitationPostprocessor(granularity="chunk", chunk_size=40).postprocess_nodes([long])
         assert len(out) > 3 and all(len(n.node.text) < 300 for n in out)
 
+    @pytest.mark.slow
     async def test_embedding_filter_keeps_the_relevant_sentences(self, embed_model) -> None:
         post = CitationPostprocessor(granularity="sentence", embed_model=embed_model, top_n=2)
         out = post.postprocess_nodes(self.nodes(), query_str="How fast does a cheetah run in km/h?")
@@ -500,6 +521,7 @@ class TestPostprocessor:
         )
         assert cut.postprocess_nodes(self.nodes(), query_str="cheetah speed") == []
 
+    @pytest.mark.slow
     def test_in_a_core_query_engine(self, retriever) -> None:
         llm = ScriptedLLM(default_reply="About 100 km/h.")
         engine = RetrieverQueryEngine.from_args(
@@ -509,6 +531,7 @@ class TestPostprocessor:
         assert all("citation_id" in n.node.metadata for n in response.source_nodes)
         assert "citation_id: 1" in llm.prompts[0]
 
+    @pytest.mark.slow
     def test_with_cited_engine_cites_sentences(self, retriever) -> None:
         def reply(prompt: str) -> str:
             return f"About 100 km/h [1](id={id_of(prompt, 'The cheetah is capable of running')})."
@@ -555,6 +578,7 @@ def test_local_llm_stream_is_rewritten_consistently(retriever, local_llm) -> Non
     )
 
 
+@pytest.mark.slow
 def test_without_llm_the_engine_uses_llamaindex_settings(
     shared_retriever: BaseRetriever, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -569,6 +593,7 @@ def test_without_llm_the_engine_uses_llamaindex_settings(
     assert "93 to 104 km/h [1]" in str(response) and CHEETAH_URL in str(response)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["sync", "async", "stream"])
 def test_callback_handlers_see_the_query_and_the_retrieval(retriever, path: str) -> None:
     """Like core's CitationQueryEngine: a LlamaDebugHandler on Settings.callback_manager records
@@ -600,6 +625,7 @@ def test_callback_handlers_see_the_query_and_the_retrieval(retriever, path: str)
     assert queries[0][1].payload["response"] is response
 
 
+@pytest.mark.slow
 def test_from_args_passes_every_engine_option_and_refuses_unknown_ones(retriever) -> None:
     llm = ScriptedLLM(replies=cheetah_marker_reply)
     engine = CitedQueryEngine.from_args(retriever, llm=llm, mode="quotes", style="text")

@@ -15,6 +15,8 @@ from llama_index_rag_pack.citations.cited_responses import CitedResponse
 from llama_index_rag_pack.cli import output as cli_output
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 DOCS = [
     Document(
         id_="apollo",

@@ -89,6 +89,7 @@ class TestVerify:
         assert verify_quote('""', SOURCES, 1).match is QuoteMatch.UNVERIFIED
         assert verify_quote("anything", [], None).match is QuoteMatch.UNVERIFIED
 
+    @pytest.mark.slow
     @settings(max_examples=150, deadline=None)
     @given(data=st.data())
     def test_any_substring_is_found_exactly_and_mangled_spacing_still_verifies(
@@ -105,6 +106,7 @@ class TestVerify:
         mangled = "  ".join(quote.split()).upper()
         assert verify_quote(mangled, SOURCES, None).verified
 
+    @pytest.mark.slow
     @settings(max_examples=150, deadline=None)
     @given(st.text(max_size=60))
     def test_normalisation_map_points_into_the_original(self, text: str) -> None:

@@ -134,6 +134,7 @@ TEXTS = st.lists(st.one_of(PIECES, st.text(max_size=4)), max_size=40).map("".joi
 
 
 class TestInvariant:
+    @pytest.mark.slow
     @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(text=TEXTS, cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=30))
     def test_any_split_gives_the_reference_output(self, text: str, cuts: list[int]) -> None:
@@ -144,6 +145,7 @@ class TestInvariant:
         assert body == expected_text
         assert [(c.number, c.positions) for c in manager.citations] == expected_positions
 
+    @pytest.mark.slow
     @settings(max_examples=300, deadline=None)
     @given(text=TEXTS, cuts=st.lists(st.integers(min_value=0, max_value=10_000), max_size=30))
     def test_empty_style_keeps_every_non_marker_character_in_order(
@@ -152,6 +154,7 @@ class TestInvariant:
         out = stream(ReferenceManager(NODES, style="empty"), split_at(text, cuts))
         assert out == MARKER_RE.sub("", text)
 
+    @pytest.mark.slow
     @settings(max_examples=200, deadline=None)
     @given(text=TEXTS, data=st.data())
     def test_every_style_is_split_independent(self, text: str, data: st.DataObject) -> None:
@@ -162,6 +165,7 @@ class TestInvariant:
         one_char = stream(ReferenceManager(NODES, style=style), list(text))
         assert one_char == whole
 
+    @pytest.mark.slow
     @settings(max_examples=100, deadline=None)
     @given(text=st.text(alphabet="[]()id=0123456789, abc", max_size=300))
     def test_held_back_text_never_exceeds_one_marker(self, text: str) -> None:
@@ -273,6 +277,7 @@ class TestRewrite:
         with pytest.raises(ConfigurationError, match="new one per answer"):
             manager.feed("more")
 
+    @pytest.mark.slow
     def test_huge_answer_in_one_and_many_tokens(self) -> None:
         unit = "Claim [1](id=3) and a false [ bracket [x](y) then [2](id=2,4). "
         text = unit * 20_000  # 1.2 MB

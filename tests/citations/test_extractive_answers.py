@@ -130,11 +130,13 @@ def test_auto_is_extractive_for_a_small_local_model_and_generative_for_any_other
     assert "not a local GGUF model" in describe_answer_style("auto", remote)
 
 
+@pytest.mark.slow
 def test_the_bundled_model_is_small(local_llm: Any) -> None:
     assert 100_000_000 < local_llm.gguf_info.parameters < SMALL_MODEL_PARAMETERS
     assert resolve_answer_style("auto", local_llm) == "extractive"
 
 
+@pytest.mark.slow
 def test_unknown_styles_and_short_answers_are_one_line_errors(retriever, embed_model) -> None:
     with pytest.raises(ConfigurationError, match="unknown answer_style 'short'"):
         engine(retriever, embed_model, answer_style="short")
@@ -145,6 +147,7 @@ def test_unknown_styles_and_short_answers_are_one_line_errors(retriever, embed_m
 
 
 # --------------------------------------------------------------------------- the answers
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("question", "short", "holds"),
     [
@@ -169,12 +172,14 @@ def test_the_answer_is_the_passages_own_sentences_each_cited(
     assert "Sources:" in str(response) or "[1]" in str(response)
 
 
+@pytest.mark.slow
 def test_three_astronauts_are_quoted(retriever, embed_model) -> None:
     answer = engine(retriever, embed_model).query("Who were the astronauts of Apollo 11?").answer
     for name in ("Armstrong", "Aldrin", "Collins"):
         assert name in answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["markers", "quotes", "annotate"])
 async def test_every_citation_mode_sync_and_async_alike(retriever, embed_model, mode) -> None:
     eng = engine(retriever, embed_model, mode=mode)
@@ -194,6 +199,7 @@ async def test_every_citation_mode_sync_and_async_alike(retriever, embed_model, 
             assert text in texts[ids[0] - 1]
 
 
+@pytest.mark.slow
 async def test_streaming_gives_the_same_answer_sync_and_async(retriever, embed_model) -> None:
     eng = engine(retriever, embed_model)
     question = "When did the lunar module land?"
@@ -213,6 +219,7 @@ def test_nothing_retrieved_says_so_without_a_citation(embed_model) -> None:
     assert not response.citations and not response.source_nodes
 
 
+@pytest.mark.slow
 def test_a_question_not_in_latin_letters_gets_quotes_without_a_short_line(
     retriever, embed_model
 ) -> None:
@@ -221,6 +228,7 @@ def test_a_question_not_in_latin_letters_gets_quotes_without_a_short_line(
     assert lines_hold_their_passages(response)
 
 
+@pytest.mark.slow
 def test_without_an_embedding_model_sentences_rank_by_terms(retriever) -> None:
     eng = CitedQueryEngine(retriever, silent_small_llm(), style="text")
     response = eng.query("Where was Albert Einstein born?")
@@ -238,6 +246,7 @@ def test_a_run_together_list_is_quoted_item_by_item() -> None:
 
 
 # --------------------------------------------------------------------------- the short line
+@pytest.mark.slow
 def test_the_local_model_picks_the_short_line_among_the_rules_spans(
     retriever, embed_model, local_llm
 ) -> None:
@@ -250,11 +259,13 @@ def test_the_local_model_picks_the_short_line_among_the_rules_spans(
     lines_hold_their_passages(response)
 
 
+@pytest.mark.slow
 def test_an_llm_that_cannot_hold_to_a_schema_leaves_the_rules_line(retriever, embed_model) -> None:
     eng = engine(retriever, embed_model, short_answer="model")  # never called: no schema
     assert eng.query("Where was Albert Einstein born?").metadata["short_answer"] == "Ulm"
 
 
+@pytest.mark.slow
 def test_short_answer_none_quotes_only(retriever, embed_model) -> None:
     response = engine(retriever, embed_model, short_answer="none").query(
         "Where was Albert Einstein born?"
@@ -264,6 +275,7 @@ def test_short_answer_none_quotes_only(retriever, embed_model) -> None:
 
 
 # --------------------------------------------------------------------------- generative
+@pytest.mark.slow
 def test_any_other_llm_answers_generatively_exactly_as_before(retriever, embed_model) -> None:
     def reply(prompt: str) -> str:
         ids = re.findall(r'<document id=(\d+) title="Albert Einstein"', prompt)
@@ -280,12 +292,14 @@ def test_any_other_llm_answers_generatively_exactly_as_before(retriever, embed_m
     assert "answer_style" not in a.metadata and a.metadata["citation_origin"] == "model"
 
 
+@pytest.mark.slow
 def test_extractive_can_be_chosen_for_any_llm(retriever, embed_model) -> None:
     eng = engine(retriever, embed_model, llm=ScriptedLLM(replies=[]), answer_style="extractive")
     assert eng.query("Where was Albert Einstein born?").metadata["short_answer"] == "Ulm"
 
 
 # --------------------------------------------------------------------------- the pack
+@pytest.mark.slow
 def test_the_pack_answers_extractively_with_a_small_model_and_says_so(
     tmp_path: Path, embed_model
 ) -> None:

@@ -28,6 +28,7 @@ def corpus(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_index_then_reopen_from_the_cli(corpus: Path, tmp_path: Path, capsys) -> None:
     uri = str(tmp_path / "cli.db")
     assert main(["--uri", uri, "index", str(corpus)]) == 0
@@ -39,6 +40,7 @@ def test_index_then_reopen_from_the_cli(corpus: Path, tmp_path: Path, capsys) ->
     assert "now holds 3 chunks" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_ask_with_an_unusable_llm_is_a_clear_error(corpus: Path, tmp_path: Path, capsys) -> None:
     uri = str(tmp_path / "cli.db")
     assert main(["--uri", uri, "index", str(corpus)]) == 0
@@ -92,6 +94,7 @@ def test_unknown_mode_is_rejected_by_the_parser(capsys) -> None:
     assert "invalid choice: 'telepathy'" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_console_script_is_installed() -> None:
     exe = Path(sys.executable).parent / "rag-pack"

@@ -73,6 +73,7 @@ sys.exit(code)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("argv", "code", "one_line"),
     [
@@ -253,6 +254,7 @@ def _timing_rows(err: str) -> list[str]:
     return err.split("\nTimings:\n", 1)[1].splitlines()
 
 
+@pytest.mark.slow
 def test_a_chat_session_of_five_questions_loads_each_model_once(
     index_uri: str, counted_models: dict[str, int], monkeypatch, capsys
 ) -> None:
@@ -272,6 +274,7 @@ def test_a_chat_session_of_five_questions_loads_each_model_once(
     assert [r.split(": ", 1)[1] for r in rows if " s  answer " in r] == list(QUESTIONS)
 
 
+@pytest.mark.slow
 def test_chat_keeps_the_conversation_and_its_commands(
     index_uri: str, counted_models: dict[str, int], monkeypatch, capsys
 ) -> None:
@@ -328,6 +331,7 @@ def test_ask_answers_several_questions_from_arguments_and_stdin(
     assert sum(" s  answer " in r for r in _timing_rows(err)) == 4
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_chat_reads_piped_stdin_in_a_subprocess(tmp_path: Path) -> None:
     # its own database: Milvus Lite serves one process per database
@@ -414,6 +418,7 @@ def routes_file(tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("fmt", "marker", "listing"),
     [
@@ -438,6 +443,7 @@ def test_ask_route_answers_through_the_cited_engine(
     assert len(llm.prompts) == 1  # routing made no LLM call; the question was routed once
 
 
+@pytest.mark.slow
 def test_ask_route_without_a_match_names_the_closest_route(
     routed_uri: str, routes_file: str, counted_models, monkeypatch, capsys
 ) -> None:
@@ -483,6 +489,7 @@ def test_a_bad_filter_is_one_line_before_any_model_loads(
     assert counted_models == {"llm": 0, "embed": 0}
 
 
+@pytest.mark.slow
 def test_a_filter_scopes_every_answer(
     index_uri: str, counted_models: dict[str, int], capsys
 ) -> None:

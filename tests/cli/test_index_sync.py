@@ -18,6 +18,7 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, out, err
 
 
+@pytest.mark.slow
 def test_index_sync_reports_what_was_removed(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     docs = Path("docs")
@@ -49,6 +50,7 @@ def test_bad_watch_flags_are_one_line(tmp_path, monkeypatch, capsys, argv, messa
     assert err.count("\n") == 1 and not Path("w.db").exists()
 
 
+@pytest.mark.slow
 def test_watch_syncs_after_a_change_and_stops_when_asked(tmp_path) -> None:
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -100,6 +102,7 @@ def test_snapshot_sees_supported_files_only(tmp_path) -> None:
     assert watch.snapshot([tmp_path], True) == {}
 
 
+@pytest.mark.slow
 def test_a_failed_sync_round_is_one_line_and_the_watch_goes_on(tmp_path) -> None:
     from llama_index_rag_pack.core.errors import MilvusUnavailableError
 

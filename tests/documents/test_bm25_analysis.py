@@ -45,23 +45,27 @@ def texts(draw: st.DrawFn) -> str:
     return "".join(w + draw(separators) for w in words)
 
 
+@pytest.mark.slow
 @given(texts())
 def test_the_standard_tokenizer_reads_back_exactly_the_analysed_terms(text):
     analysed = analyze_for_bm25(text, english_terms)
     assert word_tokens(analysed) == analysed.split() == english_terms(text)
 
 
+@pytest.mark.slow
 @given(texts(), texts())
 def test_analysis_is_word_local_so_texts_concatenate(a, b):
     assert english_terms(f"{a} {b}") == english_terms(a) + english_terms(b)
 
 
+@pytest.mark.slow
 @given(texts())
 def test_case_and_punctuation_do_not_change_the_terms(text):
     assert english_terms(text.upper()) == english_terms(text.lower())
     assert english_terms(text) == english_terms(" ".join(word_tokens(text)))
 
 
+@pytest.mark.slow
 @given(texts())
 def test_stop_words_never_reach_the_stemmer_and_terms_are_lower_case(text):
     words = word_tokens(text)
@@ -70,6 +74,7 @@ def test_stop_words_never_reach_the_stemmer_and_terms_are_lower_case(text):
     assert all(t == t.lower() and t for t in terms)
 
 
+@pytest.mark.slow
 @given(st.lists(st.text(min_size=1, max_size=20), max_size=20))
 @settings(max_examples=50)
 def test_a_custom_analyzer_sees_its_terms_split_into_words(terms):
@@ -144,6 +149,7 @@ def english_pack(tmp_path_factory, embed_model):
     return RagPack(documents(), uri=uri, collection_name="en", embed_model=embed_model)
 
 
+@pytest.mark.slow
 def test_a_query_finds_other_forms_of_its_words_on_lite(english_pack, embed_model, tmp_path):
     assert english_pack.vector_store.bm25_analysis.name == "auto"  # the default
     assert top_doc(english_pack, "running") == "jog"
@@ -161,6 +167,7 @@ def test_a_query_finds_other_forms_of_its_words_on_lite(english_pack, embed_mode
     assert top_doc(standard, "running") is None  # only "runs" is indexed there
 
 
+@pytest.mark.slow
 def test_display_text_is_the_original_and_metadata_stays_clean(english_pack):
     for mode in ("bm25", "hybrid", "hybrid_convex"):
         nodes = english_pack.retriever(mode, similarity_top_k=1).retrieve("running")
@@ -173,6 +180,7 @@ def test_display_text_is_the_original_and_metadata_stays_clean(english_pack):
     assert row[BM25_TEXT_FIELD] == "morn exercis athlet run along river everi morn befor work"
 
 
+@pytest.mark.slow
 def test_a_query_of_stop_words_only_finds_nothing_by_bm25_and_hybrid_still_answers(english_pack):
     assert english_pack.retriever("bm25").retrieve("the and of") == []
     assert len(english_pack.retriever("hybrid", similarity_top_k=2).retrieve("the and of")) == 2
@@ -204,6 +212,7 @@ def old_format_collection(uri: str, name: str, embed_model) -> None:
     store.client.close()
 
 
+@pytest.mark.slow
 def test_an_old_collection_still_answers_and_reindex_upgrades_it(tmp_path, embed_model):
     uri = str(tmp_path / "old.db")
     old_format_collection(uri, "old", embed_model)
@@ -230,6 +239,7 @@ def test_an_old_collection_still_answers_and_reindex_upgrades_it(tmp_path, embed
     assert upgrade_bm25_analysis(uri, "old") == 0  # already auto
 
 
+@pytest.mark.slow
 def test_a_custom_analyzer_is_recorded_and_needed_to_search(tmp_path, embed_model):
     def first_four_letters(text: str) -> list[str]:
         return [w[:4] for w in word_tokens(text)]
@@ -257,6 +267,7 @@ def test_a_custom_analyzer_is_recorded_and_needed_to_search(tmp_path, embed_mode
 
 
 # ------------------------------------------------------------------ Lite and a server agree
+@pytest.mark.slow
 def test_lite_and_a_milvus_lite_server_rank_dev_questions_alike(tmp_path, milvus_server):
     from llama_index_rag_pack.documents.chunking import split_documents
     from llama_index_rag_pack.evaluation.labelled import load_corpus, load_labelled_set
@@ -283,6 +294,7 @@ def test_lite_and_a_milvus_lite_server_rank_dev_questions_alike(tmp_path, milvus
     assert rankings["lite"] == rankings["server"]
 
 
+@pytest.mark.slow
 def test_rag_pack_index_reindex_upgrades_an_old_collection(tmp_path, embed_model, capsys):
     from llama_index_rag_pack.cli import main
 

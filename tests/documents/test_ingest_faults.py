@@ -68,6 +68,7 @@ def test_binary_renamed_to_txt_is_skipped_with_one_warning(
     assert all("\n" not in w for w in warnings)
 
 
+@pytest.mark.slow
 def test_cli_index_counts_the_skipped_binary_and_stores_no_garbage(
     corpus: Path,
     tmp_path: Path,
@@ -89,6 +90,7 @@ def test_cli_index_counts_the_skipped_binary_and_stores_no_garbage(
     assert "\n" not in lines[0]
 
 
+@pytest.mark.slow
 def test_a_corrupt_pdf_is_named_with_what_to_do(
     corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -124,6 +126,7 @@ def failing_embed_model(embed_model: Any) -> Any:
     return model
 
 
+@pytest.mark.slow
 def test_a_failed_first_ingest_leaves_no_database(tmp_path: Path, embed_model: Any) -> None:
     uri = tmp_path / "rag_pack_data" / "milvus.db"
     docs = [Document(text="Milvus is a vector database.", doc_id="a")]
@@ -135,6 +138,7 @@ def test_a_failed_first_ingest_leaves_no_database(tmp_path: Path, embed_model: A
     assert pack.count() == 1
 
 
+@pytest.mark.slow
 def test_a_failed_ingest_into_an_existing_database_keeps_it(
     tmp_path: Path, embed_model: Any
 ) -> None:
@@ -164,6 +168,7 @@ def test_a_failed_first_ask_creates_no_database(
     assert not uri.parent.exists()
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"])))
 def test_utf8_text_always_decodes_to_itself(text: str) -> None:

@@ -67,6 +67,7 @@ def test_non_utf8_file_names_get_stable_unique_utf8_ids(mixed_names: Path) -> No
     )
 
 
+@pytest.mark.slow
 def test_rag_pack_indexes_non_utf8_names_and_reindexing_replaces(
     mixed_names: Path, tmp_path: Path, embed_model: Any
 ) -> None:
@@ -83,6 +84,7 @@ def test_rag_pack_indexes_non_utf8_names_and_reindexing_replaces(
     assert hit.node.metadata["file_name"] == "caf\\xe9.txt"
 
 
+@pytest.mark.slow
 def test_cli_indexes_non_utf8_names_and_reindexing_replaces(
     mixed_names: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -111,6 +113,7 @@ print(json.dumps({"seconds": time.perf_counter() - start,
 """
 
 
+@pytest.mark.slow
 @needs_fifo
 def test_a_fifo_and_dev_zero_named_directly_are_skipped_at_once(tmp_path: Path) -> None:
     (tmp_path / "good.txt").write_text(GOOD)
@@ -154,6 +157,7 @@ def test_cli_skips_a_fifo_and_refuses_one_alone_in_one_line(
     assert "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_file_over_the_size_limit_is_skipped_with_its_reason(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -183,6 +187,7 @@ def sentences(n_chars: int, seed: int = 0) -> str:
     return "".join(parts)
 
 
+@pytest.mark.slow
 def test_a_long_text_is_chunked_at_sentence_ends_without_timing_out(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -203,6 +208,7 @@ def test_a_long_text_is_chunked_at_sentence_ends_without_timing_out(
     assert nodes[-1].end_char_idx == len(text.rstrip())
 
 
+@pytest.mark.slow
 def test_a_path_longer_than_the_chunk_size_is_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

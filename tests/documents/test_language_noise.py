@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,6 +19,7 @@ def _reference(text: str) -> str:
     return re.sub(r"\S+", lambda m: " " if _FEATURE.search(m.group()) else m.group(), text)
 
 
+@pytest.mark.slow
 @given(st.text(alphabet="abcXYZ _/\\@1:w.\n\t北é", max_size=60))
 def test_noise_is_removed_token_by_token(text: str) -> None:
     assert language_analysis._NOISE.sub(" ", text) == _reference(text)
@@ -29,6 +31,7 @@ def test_noise_examples() -> None:
     assert kept == ["See", "or", "mail", "and", "plain", "words", "stay."]
 
 
+@pytest.mark.slow
 @given(st.text(max_size=80))
 def test_letters_are_counted_in_every_script(text: str) -> None:
     import regex

@@ -58,6 +58,7 @@ def english_texts(draw: st.DrawFn) -> str:
     return "".join(w + draw(separators) for w in draw(english_words))
 
 
+@pytest.mark.slow
 @given(english_texts())
 @settings(max_examples=200, deadline=None)
 def test_auto_gives_the_english_terms_for_text_without_other_scripts(text):
@@ -206,6 +207,7 @@ def test_a_kanji_only_question_follows_the_collections_cjk_language():
     assert LanguageProfile({"zh": 10}).main_cjk() == "zh"
 
 
+@pytest.mark.slow
 @given(st.dictionaries(st.sampled_from(["en", "zh", "ja", "de", "x"]), st.integers(1, 10**6)))
 def test_a_profile_survives_its_json_form(counts):
     assert LanguageProfile.from_json(LanguageProfile(counts).to_json()).counts() == counts
@@ -240,6 +242,7 @@ def test_chinese_and_japanese_sentences_end_at_their_full_stops():
     assert split_sentences("はい。いいえ！") == ["はい。", "いいえ！"]
 
 
+@pytest.mark.slow
 @given(english_texts())
 def test_word_counts_of_english_are_whitespace_pieces(text):
     assert count_words(text) == len(text.split())
@@ -346,6 +349,7 @@ def world(tmp_path_factory, embed_model):
     return uri, pack
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 @pytest.mark.parametrize("mode", ["bm25", "hybrid_convex"])
 @pytest.mark.parametrize("doc_id", sorted(QUESTIONS))
@@ -354,6 +358,7 @@ def test_each_language_finds_its_document_with_the_defaults(world, doc_id, mode)
     assert top_doc(pack, QUESTIONS[doc_id], mode) == doc_id
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_the_collection_records_its_analysis_and_each_chunks_language(world):
     uri, pack = world
@@ -372,6 +377,7 @@ def test_the_collection_records_its_analysis_and_each_chunks_language(world):
     assert pack.describe()["bm25"].startswith("auto v1 (chunks per language:")
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_reopened_collection_questions_alike(world, embed_model):
     uri, pack = world
@@ -383,6 +389,7 @@ def test_a_reopened_collection_questions_alike(world, embed_model):
         assert top_doc(reopened, question, "bm25") == doc_id
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_an_english_collection_keeps_its_analysis_until_reindexed(tmp_path, embed_model):
     uri = str(tmp_path / "old.db")
@@ -408,6 +415,7 @@ def test_an_english_collection_keeps_its_analysis_until_reindexed(tmp_path, embe
     assert upgrade_bm25_analysis(uri, "old") == 0  # already auto, same version
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_failed_segmenter_loses_nothing(tmp_path, embed_model, monkeypatch):
     import llama_index_rag_pack.documents.language_analysis as analysis_module
@@ -456,6 +464,7 @@ def test_the_bundled_english_model_warns_once_on_mostly_chinese_text(embed_model
 
 
 # ------------------------------------------------------------------ fusion per language
+@pytest.mark.slow
 @pytest.mark.integration
 def test_questions_the_english_model_cannot_read_get_the_unread_weights(world, tmp_path):
     _, pack = world
@@ -483,6 +492,7 @@ def test_an_english_collection_keeps_the_english_weights(embed_model):
     assert Bm25Analysis("standard").read_by({"en"}, "土豚吃什么？")  # unknown: read
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_eval_fit_on_chinese_questions_fits_the_unread_weights(tmp_path, monkeypatch, capsys):
     from llama_index_rag_pack.cli import main

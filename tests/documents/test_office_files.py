@@ -193,6 +193,7 @@ def test_epub_gives_its_chapters_in_reading_order(tmp_path) -> None:
 ROW = re.compile(r"^\| [^|]+ \| [^|]+ \| [^|]+ \|$")  # a whole row of PARTS (no escaped pipes)
 
 
+@pytest.mark.slow
 def test_a_long_table_is_chunked_between_rows_under_its_header(tmp_path) -> None:
     docs = load_documents(write_docx(tmp_path / "parts.docx"))
     nodes = split_documents(docs, chunk_size=64, chunk_overlap=8)
@@ -226,6 +227,7 @@ def test_a_short_table_inside_prose_is_never_cut_mid_row() -> None:
     assert any(table in n.text for n in nodes)  # it fits a chunk, so one chunk holds it whole
 
 
+@pytest.mark.slow
 def test_a_table_longer_than_the_pre_cut_keeps_its_header_in_every_chunk(tmp_path) -> None:
     path = tmp_path / "big.csv"
     lines = "".join(f"{i},item {i},a note about item {i}. Fine.\n" for i in range(3000))
@@ -248,6 +250,7 @@ def test_a_title_shares_the_first_chunk_of_its_long_table() -> None:
     assert texts[-1] == "Prices exclude VAT."
 
 
+@pytest.mark.slow
 @given(
     st.lists(st.lists(st.text("ab |\n", max_size=6), min_size=1, max_size=4), min_size=2),
     st.integers(min_value=1, max_value=12),
@@ -268,6 +271,7 @@ def test_row_groups_hold_every_row_once_in_order_under_the_header(rows, budget, 
 
 
 # --------------------------------------------------------------------------- bad files
+@pytest.mark.slow
 def test_unreadable_files_are_skipped_with_a_reason_and_the_rest_is_indexed(tmp_path) -> None:
     write_docx(tmp_path / "good.docx")
     (tmp_path / "notes.docx").write_text("Just a text file with the wrong name.\n")
@@ -335,6 +339,7 @@ def office_pack(tmp_path_factory, embed_model) -> RagPack:
     )
 
 
+@pytest.mark.slow
 def test_a_question_about_a_cell_finds_its_row_and_cites_the_file(office_pack) -> None:
     hits = office_pack.retriever().retrieve("What is the price of the wing nut M8?")
     top = hits[0].node
@@ -347,6 +352,7 @@ def test_a_question_about_a_cell_finds_its_row_and_cites_the_file(office_pack) -
     assert any("| wing nut M8 |" in unwrap_node(n).text for n in citation.nodes)
 
 
+@pytest.mark.slow
 def test_a_question_about_a_slide_cites_the_deck_and_its_slide(office_pack) -> None:
     response = office_pack.run("What is the budget for 2026?")
     (citation,) = response.citations

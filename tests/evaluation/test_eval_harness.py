@@ -161,6 +161,7 @@ def worst_first_mode() -> Iterator[str]:
     unregister_mode("worst_first")
 
 
+@pytest.mark.slow
 def test_dense_and_bm25_find_the_relevant_documents(harness_factory) -> None:
     report = harness_factory().run("dense,sparse")
     rows = {r.strategy.name: r for r in report.rows}
@@ -178,6 +179,7 @@ def test_dense_and_bm25_find_the_relevant_documents(harness_factory) -> None:
         assert row.metrics["latency_ms"] > 0
 
 
+@pytest.mark.slow
 def test_a_worse_ranking_scores_worse_and_is_not_served_from_cache(
     harness_factory, worst_first_mode: str
 ) -> None:
@@ -189,6 +191,7 @@ def test_a_worse_ranking_scores_worse_and_is_not_served_from_cache(
     assert bad.metrics["mrr@5"] < 0.5 < good.metrics["mrr@5"]
 
 
+@pytest.mark.slow
 def test_results_are_cached_per_strategy_and_question(harness_factory) -> None:
     first = harness_factory().run("vector,bm25")
     assert [r.cached for r in first.rows] == [0, 0]
@@ -220,6 +223,7 @@ def test_results_are_cached_per_strategy_and_question(harness_factory) -> None:
     assert harness_factory(force=True).run("vector").rows[0].cached == 0
 
 
+@pytest.mark.slow
 async def test_async_path_matches_sync_path(harness_factory) -> None:
     sync = harness_factory(force=True).run("vector,hybrid")
     asyn = await harness_factory(force=True, concurrency=3).arun("vector,hybrid")
@@ -236,6 +240,7 @@ FUSION_REPLY = (
 )
 
 
+@pytest.mark.slow
 async def test_llm_strategy_uses_async_llm_and_llm_limit(harness_factory, scripted_llm) -> None:
     llm = scripted_llm(lambda prompt: FUSION_REPLY, forbid_sync=True)
     harness = harness_factory(llm=llm, llm_limit=3, concurrency=2)
@@ -253,6 +258,7 @@ async def test_llm_strategy_uses_async_llm_and_llm_limit(harness_factory, script
     assert set(shared) == {"vector", "fusion"}
 
 
+@pytest.mark.slow
 def test_llm_strategies_are_skipped_without_an_llm(harness_factory) -> None:
     report = harness_factory(llm="none", limit=2).run("all")
     names = [r.strategy.name for r in report.rows]
@@ -274,6 +280,7 @@ def test_llm_strategies_are_skipped_without_an_llm(harness_factory) -> None:
         assert f"- `{name}` (skipped): " in md
 
 
+@pytest.mark.slow
 def test_answers_are_scored_with_em_and_f1(harness_factory, scripted_llm) -> None:
     answers = {
         "mammal": "Answer: The aardvark.",
@@ -314,6 +321,7 @@ def _outcome(report: Any) -> dict[str, Any]:
     }
 
 
+@pytest.mark.slow
 async def test_two_fresh_builds_give_identical_results(tmp_path: Path, embed_model: Any) -> None:
     """Two evaluations from scratch (new cache directories, so new indexes) agree exactly.
 
@@ -349,6 +357,7 @@ async def test_two_fresh_builds_give_identical_results(tmp_path: Path, embed_mod
     assert outcomes[0] == outcomes[1]
 
 
+@pytest.mark.slow
 def test_report_files(harness_factory, tmp_path: Path) -> None:
     report = harness_factory().run("vector,bm25")
     paths = report.write(tmp_path / "out")
@@ -425,6 +434,7 @@ def _write_corpus_and_set(
     return corpus, dataset
 
 
+@pytest.mark.slow
 def test_cli_eval_writes_table_json_and_chart(tmp_path: Path, capsys) -> None:
     from llama_index_rag_pack.cli import main
 
@@ -468,6 +478,7 @@ def test_cli_eval_writes_table_json_and_chart(tmp_path: Path, capsys) -> None:
     assert "No labelled set" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_eval_split_evaluates_one_part_of_the_set(tmp_path: Path, capsys) -> None:
     from llama_index_rag_pack.cli import main
 
@@ -487,6 +498,7 @@ def test_cli_eval_split_evaluates_one_part_of_the_set(tmp_path: Path, capsys) ->
 KEPT = ("doc:apollo", "doc:abacus", "doc:aikido")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "filters",
     [
@@ -520,6 +532,7 @@ def test_a_filter_that_keeps_no_question_or_names_no_field_is_one_error(harness_
         harness_factory(filters='colour == "red"').examples()
 
 
+@pytest.mark.slow
 def test_cli_eval_filter(tmp_path: Path, capsys) -> None:
     from llama_index_rag_pack.cli import main
 

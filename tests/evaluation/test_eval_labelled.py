@@ -163,6 +163,7 @@ def wiki_texts() -> dict[str, str]:
     return {d.doc_id: d.text for d in load_wikipedia_documents()}
 
 
+@pytest.mark.slow
 def test_shipped_articles_are_clean_text(wiki_texts: dict[str, str]) -> None:
     assert len(wiki_texts) >= 100
     for doc_id, text in wiki_texts.items():
@@ -173,6 +174,7 @@ def test_shipped_articles_are_clean_text(wiki_texts: dict[str, str]) -> None:
     assert len(wiki_texts["wiki:Asphalt"]) > 30_000
 
 
+@pytest.mark.slow
 def test_wiki_qa_ids_exist_in_the_shipped_corpus(wiki_texts: dict[str, str]) -> None:
     texts = {doc_id: " ".join(text.split()) for doc_id, text in wiki_texts.items()}
     data = load_labelled_set("wiki_qa")
@@ -205,6 +207,7 @@ def test_fanoutqa_questions_load_in_the_labelled_format() -> None:
         load_fanoutqa_questions("train")
 
 
+@pytest.mark.slow
 def test_the_shipped_dump_is_parsed_once_per_file_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -233,6 +236,7 @@ def test_the_shipped_dump_is_parsed_once_per_file_version(
         datasets.load_wikipedia_documents(["No Such Article"])
 
 
+@pytest.mark.slow
 def test_another_dump_is_streamed_and_a_limit_stops_reading(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -119,6 +119,7 @@ def test_bad_k_is_rejected_with_value(bad: object) -> None:
 ids = st.sampled_from([f"d{i}" for i in range(12)])
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     retrieved=st.lists(ids, max_size=12, unique=True),
@@ -143,6 +144,7 @@ def test_ranking_metric_properties(retrieved: list[str], relevant: set[str], k: 
     assert (hit_at_k(retrieved, relevant, k) == 1.0) == (mrr_at_k(retrieved, relevant, k) > 0)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(
     retrieved=st.lists(ids, min_size=1, max_size=12, unique=True),
@@ -202,6 +204,7 @@ def test_citation_metrics_reject_misaligned_lists() -> None:
 sentence = st.tuples(st.lists(ids, max_size=3), st.lists(ids, max_size=3))  # (cited, supporting)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(sentences=st.lists(sentence, max_size=6), seed=st.integers(0, 1000))
 def test_citation_metric_properties(

@@ -76,6 +76,7 @@ def test_copy_check_counts_runs_of_words() -> None:
     assert longest_copied_run("", evidence) == 0
 
 
+@pytest.mark.slow
 def test_the_set_loads_with_both_corpora(
     records: list[dict[str, Any]], texts: dict[str, str]
 ) -> None:
@@ -94,6 +95,7 @@ def test_the_set_loads_with_both_corpora(
         assert len(ex.relevant_ids) == 1 and ex.answers and ex.evidence and ex.type
 
 
+@pytest.mark.slow
 def test_questions_are_paraphrased(records: list[dict[str, Any]]) -> None:
     copied = [
         (r["id"], run)
@@ -104,6 +106,7 @@ def test_questions_are_paraphrased(records: list[dict[str, Any]]) -> None:
     assert not copied, f"questions repeating more than {MAX_COPIED_RUN} words: {copied}"
 
 
+@pytest.mark.slow
 def test_answers_appear_in_the_evidence(records: list[dict[str, Any]]) -> None:
     for r in records:
         evidence = " ".join(r["evidence"])
@@ -113,6 +116,7 @@ def test_answers_appear_in_the_evidence(records: list[dict[str, Any]]) -> None:
             assert answer_in_text(evidence, [answer]), (r["id"], answer)
 
 
+@pytest.mark.slow
 def test_evidence_is_copied_from_the_article(
     records: list[dict[str, Any]], texts: dict[str, str]
 ) -> None:
@@ -124,11 +128,13 @@ def test_evidence_is_copied_from_the_article(
         assert r["evidence_position"] == round(min(r["evidence_offsets"]) / len(text), 3)
 
 
+@pytest.mark.slow
 def test_most_answers_sit_past_the_lead(records: list[dict[str, Any]]) -> None:
     past_lead = sum(r["evidence_position"] > LEAD_FRACTION for r in records)
     assert past_lead >= len(records) / 2
 
 
+@pytest.mark.slow
 def test_some_questions_need_two_sentences(records: list[dict[str, Any]]) -> None:
     for r in records:
         assert r["hops"] == len(r["evidence"]) in (1, 2), r["id"]
@@ -138,6 +144,7 @@ def test_some_questions_need_two_sentences(records: list[dict[str, Any]]) -> Non
     assert {source(r) for r in records if r["hops"] == 2} == {"wikipedia", "lee"}
 
 
+@pytest.mark.slow
 def test_split_is_half_of_every_stratum(records: list[dict[str, Any]]) -> None:
     strata = Counter((source(r), r["hops"], r["split"]) for r in records)
     for corpus, hops in {(source(r), r["hops"]) for r in records}:
@@ -153,6 +160,7 @@ def test_split_is_half_of_every_stratum(records: list[dict[str, Any]]) -> None:
         load_labelled_set("wiki_qa_para", split="train")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not MAKE_SCRIPT.exists(), reason="needs a source checkout (benchmarks/)")
 def test_split_and_offsets_are_what_the_script_derives(
     records: list[dict[str, Any]], texts: dict[str, str]

@@ -137,6 +137,7 @@ candidate_lists = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     dense=candidate_lists,
@@ -238,6 +239,7 @@ fit_questions_strategy = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     questions=fit_questions_strategy,
@@ -389,6 +391,7 @@ QUESTIONS = [
 ]
 
 
+@pytest.mark.slow
 def test_rag_pack_loads_the_saved_fit_and_arguments_override_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, embed_model: Any
 ) -> None:
@@ -442,6 +445,7 @@ def write_tiny_set(tmp_path: Path) -> tuple[Path, Path]:
     return dataset, corpus
 
 
+@pytest.mark.slow
 def test_cli_eval_fit_writes_a_config_and_compares_before_and_after(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -520,6 +524,7 @@ def test_sentence_list_is_weighted_as_documented() -> None:
     assert ids(only)[:2] == ["c", "a"]
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(questions=fit_questions_strategy, k=st.integers(1, 5), seed=st.integers(0, 10**6))
 def test_the_joint_fit_never_loses_to_any_list_alone(

@@ -14,6 +14,8 @@ from llama_index_rag_pack.fusion.hyde import HyDERetriever
 from llama_index_rag_pack.fusion.rag_fusion import FusionRetriever
 from llama_index_rag_pack.fusion.rewrite import RewriteRetriever
 
+pytestmark = pytest.mark.slow
+
 DOCS = [
     Document(
         id_="bm25",
@@ -167,7 +169,6 @@ def test_collection_without_bm25(tmp_path, embed_model):
     assert pack.retriever("rewrite").retriever is pack.retriever("vector")
 
 
-@pytest.mark.slow
 def test_fusion_hyde_rewrite_with_the_real_local_llm(pack, local_llm, caplog):
     """The bundled SmolLM2-135M writes the variants / passage / rewrite; whatever it says, the
     retrievers parse it or fall back, and still answer from the collection."""

@@ -74,6 +74,7 @@ def test_parse_keeps_words_that_start_like_preamble():
     ]
 
 
+@pytest.mark.slow
 def test_parse_reads_only_the_lines_that_end_within_the_bound():
     long_line = "milvus " * (MAX_REPLY_CHARS // 7)  # crosses the bound: not read, even in part
     assert parse_queries("milvus bm25\n" + long_line + "\nmilvus sparse") == ["milvus bm25"]
@@ -81,6 +82,7 @@ def test_parse_reads_only_the_lines_that_end_within_the_bound():
     assert parse_queries(lines) == ["milvus bm25", "milvus sparse"]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(text=st.text(max_size=300), n=st.integers(0, 6))
 def test_property_parse_never_echoes_duplicates_or_overflows(text, n):
@@ -92,6 +94,7 @@ def test_property_parse_never_echoes_duplicates_or_overflows(text, n):
     assert all(q and q == q.strip() and "\n" not in q for q in out)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(
     queries=st.lists(

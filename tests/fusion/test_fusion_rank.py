@@ -250,6 +250,7 @@ def build(raw):
     return [[nws(i, s) for i, s in lst] for lst in raw]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     raw=result_lists_st, fn_index=st.integers(0, 3), top_n=st.one_of(st.none(), st.integers(1, 15))
@@ -271,6 +272,7 @@ def test_property_pure_deduped_sorted(raw, fn_index, top_n):
     assert all(id(n) not in originals for n in fused)  # new items, not the inputs
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(raw=result_lists_st, fn_index=st.integers(0, 3), seed=st.integers(0, 1000))
 def test_property_list_order_invariance_with_equal_weights(raw, fn_index, seed):
@@ -285,6 +287,7 @@ def test_property_list_order_invariance_with_equal_weights(raw, fn_index, seed):
         assert a[key] == pytest.approx(b[key], abs=1e-12)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(raw=result_lists_st, fn_index=st.integers(0, 3), seed=st.integers(0, 1000))
 def test_property_weights_follow_the_lists(raw, fn_index, seed):
@@ -305,6 +308,7 @@ def test_property_weights_follow_the_lists(raw, fn_index, seed):
         assert a[key] == pytest.approx(b[key], abs=1e-12)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(raw=result_lists_st)
 def test_property_rrf_reference(raw):
@@ -324,6 +328,7 @@ def test_property_rrf_reference(raw):
         assert got[key] == pytest.approx(expected[key])
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(raw=result_lists_st, fn_index=st.integers(1, 2))
 def test_property_score_fusions_bounded(raw, fn_index):
@@ -331,6 +336,7 @@ def test_property_score_fusions_bounded(raw, fn_index):
         assert -1e-9 <= n.score <= 1 + 1e-9
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(raw=st.lists(st.tuples(ids, st.floats(0, 1)), min_size=1, max_size=10))
 def test_property_single_list_keeps_its_order_under_rrf(raw):
@@ -342,6 +348,7 @@ def test_property_single_list_keeps_its_order_under_rrf(raw):
     assert [n.node.node_id for n in reciprocal_rank_fusion(lists)] == seen
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(raw=result_lists_st, fn_index=st.integers(0, 3), data=st.data())
 def test_property_non_finite_scores_count_as_missing(raw, fn_index, data):
@@ -354,6 +361,7 @@ def test_property_non_finite_scores_count_as_missing(raw, fn_index, data):
     assert as_pairs(fused) == as_pairs(fn(build(raw)))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(raw=result_lists_st, fn_index=st.integers(1, 2))
 def test_property_unscored_items_add_nothing(raw, fn_index):
@@ -374,6 +382,7 @@ def test_property_unscored_items_add_nothing(raw, fn_index):
 finite_scores = st.floats(-50, 50).filter(lambda s: s == 0 or abs(s) > 1e-6)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     raw=st.lists(
@@ -393,6 +402,7 @@ def test_property_score_fusions_ignore_the_score_unit(raw, fn_index, exponent):
     assert [n.score for n in a] == pytest.approx([n.score for n in b], abs=1e-12)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(
     raw=result_lists_st,

@@ -129,6 +129,7 @@ def ids(nodes):
     return [n.node.node_id for n in nodes]
 
 
+@pytest.mark.slow
 def test_fusion_searches_every_query_with_every_retriever(dense, bm25, scripted_llm):
     llm = scripted_llm([VARIANTS_REPLY])
     fusion = FusionRetriever(
@@ -157,6 +158,7 @@ def test_fusion_searches_every_query_with_every_retriever(dense, bm25, scripted_
     assert "fusion_queries" not in nodes[0].node.get_content(MetadataMode.EMBED)
 
 
+@pytest.mark.slow
 async def test_async_path_is_async_and_matches_sync(dense, bm25, scripted_llm):
     sync_llm = scripted_llm([VARIANTS_REPLY])
     async_llm = scripted_llm([VARIANTS_REPLY], forbid_sync=True)
@@ -172,6 +174,7 @@ async def test_async_path_is_async_and_matches_sync(dense, bm25, scripted_llm):
     assert async_llm.call_count == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["reciprocal_rank", "relative_score", "dist_based_score", "union"])
 def test_every_mode_returns_fused_unique_nodes(dense, bm25, scripted_llm, mode):
     fusion = FusionRetriever(
@@ -189,6 +192,7 @@ def test_every_mode_returns_fused_unique_nodes(dense, bm25, scripted_llm, mode):
     assert set(fusion.retriever_names) == {"MilvusHybridRetriever_0", "MilvusHybridRetriever_1"}
 
 
+@pytest.mark.slow
 def test_weights_are_honoured(dense, bm25, scripted_llm):
     # weight 0 on BM25: the fused ranking is the dense-only ranking
     fusion = FusionRetriever(
@@ -258,6 +262,7 @@ async def test_weights_decide_between_retrievers_that_disagree(scripted_llm, mod
             assert [n.score for n in nodes] == pytest.approx([n.score for n in expected])
 
 
+@pytest.mark.slow
 async def test_searches_run_concurrently(dense, bm25, scripted_llm, concurrency_gate):
     # every search waits until all 4 x 2 are in flight: reached only if they run concurrently
     gate = concurrency_gate(8)
@@ -300,6 +305,7 @@ class SyncOnly(BaseRetriever):
                 self.in_flight -= 1
 
 
+@pytest.mark.slow
 async def test_sync_only_retrievers_do_not_block_the_event_loop(dense, scripted_llm):
     slow = SyncOnly(dense)
     fusion = FusionRetriever(
@@ -322,6 +328,7 @@ async def test_sync_only_retrievers_do_not_block_the_event_loop(dense, scripted_
     assert slow.max_in_flight == 4 and nodes
 
 
+@pytest.mark.slow
 async def test_max_concurrency_is_a_real_limit(dense, bm25, scripted_llm):
     d, b = Delayed(dense, 0.05), Delayed(bm25, 0.05)
     fusion = FusionRetriever(
@@ -400,6 +407,7 @@ async def test_cancelling_does_not_wait_for_blocked_searches():
         slow.release.set()
 
 
+@pytest.mark.slow
 def test_unusable_llm_reply_falls_back_to_original_query(dense, bm25, scripted_llm, caplog):
     caplog.set_level(logging.WARNING)
     fusion = FusionRetriever(
@@ -413,6 +421,7 @@ def test_unusable_llm_reply_falls_back_to_original_query(dense, bm25, scripted_l
     )
 
 
+@pytest.mark.slow
 async def test_llm_error_falls_back_or_raises(dense, scripted_llm, caplog):
     caplog.set_level(logging.WARNING)
     fusion = FusionRetriever([dense], llm=scripted_llm([ConnectionError("server down")]))
@@ -427,6 +436,7 @@ async def test_llm_error_falls_back_or_raises(dense, scripted_llm, caplog):
         strict.retrieve(QUESTION)
 
 
+@pytest.mark.slow
 def test_num_queries_one_makes_no_llm_call(dense, bm25):
     llm = ScriptedLLM(replies=[])  # any call would raise ScriptExhaustedError
     nodes = FusionRetriever([dense, bm25], llm=llm, num_queries=1, similarity_top_k=3).retrieve(
@@ -547,6 +557,7 @@ def test_bad_settings_are_rejected_when_constructed(kwargs, match):
         FusionRetriever([Fixed([("a", 1.0)])], llm=ScriptedLLM(replies=[]), **kwargs)
 
 
+@pytest.mark.slow
 def test_generated_only_without_original(dense, scripted_llm):
     llm = scripted_llm(["1. volcano magma eruption\n2. lava and the crust"])
     fusion = FusionRetriever(
@@ -561,6 +572,7 @@ def test_generated_only_without_original(dense, scripted_llm):
     ]
 
 
+@pytest.mark.slow
 def test_prompt_is_overridable(dense, scripted_llm):
     llm = scripted_llm(["a query about cats"])
     fusion = FusionRetriever([dense], llm=llm, num_queries=2)
@@ -575,6 +587,7 @@ def test_prompt_is_overridable(dense, scripted_llm):
     assert llm.prompts == ["Give 1 rewrites of: cats"]
 
 
+@pytest.mark.slow
 def test_bad_input(dense, bm25, scripted_llm):
     llm = scripted_llm([])
     with pytest.raises(
@@ -611,6 +624,7 @@ class Plain(BaseRetriever):
         return self.inner.retrieve(query_bundle)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["sync", "async", "async_sync_only"])
 def test_every_span_of_a_query_descends_from_its_root(dense, bm25, scripted_llm, path):
     # Searches run in worker threads; without the caller's context their instrumentation spans

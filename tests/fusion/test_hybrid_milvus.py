@@ -55,6 +55,7 @@ def ids(nodes: list[NodeWithScore]) -> list[str]:
     return [n.node.node_id for n in nodes]
 
 
+@pytest.mark.slow
 def test_dense_search_rebuilds_nodes_with_metadata(store, embed_model):
     r = MilvusHybridRetriever(
         store, embed_model=embed_model, search_type="dense", similarity_top_k=3
@@ -255,6 +256,7 @@ def test_sparse_on_collection_without_bm25_says_how_to_fix(milvus_uri, embed_mod
     assert ids(dense.retrieve("vector database")) == ["milvus"]
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_hybrid_on_a_milvus_server(milvus_server, embed_model):
     vs = open_vector_store(milvus_server, "hybrid_server", dim=384, overwrite=True)

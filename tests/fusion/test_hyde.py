@@ -276,6 +276,7 @@ def test_clean_passage(raw, clean):
     assert clean_passage(raw) == clean
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.lists(st.floats(-10, 10), min_size=4, max_size=4), min_size=1, max_size=6))
 def test_property_mean_embedding(vectors):

@@ -66,6 +66,7 @@ def _check(tree: SearchTree) -> None:
     assert any(c.score == 2 and c.source == "George Orwell" for c in orwell.child.chunks)
 
 
+@pytest.mark.slow
 def test_pack_engine_sync_and_async(index_uri: str, embed_model: Any) -> None:
     pack = _pack(index_uri, embed_model)
     engine = judge_query_engine(pack, "vector", similarity_top_k=1, style="text")
@@ -77,6 +78,7 @@ def test_pack_engine_sync_and_async(index_uri: str, embed_model: Any) -> None:
     assert method.query(QUESTION).search_tree == response.search_tree
 
 
+@pytest.mark.slow
 def test_cli_judge_shows_saves_and_reopens_the_tree(
     index_uri: str, embed_model: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
 ) -> None:

@@ -210,6 +210,7 @@ def _chaotic_judge(choices: list[int]) -> Any:
     return reply
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     choices=st.lists(st.sampled_from([0, 1, 1, 2]), min_size=1, max_size=6),

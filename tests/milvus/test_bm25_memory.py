@@ -75,6 +75,7 @@ def _reference(texts, query, k1=LITE_BM25_K1, b=LITE_BM25_B):
 WORDS = st.sampled_from(["run", "fast", "paris", "final", "dough", "ash", "x"])
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(
     texts=st.lists(st.lists(WORDS, max_size=8).map(" ".join), min_size=1, max_size=12),
@@ -125,6 +126,7 @@ def _ids(nodes):
     return [n.node.node_id for n in nodes]
 
 
+@pytest.mark.slow
 def test_lite_bm25_mode_ranks_in_memory_like_milvus(pack):
     fast = pack.retriever("bm25", similarity_top_k=4)
     assert fast.in_memory and fast._bm25_copy("q") is not None  # a Lite file, English analysis
@@ -140,6 +142,7 @@ def test_lite_bm25_mode_ranks_in_memory_like_milvus(pack):
             assert hit.node.metadata == ref.node.metadata
 
 
+@pytest.mark.slow
 def test_default_mode_fuses_the_in_memory_bm25_side(pack):
     fast = pack.retriever("hybrid_convex", similarity_top_k=4)
     assert fast.sparse._bm25_copy("q") is not None
@@ -155,6 +158,7 @@ def test_default_mode_fuses_the_in_memory_bm25_side(pack):
         assert _ids(fast.retrieve(question)) == _ids(slow.retrieve(question))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("expr", ["year == 2010", 'doc_id != "tennis"'])
 def test_a_filter_still_applies_in_memory(pack, expr):
     fast = pack.retriever("bm25", similarity_top_k=3, filters=expr)
@@ -167,6 +171,7 @@ def test_a_filter_still_applies_in_memory(pack, expr):
             assert all(n.node.metadata["year"] == 2010 for n in got)
 
 
+@pytest.mark.slow
 def test_the_copy_follows_the_packs_writes(pack):
     question = "saxophone quartet"
     assert pack.retriever("bm25").retrieve(question) == []
@@ -176,6 +181,7 @@ def test_the_copy_follows_the_packs_writes(pack):
     assert pack.retriever("bm25").retrieve(question) == []
 
 
+@pytest.mark.slow
 def test_a_chunk_gone_from_the_collection_is_never_returned(pack):
     client, name = pack.vector_store.client, pack.vector_store.collection_name
     fast = pack.retriever("bm25", similarity_top_k=2)
@@ -190,6 +196,7 @@ def test_a_chunk_gone_from_the_collection_is_never_returned(pack):
     assert first.node.node_id not in _ids(fast.retrieve(QUESTIONS[0]))
 
 
+@pytest.mark.slow
 def test_a_standard_collection_stays_in_milvus(tmp_path, embed_model):
     pack = RagPack(
         DOCS,
@@ -205,6 +212,7 @@ def test_a_standard_collection_stays_in_milvus(tmp_path, embed_model):
     )
 
 
+@pytest.mark.slow
 def test_a_collection_lite_scores_segment_by_segment_stays_in_milvus(tmp_path):
     client = MilvusClient(str(tmp_path / "k.db"))
     schema = client.create_schema()

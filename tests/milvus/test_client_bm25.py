@@ -77,6 +77,7 @@ def lite_stores(tmp_path_factory: pytest.TempPathFactory, wiki) -> dict:
     return stores_of(str(tmp_path_factory.mktemp("bm25") / "bm25.db"), wiki[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["lite", "server"])
 def test_pack_vectors_rank_as_the_bm25_function_on_the_wiki_corpus(wiki, where, request):
     nodes, questions = wiki
@@ -92,6 +93,7 @@ def test_pack_vectors_rank_as_the_bm25_function_on_the_wiki_corpus(wiki, where, 
     assert not client.has_collection(stats_collection_name("wiki_function"))
 
 
+@pytest.mark.slow
 def test_hybrid_modes_agree_too(lite_stores, wiki, embed_model):
     questions = wiki[1][:12]
     found = {
@@ -105,6 +107,7 @@ def test_hybrid_modes_agree_too(lite_stores, wiki, embed_model):
 words = st.lists(st.sampled_from("abcdefgh"), min_size=0, max_size=12).map(" ".join)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(words, min_size=1, max_size=8), words)
 def test_pack_vectors_score_as_the_in_memory_bm25_of_lite(texts, query):
@@ -151,6 +154,7 @@ def stats_recomputed(client, name):
     return (len(texts), sum(len(t) for t in texts)), dict(df)
 
 
+@pytest.mark.slow
 def test_statistics_follow_inserts_upserts_and_deletes(tmp_path):
     store = open_vector_store(str(tmp_path / "stats.db"), "stats", dim=DIM, bm25_vectors="client")
     client, name = store.client, store.collection_name
@@ -175,6 +179,7 @@ def test_statistics_follow_inserts_upserts_and_deletes(tmp_path):
     assert not client.has_collection(stats_collection_name(name))
 
 
+@pytest.mark.slow
 def test_a_chunk_of_stop_words_is_stored_and_never_found(tmp_path):
     store = open_vector_store(str(tmp_path / "stop.db"), "stop", dim=DIM, bm25_vectors="client")
     store.add([node(0, "the of and", "d"), node(1, "Aardvarks eat ants.", "d")])
@@ -200,6 +205,7 @@ def test_client_vectors_need_an_analysis_of_the_pack(tmp_path):
     assert not client.has_collection("std"), "a refused collection is never created"
 
 
+@pytest.mark.slow
 def test_reindex_rewrites_the_pack_vectors_with_current_statistics(tmp_path):
     from llama_index_rag_pack.milvus.bm25.bm25_upgrade import upgrade_bm25_analysis
 
@@ -222,6 +228,7 @@ def test_reindex_rewrites_the_pack_vectors_with_current_statistics(tmp_path):
         assert row["sparse_embedding"] == pytest.approx(expected, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_a_failed_write_takes_back_what_it_counted(tmp_path, monkeypatch):
     from pymilvus import MilvusClient
     from pymilvus.exceptions import MilvusException
@@ -254,6 +261,7 @@ def test_a_failed_write_takes_back_what_it_counted(tmp_path, monkeypatch):
     assert stats_as_stored(client, name)[0][0] == 2
 
 
+@pytest.mark.slow
 def test_a_query_of_unknown_words_finds_nothing_without_asking_milvus(tmp_path, monkeypatch):
     from pymilvus import MilvusClient
 

@@ -61,6 +61,7 @@ def _tenant_doc(doc_id: str, tenant: str, text: str) -> Document:
     return Document(id_=doc_id, text=text, metadata={"tenant": tenant, "kind": doc_id})
 
 
+@pytest.mark.slow
 def test_two_tenants_keep_their_own_documents_under_the_same_id(
     tmp_path: Path, embed_model: Any
 ) -> None:
@@ -93,6 +94,7 @@ def test_two_tenants_keep_their_own_documents_under_the_same_id(
     assert set(_sentence_chunks(pack)) == _chunk_ids(pack)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("evil", EVIL_IDS)
 def test_an_id_that_looks_like_an_expression_touches_only_its_own_rows(
     tmp_path: Path, embed_model: Any, evil: str
@@ -117,6 +119,7 @@ def test_an_id_that_looks_like_an_expression_touches_only_its_own_rows(
     assert _chunks(pack) == before
 
 
+@pytest.mark.slow
 def test_ids_in_any_script_are_replaced_not_added_or_refused(
     tmp_path: Path, embed_model: Any
 ) -> None:
@@ -132,6 +135,7 @@ def test_ids_in_any_script_are_replaced_not_added_or_refused(
     assert set(_chunks(pack)) == {(None, i) for i in ids[1:]}
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.text(), min_size=1, max_size=4))
 def test_ids_expression_is_one_field_compared_with_literals(ids: list[str]) -> None:
@@ -141,6 +145,7 @@ def test_ids_expression_is_one_field_compared_with_literals(ids: list[str]) -> N
 
 
 # ----------------------------------------------------------------------------- failed writes
+@pytest.mark.slow
 def test_a_reindex_with_bad_chunk_options_changes_nothing(tmp_path: Path, embed_model: Any) -> None:
     from llama_index_rag_pack.cli.app import main
     from llama_index_rag_pack.core.errors import ConfigurationError

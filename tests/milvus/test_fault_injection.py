@@ -18,6 +18,8 @@ from llama_index_rag_pack.milvus.connection import open_vector_store
 from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 #: The MilvusClient methods the pack calls.
 METHODS = (
     "search",

@@ -26,6 +26,8 @@ from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -150,7 +152,6 @@ def summary(prompt: str) -> str:
 
 
 @pytest.mark.integration
-@pytest.mark.slow
 def test_raptor_build_killed_part_way_resumes_without_loss_or_duplicates(
     server: LiteServer, embed_model: Any
 ) -> None:

@@ -23,6 +23,8 @@ from llama_index_rag_pack import RagPack, configure_self_query
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 DOCS = [
     Document(id_="a1", text="Acme launch code is 1234.",
              metadata={"tenant": "acme", "title": "acme plan (v2)", "project": "roadrunner",

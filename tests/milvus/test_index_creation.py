@@ -36,6 +36,7 @@ def _indexes(client, name):
     return out
 
 
+@pytest.mark.slow
 def test_a_new_store_has_the_indexes_milvus_vector_store_makes(tmp_path, monkeypatch):
     # what MilvusVectorStore itself creates with the pack's settings (waiting the fixed way)
     template = open_vector_store(str(tmp_path / "t.db"), "docs", dim=8)
@@ -59,6 +60,7 @@ def test_a_new_store_has_the_indexes_milvus_vector_store_makes(tmp_path, monkeyp
     assert store.index_management is IndexManagement.CREATE_IF_NOT_EXISTS
 
 
+@pytest.mark.slow
 def test_a_new_pack_indexes_and_answers_without_fixed_waits(tmp_path, embed_model, no_fixed_waits):
     pack = RagPack(
         [Document(id_="a", text="Glaciers carve valleys. They move slowly downhill.")],
@@ -90,6 +92,7 @@ def test_the_callers_index_management_is_kept(tmp_path):
     assert _indexes(store.client, "docs") == {}  # no indexes asked for, none made
 
 
+@pytest.mark.slow
 def test_a_server_collection_gets_its_indexes_the_same_way(milvus_server, no_fixed_waits):
     store = open_vector_store(milvus_server, "served", dim=8, overwrite=True)
     assert set(_indexes(store.client, "served")) == {"embedding", "sparse_embedding"}

@@ -48,6 +48,7 @@ def wait_until(condition: object, timeout: float = 30.0) -> bool:
     return False
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_lock_held_by_a_live_process_names_it(tmp_path: Path) -> None:
     uri = str(tmp_path / "held.db")
@@ -66,6 +67,7 @@ def test_a_lock_held_by_a_live_process_names_it(tmp_path: Path) -> None:
         proc.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_lock_left_by_a_killed_process_is_not_reported(tmp_path: Path) -> None:
     uri = str(tmp_path / "stale.db")
@@ -79,6 +81,7 @@ def test_a_lock_left_by_a_killed_process_is_not_reported(tmp_path: Path) -> None
     assert client.has_collection("held")
 
 
+@pytest.mark.slow
 def test_concurrent_opens_in_one_process_do_not_lock_each_other_out(tmp_path: Path) -> None:
     # pymilvus starts one Milvus Lite server per path; two threads opening a new path at once
     # used to start two, and the second failed with "another process holds the lock"

@@ -51,6 +51,7 @@ def _copies(pack: RagPack) -> int:
     return len(vector_memory._COPIES.get(pack.vector_store.client, {}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hybrid_convex", "bm25", "vector", "hybrid"])
 @pytest.mark.parametrize("filtered", [False, True])
 def test_rankings_are_the_same_with_the_copies_off(
@@ -69,6 +70,7 @@ def test_rankings_are_the_same_with_the_copies_off(
         assert_same_ranking(a, b)
 
 
+@pytest.mark.slow
 def test_a_collection_over_the_budget_is_searched_in_milvus(pack, monkeypatch, caplog) -> None:
     monkeypatch.setenv("RAG_PACK_MEMORY_BUDGET_MB", "0.01")  # 40 chunks need more
     _fresh(pack)

@@ -135,6 +135,7 @@ def filters_tree(depth: int = 3) -> st.SearchStrategy[MetadataFilters]:
     )
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -147,6 +148,7 @@ def test_milvus_selects_exactly_the_rows_the_filter_describes(
 
 
 # ----------------------------------------------------------------------------- hostile input
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "key",
     ['genre" or 1 == 1 or "', "year) or (1 == 1", "odd key", "not", "in", "$meta", "exists"],
@@ -157,6 +159,7 @@ def test_a_hostile_key_is_a_literal_key(lite: Any, key: str) -> None:
     assert {int(r["id"]) for r in rows} == {i for i, r in enumerate(ROWS) if r.get(key) == "v"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "value", ['" or year > 0 or genre == "', "\\", '\\" or 1 == 1 or \\"', "\n", "%", "mystery"]
 )
@@ -219,6 +222,7 @@ def keyword_rows(lite: Any) -> Any:
     return lite
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", KEYWORD_KEYS)
 def test_a_milvus_keyword_key_in_any_case_is_quoted(keyword_rows: Any, key: str) -> None:
     expr = filter_expression(MetadataFilters(filters=[MetadataFilter(key=key, value="v")]))
@@ -248,6 +252,7 @@ def test_an_integer_outside_int64_is_refused_in_one_line(value: int, operator: s
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.slow
 def test_the_int64_bounds_themselves_are_values(lite: Any) -> None:
     for value in (2**63 - 1, -(2**63)):
         expr = filter_expression(MetadataFilters(filters=[MetadataFilter(key="year", value=value)]))
@@ -284,6 +289,7 @@ def test_a_malformed_string_filter_is_refused_in_one_line(expression: str, messa
     assert "\n" not in str(info.value) and str(info.value).startswith("Bad filter at column")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "expression",
     [
@@ -311,6 +317,7 @@ _PIECES = ["(", ")", " or ", " and ", "not ", "true", ") or (", 'genre == "a) or
            '$meta["x"] == 1', '"', "'", "\\", '\\"', "--", "/*", "\n", ')"', "'("]  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(pieces=st.lists(st.sampled_from(_PIECES), min_size=1, max_size=12))
 @example(pieces=["true", ") or (", "true"])
@@ -335,6 +342,7 @@ def test_no_accepted_string_filter_escapes_its_parentheses(lite: Any, pieces: li
     assert all(r["genre"] == "mystery" for r in rows), checked
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(filters=filters_tree())
 def test_every_compiled_filter_passes_the_string_check(filters: MetadataFilters) -> None:

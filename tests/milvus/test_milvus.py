@@ -45,6 +45,7 @@ def _run(code: str, cwd: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_reopening_in_a_new_process_finds_data_without_reindexing(tmp_path: Path) -> None:
     uri = str(tmp_path / "store.db")
@@ -156,6 +157,7 @@ def test_bad_metric() -> None:
         milvus.open_vector_store("./unused.db", "c", similarity_metric="HAMMING")
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_database_locked_by_another_process(tmp_path: Path) -> None:
     uri = str(tmp_path / "locked.db")
@@ -184,6 +186,7 @@ def test_database_locked_by_another_process(tmp_path: Path) -> None:
         holder.wait()
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_same_code_against_a_milvus_server(milvus_server: str) -> None:
     assert milvus.is_remote_uri(milvus_server)

@@ -34,6 +34,8 @@ from llama_index_rag_pack.milvus.connection import open_client, open_vector_stor
 from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 PORT_KEYS = (
     "etcd_port",
     "proxy_port",

@@ -67,6 +67,7 @@ def _words(text: str) -> list[str]:
     return re.findall(r"\w+", text)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
@@ -153,6 +154,7 @@ def fresh_pack(tmp_path, embed_model):
     )
 
 
+@pytest.mark.slow
 def test_every_sentence_of_every_chunk_is_stored(pack):
     units = sentence_units(
         [n.node for n in pack.retriever("vector", similarity_top_k=10).retrieve("bread tennis")]
@@ -161,6 +163,7 @@ def test_every_sentence_of_every_chunk_is_stored(pack):
     assert pack.sentence_index.count() == len(units) == 9
 
 
+@pytest.mark.slow
 def test_sentence_search_returns_chunks_by_their_best_sentence(pack):
     retriever = MilvusSentenceRetriever(pack.vector_store, embed_model=pack.embed_model)
     nodes = retriever.retrieve(QUESTION)
@@ -172,6 +175,7 @@ def test_sentence_search_returns_chunks_by_their_best_sentence(pack):
     assert "Tennis is played" in nodes[0].node.get_content()
 
 
+@pytest.mark.slow
 def test_sentence_search_applies_the_filter_to_chunks(pack):
     retriever = MilvusSentenceRetriever(
         pack.vector_store, embed_model=pack.embed_model, filter='doc_id != "tennis"'
@@ -179,6 +183,7 @@ def test_sentence_search_applies_the_filter_to_chunks(pack):
     assert all(n.node.ref_doc_id != "tennis" for n in retriever.retrieve(QUESTION))
 
 
+@pytest.mark.slow
 def test_hybrid_with_sentences_sync_matches_async(pack, assert_same_ranking):
     retriever = pack.retriever("hybrid_convex", sentence_weight=0.5, similarity_top_k=3)
     assert retriever.sentences is not None
@@ -189,6 +194,7 @@ def test_hybrid_with_sentences_sync_matches_async(pack, assert_same_ranking):
     assert all(0.0 <= n.score <= 1.0 for n in sync)
 
 
+@pytest.mark.slow
 def test_sentence_weight_zero_is_the_two_list_fusion(pack, assert_same_ranking):
     off = pack.retriever("hybrid_convex", sentence_weight=0.0, alpha=0.6)
     assert off.sentences is None
@@ -198,6 +204,7 @@ def test_sentence_weight_zero_is_the_two_list_fusion(pack, assert_same_ranking):
     assert_same_ranking(off.retrieve(QUESTION), expected)
 
 
+@pytest.mark.slow
 def test_sentence_weight_one_ranks_by_best_sentence(pack):
     only = pack.retriever("hybrid_convex", sentence_weight=1.0, similarity_top_k=3)
     by_sentence = MilvusSentenceRetriever(
@@ -208,6 +215,7 @@ def test_sentence_weight_one_ranks_by_best_sentence(pack):
     ]
 
 
+@pytest.mark.slow
 def test_reindexing_a_document_replaces_its_sentences(fresh_pack):
     before = fresh_pack.sentence_index.count()
     fresh_pack.insert([Document(id_="tennis", text="Chess is a board game for two players.")])
@@ -218,6 +226,7 @@ def test_reindexing_a_document_replaces_its_sentences(fresh_pack):
     assert nodes[0].node.get_content().startswith("Chess")
 
 
+@pytest.mark.slow
 def test_reopened_pack_uses_the_stored_sentences(fresh_pack, embed_model):
     reopened = RagPack.open(uri=fresh_pack.uri, collection_name="docs", embed_model=embed_model)
     retriever = reopened.retriever("hybrid_convex", sentence_weight=0.5)
@@ -225,6 +234,7 @@ def test_reopened_pack_uses_the_stored_sentences(fresh_pack, embed_model):
     assert retriever.retrieve(QUESTION)[0].node.ref_doc_id == "tennis"
 
 
+@pytest.mark.slow
 def test_overwrite_drops_the_old_sentences(fresh_pack, embed_model):
     again = RagPack(
         DOCS[:1],
@@ -236,6 +246,7 @@ def test_overwrite_drops_the_old_sentences(fresh_pack, embed_model):
     assert again.sentence_index.count() == 3
 
 
+@pytest.mark.slow
 def test_without_sentence_index_hybrid_uses_two_lists(tmp_path, embed_model, caplog):
     pack = RagPack(
         DOCS,
@@ -255,12 +266,14 @@ def test_without_sentence_index_hybrid_uses_two_lists(tmp_path, embed_model, cap
         MilvusSentenceRetriever(pack.vector_store, embed_model=embed_model)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("weight", [-0.1, 1.5, "0.5", True])
 def test_bad_sentence_weight_is_rejected(pack, weight):
     with pytest.raises(ConfigurationError, match="sentence_weight"):
         pack.retriever("hybrid_convex", sentence_weight=weight)
 
 
+@pytest.mark.slow
 def test_in_memory_search_matches_the_milvus_search(pack):
     query = pack.embed_model.get_query_embedding(QUESTION)
     client = pack.vector_store.client
@@ -270,6 +283,7 @@ def test_in_memory_search_matches_the_milvus_search(pack):
     assert [s for _, s in in_memory] == pytest.approx([s for _, s in in_milvus], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_in_memory_copy_follows_the_packs_writes(fresh_pack):
     retriever = fresh_pack.retriever("hybrid_convex", sentence_weight=1.0)
     assert retriever.sentences.sentences.in_memory  # a Lite file
@@ -279,6 +293,7 @@ def test_in_memory_copy_follows_the_packs_writes(fresh_pack):
     assert fresh.retrieve("a game played on a board")[0].node.ref_doc_id == "chess"
 
 
+@pytest.mark.slow
 def test_default_mode_is_hybrid_convex_with_sentences(pack):
     assert pack.default_mode == "hybrid_convex"
     retriever = pack.retriever()
@@ -287,6 +302,7 @@ def test_default_mode_is_hybrid_convex_with_sentences(pack):
     assert retriever.retrieve(QUESTION)[0].node.ref_doc_id == "tennis"
 
 
+@pytest.mark.slow
 def test_default_mode_without_bm25_is_vector(tmp_path, embed_model):
     pack = RagPack(
         DOCS,
@@ -310,6 +326,7 @@ class _ShortestFirst(BaseNodePostprocessor):
         return [NodeWithScore(node=n.node, score=1.0 / (1 + i)) for i, n in enumerate(ranked)][:2]
 
 
+@pytest.mark.slow
 def test_reranker_hook_sees_pre_top_k_fused_nodes_sync_and_async(pack):
     reranker = _ShortestFirst()
     retriever = pack.retriever("hybrid_convex", reranker=reranker, pre_top_k=3, similarity_top_k=2)
@@ -323,6 +340,7 @@ def test_reranker_hook_sees_pre_top_k_fused_nodes_sync_and_async(pack):
         pack.retriever("hybrid_convex", pre_top_k=5)
 
 
+@pytest.mark.slow
 def test_searches_in_turn_rank_like_searches_at_once(pack, assert_same_ranking):
     lite = pack.retriever("hybrid_convex", sentence_weight=0.4)
     assert not lite.concurrent_searches  # a Lite file: one process answers every request

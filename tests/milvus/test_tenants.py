@@ -117,6 +117,7 @@ def _tenants_of(nodes: list[Any], pack: RagPack, mode: str, tenant: str) -> set[
 
 
 # ----------------------------------------------------------------------------- isolation
+@pytest.mark.slow
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -141,6 +142,7 @@ def test_no_search_ever_returns_another_tenants_chunk(
     assert _tenants_of(nodes, pack, mode, tenant) <= {tenant, own_tree}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
 def test_every_mode_finds_the_tenants_own_chunks(
     pack: RagPack, replies: Replies, mode: str
@@ -151,6 +153,7 @@ def test_every_mode_finds_the_tenants_own_chunks(
     assert {n.node.metadata.get("tenant", "globex") for n in nodes} == {"globex"}
 
 
+@pytest.mark.slow
 def test_a_search_without_a_tenant_is_refused_and_star_means_all(pack: RagPack) -> None:
     with pytest.raises(ConfigurationError, match="tenant='\\*'") as info:
         pack.retriever("vector").retrieve("launch code")
@@ -163,6 +166,7 @@ def test_a_search_without_a_tenant_is_refused_and_star_means_all(pack: RagPack) 
         pack.retriever("raptor", tenant="*")
 
 
+@pytest.mark.slow
 def test_answers_cite_only_the_tenants_chunks(pack: RagPack, replies: Replies) -> None:
     replies.hostile = "The launch code is secret [1](id=1)."
     response = pack.run("What is the launch code?", tenant="initech", mode="hybrid_convex")
@@ -170,6 +174,7 @@ def test_answers_cite_only_the_tenants_chunks(pack: RagPack, replies: Replies) -
     assert {n.node.metadata["tenant"] for n in response.source_nodes} == {"initech"}
 
 
+@pytest.mark.slow
 def test_filters_and_tenant_combine(pack: RagPack) -> None:
     first_two = MetadataFilters(filters=[MetadataFilter(key="n", value=2, operator="<")])
     nodes = pack.retriever("bm25", tenant="acme", filters=first_two).retrieve("launch code vault")
@@ -179,6 +184,7 @@ def test_filters_and_tenant_combine(pack: RagPack) -> None:
 
 
 # ----------------------------------------------------------------------------- the collection
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["lite", "server"])
 def test_the_tenant_field_is_the_partition_key(
     where: str, tmp_path: Path, embed_model: Any, request: pytest.FixtureRequest
@@ -206,6 +212,7 @@ def test_the_tenant_field_is_the_partition_key(
         RagPack.open(uri=uri, collection_name=name, embed_model=embed_model, tenant_field="org")
 
 
+@pytest.mark.slow
 def test_a_document_without_a_tenant_stores_nothing(tmp_path: Path, embed_model: Any) -> None:
     docs = [*documents(per_tenant=1), Document(text="an orphan note", metadata={"title": "x"})]
     uri = str(tmp_path / "none.db")
@@ -222,6 +229,7 @@ def test_a_document_without_a_tenant_stores_nothing(tmp_path: Path, embed_model:
 
 
 # ----------------------------------------------------------------------------- deletion
+@pytest.mark.slow
 def test_delete_a_tenant_removes_its_rows_everywhere_and_nothing_else(
     tmp_path: Path, embed_model: Any
 ) -> None:
@@ -252,6 +260,7 @@ def test_delete_a_tenant_removes_its_rows_everywhere_and_nothing_else(
         pack.delete(tenant="*")
 
 
+@pytest.mark.slow
 def test_delete_by_filter_removes_whole_documents_and_refreshes_the_tree(
     tmp_path: Path, embed_model: Any
 ) -> None:

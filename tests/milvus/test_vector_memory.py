@@ -42,6 +42,7 @@ QUESTIONS = [
 
 
 # ----------------------------------------------------------------------------- top_scores
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None)
 @given(
     st.integers(1, 30).flatmap(
@@ -100,6 +101,7 @@ def _ids(nodes):
     return [n.node.node_id for n in nodes]
 
 
+@pytest.mark.slow
 def test_lite_pack_fuses_in_memory_and_ranks_like_milvus(pack):
     fast = pack.retriever("hybrid_convex", similarity_top_k=5)
     assert fast.in_memory  # a Lite file
@@ -117,6 +119,7 @@ def test_lite_pack_fuses_in_memory_and_ranks_like_milvus(pack):
             assert hit.node.metadata["retrieval_search_type"] == "hybrid"
 
 
+@pytest.mark.slow
 def test_chunks_found_by_dense_search_alone_come_back_whole(pack):
     # the glacier chunk shares no word with the question: BM25 never brings it, it is read by id
     fast = pack.retriever("hybrid_convex", similarity_top_k=3)
@@ -125,6 +128,7 @@ def test_chunks_found_by_dense_search_alone_come_back_whole(pack):
     assert all(n.node.get_content().endswith("It is a topic of its own.") for n in nodes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sentence_index", [True, False])
 def test_dense_copy_follows_the_packs_writes(tmp_path, embed_model, sentence_index):
     pack = RagPack(
@@ -143,6 +147,7 @@ def test_dense_copy_follows_the_packs_writes(tmp_path, embed_model, sentence_ind
     assert after[0].node.ref_doc_id == "planets"
 
 
+@pytest.mark.slow
 def test_a_chunk_gone_from_the_collection_is_never_returned(pack):
     client, name = pack.vector_store.client, pack.vector_store.collection_name
     fast = pack.retriever("hybrid_convex", similarity_top_k=4)
@@ -157,6 +162,7 @@ def test_a_chunk_gone_from_the_collection_is_never_returned(pack):
     assert first.node.node_id not in _ids(fast.retrieve(QUESTIONS[0]))
 
 
+@pytest.mark.slow
 def test_a_filter_keeps_the_dense_search_in_milvus(pack):
     kwargs = dict(embed_model=pack.embed_model, filter='doc_id != "tennis"', similarity_top_k=3)
     fast = MilvusScoreFusionRetriever(pack.vector_store, in_memory=True, **kwargs)
@@ -167,6 +173,7 @@ def test_a_filter_keeps_the_dense_search_in_milvus(pack):
     )
 
 
+@pytest.mark.slow
 def test_forget_drops_every_clients_copy(pack, tmp_path):
     client, name = pack.vector_store.client, pack.vector_store.collection_name
     keys, _ = memory_vectors(client, name, key_field="id")
@@ -181,6 +188,7 @@ def _held(pack):
     return {key[0] for key in vector_memory._COPIES.get(pack.vector_store.client, {})}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["hybrid_convex", "bm25"])
 def test_milvus_answers_the_first_queries_then_the_copy_does_the_same(pack, monkeypatch, mode):
     monkeypatch.setattr(vector_memory, "SEARCHES_BEFORE_COPY", 2)  # the default's idea, smaller

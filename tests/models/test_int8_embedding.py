@@ -23,6 +23,7 @@ TEXTS = [
 ]
 
 
+@pytest.mark.slow
 def test_int8_vectors_stay_close_to_float32_and_rank_alike(embed_model, quantised_copy) -> None:
     int8 = LocalEmbedding(embed_model.model_name, onnx_dir=str(quantised_copy), precision="int8")
     full = np.asarray(embed_model.get_text_embedding_batch(TEXTS))
@@ -44,6 +45,7 @@ def test_int8_vectors_stay_close_to_float32_and_rank_alike(embed_model, quantise
     assert describe_embed_model(int8) == "all-MiniLM-L6-v2 (bundled, CPU, int8)"
 
 
+@pytest.mark.slow
 def test_the_int8_copy_is_made_once_and_reused(embed_model, exported_copy, monkeypatch) -> None:
     LocalEmbedding(embed_model.model_name, onnx_dir=str(exported_copy), precision="int8")._embed(
         ["a"]
@@ -70,6 +72,7 @@ def test_int8_with_pytorch_is_one_error(embed_model) -> None:
         LocalEmbedding(embed_model.model_name, backend="torch", precision="int8")
 
 
+@pytest.mark.slow
 def test_a_copy_that_strays_is_refused_and_never_kept(
     embed_model, exported_copy, monkeypatch
 ) -> None:
@@ -81,6 +84,7 @@ def test_a_copy_that_strays_is_refused_and_never_kept(
     assert all(name.endswith(".lock") for name in left)  # no copy, no partial file
 
 
+@pytest.mark.slow
 def test_a_failed_quantisation_is_one_error_not_a_quiet_fallback(
     embed_model, exported_copy, monkeypatch
 ) -> None:
@@ -93,6 +97,7 @@ def test_a_failed_quantisation_is_one_error_not_a_quiet_fallback(
         model.get_query_embedding("x")
 
 
+@pytest.mark.slow
 def test_an_int8_vector_depends_on_its_text_alone(embed_model, quantised_copy) -> None:
     """Activations are quantised per run, and an int8 run holds one text: a text's vector is
     the same alone, among short or long texts, in any order (float32's batches differ only
@@ -110,6 +115,7 @@ def test_an_int8_vector_depends_on_its_text_alone(embed_model, quantised_copy) -
     assert np.array_equal(np.asarray(mixed.embed_sentences(TEXTS)), alone)
 
 
+@pytest.mark.slow
 def test_int8_sentences_beside_float32_chunks_and_queries(embed_model, quantised_copy) -> None:
     model = LocalEmbedding(
         embed_model.model_name, onnx_dir=str(quantised_copy), sentence_precision="int8"
@@ -127,6 +133,7 @@ def test_int8_sentences_beside_float32_chunks_and_queries(embed_model, quantised
     assert model.embed_sentences([]) == []
 
 
+@pytest.mark.slow
 def test_sentences_are_embedded_in_float32_by_default(embed_model, monkeypatch) -> None:
     assert DEFAULT_SENTENCE_PRECISION == embed_model.sentence_precision == "float32"
     assert np.allclose(
@@ -153,6 +160,7 @@ def test_int8_sentences_with_pytorch_is_one_error(embed_model) -> None:
     assert torch._sentence_encoder() is None
 
 
+@pytest.mark.slow
 def test_int8_sentences_that_cannot_be_made_are_one_error(
     embed_model, exported_copy, monkeypatch
 ) -> None:

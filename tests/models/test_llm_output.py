@@ -80,6 +80,7 @@ _json = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     value=st.lists(_json, max_size=3) | st.dictionaries(st.text(max_size=5), _json, max_size=3),
@@ -89,6 +90,7 @@ def test_property_json_round_trips_through_prose_and_fences(value: object, wrap:
     assert json_values(wrap.format(json.dumps(value)))[0] == value
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text(max_size=200))
 def test_property_never_raises_and_finds_only_objects_and_arrays(text: str) -> None:
@@ -149,6 +151,7 @@ LEADS = ["", "Sure! ", "Certainly, I can help with that.\n", "Of course: ", "Oka
          "Here is a summary of the text:\n\n", "Sure! Here's a short passage:\n"]  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     prose=PROSE,

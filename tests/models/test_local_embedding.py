@@ -35,6 +35,7 @@ def torch_reference(embed_model):
     return HuggingFaceEmbedding(model_name=embed_model.model_name, device="cpu")
 
 
+@pytest.mark.slow
 def test_default_model_embeds_queries_on_onnx_with_the_torch_vectors(embed_model, torch_reference):
     assert isinstance(embed_model, LocalEmbedding)
     assert embed_model.query_backend == "onnx"
@@ -66,6 +67,7 @@ def spied(monkeypatch):
     return runtime_of
 
 
+@pytest.mark.slow
 def test_batches_run_on_onnx_unless_only_torch_is_loaded(
     embed_model, exported_copy, spied, torch_reference
 ):
@@ -83,6 +85,7 @@ def test_batches_run_on_onnx_unless_only_torch_is_loaded(
     assert torch_only._onnx is None
 
 
+@pytest.mark.slow
 def test_batches_on_either_runtime_give_the_same_vectors(embed_model, torch_reference):
     texts = [f"sentence number {i} about a river" for i in range(13)]
     torch_side = np.array(torch_reference._get_text_embeddings(texts))
@@ -96,6 +99,7 @@ def test_async_query_embedding_matches_sync(embed_model):
     assert np.allclose(sync, asynchronous, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_torch_backend_never_loads_onnx(embed_model):
     model = LocalEmbedding(embed_model.model_name, backend="torch")
     vector = model.get_query_embedding(TEXTS[0])
@@ -103,6 +107,7 @@ def test_torch_backend_never_loads_onnx(embed_model):
     assert np.allclose(vector, embed_model.get_query_embedding(TEXTS[0]), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_onnx_backend_embeds_large_batches_on_onnx_too(embed_model, exported_copy):
     model = LocalEmbedding(embed_model.model_name, backend="onnx", onnx_dir=str(exported_copy))
     texts = [f"text {i}" for i in range(24)]
@@ -122,6 +127,7 @@ def test_an_empty_model_name_is_one_error(name):
         LocalEmbedding(name)
 
 
+@pytest.mark.slow
 def test_a_directory_that_is_no_model_fails_at_first_use_with_one_error(tmp_path):
     model = LocalEmbedding(str(tmp_path), onnx_dir=str(tmp_path / "cache"))
     with pytest.raises(ConfigurationError, match="Cannot load the embedding model"):
@@ -141,6 +147,7 @@ def _copy_model(embed_model, tmp_path: Path, pooling: dict | None = None) -> Pat
     return model_dir
 
 
+@pytest.mark.slow
 def test_a_model_onnx_cannot_run_falls_back_to_torch(embed_model, tmp_path):
     cls_pooling = {"word_embedding_dimension": 384, "pooling_mode_cls_token": True}
     model_dir = _copy_model(embed_model, tmp_path, cls_pooling)
@@ -153,6 +160,7 @@ def test_a_model_onnx_cannot_run_falls_back_to_torch(embed_model, tmp_path):
         strict.get_query_embedding("hello")
 
 
+@pytest.mark.slow
 def test_a_damaged_export_is_made_again(embed_model, exported_copy):
     path = onnx_encoder.onnx_export_path(embed_model.model_name, exported_copy)
     path.unlink()  # a new file: the fixture's may be a link to the session's export
@@ -164,6 +172,7 @@ def test_a_damaged_export_is_made_again(embed_model, exported_copy):
     assert path.stat().st_size > 1_000_000
 
 
+@pytest.mark.slow
 def test_an_existing_export_is_reused(embed_model, exported_copy, monkeypatch):
     def no_export(*args, **kwargs):
         raise AssertionError("exported again")
@@ -181,6 +190,7 @@ def test_a_changed_model_gets_a_new_export_path(embed_model, tmp_path):
     assert onnx_encoder.onnx_export_path(model_dir, tmp_path) != before
 
 
+@pytest.mark.slow
 def test_a_process_that_only_embeds_queries_never_imports_torch(embed_model, tmp_path):
     embed_model.get_query_embedding("make sure the export exists")
     code = (
@@ -199,6 +209,7 @@ def test_a_process_that_only_embeds_queries_never_imports_torch(embed_model, tmp
     assert out.stdout.split() == ["False", "False"]
 
 
+@pytest.mark.slow
 def test_an_unwritable_cache_falls_back_to_torch_or_is_one_error(embed_model, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
@@ -239,6 +250,7 @@ def two_core_encoder(embed_model, exported_copy):
     )
 
 
+@pytest.mark.slow
 def test_batches_run_on_every_core_in_order_with_the_same_vectors(
     two_core_encoder, embed_model, exported_copy, monkeypatch
 ):
@@ -294,6 +306,7 @@ def test_batches_run_on_every_core_in_order_with_the_same_vectors(
     assert same._batch_session is same._session  # no more cores to give: one session
 
 
+@pytest.mark.slow
 def test_a_batch_after_the_interpreter_stops_taking_threads_runs_in_the_caller(
     two_core_encoder,
 ):
@@ -304,6 +317,7 @@ def test_a_batch_after_the_interpreter_stops_taking_threads_runs_in_the_caller(
     assert np.allclose(encoder.encode(texts), expected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_process_waits_for_another_ones_export_instead_of_exporting_again(
     embed_model, tmp_path, monkeypatch
 ):

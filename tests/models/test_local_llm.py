@@ -52,6 +52,7 @@ def test_a_file_that_is_not_gguf_fails_on_construction(tmp_path: Path, content: 
     _one_line(info.value)
 
 
+@pytest.mark.slow
 def test_a_truncated_model_fails_on_load_with_one_line(tmp_path: Path) -> None:
     """The header is intact (construction succeeds) but the tensors are cut off: llama.cpp
     refuses the file, and the error names it in one line."""
@@ -66,6 +67,7 @@ def test_a_truncated_model_fails_on_load_with_one_line(tmp_path: Path) -> None:
     assert str(cut.resolve()) not in loaded_models()
 
 
+@pytest.mark.slow
 def test_metadata_comes_from_the_gguf_file(tmp_path: Path) -> None:
     info = read_gguf_info(bundled_gguf_path())
     assert info.architecture == "llama" and info.context_length == 8192
@@ -98,6 +100,7 @@ def test_the_default_thread_count_is_chosen_once_per_process(monkeypatch) -> Non
         engine.default_threads()
 
 
+@pytest.mark.slow
 def test_construction_does_not_load_and_instances_share_one_model() -> None:
     a = LocalGGUFLLM(model_path=bundled_gguf_path(), parallel=3, max_new_tokens=4)
     before = list(loaded_models())
@@ -274,6 +277,7 @@ def test_an_invalid_schema_is_a_one_line_error(local_llm) -> None:
         local_llm.complete("Hi", json_schema=VERDICT, grammar='root ::= "a"')
 
 
+@pytest.mark.slow
 def test_copied_model_file_loads_under_its_own_path(tmp_path: Path) -> None:
     copy = tmp_path / "copy.gguf"
     shutil.copyfile(bundled_gguf_path(), copy)

@@ -252,6 +252,7 @@ def _closed_port_url() -> str:
 # ---------------------------------------------------------------- through the pack
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("query", "expected"), list(QUERIES.items()))
 def test_chinese_and_english_documents_are_found_through_the_endpoint(
     shared: tuple[RagPack, Any], query: str, expected: str
@@ -261,6 +262,7 @@ def test_chinese_and_english_documents_are_found_through_the_endpoint(
     assert hits and hits[0].node.ref_doc_id == expected, [h.node.ref_doc_id for h in hits]
 
 
+@pytest.mark.slow
 def test_requests_hold_at_most_ten_inputs_as_floats_with_the_right_key(
     shared: tuple[RagPack, Any],
 ) -> None:
@@ -275,12 +277,14 @@ def test_requests_hold_at_most_ten_inputs_as_floats_with_the_right_key(
     assert {r["authorization"] for r in fake.requests} == {f"Bearer {KEY}"}
 
 
+@pytest.mark.slow
 def test_the_collection_has_the_endpoint_s_dimension(shared: tuple[RagPack, Any]) -> None:
     pack, _ = shared
     store = pack.vector_store
     assert milvus_utils.collection_dim(store.client, store.collection_name) == DIM
 
 
+@pytest.mark.slow
 def test_describe_names_the_model_and_base_url_never_the_key(
     shared: tuple[RagPack, Any],
 ) -> None:
@@ -290,12 +294,14 @@ def test_describe_names_the_model_and_base_url_never_the_key(
     assert KEY not in str(pack.describe()) and KEY not in repr(pack.embed_model)
 
 
+@pytest.mark.slow
 async def test_async_retrieval_works(shared: tuple[RagPack, Any]) -> None:
     pack, _ = shared
     hits = await pack.retriever("vector").aretrieve("大熊猫吃竹子吗？")
     assert hits[0].node.ref_doc_id == "panda"
 
 
+@pytest.mark.slow
 def test_async_retrieval_works_under_one_event_loop_after_another(
     shared: tuple[RagPack, Any],
 ) -> None:
@@ -306,6 +312,7 @@ def test_async_retrieval_works_under_one_event_loop_after_another(
         assert hits
 
 
+@pytest.mark.slow
 def test_openai_model_from_the_environment_with_its_batch_size(
     endpoint: FakeEmbeddingServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -376,6 +383,7 @@ def test_a_bad_spec_or_setting_is_a_configuration_error_before_any_request(
     assert endpoint.requests == [] and not uri.exists()
 
 
+@pytest.mark.slow
 def test_dimensions_set_the_collection_and_another_dimension_is_refused_on_reopen(
     endpoint: FakeEmbeddingServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -395,6 +403,7 @@ def test_dimensions_set_the_collection_and_another_dimension_is_refused_on_reope
 # ---------------------------------------------------------------- failures
 
 
+@pytest.mark.slow
 def test_a_server_error_is_a_pack_error_after_two_retries(
     endpoint: FakeEmbeddingServer, tmp_path: Path
 ) -> None:
@@ -410,6 +419,7 @@ def test_a_server_error_is_a_pack_error_after_two_retries(
     assert not uri.exists()  # nothing was created
 
 
+@pytest.mark.slow
 def test_an_unreachable_endpoint_is_a_pack_error_within_seconds(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -423,6 +433,7 @@ def test_an_unreachable_endpoint_is_a_pack_error_within_seconds(
     assert url in str(excinfo.value) and "RAG_PACK_EMBED_API_BASE" in str(excinfo.value)
 
 
+@pytest.mark.slow
 def test_a_hanging_endpoint_times_out_as_a_pack_error(
     endpoint: FakeEmbeddingServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -471,6 +482,7 @@ async def test_every_failure_says_what_to_fix_sync_and_async(
     _fails_as_pack_error(excinfo)
 
 
+@pytest.mark.slow
 async def test_query_time_failures_are_pack_errors_sync_and_async(
     endpoint: FakeEmbeddingServer, tmp_path: Path
 ) -> None:
@@ -488,6 +500,7 @@ async def test_query_time_failures_are_pack_errors_sync_and_async(
 # ---------------------------------------------------------------- command line
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_cli_indexes_and_answers_with_an_openai_embed_model(
     endpoint: FakeEmbeddingServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys

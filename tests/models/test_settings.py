@@ -253,6 +253,7 @@ def test_the_local_embedding_model_embeds_off_the_event_loop(embed_model) -> Non
 
 
 # ----------------------------------------------------------------------------- batch order
+@pytest.mark.slow
 @hypothesis.settings(max_examples=100, deadline=None)
 @hypothesis.given(st.lists(st.text(max_size=30), max_size=40))
 def test_length_order_round_trips(texts):
@@ -264,6 +265,7 @@ def test_length_order_round_trips(texts):
     assert in_order(order, [texts[i] for i in order]) == texts
 
 
+@pytest.mark.slow
 def test_batches_sorted_by_length_return_each_texts_own_vector(embed_model):
     import asyncio
 

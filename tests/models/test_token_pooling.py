@@ -32,6 +32,7 @@ def pooler(embed_model: Any) -> Any:
     return found
 
 
+@pytest.mark.slow
 def test_chunk_vectors_are_the_models_own(pooler: Any, embed_model: Any) -> None:
     texts = [*CHUNKS, "A long passage about rivers. " * 120]  # truncated alike
     vectors, _ = pooler.pool(texts, [[] for _ in texts])
@@ -39,6 +40,7 @@ def test_chunk_vectors_are_the_models_own(pooler: Any, embed_model: Any) -> None
     assert np.all(np.sum(vectors * expected, axis=1) > 0.9999)
 
 
+@pytest.mark.slow
 def test_each_sentence_vector_reads_its_own_sentence(pooler: Any, embed_model: Any) -> None:
     sentences = [chunk_sentences(c) for c in CHUNKS]
     _, pooled = pooler.pool(CHUNKS, sentences)
@@ -54,6 +56,7 @@ def test_each_sentence_vector_reads_its_own_sentence(pooler: Any, embed_model: A
     assert list(np.argmax(alone @ pooled_matrix.T, axis=1)) == list(range(len(flat)))
 
 
+@pytest.mark.slow
 def test_a_sentence_past_the_models_length_is_not_pooled(pooler: Any) -> None:
     long = "Rivers carry water to the sea. " * 80 + "The last sentence names Budapest."
     sentences = chunk_sentences(long)
@@ -69,6 +72,7 @@ def nodes() -> list[TextNode]:
     return out
 
 
+@pytest.mark.slow
 def test_pooled_indexing_gives_every_sentence_a_vector(embed_model: Any, tmp_path: Any) -> None:
     from llama_index_rag_pack.milvus.connection import open_vector_store
     from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
@@ -103,6 +107,7 @@ def test_a_model_that_cannot_pool_embeds_sentences_apart(tmp_path: Any) -> None:
     assert all(len(c.embedding) == 8 for c in chunks)
 
 
+@pytest.mark.slow
 def test_a_pack_indexed_with_pooled_sentences_answers(embed_model: Any, tmp_path: Any) -> None:
     docs = [
         Document(text=t, id_=f"d{i}", metadata={"title": f"doc {i}"}) for i, t in enumerate(CHUNKS)

@@ -19,6 +19,8 @@ from llama_index_rag_pack.pack import file_indexing
 from llama_index_rag_pack.pack.file_indexing import index_files
 from llama_index_rag_pack.pack.indexing import CONTENT_HASH_KEY, DOC_CHUNKS_KEY
 
+pytestmark = pytest.mark.slow
+
 TOPICS = ["rivers", "mountains", "deserts", "forests", "oceans", "glaciers", "islands"]
 
 

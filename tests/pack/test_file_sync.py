@@ -34,6 +34,7 @@ def _bm25_texts(pack, query: str) -> list[str]:
     return [n.node.get_content() for n in pack.retriever(mode="bm25").retrieve(query)]
 
 
+@pytest.mark.slow
 def test_a_sync_removes_deleted_files_everywhere_and_reports_each_kind(
     tmp_path, embed_model, monkeypatch
 ) -> None:
@@ -78,6 +79,7 @@ def test_a_sync_removes_deleted_files_everywhere_and_reports_each_kind(
     assert (again.indexed, again.unchanged, again.removed) == (0, 4, 0)
 
 
+@pytest.mark.slow
 def test_without_sync_a_deleted_file_stays(tmp_path, embed_model, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     folder = Path("docs")
@@ -90,6 +92,7 @@ def test_without_sync_a_deleted_file_stays(tmp_path, embed_model, monkeypatch) -
     assert "removed" not in report.summary()
 
 
+@pytest.mark.slow
 def test_a_folder_emptied_of_files_syncs_to_nothing_and_other_folders_are_kept(
     tmp_path, embed_model, monkeypatch
 ) -> None:
@@ -105,6 +108,7 @@ def test_a_folder_emptied_of_files_syncs_to_nothing_and_other_folders_are_kept(
     assert _doc_ids(report.pack) == {"moon.txt"}, "a sync of docs/ never touches other/"
 
 
+@pytest.mark.slow
 def test_a_sync_without_recursion_keeps_files_in_sub_folders(
     tmp_path, embed_model, monkeypatch
 ) -> None:
@@ -116,6 +120,7 @@ def test_a_sync_without_recursion_keeps_files_in_sub_folders(
     assert report.removed == 0 and "forests.txt" in _doc_ids(report.pack)
 
 
+@pytest.mark.slow
 def test_an_unreadable_file_keeps_what_was_stored_for_it(
     tmp_path, embed_model, monkeypatch
 ) -> None:
@@ -151,6 +156,7 @@ def test_gone_documents_picks_files_under_the_roots_only(tmp_path, recursive: bo
     assert {d.doc_id for d in gone.documents} == expected
 
 
+@pytest.mark.slow
 def test_a_sync_takes_the_leaves_of_a_gone_file_out_of_the_raptor_tree_without_the_llm(
     tmp_path, embed_model, monkeypatch, capsys
 ) -> None:
@@ -189,6 +195,7 @@ def test_a_sync_takes_the_leaves_of_a_gone_file_out_of_the_raptor_tree_without_t
     assert "up to date: no summary lost a leaf" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_a_sync_from_another_directory_finds_the_same_files(
     tmp_path, embed_model, monkeypatch
 ) -> None:
@@ -206,6 +213,7 @@ def test_a_sync_from_another_directory_finds_the_same_files(
     assert len(_doc_ids(report.pack)) == 4
 
 
+@pytest.mark.slow
 def test_documents_of_types_the_sync_does_not_read_are_kept(
     tmp_path, embed_model, monkeypatch
 ) -> None:
@@ -230,6 +238,7 @@ def test_documents_of_types_the_sync_does_not_read_are_kept(
     assert "docs/analysis.ipynb" in {r.get("file_path") for r in rows}
 
 
+@pytest.mark.slow
 def test_a_file_whose_name_is_not_utf8_is_not_taken_for_gone(tmp_path, embed_model) -> None:
     import os
 

@@ -33,6 +33,7 @@ def _props(pack: RagPack) -> dict:
     return store.client.describe_collection(store.collection_name).get("properties") or {}
 
 
+@pytest.mark.slow
 def test_a_second_embedding_model_of_the_same_dimension_is_refused(tmp_path, embed_model) -> None:
     uri = str(tmp_path / "m.db")
     pack = RagPack(DOCS, uri=uri, collection_name="c", embed_model=embed_model, llm="none")
@@ -54,6 +55,7 @@ def test_a_second_embedding_model_of_the_same_dimension_is_refused(tmp_path, emb
     assert same.count() > before
 
 
+@pytest.mark.slow
 def test_other_chunking_is_refused_and_the_same_is_accepted(tmp_path, embed_model) -> None:
     uri = str(tmp_path / "c.db")
     RagPack(DOCS, uri=uri, collection_name="c", embed_model=embed_model, llm="none")
@@ -64,6 +66,7 @@ def test_other_chunking_is_refused_and_the_same_is_accepted(tmp_path, embed_mode
         smaller.insert(MORE)
 
 
+@pytest.mark.slow
 def test_a_bm25_analysis_asked_for_by_name_must_be_the_stored_one(tmp_path, embed_model) -> None:
     uri = str(tmp_path / "b.db")
     RagPack(DOCS, uri=uri, collection_name="c", embed_model=embed_model, llm="none")
@@ -76,6 +79,7 @@ def test_a_bm25_analysis_asked_for_by_name_must_be_the_stored_one(tmp_path, embe
     RagPack.open(uri=uri, collection_name="c", embed_model=embed_model, llm="none").insert(MORE)
 
 
+@pytest.mark.slow
 def test_a_collection_from_before_records_its_settings_on_the_next_insert(
     tmp_path, embed_model
 ) -> None:
@@ -90,6 +94,7 @@ def test_a_collection_from_before_records_its_settings_on_the_next_insert(
     assert "all-MiniLM-L6-v2" in _props(pack)[EMBEDDING_PROPERTY]
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_other_chunking_in_one_line(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.chdir(tmp_path)
     Path("docs").mkdir()
@@ -103,6 +108,7 @@ def test_the_cli_refuses_other_chunking_in_one_line(tmp_path, monkeypatch, capsy
     assert "--overwrite" in last
 
 
+@pytest.mark.slow
 def test_a_pack_at_the_default_chunking_takes_the_collections(tmp_path, embed_model) -> None:
     uri = str(tmp_path / "d.db")
     RagPack(DOCS, uri=uri, collection_name="c", embed_model=embed_model, llm="none", chunk_size=128)

@@ -15,6 +15,8 @@ from llama_index_rag_pack.documents.language_analysis import LanguageAnalyzer
 from llama_index_rag_pack.pack import indexing
 from llama_index_rag_pack.pack.rag_pack import RagPack
 
+pytestmark = pytest.mark.slow
+
 
 def _docs(count: int) -> list[Document]:
     return [

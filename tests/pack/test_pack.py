@@ -64,6 +64,7 @@ def shared_pack(tmp_path_factory, embed_model):
     )
 
 
+@pytest.mark.slow
 def test_pack_contract(shared_pack) -> None:
     pack = shared_pack
     assert isinstance(pack, BaseLlamaPack)
@@ -76,6 +77,7 @@ def test_pack_contract(shared_pack) -> None:
     assert modules["vector_store"] is pack.vector_store
 
 
+@pytest.mark.slow
 def test_run_answers_from_retrieved_context_with_citations(pack) -> None:
     response = pack.run("Who walked on the Moon?")
     assert "Armstrong" in str(response)
@@ -86,6 +88,7 @@ def test_run_answers_from_retrieved_context_with_citations(pack) -> None:
     assert "Who walked on the Moon?" in prompt
 
 
+@pytest.mark.slow
 async def test_arun_never_calls_sync_llm_methods(milvus_uri, embed_model, scripted_llm) -> None:
     llm = scripted_llm(default_reply="It eats ants and termites [1](id=1).", forbid_sync=True)
     pack = RagPack(DOCS, uri=milvus_uri, collection_name="apack", llm=llm, embed_model=embed_model)
@@ -97,6 +100,7 @@ async def test_arun_never_calls_sync_llm_methods(milvus_uri, embed_model, script
     assert plain.source_nodes[0].node.ref_doc_id == "aardvark"
 
 
+@pytest.mark.slow
 def test_streaming_engine_streams_tokens(pack) -> None:
     engine = pack.make_query_engine(streaming=True, citations=False)
     response = engine.query("Who walked on the Moon?")
@@ -105,6 +109,7 @@ def test_streaming_engine_streams_tokens(pack) -> None:
     assert "".join(deltas) == "Neil Armstrong and Buzz Aldrin walked on the Moon [1](id=1)."
 
 
+@pytest.mark.slow
 def test_reindexing_a_document_replaces_its_chunks(pack) -> None:
     before = pack.count()
     pack.insert([Document(id_="apollo", text="Apollo 11 returned to Earth on July 24, 1969.")])
@@ -114,6 +119,7 @@ def test_reindexing_a_document_replaces_its_chunks(pack) -> None:
     assert texts == ["Apollo 11 returned to Earth on July 24, 1969."]
 
 
+@pytest.mark.slow
 def test_reopen_in_same_process_without_documents(pack, milvus_uri, embed_model) -> None:
     reopened = RagPack.open(
         uri=milvus_uri, collection_name="pack", embed_model=embed_model, llm="none"
@@ -127,6 +133,7 @@ def test_reopening_a_missing_collection_says_to_index_first(milvus_uri, embed_mo
         RagPack.open(uri=milvus_uri, collection_name="never_indexed", embed_model=embed_model)
 
 
+@pytest.mark.slow
 def test_blank_documents_are_skipped_with_a_warning(milvus_uri, embed_model, caplog) -> None:
     docs = [Document(id_="blank", text="   \n"), DOCS[0]]
     with caplog.at_level(logging.WARNING):
@@ -143,6 +150,7 @@ def test_empty_corpus_is_a_clear_error(docs, milvus_uri, embed_model) -> None:
         RagPack(docs, uri=milvus_uri, collection_name="empty", embed_model=embed_model)
 
 
+@pytest.mark.slow
 def test_huge_document_is_chunked_and_fully_stored(milvus_uri, embed_model) -> None:
     sentences = [f"Fact number {i} says that item {i} weighs {i * 3} grams." for i in range(1300)]
     huge = Document(id_="huge", text=" ".join(sentences))  # ~70k characters: > one Milvus VARCHAR
@@ -173,6 +181,7 @@ def test_bad_arguments(milvus_uri, embed_model) -> None:
         RagPack(DOCS, input_dir=".", uri=milvus_uri, embed_model=embed_model)
 
 
+@pytest.mark.slow
 def test_empty_query_and_unknown_mode(shared_pack) -> None:
     pack = shared_pack
     with pytest.raises(ConfigurationError, match="empty"):
@@ -181,6 +190,7 @@ def test_empty_query_and_unknown_mode(shared_pack) -> None:
         pack.retriever("telepathy")
 
 
+@pytest.mark.slow
 def test_from_directory_reads_files(tmp_path, embed_model) -> None:
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# Milvus\nMilvus is an open-source vector database.")
@@ -193,6 +203,7 @@ def test_from_directory_reads_files(tmp_path, embed_model) -> None:
     assert top.node.metadata["file_name"] == "a.md"
 
 
+@pytest.mark.slow
 def test_async_answers_work_across_event_loops(milvus_uri, embed_model, scripted_llm) -> None:
     """pymilvus' async client binds to its first loop; the pack's store must not."""
     import asyncio
@@ -204,6 +215,7 @@ def test_async_answers_work_across_event_loops(milvus_uri, embed_model, scripted
         assert [n.node.ref_doc_id for n in response.source_nodes] == ["abacus"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "mode", ["vector", "bm25", "hybrid", "hybrid_weighted", "fusion", "hyde", "rewrite"]
 )
@@ -219,6 +231,7 @@ async def test_every_mode_rejects_an_empty_query_the_same_way(shared_pack, mode,
     assert pack.llm.call_count == calls, "no LLM call for an empty query"
 
 
+@pytest.mark.slow
 def test_the_engine_cache_keeps_the_recently_used_ones(shared_pack) -> None:
     """A server asked with ever new filters keeps a bounded number of retrievers and engines."""
     from llama_index_rag_pack.pack.engines import MAX_CACHED_ENGINES

@@ -60,6 +60,7 @@ def shape(tree: RaptorTree) -> dict[str, tuple[str, tuple[str, ...]]]:
     }
 
 
+@pytest.mark.slow
 def test_a_stopped_build_resumes_to_the_tree_of_an_uninterrupted_one(
     tmp_path: Any, embed_model: Any
 ) -> None:
@@ -96,6 +97,7 @@ def test_a_stopped_build_resumes_to_the_tree_of_an_uninterrupted_one(
     assert shape(tree) == shape(whole)
 
 
+@pytest.mark.slow
 async def test_progress_reaches_the_callback_with_rate_and_eta(
     tmp_path: Any, embed_model: Any
 ) -> None:
@@ -122,6 +124,7 @@ def test_store_every_must_be_positive(tmp_path: Any, embed_model: Any) -> None:
         tree_at(tmp_path / "x.db", embed_model, ScriptedLLM(replies=summary), store_every=0)
 
 
+@pytest.mark.slow
 def test_refresh_writes_again_what_lost_leaves_and_nothing_else(
     tmp_path: Any, embed_model: Any
 ) -> None:
@@ -142,6 +145,7 @@ def test_refresh_writes_again_what_lost_leaves_and_nothing_else(
     assert "Note 0 on the volcano" not in texts and "Note 1 on the volcano" not in texts
 
 
+@pytest.mark.slow
 def test_a_build_reads_each_level_vectors_once_as_float32(
     tmp_path: Any, embed_model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -185,6 +189,7 @@ def _links(tree: Any) -> dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]]:
     }
 
 
+@pytest.mark.slow
 def test_a_fresh_build_reads_levels_by_id_and_makes_the_same_tree(
     tmp_path: Any, embed_model: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,7 @@ def blobs(n_per: int, centers: int, dim: int, spread: float, seed: int):
     return x.astype(np.float32), np.repeat(np.arange(centers), n_per)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     n=st.integers(2, 60),
@@ -73,6 +74,7 @@ def test_sample_rows_is_seeded_distinct_and_sorted() -> None:
     assert not np.array_equal(a, sample_rows(1000, 100, 4))
 
 
+@pytest.mark.slow
 def test_sets_above_fit_sample_are_fitted_on_a_sample_and_keep_topics_apart(monkeypatch) -> None:
     x, labels = blobs(150, 4, 64, 0.4, 2)
     fitted: list[int] = []
@@ -92,6 +94,7 @@ def test_sets_above_fit_sample_are_fitted_on_a_sample_and_keep_topics_apart(monk
     assert out == cluster_embeddings(x, random_state=0, fit_sample=200), "seeded: reproducible"
 
 
+@pytest.mark.slow
 def test_sets_up_to_fit_sample_are_clustered_as_before() -> None:
     x, _ = blobs(40, 3, 32, 0.3, 1)
     assert cluster_embeddings(x, random_state=0, fit_sample=len(x)) == cluster_embeddings(
@@ -99,6 +102,7 @@ def test_sets_up_to_fit_sample_are_clustered_as_before() -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_sampled_cluster_over_the_budget_is_split_again() -> None:
     x, _ = blobs(200, 2, 32, 0.3, 4)
     out = cluster_embeddings(

@@ -19,6 +19,8 @@ from llama_index_rag_pack.raptor.raptor_nodes import LEVEL_KEY
 from llama_index_rag_pack.raptor.raptor_retriever import RaptorRetriever
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 TITLES = ["Aardvark", "Apollo 11", "Abacus", "Alchemy"]
 
 

@@ -115,6 +115,7 @@ def test_approximate_neighbors_are_real_neighbours_nearest_first(
     assert np.all(np.diff(dist[:, 1:], axis=1) >= -1e-6), "neighbours come nearest first"
 
 
+@pytest.mark.slow
 def test_approximate_neighbors_find_the_exact_neighbours_of_real_structure() -> None:
     x, _ = blobs(300, 8, 64, 1.5, 3)
     exact_idx, _ = exact_neighbors(x, 20)
@@ -152,6 +153,7 @@ def test_rows_the_graph_search_misses_are_searched_exactly(monkeypatch) -> None:
     np.testing.assert_allclose(dist[::7], exact_dist[::7], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_large_sets_take_the_approximate_graph_and_stay_pure(monkeypatch) -> None:
     calls: list[int] = []
     real = dimension_reduction.approximate_neighbors
@@ -220,6 +222,7 @@ def test_reduce_embeddings_falls_back_to_pca_for_tiny_or_constant_input() -> Non
 
 
 # ----------------------------------------------------------------------------- properties
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     n=st.integers(min_value=0, max_value=12),
@@ -245,6 +248,7 @@ def test_every_row_is_assigned_and_clusters_fit_the_budget(
         assert len(members) == 1 or sum(lengths[i] for i in members) <= budget
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None)
 @given(
     seed=st.integers(min_value=0, max_value=10_000), centers=st.integers(min_value=2, max_value=6)
@@ -265,6 +269,7 @@ def test_bic_search_uses_fewer_fits_and_finds_the_true_number_of_blobs(
 
 
 # ----------------------------------------------------------------------------- against references
+@pytest.mark.slow
 def test_bic_search_matches_fitting_every_k() -> None:
     x, _ = blobs(20, 5, 3, 0.3, 3)
     fast = choose_n_clusters(x, max_clusters=20, random_state=0)
@@ -283,6 +288,7 @@ def test_soft_labels_keep_rows_below_the_threshold() -> None:
     assert [list(row) for row in _soft_labels(probs, 0.1)] == [[0, 1, 2], [2], [0, 1, 2]]
 
 
+@pytest.mark.slow
 def test_umap_path_separates_blobs_and_is_reproducible() -> None:
     x, labels = blobs(15, 3, 384, 0.2, 0)
     # identical vectors at different rows keep their own memberships (no O(N·N·d) value matching)
@@ -300,6 +306,7 @@ def test_umap_path_separates_blobs_and_is_reproducible() -> None:
     )
 
 
+@pytest.mark.slow
 def test_budget_splits_big_clusters_recursively() -> None:
     x, _ = blobs(16, 2, 32, 0.3, 5)
     lengths = [100] * len(x)

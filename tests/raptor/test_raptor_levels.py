@@ -65,6 +65,7 @@ def test_a_level_that_would_barely_compress_is_not_built(tmp_path: Any, embed_mo
     assert all(n.metadata[PARENT_KEY] == [] for n in tree.store.level(0)), "every chunk is a top"
 
 
+@pytest.mark.slow
 def test_min_compression_one_builds_every_level_that_merges(
     tmp_path: Any, embed_model: Any
 ) -> None:
@@ -79,6 +80,7 @@ def test_min_compression_one_builds_every_level_that_merges(
     assert llm.call_count == stats.llm_calls == len(summaries) - len(carried), "none for carried"
 
 
+@pytest.mark.slow
 def test_a_level_that_compresses_enough_is_built(tmp_path: Any, embed_model: Any) -> None:
     llm = ScriptedLLM(replies=summary)
     tree = tree_over(tmp_path, embed_model, llm, min_compression=3.0)
@@ -102,6 +104,7 @@ def carried_tree(tmp_path: Any, embed_model: Any) -> tuple[RaptorTree, ScriptedL
     return tree, llm
 
 
+@pytest.mark.slow
 def test_a_cluster_of_one_is_carried_up_without_an_llm_call(
     carried_tree: tuple[RaptorTree, ScriptedLLM],
 ) -> None:
@@ -117,6 +120,7 @@ def test_a_cluster_of_one_is_carried_up_without_an_llm_call(
     assert pair.metadata[CARRIED_KEY] is False and pair.text.startswith("In short:")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("mode", ["collapsed", "tree_traversal"])
 async def test_retrieval_never_returns_a_carried_copy(
@@ -135,6 +139,7 @@ async def test_retrieval_never_returns_a_carried_copy(
         assert {h.node.metadata[LEVEL_KEY] for h in hits} == {0, 1}, "walked through to leaves"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 async def test_resume_reuses_every_summary_and_carried_node(
     carried_tree: tuple[RaptorTree, ScriptedLLM], embed_model: Any, use_async: bool
@@ -150,6 +155,7 @@ async def test_resume_reuses_every_summary_and_carried_node(
     assert stats.summaries_reused == 2 and stats.levels == {0: 3, 1: 2}
 
 
+@pytest.mark.slow
 def test_insert_next_to_a_carried_node_summarises_the_grown_cluster(
     carried_tree: tuple[RaptorTree, ScriptedLLM],
 ) -> None:

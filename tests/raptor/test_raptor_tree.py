@@ -121,6 +121,7 @@ def built(
 
 
 # ----------------------------------------------------------------------------- building
+@pytest.mark.slow
 def test_build_stores_every_level_with_consistent_links(
     built: dict[str, Any], embed_model: Any
 ) -> None:
@@ -149,6 +150,7 @@ def test_build_stores_every_level_with_consistent_links(
     assert sum(levels.values()) == len(nodes)
 
 
+@pytest.mark.slow
 def test_leaves_keep_document_metadata_and_ids(built: dict[str, Any]) -> None:
     leaves = built["retriever"].tree.store.level(0)
     assert {n.ref_doc_id for n in leaves} == {f"wiki:{t}" for t in TITLES}
@@ -156,6 +158,7 @@ def test_leaves_keep_document_metadata_and_ids(built: dict[str, Any]) -> None:
     assert LEVEL_KEY not in leaves[0].get_content(metadata_mode="embed")
 
 
+@pytest.mark.slow
 def test_summary_prompts_hold_the_children_texts(built: dict[str, Any]) -> None:
     nodes = all_nodes(built["retriever"].tree)
     prompts = built["llm"].prompts
@@ -164,6 +167,7 @@ def test_summary_prompts_hold_the_children_texts(built: dict[str, Any]) -> None:
     assert any(all(t[:80] in p for t in child_texts) for p in prompts)
 
 
+@pytest.mark.slow
 def test_building_again_resumes_without_llm_calls(built: dict[str, Any], embed_model: Any) -> None:
     tree = RaptorTree(
         built["store"], embed_model=embed_model, llm=ScriptedLLM(replies=[]), **TREE_OPTIONS
@@ -175,6 +179,7 @@ def test_building_again_resumes_without_llm_calls(built: dict[str, Any], embed_m
 
 
 # ----------------------------------------------------------------------------- retrieval
+@pytest.mark.slow
 def test_reopen_retrieves_without_rebuilding_or_llm(
     built: dict[str, Any], embed_model: Any, assert_same_ranking: Any
 ) -> None:
@@ -192,6 +197,7 @@ def test_reopen_retrieves_without_rebuilding_or_llm(
     assert scores == sorted(scores, reverse=True)
 
 
+@pytest.mark.slow
 def test_collapsed_mixes_levels_and_respects_the_token_budget(built: dict[str, Any]) -> None:
     # Invariants only: how many nodes the tree has depends on the clustering, not on this feature.
     tree = built["retriever"].tree
@@ -217,6 +223,7 @@ def test_collapsed_mixes_levels_and_respects_the_token_budget(built: dict[str, A
         assert used + hits[len(cut)].node.metadata[TOKENS_KEY] > budget, "cut only when full"
 
 
+@pytest.mark.slow
 def test_tree_traversal_descends_through_children(built: dict[str, Any]) -> None:
     tree = built["retriever"].tree
     top = max(tree.levels())
@@ -260,6 +267,7 @@ def swapped_summary(prompt: str) -> str:
     return "Animals and geology."
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 async def test_tree_traversal_only_searches_the_children_of_what_it_picked(
     vector_store: Any, embed_model: Any, use_async: bool
@@ -308,6 +316,7 @@ async def test_tree_traversal_only_searches_the_children_of_what_it_picked(
     assert leaf.text in ANIMAL, "the best chunk under the picked summary, not the best overall"
 
 
+@pytest.mark.slow
 def test_leaves_mode_only_returns_chunks(built: dict[str, Any]) -> None:
     retriever = RaptorRetriever(
         tree=built["retriever"].tree, mode="leaves", similarity_top_k=6, token_budget=None
@@ -316,6 +325,7 @@ def test_leaves_mode_only_returns_chunks(built: dict[str, Any]) -> None:
     assert len(hits) == 6 and {h.node.metadata[LEVEL_KEY] for h in hits} == {0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["collapsed", "tree_traversal", "leaves"])
 async def test_async_retrieval_matches_sync(
     built: dict[str, Any], mode: str, assert_same_ranking: Any
@@ -328,6 +338,7 @@ async def test_async_retrieval_matches_sync(
     assert_same_ranking(sync, await retriever.aretrieve(query))
 
 
+@pytest.mark.slow
 def test_empty_query_and_large_k(built: dict[str, Any]) -> None:
     retriever = RaptorRetriever(
         tree=built["retriever"].tree, similarity_top_k=10_000, token_budget=None
@@ -339,6 +350,7 @@ def test_empty_query_and_large_k(built: dict[str, Any]) -> None:
     assert len(retriever.retrieve("abacus")) == len(originals), "every node, carried ones once"
 
 
+@pytest.mark.slow
 def test_retriever_validates_arguments(built: dict[str, Any], embed_model: Any) -> None:
     tree = built["retriever"].tree
     with pytest.raises(ConfigurationError, match="collapsed, tree_traversal, leaves"):
@@ -362,6 +374,7 @@ def test_missing_tree_says_how_to_build_one(tmp_path: Any, embed_model: Any) -> 
 
 
 # ------------------------------------------------------------------ bad input, small corpora
+@pytest.mark.slow
 def test_empty_and_blank_documents(
     tmp_path: Any, embed_model: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -381,6 +394,7 @@ def test_empty_and_blank_documents(
     )
 
 
+@pytest.mark.slow
 def test_small_corpus_on_one_topic_gets_a_single_root(tmp_path: Any, embed_model: Any) -> None:
     store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
     llm = ScriptedLLM(replies=['"Aardvarks: what they eat and where they live."'])
@@ -400,6 +414,7 @@ def test_small_corpus_on_one_topic_gets_a_single_root(tmp_path: Any, embed_model
     check_invariants(tree)
 
 
+@pytest.mark.slow
 def test_unrelated_one_liners_are_not_summarised_together(tmp_path: Any, embed_model: Any) -> None:
     store = open_vector_store(str(tmp_path / "t.db"), "t_raptor", dim=384)
     llm = ScriptedLLM(replies=[])
@@ -427,6 +442,7 @@ def leaves_under(nodes: dict[str, Any], nid: str) -> set[str]:
     return set().union(*(leaves_under(nodes, c) for c in children))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chars", [900, 2200])
 def test_a_handful_of_chunks_on_two_distant_topics_are_never_mixed(
     tmp_path: Any, embed_model: Any, chars: int
@@ -464,6 +480,7 @@ def test_topic_similarity_none_lets_a_tiny_corpus_share_one_summary(
     assert tree.build(docs).levels == {0: 3, 1: 1} and llm.call_count == 1
 
 
+@pytest.mark.slow
 def test_build_progress_shows_levels_clusters_llm_calls_and_eta(
     tmp_path: Any, embed_model: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -508,6 +525,7 @@ def test_clean_summary(reply: str, expected: str) -> None:
 
 
 # ----------------------------------------------------------------------------- failures and resume
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["sync", "async"])
 def test_failed_summaries_are_never_stored_and_the_build_resumes(
     tmp_path: Any, embed_model: Any, path: str
@@ -554,6 +572,7 @@ def test_failed_summaries_are_never_stored_and_the_build_resumes(
     check_invariants(tree2)
 
 
+@pytest.mark.slow
 async def test_async_build_is_concurrent_and_never_calls_sync_llm(
     tmp_path: Any, embed_model: Any, gated_llm: Any
 ) -> None:
@@ -596,6 +615,7 @@ def small_tree(tmp_path: Any, embed_model: Any) -> RaptorRetriever:
     )
 
 
+@pytest.mark.slow
 def test_insert_resummarises_only_what_changed(
     small_tree: RaptorRetriever, embed_model: Any
 ) -> None:
@@ -645,6 +665,7 @@ def test_insert_resummarises_only_what_changed(
     assert again.leaves_added == 0 and llm.call_count == 0
 
 
+@pytest.mark.slow
 async def test_async_insert_and_delete(small_tree: RaptorRetriever) -> None:
     llm = summary_llm(forbid_sync=True)
     small_tree.tree.llm = llm
@@ -663,6 +684,7 @@ async def test_async_insert_and_delete(small_tree: RaptorRetriever) -> None:
             )
 
 
+@pytest.mark.slow
 def test_delete_removes_leaves_and_refreshes_summaries(small_tree: RaptorRetriever) -> None:
     before = all_nodes(small_tree.tree)
     doomed = {i for i, n in before.items() if n.ref_doc_id == "wiki:Alchemy"}
@@ -681,6 +703,7 @@ def test_delete_removes_leaves_and_refreshes_summaries(small_tree: RaptorRetriev
     assert llm.call_count <= sum(1 for n in before.values() if n.metadata[LEVEL_KEY] > 0)
 
 
+@pytest.mark.slow
 async def test_async_traversal_scans_levels_off_the_event_loop(
     built: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -700,6 +723,7 @@ async def test_async_traversal_scans_levels_off_the_event_loop(
     assert loop_thread not in scanned_in, "the level scan blocked the event loop"
 
 
+@pytest.mark.slow
 def test_no_bookkeeping_metadata_reaches_the_embedder_or_the_llm(tmp_path: Any, embed_model):
     """A summary's embedding text held ``raptor_source_cluster: N``: the same line in every
     summary pulled unrelated topics together (cosine 0.25-0.43 between tennis and chemistry

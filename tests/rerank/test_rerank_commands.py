@@ -23,6 +23,8 @@ from llama_index_rag_pack.evaluation.strategies import reranked_strategies, reso
 from llama_index_rag_pack.pack.rag_pack import RagPack
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 rerank_server_module = pytest.fixture(scope="module")(serve_module)
 rerank_server = pytest.fixture()(cleared)
 

@@ -47,6 +47,7 @@ def _rerank(reranker: EndpointReranker) -> list[NodeWithScore]:
     return reranker.postprocess_nodes(_nodes(), query_bundle=QueryBundle(QUERY))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("address", "api", "sent"),
     [
@@ -82,6 +83,7 @@ def test_the_order_follows_the_servers_scores(
     assert all(RERANK_SCORE_KEY not in n.node.metadata and n.score == 1.0 for n in original)
 
 
+@pytest.mark.slow
 def test_the_api_is_found_from_the_answers_and_kept(rerank_server: FakeRerankServer) -> None:
     # /rerank without a prefix: TEI's body first; this server speaks Cohere's (as vLLM does)
     reranker = EndpointReranker(endpoint=rerank_server.url)  # no path: /rerank
@@ -98,6 +100,7 @@ def test_the_api_is_found_from_the_answers_and_kept(rerank_server: FakeRerankSer
     ]
 
 
+@pytest.mark.slow
 def test_a_prefix_picks_the_api(rerank_server: FakeRerankServer) -> None:
     tei = EndpointReranker(endpoint=f"tei+{rerank_server.url}/rerank")
     with pytest.raises(RerankError, match=r"HTTP 400: 1 validation error: documents Field"):
@@ -119,6 +122,7 @@ def test_batches_split_the_requests(rerank_server: FakeRerankServer) -> None:
     ]
 
 
+@pytest.mark.slow
 async def test_the_async_path_equals_the_sync_one(rerank_server: FakeRerankServer) -> None:
     for address in ("/tei/rerank", f"/v1/rerank#{MODEL}", ""):
         reranker = EndpointReranker(endpoint=rerank_server.url + address, batch_size=2)
@@ -128,6 +132,7 @@ async def test_the_async_path_equals_the_sync_one(rerank_server: FakeRerankServe
         ]
 
 
+@pytest.mark.slow
 def test_the_api_key_is_sent_as_a_bearer_token(
     rerank_server: FakeRerankServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -159,6 +164,7 @@ FAILURES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("address", "message"), FAILURES)
 async def test_every_failure_is_one_rerank_error_line(
     rerank_server: FakeRerankServer, address: str, message: str
@@ -182,6 +188,7 @@ async def test_every_failure_is_one_rerank_error_line(
         assert context is None or caught.value.__suppress_context__  # no httpx error shown
 
 
+@pytest.mark.slow
 async def test_unreachable_and_timed_out_endpoints(rerank_server: FakeRerankServer) -> None:
     url = f"http://127.0.0.1:{_closed_port()}/rerank"
     with pytest.raises(RerankError, match=f"^Cannot reach the rerank endpoint {url}"):
@@ -197,6 +204,7 @@ async def test_unreachable_and_timed_out_endpoints(rerank_server: FakeRerankServ
     assert time.monotonic() - start < rerank_server.slow_seconds * 2
 
 
+@pytest.mark.slow
 async def test_fallback_keep_logs_and_keeps_the_first_stage_order(
     rerank_server: FakeRerankServer, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -243,6 +251,7 @@ def test_bad_option_values_and_urls_are_one_configuration_line() -> None:
         assert "\n" not in str(caught.value)
 
 
+@pytest.mark.slow
 def test_a_key_that_cannot_be_sent_is_a_rerank_error(monkeypatch) -> None:
     from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 

@@ -18,6 +18,8 @@ from llama_index_rag_pack.core.errors import ConfigurationError, RerankError
 from llama_index_rag_pack.rerank.reranker_base import RERANK_SCORE_KEY
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 rerank_server_module = pytest.fixture(scope="module")(serve_module)
 rerank_server = pytest.fixture()(cleared)
 

@@ -66,6 +66,7 @@ print(json.dumps({"before": before_any_query, "route_texts": selector.text_embed
 """
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_a_saved_router_selects_the_same_in_a_new_process_without_embedding_its_routes(
     fitted: tuple[Any, Path],
@@ -87,6 +88,7 @@ def test_a_saved_router_selects_the_same_in_a_new_process_without_embedding_its_
     assert loaded["names"] == _names(selector)  # all 154 questions, exactly as before
 
 
+@pytest.mark.slow
 def test_loading_keeps_settings_and_vectors_exactly(fitted: tuple[Any, Path], embed_model) -> None:
     selector, path = fitted
     loaded = SemanticSelector.load(path, embed_model=embed_model)
@@ -98,6 +100,7 @@ def test_loading_keeps_settings_and_vectors_exactly(fitted: tuple[Any, Path], em
     assert list(loaded.scores(query)) == list(selector.scores(query))
 
 
+@pytest.mark.slow
 def test_another_embedding_model_is_refused_unless_reembedding(fitted: tuple[Any, Path]) -> None:
     _, path = fitted
     other = MockEmbedding(embed_dim=8)
@@ -161,6 +164,7 @@ def _sources() -> list[RouteSource]:
     ]
 
 
+@pytest.mark.slow
 def test_a_routed_pack_saves_and_loads_its_router_and_the_cli_too(
     tmp_path: Path, embed_model: Any, capsys: Any, monkeypatch: Any
 ) -> None:

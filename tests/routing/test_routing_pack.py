@@ -73,6 +73,7 @@ def pack(milvus_uri: str, embed_model: Any) -> RoutedRagPack:
     )
 
 
+@pytest.mark.slow
 def test_routed_pack_answers_from_the_chosen_source(pack: RoutedRagPack) -> None:
     assert pack.count_by_source() == {"space": 2, "food": 2}
     assert isinstance(pack.selector, SemanticSelector)
@@ -94,11 +95,13 @@ def test_routed_pack_answers_from_the_chosen_source(pack: RoutedRagPack) -> None
     assert {"selector", "router_retriever", "source_packs", "query_engine"} <= set(modules)
 
 
+@pytest.mark.slow
 async def test_routed_pack_async(pack: RoutedRagPack) -> None:
     nodes = await pack.retriever("route").aretrieve("What causes the ocean tides?")
     assert nodes and all(n.metadata["route"] == "space" for n in nodes)
 
 
+@pytest.mark.slow
 def test_chat_on_a_routed_pack_routes_every_condensed_question(pack: RoutedRagPack) -> None:
     def condense(prompt: str) -> str:  # "it" is the bread of the first turn
         return prompt.split("Last message:")[1].split("\n")[0].replace(" it ", " bread ")
@@ -112,6 +115,7 @@ def test_chat_on_a_routed_pack_routes_every_condensed_question(pack: RoutedRagPa
     assert {n.node.metadata["route"] for n in follow_up.source_nodes} == {"food"}
 
 
+@pytest.mark.slow
 def test_reopen_and_route_with_a_logical_selector(milvus_uri: str, embed_model: Any) -> None:
     RoutedRagPack(_sources(), uri=milvus_uri, embed_model=embed_model)
     llm = ScriptedLLM(
@@ -134,6 +138,7 @@ def test_reopen_and_route_with_a_logical_selector(milvus_uri: str, embed_model: 
     assert "1. space: Astronomy" in llm.prompts[0]
 
 
+@pytest.mark.slow
 def test_two_routes_fused(milvus_uri: str, embed_model: Any) -> None:
     pack = RoutedRagPack(
         _sources(),
@@ -148,6 +153,7 @@ def test_two_routes_fused(milvus_uri: str, embed_model: Any) -> None:
     assert len(nodes) == 3  # fused, then cut to similarity_top_k
 
 
+@pytest.mark.slow
 def test_route_mode_on_a_plain_pack_says_how_to_fix(milvus_uri: str, embed_model: Any) -> None:
     plain = RagPack(SPACE, uri=milvus_uri, embed_model=embed_model)
     with pytest.raises(ConfigurationError, match="RoutedRagPack"):
@@ -191,6 +197,7 @@ def test_source_validation_and_missing_collection(milvus_uri: str, embed_model: 
         )
 
 
+@pytest.mark.slow
 def test_discover_and_load_sources(pack: RoutedRagPack, tmp_path: Path) -> None:
     found = {s.name: s for s in discover_sources(pack.uri)}
     assert set(found) == {"space", "food_docs"}
@@ -224,6 +231,7 @@ def test_discover_and_load_sources(pack: RoutedRagPack, tmp_path: Path) -> None:
         load_sources(tmp_path / "missing.json")
 
 
+@pytest.mark.slow
 def test_cli_route_and_ask_route(
     pack: RoutedRagPack, tmp_path: Path, capsys: Any, monkeypatch: Any
 ) -> None:
@@ -295,6 +303,7 @@ def test_cli_route_errors_are_one_line(tmp_path: Path, capsys: Any) -> None:
     assert "error: Routes file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_selected_route_answer_gets_attributed_citations(
     milvus_uri: str, embed_model: Any
 ) -> None:
@@ -315,6 +324,7 @@ def test_a_selected_route_answer_gets_attributed_citations(
     assert {n.node.metadata["title"] for n in response.source_nodes} == {"Onions"}
 
 
+@pytest.mark.slow
 def test_insert_into_one_source_is_routed_to_at_once(pack: RoutedRagPack) -> None:
     question = "How long does sourdough need to proof?"
     before = pack.retriever("route").retrieve(question)

@@ -124,6 +124,7 @@ def test_normalize_name() -> None:
 _name = st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=3, max_size=10)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
 @given(names=st.lists(_name, min_size=1, max_size=6, unique=True), data=st.data())
 def test_property_json_and_numbers_round_trip(names: list[str], data: st.DataObject) -> None:
@@ -133,6 +134,7 @@ def test_property_json_and_numbers_round_trip(names: list[str], data: st.DataObj
     assert parse_route_reply(str(i + 1) if i else "0", names).indices == [i]
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(reply=st.text(max_size=200), names=st.lists(_name, min_size=1, max_size=5, unique=True))
 def test_property_ok_only_with_valid_indices(reply: str, names: list[str]) -> None:
@@ -145,6 +147,7 @@ def test_property_ok_only_with_valid_indices(reply: str, names: list[str]) -> No
         assert parsed.indices == []
 
 
+@pytest.mark.slow
 @settings(max_examples=150)
 @given(
     reply=st.text(alphabet="QWXZ .,!?\n", max_size=80),
@@ -169,6 +172,7 @@ def _brute_scores(q: np.ndarray, rows: np.ndarray, ids: np.ndarray, n: int, agg:
     return np.asarray(out)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     seed=st.integers(0, 10_000), n_routes=st.integers(1, 5), agg=st.sampled_from(["max", "mean"])
@@ -184,6 +188,7 @@ def test_property_route_scores_match_brute_force(seed: int, n_routes: int, agg: 
     np.testing.assert_allclose(got, _brute_scores(q, rows, ids, n_routes, agg), atol=1e-5)
 
 
+@pytest.mark.slow
 @settings(max_examples=100)
 @given(
     scores=st.lists(st.floats(-1, 1), min_size=1, max_size=6),
@@ -201,6 +206,7 @@ def test_property_decide_matches_definition(scores: list[float], data: st.DataOb
         assert all(scores[i] <= scores[chosen[-1]] for i in passing if i not in chosen)
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.floats(-1e300, 1e300), min_size=1, max_size=8))
 def test_property_normalize_vector(values: list[float]) -> None:
@@ -248,6 +254,7 @@ def test_fit_thresholds_learns_to_reject_out_of_scope() -> None:
     assert 0.33 < fit.thresholds[1] < 0.55
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10_000))
 def test_property_fit_never_worse_than_its_start(seed: int) -> None:
@@ -321,6 +328,7 @@ def test_property_objective_score_matches_reference(seed: int, objective: str) -
     assert got == pytest.approx(_reference_objective(s, labels, t, objective))
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 100_000), objective=st.sampled_from(["balanced", "accuracy"]))
 def test_property_robust_fit_never_worse_than_default(seed: int, objective: str) -> None:
@@ -344,6 +352,7 @@ def test_property_robust_fit_never_worse_than_default(seed: int, objective: str)
         assert 0.0 <= fit.shrinkage < 1.0
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 100_000))
 def test_property_robust_fit_is_deterministic(seed: int) -> None:
@@ -354,6 +363,7 @@ def test_property_robust_fit_is_deterministic(seed: int) -> None:
     assert (a.cv_scores, a.shrinkage, a.reason) == (b.cv_scores, b.shrinkage, b.reason)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 100_000))
 def test_property_shrinkage_one_returns_the_default(seed: int) -> None:
@@ -363,6 +373,7 @@ def test_property_shrinkage_one_returns_the_default(seed: int) -> None:
     np.testing.assert_array_equal(fit.thresholds, default)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 100_000), data=st.data())
 def test_property_fixed_routes_keep_their_threshold(seed: int, data: st.DataObject) -> None:

@@ -75,6 +75,7 @@ def _router(
     )
 
 
+@pytest.mark.slow
 def test_single_route_returns_that_collection_with_route_metadata(
     retrievers: Any, embed_model: Any
 ) -> None:
@@ -97,6 +98,7 @@ def test_single_route_returns_that_collection_with_route_metadata(
     assert [n.score for n in nodes] == pytest.approx([n.score for n in direct])
 
 
+@pytest.mark.slow
 def test_several_routes_are_rank_fused(retrievers: Any, embed_model: Any) -> None:
     selector = SemanticSelector(embed_model=embed_model, threshold=-1.0, top_k=2)
     router = _router(retrievers, selector, route_weights={"space": 2.0})
@@ -115,6 +117,7 @@ def test_several_routes_are_rank_fused(retrievers: Any, embed_model: Any) -> Non
     assert [n.node.node_id for n in router.retrieve(query)] == [n.node.node_id for n in nodes]
 
 
+@pytest.mark.slow
 @SHARED_LOOP
 async def test_async_routes_with_a_logical_selector_and_never_calls_sync(retrievers: Any) -> None:
     llm = ScriptedLLM(
@@ -152,6 +155,7 @@ class GatedRetriever(BaseRetriever):
             self.gate.exit()
 
 
+@pytest.mark.slow
 @SHARED_LOOP
 async def test_async_searches_selected_routes_concurrently(
     retrievers: Any, concurrency_gate: Any
@@ -165,6 +169,7 @@ async def test_async_searches_selected_routes_concurrently(
     assert gate.reached and not gate.timed_out, "the two selected routes were searched in turn"
 
 
+@pytest.mark.slow
 def test_no_route_retrieves_nothing(retrievers: Any, embed_model: Any) -> None:
     router = _router(retrievers, SemanticSelector(embed_model=embed_model, threshold=0.6))
     selection = router.select("Who wrote the Odyssey?")
@@ -172,6 +177,7 @@ def test_no_route_retrieves_nothing(retrievers: Any, embed_model: Any) -> None:
     assert router.retrieve("Who wrote the Odyssey?") == []
 
 
+@pytest.mark.slow
 def test_core_selectors_results_are_accepted(retrievers: Any, embed_model: Any) -> None:
     from llama_index.core.selectors import EmbeddingSingleSelector
 
@@ -180,6 +186,7 @@ def test_core_selectors_results_are_accepted(retrievers: Any, embed_model: Any) 
     assert nodes[0].metadata["route"] == "space" and "Jupiter" in nodes[0].node.get_content()
 
 
+@pytest.mark.slow
 def test_our_selectors_work_inside_core_router_retriever(retrievers: Any, embed_model: Any) -> None:
     tools = [
         RetrieverTool(retriever=r, metadata=ToolMetadata(name=n, description=DESCRIPTIONS[n]))
@@ -201,6 +208,7 @@ def test_our_selectors_work_inside_core_router_retriever(retrievers: Any, embed_
     assert all(n.node.node_id.startswith("food") for n in core.retrieve("anything"))
 
 
+@pytest.mark.slow
 def test_router_bad_configuration(retrievers: Any, embed_model: Any) -> None:
     selector = SemanticSelector(embed_model=embed_model)
     with pytest.raises(ConfigurationError, match="No routes to choose from"):
@@ -267,6 +275,7 @@ async def test_prompt_router_async_never_calls_sync(embed_model: Any) -> None:
     assert response.metadata["prompt"] == "math" and llm.call_count == 1
 
 
+@pytest.mark.slow
 def test_prompt_router_prompts_are_updatable_and_thresholds_fall_back(embed_model: Any) -> None:
     llm = ScriptedLLM(default_reply="ok")
     router = PromptRouter(

@@ -101,6 +101,7 @@ def test_semantic_routes_in_scope_queries(
     assert max(result.scores, key=result.scores.get) == route
 
 
+@pytest.mark.slow
 def test_semantic_out_of_scope_is_none_or_fallback(embed_model: Any) -> None:
     query = "Who won the football world cup in 1998?"
     none = SemanticSelector(ROUTES, embed_model=embed_model, threshold=0.25).route(query)
@@ -113,6 +114,7 @@ def test_semantic_out_of_scope_is_none_or_fallback(embed_model: Any) -> None:
     assert "fallback" in fb.reason and "< threshold" in fb.reason
 
 
+@pytest.mark.slow
 def test_route_texts_embedded_once_and_one_query_embedding_per_query(
     semantic: SemanticSelector, counting: CountingEmbedding
 ) -> None:
@@ -155,6 +157,7 @@ def test_semantic_top_k_and_per_route_threshold(embed_model: Any) -> None:
     assert one.reasons[0].endswith("threshold 0.050")
 
 
+@pytest.mark.slow
 def test_semantic_mean_vs_max_aggregation(embed_model: Any) -> None:
     query = "What is a black hole?"  # identical to one physics utterance
     mx = SemanticSelector(ROUTES, embed_model=embed_model, aggregation="max").route(query)
@@ -164,6 +167,7 @@ def test_semantic_mean_vs_max_aggregation(embed_model: Any) -> None:
     assert mx.names == mean.names == ["physics"]
 
 
+@pytest.mark.slow
 def test_fit_thresholds_calibrates_out_of_scope(embed_model: Any) -> None:
     selector = SemanticSelector(ROUTES, embed_model=embed_model, threshold=0.0)
     labelled = [
@@ -221,6 +225,7 @@ CALIBRATION = [
 ]
 
 
+@pytest.mark.slow
 async def test_robust_fit_then_sync_and_async_select_agree(embed_model: Any) -> None:
     """threshold 0 routes every out-of-scope question; the default robust fit learns to say no,
     and select/aselect (core's entry points) and route/aroute use the fitted thresholds."""
@@ -247,6 +252,7 @@ async def test_robust_fit_then_sync_and_async_select_agree(embed_model: Any) -> 
     assert selector.fit_thresholds(CALIBRATION).thresholds == report.thresholds
 
 
+@pytest.mark.slow
 def test_fit_thresholds_methods_and_shrinkage(embed_model: Any) -> None:
     selector = SemanticSelector(ROUTES, embed_model=embed_model, threshold=0.0)
     kept = selector.fit_thresholds(CALIBRATION, shrinkage=1.0)

@@ -259,6 +259,7 @@ def test_field_declarations_are_checked(tmp_path: Path) -> None:
         load_field_specs(path)
 
 
+@pytest.mark.slow
 def test_compiled_tricky_values_select_the_right_rows(milvus: Any) -> None:
     for value in TRICKY:
         cond = Condition("title", "==", value)
@@ -341,6 +342,7 @@ def replies(draw: st.DrawFn) -> str:
     return body
 
 
+@pytest.mark.slow
 @settings(
     max_examples=500,
     deadline=None,
@@ -367,6 +369,7 @@ def test_any_reply_gives_no_expression_or_a_valid_one_on_declared_fields(
 
 
 # ----------------------------------------------------------------------- hostile shapes
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [9, 500, 100_000])
 @pytest.mark.parametrize("wrap", ["[{}]", '{{"and": {}}}'])
 def test_deeply_nested_replies_never_raise(depth: int, wrap: str) -> None:
@@ -386,6 +389,7 @@ def test_nesting_within_the_bound_is_still_read() -> None:
     assert sq.expression == "(year > 2000)"
 
 
+@pytest.mark.slow
 def test_in_and_not_in_treat_signed_zeros_like_equality(tmp_path: Path) -> None:
     """A row stored as -0.0 is matched by ``in [0.0]`` exactly when ``== 0.0`` matches it."""
     from pymilvus import MilvusClient
@@ -409,6 +413,7 @@ def test_in_and_not_in_treat_signed_zeros_like_equality(tmp_path: Path) -> None:
         client.close()
 
 
+@pytest.mark.slow
 def test_field_inference_skips_values_it_cannot_use(tmp_path: Path, caplog: Any) -> None:
     from pymilvus import MilvusClient
 

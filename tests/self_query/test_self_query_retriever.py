@@ -27,6 +27,8 @@ from llama_index_rag_pack import (
 from llama_index_rag_pack.cli.app import main
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 RAVEN = 'It\'s "Raven" \\ Night'
 BOOKS = {
     "memory-2012": ("mystery", 2012, "A detective wakes without her memory and solves a murder."),

@@ -24,6 +24,8 @@ from serve_support import TENANTS, documents
 
 from llama_index_rag_pack import RagPack
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -101,7 +103,6 @@ async def test_keys_and_tenants_over_http(serve: Any, tenant_pack: RagPack) -> N
     assert any(TENANTS["acme"] in t for t in texts)
 
 
-@pytest.mark.slow
 @pytest.mark.integration
 async def test_rag_pack_serve_mcp_over_stdio_with_the_offline_defaults(tmp_path: Path) -> None:
     folder = tmp_path / "articles"

@@ -14,6 +14,8 @@ import pytest
 
 from llama_index_rag_pack import RagPack
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture()
 def url(serve: Any, facts_pack: RagPack) -> str:
@@ -140,7 +142,6 @@ def test_the_citation_style_can_be_asked_for(url: str) -> None:
     assert "[1]" in content and "Sources:" in content and "<sup>" not in content
 
 
-@pytest.mark.slow
 async def test_the_bundled_local_llm_writes_the_answers(
     serve: Any, facts_pack: RagPack, facts_uri: str, local_llm: Any
 ) -> None:

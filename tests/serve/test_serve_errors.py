@@ -23,6 +23,8 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index_rag_pack import RagPack
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 ASK = {"model": "vector", "messages": [{"role": "user", "content": "What is the capital?"}]}
 
 

@@ -34,6 +34,7 @@ def _secrets(*texts: str) -> set[str]:
     return {tenant for tenant, secret in TENANTS.items() if any(secret in t for t in texts)}
 
 
+@pytest.mark.slow
 def test_keys_on_a_collection_without_tenants(serve: Any, facts_pack: RagPack) -> None:
     url = serve(facts_pack, keys=("s3cret-one", "s3cret-two"))
     question = [{"role": "user", "content": "What is the capital of Andorra?"}]
@@ -51,6 +52,7 @@ def test_keys_on_a_collection_without_tenants(serve: Any, facts_pack: RagPack) -
     wait_for(lambda: httpx.get(f"{url}/healthz").json()["ready"], "the server to be ready")
 
 
+@pytest.mark.slow
 def test_a_key_mapped_to_a_tenant_needs_a_tenant_collection(serve: Any, facts_pack: Any) -> None:
     url = serve(facts_pack, keys=("k=acme",))
     response = httpx.post(
@@ -68,6 +70,7 @@ def test_keys_never_appear_in_their_repr_or_errors() -> None:
     assert "secret" not in str(failure.value)
 
 
+@pytest.mark.slow
 def test_a_tenant_collection_refuses_requests_that_name_no_tenant(
     serve: Any, tenant_pack: RagPack
 ) -> None:
@@ -85,6 +88,7 @@ def test_a_tenant_collection_refuses_requests_that_name_no_tenant(
     assert _secrets(*(s["text"] for s in everything.model_extra["sources"])) == {"globex"}
 
 
+@pytest.mark.slow
 def test_a_tenant_filter_cannot_widen_a_keys_scope(serve: Any, tenant_pack: RagPack) -> None:
     url = serve(tenant_pack, keys=KEYS)
     for hostile in (
@@ -101,6 +105,7 @@ def test_a_tenant_filter_cannot_widen_a_keys_scope(serve: Any, tenant_pack: RagP
         assert _secrets(*texts) <= {"acme"}
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 async def test_32_concurrent_streamed_chats_over_two_tenants(
     serve: Any, tenant_pack: RagPack, tenant_uri: str, gated_llm: Any
@@ -141,6 +146,7 @@ async def test_32_concurrent_streamed_chats_over_two_tenants(
 STATUS = {"key-acme": 200, "key-globex": 200, "key-all": 200, "key-plain": 403, "nope": 401}
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )

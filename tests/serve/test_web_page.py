@@ -26,6 +26,8 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 from llama_index_rag_pack import RagPack  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 #: Flags for a headless Chromium on a machine without network or display, as root.
 CHROMIUM_FLAGS = (
     "--headless=new",

@@ -38,6 +38,8 @@ from llama_index_rag_pack import SafeSQLDatabase, SQLExecutionError, SQLQueryEng
 from llama_index_rag_pack.core.errors import RagPackError
 from llama_index_rag_pack.testing import ScriptedLLM
 
+pytestmark = pytest.mark.slow
+
 TIMEOUT_S = 0.4
 MAX_OVERRUN_S = 1.5
 VISIBLE = {"people": ["id", "name", "dept"]}

@@ -75,6 +75,7 @@ def test_the_default_bound_is_16() -> None:
     assert SQLLimits().max_subqueries == 16
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", [scalars, exists, in_subqueries, derived])
 def test_accepted_at_the_limit_refused_one_past_it(form) -> None:
     check_sql(form(16), VISIBLE)  # accepted at the default
@@ -102,6 +103,7 @@ def test_nested_subqueries_and_set_operations_add_up() -> None:
     assert "max_subqueries" in refusal(sql, SQLLimits(max_subqueries=3))
 
 
+@pytest.mark.slow
 def test_the_red_team_forms_are_refused_before_running() -> None:
     for sql in (IN_LIST, LENGTHS):
         assert "max_subqueries" in refusal(sql)
@@ -119,6 +121,7 @@ def people_db(tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_PROC, reason="measures memory on Linux")
 @pytest.mark.parametrize("sql", [IN_LIST, LENGTHS], ids=["in-list", "lengths"])
 def test_the_engine_answers_without_holding_the_value_many_times(people_db: str, sql: str) -> None:
@@ -164,6 +167,7 @@ def windows(n: int) -> str:
     return f"SELECT {items} AS k FROM people p"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", [aggregates, windows])
 def test_aggregate_and_window_calls_are_bounded(form) -> None:
     assert SQLLimits().max_aggregates == 32
@@ -188,6 +192,7 @@ def test_an_aggregate_in_a_cte_counts_where_the_cte_is_read() -> None:
     assert "max_aggregates" in refusal(reads(5), limits)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not HAS_PROC, reason="measures memory on Linux")
 def test_windows_over_one_megabyte_values_are_refused_before_they_run(tmp_path: Path) -> None:
     path = tmp_path / "w.db"

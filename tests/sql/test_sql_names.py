@@ -12,6 +12,8 @@ import pytest
 from llama_index_rag_pack import SafeSQLDatabase, SQLExecutionError, UnsafeSQLError
 from llama_index_rag_pack.core.errors import ConfigurationError
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def case_dbs(postgres: Any) -> Any:

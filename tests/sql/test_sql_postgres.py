@@ -56,6 +56,7 @@ def reader_db(shop: Any, **kwargs: Any) -> SafeSQLDatabase:
     )
 
 
+@pytest.mark.slow
 def test_percent_signs_and_braces_in_the_sql_reach_the_server_as_written(shop: Any) -> None:
     llm = ScriptedLLM(
         replies=["```sql\nSELECT name FROM staff WHERE name LIKE 'A%' OR name = '{0}{x}' "
@@ -68,6 +69,7 @@ def test_percent_signs_and_braces_in_the_sql_reach_the_server_as_written(shop: A
     assert "LIKE 'A%'" in response.metadata["sql"] and "'{0}{x}'" in response.metadata["sql"]
 
 
+@pytest.mark.slow
 def test_the_role_set_up_statements_grant_only_the_visible_columns(shop: Any) -> None:
     db = reader_db(shop)
     assert db.role_problems() == []
@@ -77,6 +79,7 @@ def test_the_role_set_up_statements_grant_only_the_visible_columns(shop: Any) ->
     assert "CREATE ROLE \"analyst\" LOGIN PASSWORD 'it''s';" in statements
 
 
+@pytest.mark.slow
 def test_a_role_that_can_read_hidden_data_is_refused_in_one_line(shop: Any, caplog: Any) -> None:
     with pytest.raises(ConfigurationError) as caught:
         SafeSQLDatabase(shop.url("shop", "owner", "owner-pw"), tables=["staff"], columns=VISIBLE)
@@ -95,6 +98,7 @@ def test_a_role_that_can_read_hidden_data_is_refused_in_one_line(shop: Any, capl
     assert db.run("SELECT * FROM staff WHERE id = 1").rows == [(1, "Ann")]  # the checker holds
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
@@ -114,6 +118,7 @@ def test_the_database_refuses_hidden_reads_even_past_the_checker(
     assert shop.execute("shop", "SELECT count(*), sum(salary) FROM staff") == [(3, 18000)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("writes", "message"),
     [
@@ -139,6 +144,7 @@ def test_a_read_only_transaction_even_for_the_owner(
     assert shop.execute("shop", "SELECT last_value, is_called FROM staff_seq") == [(1, False)]
 
 
+@pytest.mark.slow
 def test_an_expensive_query_stops_at_the_time_out(shop: Any) -> None:
     # the time-out also bounds checking the SQL: 2 s leaves that room on a busy 2-core machine
     # (checking took over 0.5 s there once), while the query itself would run for hours
@@ -150,6 +156,7 @@ def test_an_expensive_query_stops_at_the_time_out(shop: Any) -> None:
     assert time.monotonic() - start < 15.0  # stopped by the server, even on a busy machine
 
 
+@pytest.mark.slow
 def test_a_huge_result_row_fails_on_the_server(shop: Any) -> None:
     db = reader_db(shop, max_result_bytes=1000)
     doubled = "WITH a AS (SELECT s.name || s.name AS x FROM staff AS s)" + "".join(
@@ -177,6 +184,7 @@ def role_db(shop: Any, role: str, **kwargs: Any) -> SafeSQLDatabase:
     return SafeSQLDatabase(url, tables=["staff"], columns=VISIBLE, role_check="off", **kwargs)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="measures memory on Linux")
 @pytest.mark.parametrize("role", ["reader", "owner"])
 def test_an_output_column_named_like_the_guard_cannot_switch_it_off(shop: Any, role: str) -> None:
@@ -198,6 +206,7 @@ def test_the_guard_alias_is_drawn_afresh_and_never_one_the_query_uses() -> None:
     assert row_guard(f"SELECT 1 AS {alias}", 10, 5).split(" ")[1] != first.split(" ")[1]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="measures memory on Linux")
 def test_many_rows_each_under_the_limit_are_never_all_held_by_the_client(shop: Any) -> None:
     """500 rows of 0.9 MB each pass the row guard; they are fetched a few at a time, so the
@@ -215,6 +224,7 @@ def test_many_rows_each_under_the_limit_are_never_all_held_by_the_client(shop: A
     assert len(rows) == 500  # a result of many small rows still comes back whole
 
 
+@pytest.mark.slow
 def test_a_plain_postgresql_url_uses_psycopg_3(shop: Any) -> None:
     url = shop.url("shop", "reader", "reader-pw").replace("postgresql+psycopg://", "postgresql://")
     db = SafeSQLDatabase(url, tables=["staff"], columns=VISIBLE)
@@ -245,6 +255,7 @@ def _cli(monkeypatch: Any, capsys: Any, llm: Any, argv: list[str]) -> tuple[int,
     return status, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_cli_prints_the_role_and_answers_as_that_role(
     shop: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -273,6 +284,7 @@ def test_cli_prints_the_role_and_answers_as_that_role(
     assert _cli(monkeypatch, capsys, llm, argv)[0] == 0
 
 
+@pytest.mark.slow
 def test_a_second_statement_is_refused_by_the_protocol(shop: Any, monkeypatch: Any) -> None:
     """Even text the checker never saw cannot chain statements: one prepared statement each."""
     db = reader_db(shop)
@@ -283,6 +295,7 @@ def test_a_second_statement_is_refused_by_the_protocol(shop: Any, monkeypatch: A
         db.run("anything")
 
 
+@pytest.mark.slow
 def test_a_call_that_ignores_the_time_out_is_cancelled_at_the_deadline(
     shop: Any, monkeypatch: Any
 ) -> None:

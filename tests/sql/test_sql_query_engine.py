@@ -126,6 +126,7 @@ def test_a_recursive_cte_past_the_checker_is_refused_by_the_database(
     assert checksum(db_path) == before
 
 
+@pytest.mark.slow
 def test_an_expensive_query_is_stopped_by_the_time_out(db: SafeSQLDatabase) -> None:
     joins = ", ".join(f"books AS b{i}" for i in range(20))  # 3**20 rows to count
     with pytest.raises(SQLExecutionError, match=r"ran past the 0\.5s time-out; write a cheaper"):
@@ -241,6 +242,7 @@ FRAGMENTS = st.sampled_from(
 )  # fmt: skip
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -284,6 +286,7 @@ def test_a_sqlite_url_is_opened_read_only_too(db_path: Path) -> None:
         SafeSQLDatabase("sqlite://", tables=["books"])
 
 
+@pytest.mark.slow
 def test_a_time_out_is_sent_back_for_repair(db: SafeSQLDatabase) -> None:
     slow = "SELECT count(*) FROM " + ", ".join(f"books AS b{i}" for i in range(20))
     llm = ScriptedLLM(replies=[slow, "SELECT count(*) AS n FROM books", "3 [1](id=2)"])
@@ -298,6 +301,7 @@ def test_unnamed_table_functions_are_refused_by_name() -> None:
         check_sql("SELECT value FROM generate_series(1, 10)", ALLOWED_COLUMNS)
 
 
+@pytest.mark.slow
 def test_one_uninterruptible_call_is_cut_at_the_deadline(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

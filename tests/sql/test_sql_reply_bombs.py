@@ -140,6 +140,7 @@ def test_yaml_leniency_without_aliases_is_kept() -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_value_too_large_to_walk_is_dropped_and_a_long_reply_is_cut() -> None:
     big = json.dumps(list(range(llm_output.MAX_JSON_NODES + 1)))
     assert json_values(big) == []

@@ -64,6 +64,7 @@ def engine(database: tuple[Path, list[str]], embed_model: Any) -> SQLQueryEngine
     )
 
 
+@pytest.mark.slow
 def test_the_right_table_reaches_the_prompt_for_nine_questions_in_ten(engine) -> None:
     selector = engine.table_selector
     assert selector is not None and selector.top_k == 5
@@ -71,6 +72,7 @@ def test_the_right_table_reaches_the_prompt_for_nine_questions_in_ten(engine) ->
     assert found / len(QUESTIONS) >= 0.9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("item", QUESTIONS[::15], ids=lambda q: q["table"])
 def test_the_prompt_describes_at_most_k_tables_and_the_query_runs(engine, item) -> None:
     llm = engine.llm
@@ -82,12 +84,14 @@ def test_the_prompt_describes_at_most_k_tables_and_the_query_runs(engine, item) 
     assert response.metadata["error"] is None and item["table"] in response.metadata["sql"]
 
 
+@pytest.mark.slow
 async def test_async_picks_the_same_tables(engine) -> None:
     item = QUESTIONS[3]
     sync = engine.query(item["question"]).metadata["tables_in_prompt"]
     assert (await engine.aquery(item["question"])).metadata["tables_in_prompt"] == sync
 
 
+@pytest.mark.slow
 def test_safety_still_allows_exactly_the_configured_tables_and_columns(
     database: tuple[Path, list[str]], embed_model: Any
 ) -> None:
@@ -119,6 +123,7 @@ def test_safety_still_allows_exactly_the_configured_tables_and_columns(
     assert "gross salary" not in summaries and "secrets" not in summaries  # hidden stays hidden
 
 
+@pytest.mark.slow
 def test_few_tables_all_go_in_and_bad_options_are_one_error(
     database: tuple[Path, list[str]], embed_model: Any
 ) -> None:
@@ -135,6 +140,7 @@ def test_few_tables_all_go_in_and_bad_options_are_one_error(
         SQLTableSelector({"a": "CREATE TABLE a (\n  x INT\n);"}, table_context={"a": 3})
 
 
+@pytest.mark.slow
 def test_table_context_is_embedded_with_the_table(
     database: tuple[Path, list[str]], embed_model: Any
 ) -> None:
@@ -166,6 +172,7 @@ def test_table_summary_reads_the_description() -> None:
     )
 
 
+@pytest.mark.slow
 def test_cli_sql_max_tables_in_prompt(
     database: tuple[Path, list[str]], embed_model: Any, monkeypatch: Any, capsys: Any
 ) -> None:
