@@ -224,45 +224,103 @@ def milvus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.kill()
 
 
-#: Test groups by running time on a 2-core machine, longest first (``--durations=0``).
+#: Test groups by running time on a 2-core machine, longest first (``--durations=0``); the
+#: groups not named here (a few seconds or less each) follow in collection order.
 LONGEST_GROUPS = (
-    "tests/raptor/test_raptor_tree.py",
-    "tests/milvus/test_milvus_standalone.py",
-    "tests/cli/test_cli.py",
+    "tests/models/test_local_llm.py",
     "tests/pack/test_file_indexing.py",
+    "tests/milvus/test_milvus_standalone.py",
     "tests/sql/test_sql_attacks.py::postgres-reader",
     "tests/sql/test_sql_attacks.py::postgres-owner",
-    "tests/sql/test_sql_attacks.py::sqlite",
-    "tests/sql/test_sql_tables.py",
+    "tests/serve::rag-pack processes",
     "tests/models/test_local_embedding.py",
-    "tests/milvus/test_tenants.py",
-    "tests/models/test_local_llm.py",
-    "tests/milvus/test_faults_server.py",
+    "tests/chat/test_follow_ups.py",
+    "tests/sql/test_sql_attacks.py::sqlite",
     "tests/milvus/test_milvus.py",
-    "tests/documents/test_bm25_analysis.py",
-    "tests/pack/test_pack.py",
-    "tests/chat/test_chat_engine.py",
-    "tests/test_contract.py",
+    "tests/cli/test_cli.py",
+    "tests/milvus/test_faults_server.py",
+    "tests/sql/test_sql_tables.py",
+    "tests/serve/test_openai_api.py",
+    "tests/serve/test_serve_errors.py",
+    "tests/models/test_int8_embedding.py",
+    "tests/judge/test_judge_rag.py",
+    "tests/routing/test_routing_selectors.py",
+    "tests/test_architecture.py",
     "tests/cli/test_cli_session.py",
-    "tests/routing/test_router_store.py",
-    "tests/sql/test_sql_postgres.py",
+    "tests/milvus/test_tenants.py",
+    "tests/raptor/test_raptor_tree.py",
     "tests/milvus/test_fault_injection.py",
+    "tests/rerank/test_rerank_pack.py",
+    "tests/pack/test_pack.py",
+    "tests/pack/test_indexing_cost.py",
+    "tests/documents/test_ingest_inputs.py",
+    "tests/routing/test_routing_pure.py",
+    "tests/fusion/test_fusion_pack.py",
+    "tests/documents/test_bm25_analysis.py",
+    "tests/test_contract.py",
+    "tests/serve/test_serve_tenants.py",
     "tests/milvus/test_client_bm25.py",
+    "tests/test_examples.py",
+    "tests/test_reply_bombs.py",
+    "tests/sql/test_sql_postgres.py",
+    "tests/models/test_openai_embeddings.py",
+    "tests/fusion/test_fusion_fit.py",
+    "tests/citations/test_citations_attribution.py",
+    "tests/fusion/test_fusion_rank.py",
+    "tests/evaluation/test_eval_harness.py",
+    "tests/raptor/test_build_progress.py",
+    "tests/test_docs_snippets.py",
+    "tests/milvus/test_lite_lock.py",
+    "tests/pack/test_analysis_worker.py",
+    "tests/citations/test_citations_references.py",
+    "tests/chat/test_chat_engine.py",
+    "tests/routing/test_router_store.py",
+    "tests/self_query/test_self_query_filter.py",
+    "tests/documents/test_languages.py",
+    "tests/raptor/test_cluster_propagation.py",
+    "tests/routing/test_routing_pack.py",
+    "tests/milvus/test_vector_memory.py",
+    "tests/raptor/test_raptor_clustering.py",
+    "tests/milvus/test_metadata_filters.py",
+    "tests/serve/test_web_page.py",
+    "tests/evaluation/test_eval_labelled.py",
+    "tests/milvus/test_filter_attacks.py",
+    "tests/citations/test_extractive_answers.py",
+    "tests/models/test_llm_output.py",
+    "tests/pack/test_file_sync.py",
+    "tests/raptor/test_raptor_cli.py",
+    "tests/models/test_token_pooling.py",
+    "tests/rerank/test_rerank_endpoints.py",
+    "tests/milvus/test_bm25_memory.py",
+    "tests/milvus/test_sentence_index.py",
 )
 #: Modules whose parametrised tests form one group per first part of their id (the SQL attack
 #: suite's backends: SQLite, PostgreSQL as reader and as owner, may run on different workers).
 SPLIT_BY_PARAM = {"tests/sql/test_sql_attacks.py": ("postgres-reader", "postgres-owner", "sqlite")}
 
 
+#: Modules that share a worker's session fixture, run as one group (on one worker) so that it is
+#: built once: the articles indexed by a ``rag-pack index`` process (``tests/serve/conftest.py``).
+SHARED_GROUPS = {
+    "tests/serve/test_serve_cli.py": "tests/serve::rag-pack processes",
+    "tests/serve/test_mcp.py": "tests/serve::rag-pack processes",
+}
+
+
 def xdist_group_of(nodeid: str) -> str:
-    """The xdist group of a test: its module, or its module and backend (``SPLIT_BY_PARAM``).
+    """The xdist group of a test: its module, its module and backend (``SPLIT_BY_PARAM``), or
+    the group of modules it shares a session fixture with (``SHARED_GROUPS``).
 
     >>> xdist_group_of("tests/sql/test_sql_attacks.py::test_attack[sqlite-hidden-columns-3]")
     'tests/sql/test_sql_attacks.py::sqlite'
     >>> xdist_group_of("tests/pack/test_pack.py::test_pack_contract")
     'tests/pack/test_pack.py'
+    >>> xdist_group_of("tests/serve/test_mcp.py::test_the_tools_over_http")
+    'tests/serve::rag-pack processes'
     """
     module, _, params = nodeid.partition("::")
+    if module in SHARED_GROUPS:
+        return SHARED_GROUPS[module]
     params = params.partition("[")[2]
     for prefix in SPLIT_BY_PARAM.get(module, ()):
         if params.startswith((f"{prefix}-", f"{prefix}]")):

@@ -7,11 +7,19 @@ script the LLM and still call over HTTP with the official ``openai`` and ``mcp``
 * ``tenant_pack`` (module): a collection with tenants ``acme`` and ``globex``, each note marked
   with its tenant's secret word; the scripted answer quotes the first passage it is shown.
 * ``serve(pack_or_service, **create_app_kwargs)``: starts a server, returns its base URL.
+* ``indexed_articles`` (session): the articles indexed by ``rag-pack index`` in its own process
+  (collection ``facts``); ``copy_of_indexed(tmp_path)`` gives a test its own copy to serve from
+  another process (a Lite database has one process at a time).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -82,3 +90,36 @@ def serve() -> Iterator[Callable[..., str]]:
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def indexed_articles(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The articles as files, indexed by ``rag-pack index`` in its own process, once per worker
+    (the HTTP and the MCP stdio commands serve it; ``copy_of_indexed``)."""
+    folder = tmp_path_factory.mktemp("articles")
+    for doc in documents():
+        (folder / f"{doc.metadata['title']}.txt").write_text(doc.text, encoding="utf-8")
+    uri = tmp_path_factory.mktemp("indexed") / "articles.db"
+    rag_pack = shutil.which("rag-pack") or str(Path(sys.executable).parent / "rag-pack")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "RAG_PACK_LLM"))}
+    done = subprocess.run(
+        [rag_pack, "--uri", str(uri), "--collection", "facts", "index", str(folder)],
+        env={**env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return uri
+
+
+@pytest.fixture()
+def copy_of_indexed(indexed_articles: Path) -> Callable[[Path], str]:
+    """``copy_of_indexed(directory) -> uri``: a copy of ``indexed_articles`` of the caller's own."""
+
+    def copy(directory: Path) -> str:
+        target = directory / indexed_articles.name
+        shutil.copytree(indexed_articles, target)
+        return str(target)
+
+    return copy

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from serve_support import TENANTS, documents
+from serve_support import TENANTS
 
 from llama_index_rag_pack import RagPack
 
@@ -104,26 +103,16 @@ async def test_keys_and_tenants_over_http(serve: Any, tenant_pack: RagPack) -> N
 
 
 @pytest.mark.integration
-async def test_rag_pack_serve_mcp_over_stdio_with_the_offline_defaults(tmp_path: Path) -> None:
-    folder = tmp_path / "articles"
-    folder.mkdir()
-    for doc in documents():
-        (folder / f"{doc.metadata['title']}.txt").write_text(doc.text, encoding="utf-8")
-    uri = str(tmp_path / "stdio.db")
+async def test_rag_pack_serve_mcp_over_stdio_with_the_offline_defaults(
+    tmp_path: Path, copy_of_indexed: Any
+) -> None:
+    uri = copy_of_indexed(tmp_path)  # indexed by `rag-pack index` in its own process
     rag_pack = shutil.which("rag-pack") or str(Path(sys.executable).parent / "rag-pack")
     env = {
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "RAG_PACK_DATA_DIR": os.environ["RAG_PACK_DATA_DIR"],
     }
-    indexed = subprocess.run(  # in its own process: a Lite database has one process at a time
-        [rag_pack, "--uri", uri, "--collection", "facts", "index", str(folder)],
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert indexed.returncode == 0, indexed.stderr
     server = StdioServerParameters(
         command=rag_pack,
         args=["--uri", uri, "--collection", "facts", "serve", "mcp"],

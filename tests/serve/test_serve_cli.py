@@ -20,7 +20,6 @@ import httpx
 import openai
 import pytest
 from lite_server import free_port, wait_for
-from serve_support import documents
 
 from llama_index_rag_pack.cli import main
 from llama_index_rag_pack.core.errors import ConfigurationError
@@ -35,21 +34,11 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory: pytest.TempPathFactory) -> str:
+def indexed(indexed_articles: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
     """A Lite database with the articles, indexed by ``rag-pack index`` in its own process."""
-    folder = tmp_path_factory.mktemp("articles")
-    for doc in documents():
-        (folder / f"{doc.metadata['title']}.txt").write_text(doc.text, encoding="utf-8")
-    uri = str(folder.parent / "served.db")
-    done = subprocess.run(
-        [RAG_PACK, "--uri", uri, "--collection", "facts", "index", str(folder)],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr
-    return uri
+    target = tmp_path_factory.mktemp("served") / "served.db"
+    shutil.copytree(indexed_articles, target)
+    return str(target)
 
 
 @pytest.fixture()
