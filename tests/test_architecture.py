@@ -178,15 +178,17 @@ def test_features_never_import_pack_cli_or_evaluation() -> None:
 
 @pytest.mark.slow
 def test_modules_are_loaded_by_name_only_from_the_top() -> None:
+    calls = {  # (module, line, what it loads) of every load by name, each tree walked once
+        (module, node.lineno, target)
+        for module, tree in trees().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and (target := _loaded_by_name(module, node))
+    }
     by_name = sorted(
         {
             i.source
             for i in imports()
-            for node in ast.walk(trees()[i.source])
-            if isinstance(node, ast.Call)
-            and _loaded_by_name(i.source, node) == i.target
-            and node.lineno == i.line
-            and i.target.startswith(ROOT)
+            if (i.source, i.line, i.target) in calls and i.target.startswith(ROOT)
         }
     )
     assert set(by_name) <= LOADS_BY_NAME, by_name
