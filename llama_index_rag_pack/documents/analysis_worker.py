@@ -87,9 +87,12 @@ class AnalysisWorker:
     """
 
     def __init__(self, analysis: str) -> None:
-        root = str(Path(__file__).resolve().parents[2])  # importable as the caller imports it
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        root = Path(__file__).resolve().parents[2]
+        if root.name not in ("site-packages", "dist-packages"):  # a checkout: found as here
+            # (an installed package is found anyway; on PYTHONPATH its site directory would
+            # come before the standard library)
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
         self._process = subprocess.Popen(
             [sys.executable, "-m", __name__],
             stdin=subprocess.PIPE,
