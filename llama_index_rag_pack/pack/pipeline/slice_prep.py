@@ -59,6 +59,8 @@ def write_slices(pack: Any, documents: Sequence[Any], *, replace: bool = True) -
                 pack, part, nodes=nodes, found=found, check_language=not written, replace=replace
             )
             found = worker.result() if following is not None and worker is not None else None
+            if found is not None and len(found) != len(following or ()):  # never: analysed here
+                found = None
             nodes = following or []
     finally:
         if worker is not None:
