@@ -130,8 +130,13 @@ class MilvusSentenceIndex:
             self._loaded = True
 
     # ------------------------------------------------------------------ writes
-    def insert(self, units: Sequence[Any], vectors: Sequence[Sequence[float]]) -> int:
+    def insert(
+        self, units: Sequence[Any], vectors: Sequence[Sequence[float]], *, flush: bool = True
+    ) -> int:
         """Store ``units`` (``SentenceUnit``-like: id, chunk_id, doc_id) with their vectors.
+        ``flush=False`` leaves the flush to the caller (:meth:`flush`, after more inserts): the
+        rows are stored and searchable either way, and Milvus Lite seals a segment at every
+        flush.
 
         Returns:
             The number of rows written.
@@ -145,9 +150,14 @@ class MilvusSentenceIndex:
         self._forget_memory()
         for start in range(0, len(rows), _INSERT_BATCH):
             self.client.upsert(self.collection_name, data=rows[start : start + _INSERT_BATCH])
-        if rows:
-            self.client.flush(self.collection_name)
+        if rows and flush:
+            self.flush()
         return len(rows)
+
+    def flush(self) -> None:
+        """Seal what was inserted (when the collection exists)."""
+        if self.exists():
+            self.client.flush(self.collection_name)
 
     def delete_documents(self, doc_ids: Sequence[str]) -> None:
         """Delete the sentences of these documents, whatever their tenant (see

@@ -337,11 +337,13 @@ def embed_for_index(
 
 def store_sentences(index: MilvusSentenceIndex | None, units: list[Any], vectors: list[Any]) -> int:
     """Store what :func:`sentence_vectors` made (the sentences of the chunks they replace went
-    with those chunks: ``milvus.document_rows.delete_document_rows``); the number written."""
+    with those chunks: ``milvus.document_rows.delete_document_rows``), unflushed, like the
+    chunks (:meth:`RagPackBase.flush <llama_index_rag_pack.pack.pack_base.RagPackBase.flush>`
+    flushes both); the number written."""
     if index is None or not units:
         return 0
     index.create(dim=len(vectors[0]))
-    written = index.insert(units, vectors)
+    written = index.insert(units, vectors, flush=False)  # flushed with the chunks
     logger.info("Indexed %d sentences", written)
     return written
 

@@ -257,7 +257,10 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         return written
 
     def flush(self) -> None:
-        """Seal what was inserted (:meth:`insert` does it unless told not to)."""
+        """Seal what was inserted, chunks and sentences (:meth:`insert` does it unless told
+        not to)."""
+        if self.sentence_index is not None:  # first: the chunks' flush takes more memory
+            self.sentence_index.flush()
         milvus_utils.flush(self.vector_store)
 
     def delete(self, *, filters: Any = None, tenant: str | None = None) -> int:

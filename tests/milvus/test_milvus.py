@@ -16,6 +16,7 @@ from llama_index.core.vector_stores.types import VectorStoreQuery
 from llama_index_rag_pack.core.errors import (
     CollectionNotFoundError,
     ConfigurationError,
+    MilvusOperationError,
     MilvusUnavailableError,
 )
 from llama_index_rag_pack.milvus import client_open
@@ -233,3 +234,34 @@ def test_local_servers_get_no_keepalive_pings(uri: str, local: bool) -> None:
     if local:
         assert options["grpc.keepalive_permit_without_calls"] == 0
         assert options["grpc.keepalive_time_ms"] >= 5 * 60 * 1000
+
+
+def test_row_inserts_check_each_string_as_one_value(tmp_path: Path) -> None:
+    # pymilvus' row path ran its column check over each string's characters: O(characters)
+    # calls per value, and a string over max_length passed (every character is shorter)
+    from pymilvus import DataType, MilvusClient, MilvusException
+    from pymilvus.client import entity_helper
+
+    client = milvus.open_client(str(tmp_path / "rows.db"))
+    check = entity_helper._ROW_SCALAR_NORMALIZERS[DataType.VARCHAR]
+    field = {"name": "text", "params": {"max_length": 8}}
+    assert check("ünïcode", field) == "ünïcode"
+    with pytest.raises(MilvusException, match="exceeds max length"):
+        check("x" * 9, field)
+    with pytest.raises(MilvusException, match="expects string input"):
+        check(12345, field)
+
+    schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("text", DataType.VARCHAR, max_length=64)
+    schema.add_field("embedding", DataType.FLOAT_VECTOR, dim=2)
+    index = client.prepare_index_params()
+    index.add_index(field_name="embedding", index_type="FLAT", metric_type="COSINE")
+    client.create_collection("rows", schema=schema, index_params=index)
+    texts = ["plain", "RAPTOR 先对文本块聚类。", "x" * 64]
+    rows = [{"id": i, "text": t, "embedding": [1.0, 0.5]} for i, t in enumerate(texts)]
+    client.insert("rows", data=rows)
+    with pytest.raises(MilvusOperationError, match="exceeds max length"):  # before a row is sent
+        client.insert("rows", data=[{"id": 9, "text": "y" * 65, "embedding": [1.0, 0.0]}])
+    got = client.query("rows", filter="id >= 0", output_fields=["text"])
+    assert sorted(r["text"] for r in got) == sorted(texts)
