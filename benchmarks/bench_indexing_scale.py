@@ -78,16 +78,19 @@ def same_top(a: list[Any], b: list[Any]) -> bool:
 
 class ChildPeak(threading.Thread):
     """The largest resident set of this process's child processes (the BM25 analysis helper),
-    polled every 0.2 s. ``RUSAGE_CHILDREN``'s ``ru_maxrss`` is no use here: it counts the
-    parent's pages a child shares between its fork and its exec."""
+    and the largest sum of this process's and its children's, polled every 0.2 s.
+    ``RUSAGE_CHILDREN``'s ``ru_maxrss`` is no use here: it counts the parent's pages a child
+    shares between its fork and its exec."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.peak_mb = 0.0
+        self.together_mb = 0.0
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.wait(0.2):
+            children = 0.0
             for task in Path("/proc/self/task").iterdir():
                 try:
                     pids = (task / "children").read_text().split()
@@ -100,7 +103,9 @@ class ChildPeak(threading.Thread):
                         continue
                     for line in status.splitlines():
                         if line.startswith("VmRSS:"):
-                            self.peak_mb = max(self.peak_mb, int(line.split()[1]) / 1024)
+                            children += int(line.split()[1]) / 1024
+            self.peak_mb = max(self.peak_mb, children)
+            self.together_mb = max(self.together_mb, rss_mb()[0] + children)
 
     def stop(self) -> float:
         self._stop_event.set()
@@ -130,14 +135,16 @@ def run_pack(n: int, uri: str) -> dict[str, Any]:
     pack = RagPack(docs, uri=uri, collection_name="scale", embed_model=embed, llm="none")
     index_s = time.perf_counter() - start
     del docs
-    # the BM25 analysis helper process (ended when the insert ends) counts as if it peaked
-    # at the same moment as the pack: an upper bound of the two together
+    # the BM25 analysis helper process ends when the insert ends: the peak of the two is the
+    # pack's own high-water mark or the largest sum of both sampled while the helper ran;
+    # ``*_upper_mb`` counts the helper as if it peaked at the pack's own peak
     helper_mb = helper.stop()
-    index_peak = rss_mb()[1] + helper_mb
+    together = helper.together_mb
     result: dict[str, Any] = {
         "chunks": pack.count(),
         "index_s": index_s,
-        "index_peak_mb": index_peak,
+        "index_peak_mb": max(rss_mb()[1], together),
+        "index_peak_upper_mb": rss_mb()[1] + helper_mb,
         "helper_peak_mb": helper_mb,
         "row_check": row_check(),
     }
@@ -146,7 +153,8 @@ def run_pack(n: int, uri: str) -> dict[str, Any]:
         retriever = pack.retriever(mode, similarity_top_k=10)
         first, p50, answers[mode] = timed_queries(retriever.retrieve)
         result[mode] = {"first_s": first, "p50_s": p50}
-    result["peak_mb"] = rss_mb()[1] + helper_mb
+    result["peak_mb"] = max(rss_mb()[1], together)
+    result["peak_upper_mb"] = rss_mb()[1] + helper_mb
     os.environ["RAG_PACK_MEMORY_COPIES"] = "off"
     pack.forget_engines()
     store = pack.vector_store
@@ -296,6 +304,7 @@ def main() -> None:
              f"{alone['index_s']:.1f} ({alone['index_s'] / h['index_s']:.2f}x)" if alone else "",
              f"{s['index_s']:.1f}", f"{h['index_s']:.1f}",
              f"**{p['index_s'] / h['index_s']:.2f}x**", f"{p['peak_mb']:.0f}",
+             f"{p['peak_upper_mb']:.0f}" if "peak_upper_mb" in p else "",
              f"{p['helper_peak_mb']:.0f}", f"{s['peak_mb']:.0f}", f"{h['peak_mb']:.0f}",
              f"**{p['peak_mb'] / h['peak_mb']:.2f}x**"]
         )  # fmt: skip
@@ -324,13 +333,14 @@ def main() -> None:
                         "stock hybrid s",
                         "pack / hybrid time",
                         "pack peak MB (with helper)",
-                        "of it, helper MB",
+                        "the same, helper at its peak throughout",
+                        "helper peak MB",
                         "stock dense peak MB",
                         "stock hybrid peak MB",
                         "pack / hybrid memory",
                     ],
                     cost,
-                    "rrrrrrrrrrr",
+                    "rrrrrrrrrrrr",
                 ),
             ),
             (
@@ -360,8 +370,10 @@ def main() -> None:
             "hybrid (`enable_sparse=True` with Milvus' own `BM25BuiltInFunction`, queried with "
             "`vector_store_query_mode='hybrid'`), on the same chunks, each in a fresh process "
             f"pinned to {args.cores} cores. Peak RSS (after indexing and the 21 questions) "
-            "includes Milvus Lite (it runs in the process); the pack's also adds the peak of "
-            "its BM25 analysis helper process, as if both peaked at once. `pack without "
+            "includes Milvus Lite (it runs in the process); the pack's is its own high-water "
+            "mark or the largest sum of its and its BM25 analysis helper's resident sets, "
+            "sampled every 0.2 s while the helper runs, whichever is larger (beside it, the "
+            "upper bound that adds the helper's peak to the pack's own). `pack without "
             f"helper`: `RAG_PACK_INDEX_WORKER=off`, up to {ALONE_UP_TO:,} documents. The "
             "stock sides run pymilvus as installed, whose row inserts check each VARCHAR value "
             "one character at a time; the pack's client checks each value once (the same "

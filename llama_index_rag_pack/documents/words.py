@@ -150,8 +150,11 @@ def join_sentence_parts(*parts: str) -> str:
         >>> join_sentence_parts("Dr.", " Smith  arrived."), join_sentence_parts("短句。", "下一句")
         ('Dr. Smith arrived.', '短句。下一句')
     """
+    words = " ".join(parts).split()
+    if not _CJK_CHAR.search("".join(words)):  # no two CJK characters to keep together
+        return " ".join(words)
     out = ""
-    for word in " ".join(parts).split():
+    for word in words:
         if out and not (_CJK_CHAR.match(out[-1]) and _CJK_CHAR.match(word[0])):
             out += " "
         out += word

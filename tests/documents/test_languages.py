@@ -5,6 +5,7 @@ English documents searched with the default settings."""
 from __future__ import annotations
 
 import json
+import re
 import string
 
 import pytest
@@ -30,7 +31,7 @@ from llama_index_rag_pack.documents.languages import (
 )
 from llama_index_rag_pack.documents.sentences import chunk_sentences
 from llama_index_rag_pack.documents.stop_words import ENGLISH_STOP_WORDS
-from llama_index_rag_pack.documents.words import count_words, lexical_words
+from llama_index_rag_pack.documents.words import count_words, join_sentence_parts, lexical_words
 from llama_index_rag_pack.milvus.bm25.bm25_fields import (
     BM25_TEXT_FIELD,
     LANGUAGE_KEY,
@@ -546,3 +547,29 @@ def test_eval_fit_on_chinese_questions_fits_the_unread_weights(tmp_path, monkeyp
     assert (config.alpha, config.sentence_weight) == (shipped.alpha, shipped.sentence_weight)
     scores = config.fitted_on["scores"]
     assert scores[f"convex_{config.normalization}"]["score"] >= scores["dense_alone"]
+
+
+def _joined_word_by_word(*parts: str) -> str:
+    """join_sentence_parts as it reads, one word at a time (no shortcut for text without CJK)."""
+    cjk = "\u3000-\u303f\u3040-\u30ff\u3400-\u9fff\uf900-\ufaff\uff01-\uff0f\uff1a-\uff1f"
+    char = re.compile(f"[{cjk}]")
+    out = ""
+    for word in " ".join(parts).split():
+        if out and not (char.match(out[-1]) and char.match(word[0])):
+            out += " "
+        out += word
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.text(
+            alphabet=st.sampled_from(list("ab .,\n\t\u3000") + list("検索。！方法かナ") + ["é"])
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_sentence_parts_join_as_word_by_word(parts: list[str]) -> None:
+    assert join_sentence_parts(*parts) == _joined_word_by_word(*parts)
