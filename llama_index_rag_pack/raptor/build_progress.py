@@ -16,7 +16,7 @@ and ends clustering, and one per group summarised, with the rate and the time le
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +28,7 @@ __all__ = [
     "BuildProgress",
     "ProgressFn",
     "RaptorBuildError",
+    "groups_of_writes",
     "summarise_in_groups",
 ]
 
@@ -106,14 +107,21 @@ def report(builder: Any, level: int, stage: str, done: int, total: int, **kw: An
     )
 
 
+def groups_of_writes(jobs: int, store_every: int) -> int:
+    """How many groups :func:`summarise_in_groups` makes of ``jobs`` (the pieces of the
+    writes to spread over them)."""
+    return max(1, -(-jobs // max(1, store_every)))
+
+
 def summarise_in_groups(
-    builder: Any, jobs: list[Any], level: int, first: Callable[[], Any] | None = None
+    builder: Any, jobs: list[Any], level: int, alongside: Sequence[Callable[[], Any]] = ()
 ) -> None:
     """Summarise ``jobs`` (:class:`~llama_index_rag_pack.raptor.raptor_summaries.SummaryJob`) in
     groups of ``builder.store_every`` (a
     :class:`~llama_index_rag_pack.raptor.raptor_levels.LevelBuilder`), storing each group in a
-    writer thread while the next is summarised (see the module). ``first``: a write the writer
-    thread does before the first group's, while that group is summarised.
+    writer thread while the next is summarised (see the module). ``alongside``: other writes
+    the writer thread does, one before each group's (any left over before the last group's),
+    so that none of them holds up a group (:func:`groups_of_writes`).
 
     Raises:
         RaptorBuildError: some summaries failed after their retries (every other group was
@@ -135,24 +143,28 @@ def summarise_in_groups(
         except RaptorBuildError as e:
             errors.append(e)
         pending = None
-        if not group_size:  # ``first``: no summary among it
-            return
         done += group_size
         spent = time.perf_counter() - started
         eta = (len(jobs) - done) * spent / done if done else None
         rate = done / spent if spent > 0 else None
         report(builder, level, "summarising", done, len(jobs), eta_s=eta, rate=rate)
 
+    def store(group: list[Any], batch: Any, writes: Sequence[Callable[[], Any]]) -> None:
+        for write in writes:
+            write()
+        builder.write_summaries(group, batch, replace=False)
+
+    starts = range(0, len(jobs), size)
+    extra = list(alongside)
     pending_size = 0
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="raptor-store") as writer:
         try:
-            if first is not None:
-                pending = writer.submit(first)
-            for start in range(0, len(jobs), size):
+            for k, start in enumerate(starts):
                 group = jobs[start : start + size]
+                writes = extra[k : k + 1] if k + 1 < len(starts) else extra[k:]
                 batch = builder.summarise(group)
                 settle()  # the previous group is stored before this one is handed over
-                pending = writer.submit(builder.write_summaries, group, batch, replace=False)
+                pending = writer.submit(store, group, batch, writes)
                 pending_size = len(group)
         finally:
             settle()

@@ -24,7 +24,6 @@ and their vectors as one float32 matrix: a level's vectors are held once, compac
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 import time
@@ -39,6 +38,7 @@ from llama_index_rag_pack.raptor.build_progress import (
     DEFAULT_STORE_EVERY,
     ProgressFn,
     RaptorBuildError,
+    groups_of_writes,
     report,
     summarise_in_groups,
 )
@@ -249,13 +249,15 @@ class LevelBuilder:
                 "Level %d: %d nodes → %d clusters (%d to summarise, %d already stored)",
                 *(level, len(nodes), len(targets), len(jobs), len(targets) - len(jobs)),
             )
-            # the level's rows learn their parents in the writer thread while the first
-            # summaries are written (a resumed build records them again where they differ)
-            memberships = functools.partial(self.store.record_memberships, nodes, targets, vectors)
+            # the level's rows learn their parents in the writer thread, a piece beside each
+            # group of summaries (a resumed build records them again where they differ)
             if jobs:
-                summarise_in_groups(self, jobs, level + 1, first=memberships)
+                pieces = groups_of_writes(len(jobs), self.store_every)
+                writes = self.store.membership_writes(nodes, targets, vectors, parts=pieces)
+                summarise_in_groups(self, jobs, level + 1, alongside=writes)
+                self.store.flush()
             else:
-                memberships()
+                self.store.record_memberships(nodes, targets, vectors)
             if self.fresh:  # every summary of the level is stored: its rows are these
                 self.known[level + 1] = sorted(targets)
             level += 1

@@ -12,8 +12,9 @@ pymilvus / ``MilvusVectorStore`` API is used, so the same code runs on Milvus Li
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -163,10 +164,11 @@ class RaptorStore:
                 self.client.insert(self.collection_name, rows[start : start + _SCAN_BATCH])
         self.flush()
 
-    def upsert(self, nodes: Sequence[BaseNode], vectors: Any = None) -> None:
+    def upsert(self, nodes: Sequence[BaseNode], vectors: Any = None, *, flush: bool = True) -> None:
         """Rewrite nodes in place (same ids), e.g. after their parents changed; their vectors
         are their embeddings, or the rows of ``vectors`` (a float32 matrix, one row per node,
-        for nodes read without them). Rows are built and written a batch at a time."""
+        for nodes read without them). Rows are built and written a batch at a time, then
+        flushed unless ``flush=False`` (a later write flushes them)."""
         if not nodes:
             return
         if not self.exists():
@@ -176,7 +178,8 @@ class RaptorStore:
             part = vectors[start : start + _SCAN_BATCH] if vectors is not None else None
             rows = self._rows_of(nodes[start : start + _SCAN_BATCH], part)
             self.client.upsert(self.collection_name, rows)
-        self.flush()
+        if flush:
+            self.flush()
 
     def record_memberships(
         self, nodes: Sequence[TextNode], targets: dict[str, tuple[int, list[Any]]], vectors: Any
@@ -184,6 +187,20 @@ class RaptorStore:
         """Every node of a level learns its clusters and parents from ``targets`` (summary id ->
         cluster id, children), before the summaries exist; ``vectors``: the nodes' vectors, one
         row each (they were read without embeddings)."""
+        for write in self.membership_writes(nodes, targets, vectors):
+            write()
+        self.flush()
+
+    def membership_writes(
+        self,
+        nodes: Sequence[TextNode],
+        targets: dict[str, tuple[int, list[Any]]],
+        vectors: Any,
+        parts: int = 1,
+    ) -> list[Callable[[], None]]:
+        """:meth:`record_memberships`' writes, unflushed, in up to ``parts`` pieces of about
+        the same size, to be done in any order (the nodes learn their clusters and parents at
+        once; each piece rewrites its share of the rows whose clusters or parents changed)."""
         memberships: dict[str, tuple[list[int], list[str]]] = {n.node_id: ([], []) for n in nodes}
         for sid, (cid, children) in targets.items():
             for c in children:
@@ -195,7 +212,11 @@ class RaptorStore:
             if n.metadata.get(CLUSTER_KEY) != clusters or n.metadata.get(PARENT_KEY) != parents:
                 n.metadata[CLUSTER_KEY], n.metadata[PARENT_KEY] = clusters, parents
                 changed.append(i)
-        self.upsert([nodes[i] for i in changed], vectors[changed] if changed else None)
+        size = max(1, -(-len(changed) // max(1, parts)))
+        return [
+            functools.partial(self.upsert, [nodes[i] for i in piece], vectors[piece], flush=False)
+            for piece in (changed[at : at + size] for at in range(0, len(changed), size))
+        ]
 
     def delete_ids(self, ids: Iterable[str]) -> None:
         ids = list(dict.fromkeys(ids))

@@ -15,7 +15,7 @@ from llama_index.core import Document
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.milvus.connection import open_vector_store
 from llama_index_rag_pack.raptor.build_progress import BuildProgress
-from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY, CLUSTER_KEY, PARENT_KEY
+from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY, CLUSTER_KEY, LEVEL_KEY, PARENT_KEY
 from llama_index_rag_pack.raptor.raptor_store import RaptorStore
 from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 from llama_index_rag_pack.raptor.raptor_updates import stale_children
@@ -95,6 +95,15 @@ def test_a_stopped_build_resumes_to_the_tree_of_an_uninterrupted_one(
         "no stored summary is written again"
     )
     assert shape(tree) == shape(whole)
+    # each level's parents are written in pieces beside its groups: the stop lost some, and
+    # the resume recorded them, so every row has the links of the uninterrupted build
+    assert _links(tree) == _links(whole)
+    nodes = {n.node_id: n for n in whole.store.tree_nodes(min_level=0)}
+    top = max(whole.levels())
+    for node in nodes.values():
+        parents = node.metadata.get(PARENT_KEY) or []
+        assert bool(parents) == (node.metadata[LEVEL_KEY] < top), node.node_id
+        assert all(node.node_id in nodes[p].metadata[CHILD_KEY] for p in parents)
 
 
 @pytest.mark.slow

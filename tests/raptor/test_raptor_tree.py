@@ -24,7 +24,7 @@ from llama_index_rag_pack.core.errors import (
 )
 from llama_index_rag_pack.evaluation.datasets import load_wikipedia_documents
 from llama_index_rag_pack.milvus.connection import open_vector_store
-from llama_index_rag_pack.raptor.raptor_levels import RaptorBuildError
+from llama_index_rag_pack.raptor.raptor_levels import DEFAULT_MIN_COMPRESSION, RaptorBuildError
 from llama_index_rag_pack.raptor.raptor_nodes import (
     CHILD_KEY,
     CLUSTER_KEY,
@@ -135,8 +135,11 @@ def test_build_stores_every_level_with_consistent_links(
     assert levels[1] >= 2
     counts = [levels[lvl] for lvl in sorted(levels)]
     assert counts == sorted(counts, reverse=True), "each level summarises the one below"
-    # the build goes on until nothing merges: at most one top per (unrelated) article
-    assert 1 <= levels[max(levels)] <= len(TITLES)
+    # a level is built only where it compresses the one below by min_compression or more; the
+    # build stops there, or where nothing merges (at most one top per unrelated article)
+    for lvl in sorted(levels)[1:]:
+        assert levels[lvl - 1] >= DEFAULT_MIN_COMPRESSION * levels[lvl], levels
+    assert 1 <= levels[max(levels)] < levels[0]
     nodes = check_invariants(tree)
     summaries = [n for n in nodes.values() if n.metadata[LEVEL_KEY] > 0]
     # one LLM call per summary, none wasted (none for a cluster of one, carried up), concurrent
