@@ -257,8 +257,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         return written
 
     def flush(self) -> None:
-        """Seal what was inserted, chunks and sentences (:meth:`insert` does it unless told
-        not to)."""
+        """Seal inserted chunks and sentences (:meth:`insert` does it unless told not to)."""
         if self.sentence_index is not None:  # first: the chunks' flush takes more memory
             self.sentence_index.flush()
         milvus_utils.flush(self.vector_store)

@@ -18,7 +18,7 @@ only the missing ones are written.
 :class:`~llama_index_rag_pack.raptor.raptor_store.RaptorStore` has them): ``exists()``,
 ``get(ids)``, ``level(level, with_embeddings=...)``, ``level_vectors(level)`` (a level's nodes
 and their vectors as one float32 matrix: a level's vectors are held once, compactly),
-``levels()``, ``add(nodes)``, ``upsert(nodes, vectors=None)``, ``record_memberships(...)``,
+``levels()``, ``add(nodes)``, ``upsert(nodes, vectors=None)``, ``membership_writes(...)``,
 ``delete_ids(ids)`` and ``delete_levels_above(level)``.
 """
 
@@ -251,13 +251,13 @@ class LevelBuilder:
             )
             # the level's rows learn their parents in the writer thread, a piece beside each
             # group of summaries (a resumed build records them again where they differ)
+            pieces = groups_of_writes(len(jobs), self.store_every)
+            writes = self.store.membership_writes(nodes, targets, vectors, parts=pieces)
             if jobs:
-                pieces = groups_of_writes(len(jobs), self.store_every)
-                writes = self.store.membership_writes(nodes, targets, vectors, parts=pieces)
                 summarise_in_groups(self, jobs, level + 1, alongside=writes)
-                self.store.flush()
-            else:
-                self.store.record_memberships(nodes, targets, vectors)
+            for write in writes if not jobs else ():
+                write()
+            self.store.flush()
             if self.fresh:  # every summary of the level is stored: its rows are these
                 self.known[level + 1] = sorted(targets)
             level += 1

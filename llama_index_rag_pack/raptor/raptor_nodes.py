@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 from llama_index.core.schema import BaseNode
 
@@ -95,6 +96,26 @@ __all__ = [
     "TOKENS_KEY",
     "is_carried",
     "leaf_id",
+    "learn_memberships",
     "mark_raptor_node",
     "summary_id",
 ]
+
+
+def learn_memberships(
+    nodes: Sequence[BaseNode], targets: dict[str, tuple[int, list[Any]]]
+) -> list[int]:
+    """Give each of a level's ``nodes`` its clusters and parents from ``targets`` (summary id ->
+    cluster id, children); the positions of the nodes whose clusters or parents changed."""
+    memberships: dict[str, tuple[list[int], list[str]]] = {n.node_id: ([], []) for n in nodes}
+    for sid, (cid, children) in targets.items():
+        for c in children:
+            memberships[c.node_id][0].append(cid)
+            memberships[c.node_id][1].append(sid)
+    changed = []
+    for i, n in enumerate(nodes):
+        clusters, parents = memberships[n.node_id]
+        if n.metadata.get(CLUSTER_KEY) != clusters or n.metadata.get(PARENT_KEY) != parents:
+            n.metadata[CLUSTER_KEY], n.metadata[PARENT_KEY] = clusters, parents
+            changed.append(i)
+    return changed

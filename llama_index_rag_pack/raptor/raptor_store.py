@@ -30,7 +30,7 @@ from llama_index_rag_pack.milvus.bm25.bm25_rows import (
     record_languages,
 )
 from llama_index_rag_pack.milvus.document_rows import ids_expression
-from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY, CLUSTER_KEY, LEVEL_KEY, PARENT_KEY
+from llama_index_rag_pack.raptor.raptor_nodes import CHILD_KEY, LEVEL_KEY, learn_memberships
 
 logger = logging.getLogger(__name__)
 
@@ -181,16 +181,6 @@ class RaptorStore:
         if flush:
             self.flush()
 
-    def record_memberships(
-        self, nodes: Sequence[TextNode], targets: dict[str, tuple[int, list[Any]]], vectors: Any
-    ) -> None:
-        """Every node of a level learns its clusters and parents from ``targets`` (summary id ->
-        cluster id, children), before the summaries exist; ``vectors``: the nodes' vectors, one
-        row each (they were read without embeddings)."""
-        for write in self.membership_writes(nodes, targets, vectors):
-            write()
-        self.flush()
-
     def membership_writes(
         self,
         nodes: Sequence[TextNode],
@@ -198,20 +188,11 @@ class RaptorStore:
         vectors: Any,
         parts: int = 1,
     ) -> list[Callable[[], None]]:
-        """:meth:`record_memberships`' writes, unflushed, in up to ``parts`` pieces of about
-        the same size, to be done in any order (the nodes learn their clusters and parents at
-        once; each piece rewrites its share of the rows whose clusters or parents changed)."""
-        memberships: dict[str, tuple[list[int], list[str]]] = {n.node_id: ([], []) for n in nodes}
-        for sid, (cid, children) in targets.items():
-            for c in children:
-                memberships[c.node_id][0].append(cid)
-                memberships[c.node_id][1].append(sid)
-        changed = []
-        for i, n in enumerate(nodes):
-            clusters, parents = memberships[n.node_id]
-            if n.metadata.get(CLUSTER_KEY) != clusters or n.metadata.get(PARENT_KEY) != parents:
-                n.metadata[CLUSTER_KEY], n.metadata[PARENT_KEY] = clusters, parents
-                changed.append(i)
+        """Every node of a level learns its clusters and parents from ``targets`` (summary id ->
+        cluster id, children) now; returned: the writes of the rows whose clusters or parents
+        changed (``vectors``: the nodes' vectors, one row each), unflushed, in up to ``parts``
+        pieces of about the same size, to be done in any order."""
+        changed = learn_memberships(nodes, targets)
         size = max(1, -(-len(changed) // max(1, parts)))
         return [
             functools.partial(self.upsert, [nodes[i] for i in piece], vectors[piece], flush=False)
