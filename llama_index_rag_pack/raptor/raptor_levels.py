@@ -255,8 +255,9 @@ class LevelBuilder:
             writes = self.store.membership_writes(nodes, targets, vectors, parts=pieces)
             if jobs:
                 summarise_in_groups(self, jobs, level + 1, alongside=writes)
-            for write in writes if not jobs else ():
-                write()
+            else:
+                for write in writes:
+                    write()
             self.store.flush()
             if self.fresh:  # every summary of the level is stored: its rows are these
                 self.known[level + 1] = sorted(targets)
