@@ -152,7 +152,36 @@ def test_unreadable_files_are_reported_and_an_empty_folder_is_one_error(
         index_files(empty, uri=str(tmp_path / "g.db"), collection_name="n", embed_model=embed_model)
 
 
-_KILLABLE = textwrap.dedent(
+#: A deterministic embedding of hashed words (the same vectors in every process, no model to
+#: load): what is resumed is the rows, whichever model made them.
+_WORD_HASH_EMBEDDING = textwrap.dedent(
+    """
+    import zlib
+
+    from llama_index.core.embeddings import BaseEmbedding
+
+
+    def _vector(text):
+        out = [0.0] * 64
+        for word in text.lower().split():
+            out[zlib.crc32(word.encode()) % 64] += 1.0
+        norm = sum(x * x for x in out) ** 0.5 or 1.0
+        return [x / norm for x in out]
+
+
+    class WordHashEmbedding(BaseEmbedding):
+        def _get_text_embedding(self, text):
+            return _vector(text)
+
+        def _get_query_embedding(self, query):
+            return _vector(query)
+
+        async def _aget_query_embedding(self, query):
+            return _vector(query)
+    """
+)
+
+_KILLABLE = _WORD_HASH_EMBEDDING + textwrap.dedent(
     """
     import sys, time
     from llama_index_rag_pack.pack import file_indexing, pack_base
@@ -163,26 +192,30 @@ _KILLABLE = textwrap.dedent(
     def slow(self, documents, **kwargs):
         written = original(self, documents, **kwargs)
         print("BATCH", flush=True)
-        time.sleep(0.5)
+        time.sleep(0.2)
         return written
 
     pack_base.RagPackBase.insert = slow
-    report = file_indexing.index_files(sys.argv[1], uri=sys.argv[2], collection_name="notes")
+    report = file_indexing.index_files(
+        sys.argv[1], uri=sys.argv[2], collection_name="notes",
+        embed_model=WordHashEmbedding(model_name="word-hash-64"),
+    )
     print("DONE", report.indexed, report.unchanged, flush=True)
     """
 )
 
 
-def test_a_killed_run_resumes_to_the_rows_of_an_uninterrupted_one(
-    tmp_path, embed_model, monkeypatch
-) -> None:
+def test_a_killed_run_resumes_to_the_rows_of_an_uninterrupted_one(tmp_path, monkeypatch) -> None:
     folder = _folder(tmp_path / "notes", 20)
     script = tmp_path / "run_index.py"
     script.write_text(_KILLABLE, encoding="utf-8")
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     whole = str(tmp_path / "whole.db")  # the uninterrupted run: here, with the same model
     monkeypatch.setattr(file_indexing, "BATCH_FILES", 4)
-    index_files(folder, uri=whole, collection_name="notes", embed_model=embed_model)
+    embedding: dict[str, Any] = {}
+    exec(_WORD_HASH_EMBEDDING, embedding)  # noqa: S102  (the script's own class, here)
+    model = embedding["WordHashEmbedding"](model_name="word-hash-64")
+    index_files(folder, uri=whole, collection_name="notes", embed_model=model)
 
     killed = str(tmp_path / "killed.db")
     proc = subprocess.Popen(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +19,10 @@ import openai
 import pytest
 from lite_server import LiteServer, wait_for
 from llama_index.core.bridge.pydantic import PrivateAttr
+from serve_support import RunningServer, service_of
 
 from llama_index_rag_pack import RagPack
+from llama_index_rag_pack.serve.app import create_app
 from llama_index_rag_pack.testing import ScriptedLLM
 
 pytestmark = pytest.mark.slow
@@ -36,9 +38,13 @@ def _error(response: httpx.Response, status: int) -> dict[str, Any]:
     return error
 
 
-@pytest.fixture()
-def url(serve: Any, facts_pack: RagPack) -> str:
-    return serve(facts_pack)
+@pytest.fixture(scope="module")
+def url(facts_pack: RagPack) -> Iterator[str]:
+    """One server for the tests that send only requests it refuses or reads (none changes it):
+    starting and stopping uvicorn costs about 0.2 s a test."""
+    server = RunningServer(create_app(service_of(facts_pack)))
+    yield server.url
+    server.stop()
 
 
 BAD_BODIES = [

@@ -40,7 +40,7 @@ from llama_index_rag_pack.testing import ScriptedLLM
 
 pytestmark = pytest.mark.slow
 
-TIMEOUT_S = 0.4
+TIMEOUT_S = 0.25
 MAX_OVERRUN_S = 1.5
 VISIBLE = {"people": ["id", "name", "dept"]}
 VISIBLE_ROWS = [(1, "Ada", "eng"), (2, "Bo", "ops"), (3, "Cy", "eng")]
