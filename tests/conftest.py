@@ -328,6 +328,59 @@ def xdist_group_of(nodeid: str) -> str:
     return module
 
 
+#: Compiles the functions umap and pynndescent leave to numba (what the RAPTOR tests run).
+_NUMBA_WARM_UP = """
+import numpy as np
+from llama_index_rag_pack.raptor.clustering import cluster_embeddings
+rng = np.random.default_rng(0)
+for rows in (40, 300):
+    x = rng.normal(size=(rows, 384)).astype(np.float32)
+    cluster_embeddings(x / np.linalg.norm(x, axis=1, keepdims=True), random_state=0)
+"""
+_WARM_UP: list[subprocess.Popen[bytes]] = []
+
+
+def _numba_cache_is_cold() -> bool:
+    """Whether umap's and pynndescent's numba caches (beside their sources) are still empty:
+    a new virtual environment's first run, where each process that clusters would compile them
+    itself (about 20 s of a core each; the RAPTOR tests run on several workers and in
+    subprocesses)."""
+    import importlib.util
+
+    if os.environ.get("NUMBA_CACHE_DIR") or os.environ.get("NUMBA_DISABLE_JIT"):
+        return False  # a cache of the caller's own, or nothing to compile
+    for name in ("umap", "pynndescent"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            return False
+        if not any(Path(spec.origin).parent.rglob("*.nbi")):
+            return True
+    return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the process that starts the run (not in an xdist worker): on a new virtual
+    environment, compile numba's functions once, in a background process, while the workers
+    collect the tests; the RAPTOR modules start later and load the cache it writes."""
+    if hasattr(config, "workerinput") or not _numba_cache_is_cold():
+        return
+    _WARM_UP.append(
+        subprocess.Popen(
+            [sys.executable, "-c", _NUMBA_WARM_UP],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for proc in _WARM_UP:
+        if proc.poll() is None:  # a short run that clustered nothing: numba writes atomically
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
 #: The most xdist workers ``-n auto`` starts: each loads the models its modules use.
 MAX_WORKERS = 8
 
