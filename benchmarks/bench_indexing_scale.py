@@ -45,8 +45,9 @@ def questions() -> list[str]:
     return [" ".join(rng.sample(WORDS, 3)) for _ in range(QUESTIONS + 1)]
 
 
-def timed_queries(retrieve: Any) -> tuple[float, float, list[Any]]:
-    """First question's seconds, the median of the others, and every answer."""
+def timed_queries(retrieve: Any) -> tuple[float, float, float, list[Any]]:
+    """First question's seconds, the median and the slowest of the others (a copy read into
+    memory on the fourth question shows there), and every answer."""
     asked = questions()
     start = time.perf_counter()
     answers = [retrieve(asked[0])]
@@ -56,7 +57,7 @@ def timed_queries(retrieve: Any) -> tuple[float, float, list[Any]]:
         start = time.perf_counter()
         answers.append(retrieve(q))
         times.append(time.perf_counter() - start)
-    return first, statistics.median(times), answers
+    return first, statistics.median(times), max(times), answers
 
 
 def same_top(a: list[Any], b: list[Any]) -> bool:
@@ -151,8 +152,8 @@ def run_pack(n: int, uri: str) -> dict[str, Any]:
     answers = {}
     for mode in PACK_MODES:
         retriever = pack.retriever(mode, similarity_top_k=10)
-        first, p50, answers[mode] = timed_queries(retriever.retrieve)
-        result[mode] = {"first_s": first, "p50_s": p50}
+        first, p50, worst, answers[mode] = timed_queries(retriever.retrieve)
+        result[mode] = {"first_s": first, "p50_s": p50, "max_s": worst}
     result["peak_mb"] = max(rss_mb()[1], together)
     result["peak_upper_mb"] = rss_mb()[1] + helper_mb
     os.environ["RAG_PACK_MEMORY_COPIES"] = "off"
@@ -161,8 +162,8 @@ def run_pack(n: int, uri: str) -> dict[str, Any]:
     for name in (store.collection_name, f"{store.collection_name}__sentences"):
         forget_vectors(store.client, name)
     retriever = pack.retriever("hybrid_convex", similarity_top_k=10)
-    first, p50, off = timed_queries(retriever.retrieve)
-    result["hybrid_convex_copies_off"] = {"first_s": first, "p50_s": p50}
+    first, p50, worst, off = timed_queries(retriever.retrieve)
+    result["hybrid_convex_copies_off"] = {"first_s": first, "p50_s": p50, "max_s": worst}
     result["same_top10_copies_off"] = sum(
         same_top(a, b) for a, b in zip(answers["hybrid_convex"], off, strict=True)
     )
@@ -192,8 +193,8 @@ def run_stock(n: int, uri: str, hybrid: bool = False) -> dict[str, Any]:
         "row_check": row_check(),  # pymilvus as installed: nothing of the pack's changes it
     }
     mode = "hybrid" if hybrid else "vector"
-    first, p50, _ = timed_queries(stock_retriever(index, hybrid, top_k=10).retrieve)
-    result[mode] = {"first_s": first, "p50_s": p50}
+    first, p50, worst, _ = timed_queries(stock_retriever(index, hybrid, top_k=10).retrieve)
+    result[mode] = {"first_s": first, "p50_s": p50, "max_s": worst}
     result["peak_mb"] = rss_mb()[1]
     return result
 
@@ -315,7 +316,9 @@ def main() -> None:
                f"{p['same_top10_copies_off']}/{p['questions']}",
                f"{1000 * s['vector']['p50_s']:.1f}",
                f"{1000 * h['hybrid']['p50_s']:.1f}",
-               f"{p['hybrid_convex']['first_s']:.2f}"]
+               f"{p['hybrid_convex']['first_s']:.2f}",
+               f"{p['hybrid_convex'].get('max_s', float('nan')):.2f}",
+               f"{h['hybrid'].get('max_s', float('nan')):.2f}"]
         )  # fmt: skip
     note = plot(rows, args.out)
     write_results(
@@ -344,7 +347,7 @@ def main() -> None:
                 ),
             ),
             (
-                "Query p50 (ms, 20 questions after one warm-up, top 10)",
+                "Query p50 (ms, 20 questions after one warm-up, top 10); the slowest of them (s)",
                 md_table(
                     [
                         "documents",
@@ -356,9 +359,11 @@ def main() -> None:
                         "stock dense",
                         "stock hybrid",
                         "pack first question s",
+                        "pack default slowest s",
+                        "stock hybrid slowest s",
                     ],
                     queries,
-                    "rrrrrrrrr",
+                    "rrrrrrrrrrr",
                 ),
             ),
         ],  # fmt: skip

@@ -208,3 +208,39 @@ def test_milvus_answers_the_first_queries_then_the_copy_does_the_same(pack, monk
     assert _ids(fast.retrieve(third)) == expected[third]
     assert "docs" in _held(pack)  # the third one made the copies and used them
     assert _ids(fast.retrieve(QUESTIONS[3])) == expected[QUESTIONS[3]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("dim", "rows"), [(8, vector_memory.MAX_VECTOR_PAGE), (4096, 4032)])
+def test_a_copy_reads_its_vectors_in_pages_bounded_by_bytes(tmp_path, monkeypatch, dim, rows):
+    """Milvus Lite scans the collection for each page of a query iterator, so a copy reads as
+    many vectors a page as fit VECTOR_PAGE_BYTES (up to Milvus' largest page), every row once."""
+    from llama_index.core.schema import TextNode
+
+    store = milvus_utils.open_vector_store(str(tmp_path / "pages.db"), "pages", dim=dim)
+    rng = np.random.default_rng(0)
+    store.add(
+        [TextNode(id_=f"n{i}", text=f"row {i}", embedding=list(rng.random(dim))) for i in range(5)]
+    )
+    milvus_utils.flush(store)
+    client = store.client
+    asked: list[int] = []
+    real = client.query_iterator
+
+    def recording(*args, **kwargs):
+        asked.append(kwargs["batch_size"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(client, "query_iterator", recording)
+    monkeypatch.setattr(vector_memory, "VECTOR_PAGE_BYTES", 64 * 1024 * 1024)
+    keys, matrix = memory_vectors(client, "pages", key_field="id")
+    assert asked == [rows] and rows * 4 * dim <= vector_memory.VECTOR_PAGE_BYTES
+    assert sorted(keys) == [f"n{i}" for i in range(5)] and matrix.shape == (5, dim)
+
+
+def test_a_collection_whose_dimension_cannot_be_read_is_copied_in_small_pages() -> None:
+    class Unreadable:
+        def describe_collection(self, name):
+            raise RuntimeError("server gone")
+
+    assert vector_memory.vector_page_rows(Unreadable(), "c", "embedding") == 2000
