@@ -50,6 +50,7 @@ __all__ = [
     "key_mask",
     "matching_ids",
     "MAX_VECTOR_PAGE",
+    "MIN_PAGE",
     "VECTOR_PAGE_BYTES",
     "memory_copy",
     "memory_vectors",
@@ -57,6 +58,7 @@ __all__ = [
     "row_count",
     "top_scores",
     "vector_key",
+    "text_page_rows",
     "vector_page_rows",
 ]
 
@@ -70,11 +72,13 @@ SEARCHES_BEFORE_COPY = 3
 
 _READ_BATCH = 2000
 #: Rows a page of a vector copy holds: as many as fit :data:`VECTOR_PAGE_BYTES`, between
-#: ``_READ_BATCH`` and :data:`MAX_VECTOR_PAGE` (Milvus' largest query page). Milvus Lite finds
+#: :data:`MIN_PAGE` and :data:`MAX_VECTOR_PAGE` (Milvus' largest query page). Milvus Lite finds
 #: each page of a query iterator by scanning the collection, so small pages make a copy's read
 #: grow with the square of the rows: 14.0 s for 60,000 384-d vectors in pages of 2,000 rows,
 #: 8.3 s in pages of 16,384.
 MAX_VECTOR_PAGE = 16_384
+#: The fewest rows a page of a copy holds, however wide its rows.
+MIN_PAGE = 256
 #: Bytes of vectors a page may carry (Milvus Lite and Milvus answer up to 256 MB a message).
 VECTOR_PAGE_BYTES = 64 * 1024 * 1024
 
@@ -170,7 +174,7 @@ def memory_copy(client: Any, collection_name: str, slot: str, build: Callable[[]
 
 def vector_page_rows(client: Any, collection_name: str, vector_field: str) -> int:
     """Rows a page of ``vector_field``'s copy holds (:data:`VECTOR_PAGE_BYTES` of vectors,
-    between ``_READ_BATCH`` and :data:`MAX_VECTOR_PAGE` rows; ``_READ_BATCH`` when the field's
+    between :data:`MIN_PAGE` and :data:`MAX_VECTOR_PAGE` rows; ``_READ_BATCH`` when the field's
     dimension cannot be read)."""
     dim = 0
     with contextlib.suppress(Exception):  # any client or server failure: the small pages
@@ -179,7 +183,29 @@ def vector_page_rows(client: Any, collection_name: str, vector_field: str) -> in
                 dim = int((field.get("params") or {}).get("dim") or 0)
     if dim <= 0:
         return _READ_BATCH
-    return max(_READ_BATCH, min(MAX_VECTOR_PAGE, VECTOR_PAGE_BYTES // (4 * dim + 256)))
+    return max(MIN_PAGE, min(MAX_VECTOR_PAGE, VECTOR_PAGE_BYTES // (4 * dim + 256)))
+
+
+#: Rows sampled to size the pages of a copy of text fields (:func:`text_page_rows`).
+_PAGE_SAMPLE = 64
+
+
+def text_page_rows(client: Any, collection_name: str, fields: list[str]) -> int:
+    """Rows a page of a copy of text ``fields`` holds: :data:`VECTOR_PAGE_BYTES` over four
+    times the largest of :data:`_PAGE_SAMPLE` sampled rows (a page of longer rows than the
+    sample's still fits the 256 MB a message may carry), between :data:`MIN_PAGE` and
+    :data:`MAX_VECTOR_PAGE` rows; ``_READ_BATCH`` when the sample cannot be read."""
+    try:
+        sample = client.query(collection_name, filter="", output_fields=fields, limit=_PAGE_SAMPLE)
+    except Exception:  # any client or server failure: the small pages
+        return _READ_BATCH
+    widest = max(
+        (sum(len(str(row.get(f) or "").encode()) for f in fields) for row in sample or []),
+        default=0,
+    )
+    if widest <= 0:
+        return _READ_BATCH
+    return max(MIN_PAGE, min(MAX_VECTOR_PAGE, VECTOR_PAGE_BYTES // (4 * widest)))
 
 
 def memory_vectors(

@@ -244,3 +244,22 @@ def test_a_collection_whose_dimension_cannot_be_read_is_copied_in_small_pages() 
             raise RuntimeError("server gone")
 
     assert vector_memory.vector_page_rows(Unreadable(), "c", "embedding") == 2000
+
+
+@pytest.mark.slow
+def test_a_copy_of_texts_reads_pages_sized_by_its_widest_sampled_row(tmp_path) -> None:
+    from llama_index.core.schema import TextNode
+
+    store = milvus_utils.open_vector_store(str(tmp_path / "texts.db"), "texts", dim=8)
+    widths = [10, 40_000, 200]  # one long row among short ones
+    store.add(
+        [TextNode(id_=f"t{i}", text="é" * n, embedding=[1.0] * 8) for i, n in enumerate(widths)]
+    )
+    milvus_utils.flush(store)
+    rows = vector_memory.text_page_rows(store.client, "texts", ["id", "text"])
+    # 80,002 bytes at most (two-byte characters and the id): pages of 64 MB over four times that
+    assert rows == max(vector_memory.MIN_PAGE, vector_memory.VECTOR_PAGE_BYTES // (4 * 80_002))
+    assert rows * 80_002 <= 256 * 1024 * 1024  # the most a message may carry
+    assert (
+        vector_memory.text_page_rows(store.client, "texts", ["id"]) == vector_memory.MAX_VECTOR_PAGE
+    )

@@ -40,7 +40,12 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
-from llama_index_rag_pack.milvus.vector_memory import key_mask, memory_copy, read_rows
+from llama_index_rag_pack.milvus.vector_memory import (
+    key_mask,
+    memory_copy,
+    read_rows,
+    text_page_rows,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +156,9 @@ def memory_bm25(
     def read() -> MemoryBM25 | None:
         keys: list[str] = []
         texts: list[str] = []
-        for batch in read_rows(client, collection_name, ["id", text_field]):
+        fields = ["id", text_field]
+        page = text_page_rows(client, collection_name, fields)
+        for batch in read_rows(client, collection_name, fields, page):
             keys.extend(str(row["id"]) for row in batch)
             texts.extend(str(row.get(text_field) or "") for row in batch)
         index = MemoryBM25(keys, texts)
