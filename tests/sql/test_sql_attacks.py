@@ -41,7 +41,7 @@ from llama_index_rag_pack.testing import ScriptedLLM
 pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 0.25
-MAX_OVERRUN_S = 1.5
+MAX_OVERRUN_S = 2.5
 VISIBLE = {"people": ["id", "name", "dept"]}
 VISIBLE_ROWS = [(1, "Ada", "eng"), (2, "Bo", "ops"), (3, "Cy", "eng")]
 # Hidden data per twin. Every hidden text holds the marker "zq9", which no attack below writes,
