@@ -21,16 +21,11 @@ Writes ``chunk_vectors.json`` and ``chunk_vectors.md``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import shutil
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 from _results import add_out_argument, md_table, write_results
+from bench_sentence_vectors import run_eval
 
 VARIANTS = ("model", "sentence_mean")
 SETS = (("wiki_qa_para", "dev"), ("wiki_qa_para", "test"), ("zh_qa", "test"))
@@ -69,29 +64,6 @@ indexing.embed_for_index = _sentence_mean
 """
 
 
-def run_eval(variant: str, dataset: str, split: str, work: Path, cores: int) -> tuple[dict, float]:
-    """``rag-pack eval`` of one set with ``variant``'s chunk vectors (its own cache); the
-    harness' report and the seconds it took."""
-    out = work / f"out_{variant}_{dataset}_{split}"
-    argv = [
-        "eval", "--dataset", dataset, "--split", split,
-        "--strategies", ",".join(STRATEGIES),
-        "--cache-dir", str(work / f"cache_{variant}"),
-        "--out", str(out), "--no-chart",
-    ]  # fmt: skip
-    code = (PATCH if variant == "sentence_mean" else "") + (
-        f"\nimport sys\nfrom llama_index_rag_pack.cli import main\nsys.exit(main({argv!r}))\n"
-    )
-    command = [sys.executable, "-c", code]
-    if cores and shutil.which("taskset"):
-        command = ["taskset", "-c", f"0-{cores - 1}", *command]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    start = time.perf_counter()
-    subprocess.run(command, env=env, check=True, capture_output=True)
-    seconds = time.perf_counter() - start
-    return json.loads((out / f"{dataset}-{split}.json").read_text()), seconds
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cores", type=int, default=2)
@@ -103,7 +75,12 @@ def main() -> None:
     results: dict[str, dict] = {}
     for variant in VARIANTS:
         for dataset, split in SETS:
-            report, seconds = run_eval(variant, dataset, split, work, args.cores)
+            report, seconds = run_eval(
+                variant, split, work, args.cores,
+                dataset=dataset, strategies=STRATEGIES,
+                env_vars={"RAG_PACK_SENTENCE_VECTORS": "separate"},  # the default, said
+                prelude=PATCH if variant == "sentence_mean" else "",
+            )  # fmt: skip
             n = report.get("n_questions") or len(report.get("questions", [])) or None
             by_name = {entry["name"]: entry["metrics"] for entry in report["strategies"]}
             results[f"{variant}/{dataset}/{split}"] = {

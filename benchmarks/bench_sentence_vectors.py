@@ -49,15 +49,16 @@ def run_eval(
     dataset: str = "wiki_qa_para",
     strategies: tuple[str, ...] = STRATEGIES,
     env_vars: dict[str, str] | None = None,
+    prelude: str = "",
 ) -> tuple[dict, float]:
     """``rag-pack eval`` of ``dataset``'s ``split`` with ``env_name=variant`` (or the
     environment ``env_vars``), indexed into its own cache under ``work``; the harness' report
-    and the seconds it took."""
+    and the seconds it took. ``prelude``: Python run in the harness' process before it (the
+    command then runs through ``python -c``)."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", **(env_vars or {env_name: variant}))
     suffix = "" if dataset == "wiki_qa_para" else f"_{dataset}"
     out = work / f"out_{variant}_{split}{suffix}"
-    command = [
-        str(Path(sys.executable).parent / "rag-pack"),
+    argv = [
         "eval",
         "--dataset", dataset,
         "--split", split,
@@ -66,6 +67,10 @@ def run_eval(
         "--out", str(out),
         "--no-chart",
     ]  # fmt: skip
+    command = [str(Path(sys.executable).parent / "rag-pack"), *argv]
+    if prelude:
+        run = f"\nimport sys\nfrom llama_index_rag_pack.cli import main\nsys.exit(main({argv!r}))\n"
+        command = [sys.executable, "-c", prelude + run]
     if cores and shutil.which("taskset"):
         command = ["taskset", "-c", f"0-{cores - 1}", *command]
     start = time.perf_counter()
