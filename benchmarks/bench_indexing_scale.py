@@ -7,11 +7,13 @@ point).
 
 Each side runs in a fresh process pinned to ``--cores`` CPUs. Measured: index time, peak RSS
 (Milvus Lite runs inside the process, so its memory counts), and the median query time of 20
-questions per mode after one warm-up question (which, in the pack, reads the in-memory copies;
-its time is reported apart): the pack's default mode (``hybrid_convex``), ``vector`` and
-``bm25``, the default mode again with the in-memory copies off (``RAG_PACK_MEMORY_COPIES=off``:
-every search in Lite), whether its top 10 equal the copies' (up to ties) for every question,
-and the stock recipes' dense and hybrid retrievers.
+questions per mode after one warm-up question: the pack's default mode (``hybrid_convex``),
+``vector`` and ``bm25`` as a new process meets them (the in-memory copies fall due on the
+fourth question and are read in a background thread meanwhile; the slowest question shows a
+question that waits), the default mode again once the copies are held, the default mode again
+with the in-memory copies off (``RAG_PACK_MEMORY_COPIES=off``: every search in Lite), whether
+its top 10 equal the copies' (up to ties) for every question, and the stock recipes' dense and
+hybrid retrievers.
 
 Run:  python benchmarks/bench_indexing_scale.py [--sizes 2000,20000,60000,100000] [--cores 2]
 Writes ``indexing_scale.json``, ``indexing_scale.md`` and ``indexing_scale.png`` (log-log).
@@ -46,8 +48,8 @@ def questions() -> list[str]:
 
 
 def timed_queries(retrieve: Any) -> tuple[float, float, float, list[Any]]:
-    """First question's seconds, the median and the slowest of the others (a copy read into
-    memory on the fourth question shows there), and every answer."""
+    """First question's seconds, the median and the slowest of the others (a question that
+    waits for a copy to be read into memory shows there), and every answer."""
     asked = questions()
     start = time.perf_counter()
     answers = [retrieve(asked[0])]
@@ -126,7 +128,7 @@ def row_check() -> str:
 
 
 def run_pack(n: int, uri: str) -> dict[str, Any]:
-    from llama_index_rag_pack.milvus.vector_memory import forget_vectors
+    from llama_index_rag_pack.milvus.vector_memory import forget_vectors, wait_for_copies
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
     docs, embed = corpus(f"synthetic:{n}")
@@ -150,10 +152,18 @@ def run_pack(n: int, uri: str) -> dict[str, Any]:
         "row_check": row_check(),
     }
     answers = {}
-    for mode in PACK_MODES:
+    start = time.perf_counter()
+    for mode in PACK_MODES:  # the copies fall due on the fourth question, read meanwhile
         retriever = pack.retriever(mode, similarity_top_k=10)
         first, p50, worst, answers[mode] = timed_queries(retriever.retrieve)
         result[mode] = {"first_s": first, "p50_s": p50, "max_s": worst}
+    asked_s = time.perf_counter() - start
+    wait_for_copies()
+    result["copies_after_s"] = time.perf_counter() - start  # from the modes' first question
+    result["copies_read_by_then"] = result["copies_after_s"] <= asked_s + 0.01
+    retriever = pack.retriever("hybrid_convex", similarity_top_k=10)
+    first, p50, worst, answers["hybrid_convex"] = timed_queries(retriever.retrieve)
+    result["hybrid_convex_held"] = {"first_s": first, "p50_s": p50, "max_s": worst}
     result["peak_mb"] = max(rss_mb()[1], together)
     result["peak_upper_mb"] = rss_mb()[1] + helper_mb
     os.environ["RAG_PACK_MEMORY_COPIES"] = "off"
@@ -235,7 +245,10 @@ def plot(rows: list[dict[str, Any]], out: str) -> str:
         if get is None:
             ax.plot(
                 ns,
-                [1000 * r["pack"]["hybrid_convex"]["p50_s"] for r in rows],
+                [
+                    1000 * r["pack"].get("hybrid_convex_held", r["pack"]["hybrid_convex"])["p50_s"]
+                    for r in rows
+                ],  # fmt: skip
                 "o-",
                 label="pack default (copies)",
             )
@@ -309,10 +322,12 @@ def main() -> None:
              f"{p['helper_peak_mb']:.0f}", f"{s['peak_mb']:.0f}", f"{h['peak_mb']:.0f}",
              f"**{p['peak_mb'] / h['peak_mb']:.2f}x**"]
         )  # fmt: skip
+        held = p.get("hybrid_convex_held", p["hybrid_convex"])
         queries.append(
-            [f"{r['n']:,}"]
+            [f"{r['n']:,}", f"{1000 * held['p50_s']:.1f}"]
             + [f"{1000 * p[m]['p50_s']:.1f}" for m in PACK_MODES]
-            + [f"{1000 * p['hybrid_convex_copies_off']['p50_s']:.1f}",
+            + [f"{p['copies_after_s']:.1f}" if "copies_after_s" in p else "",
+               f"{1000 * p['hybrid_convex_copies_off']['p50_s']:.1f}",
                f"{p['same_top10_copies_off']}/{p['questions']}",
                f"{1000 * s['vector']['p50_s']:.1f}",
                f"{1000 * h['hybrid']['p50_s']:.1f}",
@@ -351,9 +366,11 @@ def main() -> None:
                 md_table(
                     [
                         "documents",
-                        "pack default",
+                        "pack default, copies held",
+                        "pack default, first 21",
                         "pack vector",
                         "pack bm25",
+                        "copies held after s",
                         "pack default, copies off",
                         "same top 10 with copies off",
                         "stock dense",
@@ -363,7 +380,7 @@ def main() -> None:
                         "stock hybrid slowest s",
                     ],
                     queries,
-                    "rrrrrrrrrrr",
+                    "rrrrrrrrrrrrr",
                 ),
             ),
         ],  # fmt: skip
@@ -374,7 +391,12 @@ def main() -> None:
             "the stock `VectorStoreIndex` over `MilvusVectorStore` on Milvus Lite, dense and "
             "hybrid (`enable_sparse=True` with Milvus' own `BM25BuiltInFunction`, queried with "
             "`vector_store_query_mode='hybrid'`), on the same chunks, each in a fresh process "
-            f"pinned to {args.cores} cores. Peak RSS (after indexing and the 21 questions) "
+            f"pinned to {args.cores} cores. The pack's questions: 21 per mode as a new process "
+            "meets them (its copies fall due on the fourth question of the default mode and "
+            "are read in a background thread while Lite answers; `copies held after s`, from "
+            "the first question, includes the wait for them after the 63 questions when they "
+            "took longer), then the default's 21 again from the copies. Peak RSS (after "
+            "indexing, the questions and the copies) "
             "includes Milvus Lite (it runs in the process); the pack's is its own high-water "
             "mark or the largest sum of its and its BM25 analysis helper's resident sets, "
             "sampled every 0.2 s while the helper runs, whichever is larger (beside it, the "

@@ -70,15 +70,16 @@ if TYPE_CHECKING:
 
 @pytest.fixture(scope="session", autouse=True)
 def copies_from_the_first_search() -> Any:
-    """Lite collections are held in memory from their first search in this process, so every
-    test that searches one exercises the in-memory path; ``test_vector_memory`` tests the
-    default (Milvus answers the first few queries)."""
+    """Lite collections are held in memory from their first search in this process, read by
+    that search, so every test that searches one exercises the in-memory path;
+    ``test_vector_memory`` tests the default (Milvus answers the first few queries, then while
+    a background thread reads the copies)."""
     from llama_index_rag_pack.milvus import vector_memory
 
-    default = vector_memory.SEARCHES_BEFORE_COPY
-    vector_memory.SEARCHES_BEFORE_COPY = 0
+    defaults = vector_memory.SEARCHES_BEFORE_COPY, vector_memory.BACKGROUND_COPIES
+    vector_memory.SEARCHES_BEFORE_COPY, vector_memory.BACKGROUND_COPIES = 0, False
     yield
-    vector_memory.SEARCHES_BEFORE_COPY = default
+    vector_memory.SEARCHES_BEFORE_COPY, vector_memory.BACKGROUND_COPIES = defaults
 
 
 @pytest.fixture(scope="session")

@@ -343,6 +343,10 @@ THIRD_PARTY_REACHES = {
     (f"{ROOT}.models.local_embedding", "self._torch_model()._get_text_embeddings"),
     (f"{ROOT}.citations.cited_query_engine", "getattr(retriever, '_embed_model')"),
     (f"{ROOT}.milvus.lite", "getattr(server_manager_instance, '_servers')"),
+    (f"{ROOT}.milvus.lite", "getattr(client, '_config')"),  # the copies read Lite's rows
+    (f"{ROOT}.milvus.lite", "collection._read_snapshot"),
+    (f"{ROOT}.milvus.lite", "collection._memtable"),
+    (f"{ROOT}.milvus.lite", "collection._vector_name"),
     (f"{ROOT}.milvus.client_open", "getattr(helper, '_ROW_SCALAR_NORMALIZERS')"),
     (f"{ROOT}.models.settings", "getattr(Settings, '_llm')"),  # core: read without a default
     (f"{ROOT}.models.settings", "getattr(Settings, '_embed_model')"),

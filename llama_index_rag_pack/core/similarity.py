@@ -1,17 +1,27 @@
 """Vector normalisation and cosine similarity: the package's one implementation of L2
-normalisation (:func:`normalize_rows`, :func:`normalize_vector`) and cosine scores
-(:func:`cosine_similarities`). Pure numpy; the semantic routing arithmetic built on them is in
-:mod:`~llama_index_rag_pack.routing.route_scores`.
+normalisation (:func:`normalize_rows`, :func:`normalize_vector`), cosine scores
+(:func:`cosine_similarities`) and the best rows of a brute-force search (:func:`top_scores`,
+which the in-memory copies of Milvus collections use). Pure numpy; the semantic routing
+arithmetic built on them is in :mod:`~llama_index_rag_pack.routing.route_scores`.
 """
 
 # Pure module: no LlamaIndex, no pymilvus (tests/test_architecture.py checks it).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-__all__ = ["cosine_similarities", "normalize_rows", "normalize_vector"]
+__all__ = [
+    "cosine_similarities",
+    "key_mask",
+    "normalize_rows",
+    "normalize_rows_in_place",
+    "normalize_vector",
+    "top_scores",
+]
 
 
 def normalize_rows(matrix: ArrayLike, *, dtype: DTypeLike = np.float32) -> np.ndarray:
@@ -29,6 +39,27 @@ def normalize_rows(matrix: ArrayLike, *, dtype: DTypeLike = np.float32) -> np.nd
     scaled = matrix / np.where(scale == 0, 1, scale)
     norms = np.linalg.norm(scaled, axis=1, keepdims=True)
     return scaled / np.where(norms == 0, 1, norms)
+
+
+#: Rows :func:`normalize_rows_in_place` scales at a time (its temporaries are one block's).
+_BLOCK_ROWS = 65_536
+
+
+def normalize_rows_in_place(matrix: np.ndarray) -> np.ndarray:
+    """:func:`normalize_rows` of a writable 2-D float array, written into it block by block:
+    the same values, without two more arrays of its size (1.4 GB each for a million 384-d rows).
+
+    Example:
+        >>> normalize_rows_in_place(np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)).tolist()
+        [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+    """
+    for start in range(0, len(matrix), _BLOCK_ROWS):
+        block = matrix[start : start + _BLOCK_ROWS]
+        scale = np.max(np.abs(block), axis=1, keepdims=True) if block.size else block[:, :1]
+        np.divide(block, np.where(scale == 0, 1, scale), out=block)
+        norms = np.linalg.norm(block, axis=1, keepdims=True)
+        np.divide(block, np.where(norms == 0, 1, norms), out=block)
+    return matrix
 
 
 def normalize_vector(vector: ArrayLike, *, dtype: DTypeLike = np.float64) -> np.ndarray:
@@ -50,3 +81,53 @@ def cosine_similarities(query: ArrayLike, normalized_rows: np.ndarray) -> np.nda
         [1.0, 0.0]
     """
     return normalized_rows @ normalize_vector(query, dtype=normalized_rows.dtype)
+
+
+def top_scores(
+    keys: Sequence[str],
+    matrix: np.ndarray,
+    embedding: Sequence[float],
+    limit: int,
+    only: frozenset[str] | None = None,
+) -> list[tuple[str, float]]:
+    """The ``limit`` rows most similar to ``embedding`` (cosine), as ``(key, score)``; with
+    ``only``, among the rows whose key is in it.
+
+    A key that appears on several rows keeps its best score. Best first; equal scores by key.
+    """
+    if not keys or limit <= 0:
+        return []
+    query = np.asarray(embedding, dtype=np.float32)
+    norm = float(np.linalg.norm(query))
+    scores = matrix @ (query / norm if norm > 0 else query)
+    if only is not None:
+        keep = key_mask(keys, only)
+        scores = np.where(keep, scores, -np.inf)
+        limit = min(limit, int(keep.sum()))
+        if limit <= 0:
+            return []
+    k = min(limit, len(keys))
+    top = np.argpartition(-scores, k - 1)[:k]
+    best: dict[str, float] = {}
+    for i in top.tolist():
+        key, score = keys[i], float(scores[i])
+        if score > best.get(key, float("-inf")):
+            best[key] = score
+    return sorted(best.items(), key=lambda item: (-item[1], item[0]))
+
+
+# (id of the keys list, the id set) -> boolean mask over the keys
+_MASKS: dict[tuple[int, int], tuple[Sequence[str], frozenset[str], np.ndarray]] = {}
+
+
+def key_mask(keys: Sequence[str], only: frozenset[str]) -> np.ndarray:
+    """Which of ``keys`` are in ``only`` (cached while both objects live)."""
+    slot = (id(keys), id(only))
+    cached = _MASKS.get(slot)
+    if cached is not None and cached[0] is keys and cached[1] is only:
+        return cached[2]
+    mask = np.fromiter((k in only for k in keys), dtype=bool, count=len(keys))
+    if len(_MASKS) > 32:
+        _MASKS.clear()
+    _MASKS[slot] = (keys, only, mask)
+    return mask

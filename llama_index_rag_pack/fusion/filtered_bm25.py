@@ -19,7 +19,7 @@ from typing import Any
 
 from llama_index_rag_pack.documents.bm25_analysis import Bm25Analysis
 from llama_index_rag_pack.milvus.bm25.bm25_fields import BM25_TEXT_FIELD
-from llama_index_rag_pack.milvus.bm25.bm25_memory import MemoryBM25, memory_bm25
+from llama_index_rag_pack.milvus.bm25.bm25_memory import MemoryBM25, bm25_slot, memory_bm25
 from llama_index_rag_pack.milvus.bm25.client_bm25 import ClientBM25
 from llama_index_rag_pack.milvus.document_rows import ids_expression
 from llama_index_rag_pack.milvus.vector_memory import copy_due, id_filter, matching_ids, row_count
@@ -141,13 +141,23 @@ class Bm25SearchMixin:
 
     def _bm25_copy(self, query: str) -> MemoryBM25 | None:
         """The in-memory BM25 index (``in_memory`` on a collection analysed on the client),
-        once searches of the collection make it worth reading
+        once searches of the collection make it worth reading and it is read
         (:func:`~llama_index_rag_pack.milvus.vector_memory.copy_due`)."""
+        slots = self.bm25_copy_slots()
+        if not (slots and copy_due(self.client, self.collection_name, query, slots)):
+            return None
+        return self._read_bm25_copy()
+
+    def bm25_copy_slots(self) -> dict[str, Callable[[], object]]:
+        """The in-memory BM25 copy this retriever searches, as a
+        :func:`~llama_index_rag_pack.milvus.vector_memory.copy_due` slot with the call that
+        reads it (none when BM25 stays in Milvus)."""
         analysis = self.bm25_analysis
         if not (self.in_memory and analysis is not None and analysis.client_side):
-            return None
-        if not copy_due(self.client, self.collection_name, query):
-            return None
+            return {}
+        return {bm25_slot(BM25_TEXT_FIELD): self._read_bm25_copy}
+
+    def _read_bm25_copy(self) -> MemoryBM25 | None:
         return memory_bm25(
             self.client,
             self.collection_name,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,7 @@ from llama_index_rag_pack.milvus.vector_memory import (
     matching_ids,
     memory_vectors,
     top_scores,
+    vectors_slot,
 )
 from llama_index_rag_pack.models.settings import embed_model_languages
 
@@ -291,9 +293,8 @@ class MilvusScoreFusionRetriever(PackRetriever):
             return self._fuse(weights, self.dense.retrieve(query_bundle), sparse)
         embedding = query_bundle.embedding or self.embed_model.get_query_embedding(query)
         bundle = self._embedded(query_bundle, embedding)
-        return self._fuse(
-            weights, self.dense.retrieve(bundle), sparse, self.sentences.retrieve(bundle)
-        )
+        dense, sentences = self.dense.retrieve(bundle), self.sentences.retrieve(bundle)
+        return self._fuse(weights, dense, sparse, sentences)
 
     async def _afused_in_turn(
         self, query_bundle: QueryBundle, query: str, weights: tuple[float, float]
@@ -310,8 +311,19 @@ class MilvusScoreFusionRetriever(PackRetriever):
     def _searches_memory(self, query: str) -> bool:
         return (
             self.in_memory
-            and copy_due(self.dense.client, self.dense.collection_name, query)
+            and copy_due(self.dense.client, self.dense.collection_name, query, self._copies())
             and (not self.dense.filter or self._only() is not None)
+        )
+
+    def _copies(self) -> dict[str, Callable[[], Any]]:
+        """The chunk collection's in-memory copies a search reads, with the calls reading them."""
+        dense = vectors_slot("id", self.dense.dense_field)
+        return {dense: self._dense_copy, **self.sparse.bm25_copy_slots()}
+
+    def _dense_copy(self) -> tuple[list[str], Any]:
+        d = self.dense
+        return memory_vectors(
+            d.client, d.collection_name, key_field="id", vector_field=d.dense_field
         )
 
     def _only(self) -> frozenset[str] | None:
@@ -324,11 +336,8 @@ class MilvusScoreFusionRetriever(PackRetriever):
         self, query_bundle: QueryBundle, query: str, weights: tuple[float, float]
     ) -> list[NodeWithScore]:
         """BM25, dense and sentence scores from in-memory copies, all as bare ids; fused on
-        ids; then one read of the chunks returned.
-
-        The steps run in turn: each is under a few milliseconds of Python and numpy work in
-        this process (a collection analysed by Milvus itself scores BM25 in Lite, in Python,
-        holding the GIL), so worker threads would only wait for each other."""
+        ids; then one read of the chunks returned. The steps run in turn: each is a few ms of
+        Python and numpy holding the GIL, so worker threads would only wait for each other."""
         limit, only = self.dense.similarity_top_k, self._only()
         sparse = [_bare(key, score) for key, score in self.sparse.bm25_ids(query, limit, only)]
         dense, sentences = self._memory_sides(query_bundle, query, limit, only)
@@ -351,12 +360,7 @@ class MilvusScoreFusionRetriever(PackRetriever):
         embedding = query_bundle.embedding
         if embedding is None:
             embedding = self.embed_model.get_query_embedding(query)
-        keys, matrix = memory_vectors(
-            self.dense.client,
-            self.dense.collection_name,
-            key_field="id",
-            vector_field=self.dense.dense_field,
-        )
+        keys, matrix = self._dense_copy()
         dense = [_bare(k, s) for k, s in top_scores(keys, matrix, embedding, limit, only)]
         if self.sentences is None:
             return dense, None

@@ -35,6 +35,7 @@ from llama_index_rag_pack.milvus.vector_memory import (
     memory_vectors,
     top_scores,
     vector_key,
+    vectors_slot,
 )
 
 logger = logging.getLogger(__name__)
@@ -193,7 +194,12 @@ class MilvusSentenceIndex:
         search): the chunk ids that may be returned."""
         if self.in_memory and (
             only is not None  # only the in-memory search can keep to it
-            or copy_due(self.client, self.collection_name, vector_key(embedding))
+            or copy_due(
+                self.client,
+                self.collection_name,
+                vector_key(embedding),
+                {vectors_slot("chunk_id"): self._read_copy},
+            )
         ):
             return self._search_memory(embedding, limit, only)
         self._ensure_loaded()
@@ -216,6 +222,9 @@ class MilvusSentenceIndex:
     def _search_memory(
         self, embedding: Sequence[float], limit: int, only: frozenset[str] | None = None
     ) -> list[tuple[str, float]]:
-        self._ensure_loaded()
-        chunk_ids, matrix = memory_vectors(self.client, self.collection_name, key_field="chunk_id")
+        chunk_ids, matrix = self._read_copy()
         return top_scores(chunk_ids, matrix, embedding, limit, only)
+
+    def _read_copy(self) -> tuple[list[str], Any]:
+        self._ensure_loaded()
+        return memory_vectors(self.client, self.collection_name, key_field="chunk_id")

@@ -10,13 +10,20 @@ A copy is read once per client and collection, from the collection's fourth diff
 (:func:`copy_due`: Milvus answers the first ones, faster than reading a copy for a process that
 asks one question), and :func:`forget_vectors` drops it; every write
 through the package (``RagPack.insert``, ``delete``, the sentence index) calls it, so a copy never
-outlives the rows it was read from. A metadata filter is resolved the same way: once, to the set
-of ids it keeps (:func:`matching_ids`), which masks the in-memory search and becomes an
-``id in [...]`` condition on the BM25 side (a primary-key lookup instead of a JSON scan per row).
-The BM25 side keeps its own copy the same way
-(:mod:`~llama_index_rag_pack.milvus.bm25.bm25_memory`). Writes made around the package (another
-``MilvusVectorStore`` on the same file) are not seen until :func:`forget_vectors` is called or
-the client is closed.
+outlives the rows it was read from. The copy is read in a background thread while Milvus keeps
+answering, so no question waits for it; the first search after it is read uses it, and a write
+during the read throws the read away (:func:`wait_for_copies` waits for the reads under way).
+On a Lite file served in this process the rows come straight from Lite's segments
+(:func:`~llama_index_rag_pack.milvus.lite.lite_columns`: 120,000 vectors in 0.5 s); elsewhere
+from a query iterator, which Lite answers page by page by gathering the whole collection
+(14.6 s for the same vectors; 99 s for the copies of 100,000 documents with their sentences).
+
+A metadata filter is resolved the same way: once, to the set of ids it keeps
+(:func:`matching_ids`), which masks the in-memory search and becomes an ``id in [...]``
+condition on the BM25 side (a primary-key lookup instead of a JSON scan per row). The BM25 side
+keeps its own copy the same way (:mod:`~llama_index_rag_pack.milvus.bm25.bm25_memory`). Writes
+made around the package (another ``MilvusVectorStore`` on the same file) are not seen until
+:func:`forget_vectors` is called or the client is closed.
 
 Example:
     >>> keys, matrix = memory_vectors(client, "docs", key_field="id")  # doctest: +SKIP
@@ -30,20 +37,23 @@ import contextlib
 import hashlib
 import logging
 import threading
+import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from llama_index_rag_pack.core.similarity import normalize_rows
+from llama_index_rag_pack.core.similarity import key_mask, normalize_rows_in_place, top_scores
 from llama_index_rag_pack.milvus.document_rows import ids_expression
+from llama_index_rag_pack.milvus.lite import lite_columns
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "MAX_ID_SET",
     "SEARCHES_BEFORE_COPY",
+    "BACKGROUND_COPIES",
     "copy_due",
     "forget_vectors",
     "id_filter",
@@ -58,8 +68,10 @@ __all__ = [
     "row_count",
     "top_scores",
     "vector_key",
+    "vectors_slot",
     "text_page_rows",
     "vector_page_rows",
+    "wait_for_copies",
 ]
 
 #: The most ids a resolved filter keeps as a set (larger ones stay Milvus expressions).
@@ -69,6 +81,10 @@ MAX_ID_SET = 20_000
 #: takes about 0.4 s against about 50 ms for one search in Lite, so it pays for itself only over
 #: several searches, while a one-question ``rag-pack ask`` makes one.
 SEARCHES_BEFORE_COPY = 3
+#: Whether a copy that :func:`copy_due` finds due is read in a background thread while Milvus
+#: keeps answering (``True``), or by the search that finds it due (``False``: the test suite,
+#: which compares both paths query by query).
+BACKGROUND_COPIES = True
 
 _READ_BATCH = 2000
 #: Rows a page of a vector copy holds: as many as fit :data:`VECTOR_PAGE_BYTES`, between
@@ -96,29 +112,74 @@ _COUNTS: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], int]] = weakref.We
 # client -> {collection: the queries it was searched with while no copy of it was held}
 _SEARCHES: weakref.WeakKeyDictionary[Any, dict[str, set[str]]] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
+# collection -> how many times its copies were dropped (a copy read meanwhile is not kept)
+_GENERATIONS: dict[str, int] = {}
+# client -> {collection: the slots a background read finished for the current generation}
+_READ: weakref.WeakKeyDictionary[Any, dict[str, set[str]]] = weakref.WeakKeyDictionary()
+# (id of the client, collection) -> the thread reading its copies
+_READERS: dict[tuple[int, str], threading.Thread] = {}
+# held by a background read: one at a time, so their pages are not in memory together
+_ONE_READ = threading.Lock()
+# client -> {(collection, slot): the lock held while that copy is read}
+_SLOT_LOCKS: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], threading.Lock]]
+_SLOT_LOCKS = weakref.WeakKeyDictionary()
 
 
 def forget_vectors(client: Any, collection_name: str) -> None:
-    """Drop every in-memory copy of ``collection_name``.
+    """Drop every in-memory copy of ``collection_name``; a copy being read is not kept.
 
     Copies held for other clients are dropped too: two clients may open the same Lite file, and
     a write through one must not leave the other's copy behind.
     """
     del client  # kept for symmetry with memory_vectors; every client's copy goes
     with _LOCK:
+        _GENERATIONS[collection_name] = _GENERATIONS.get(collection_name, 0) + 1
         for copies in [*_COPIES.values(), *_ID_SETS.values(), *_COUNTS.values()]:
             for key in [k for k in copies if k[0] == collection_name]:
                 del copies[key]
+        for read in _READ.values():
+            read.pop(collection_name, None)
 
 
-def copy_due(client: Any, collection_name: str, query_key: str) -> bool:
-    """Whether a search of ``collection_name`` for ``query_key`` should read (and, the first
-    time, make) the collection's in-memory copies: once one is held, or once the collection has
-    been searched with more than :data:`SEARCHES_BEFORE_COPY` different queries. The steps of
-    one search ask with the same key and count once. Until then Milvus answers, which ranks the
-    same (tests compare the default and BM25 modes, and the sentence search, both ways)."""
+def vectors_slot(key_field: str, vector_field: str = "embedding") -> str:
+    """The name under which :func:`memory_vectors` holds a copy (a :func:`copy_due` slot)."""
+    return f"vectors:{key_field}:{vector_field}"
+
+
+def wait_for_copies(timeout: float | None = None) -> bool:
+    """Wait until the copies being read in the background are read (or ``timeout`` seconds
+    pass); ``True`` when none is being read any more."""
     with _LOCK:
-        if any(key[0] == collection_name for key in _COPIES.get(client, {})):
+        readers = list(_READERS.values())
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for thread in readers:
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    with _LOCK:
+        return not any(t.is_alive() for t in _READERS.values())
+
+
+def copy_due(
+    client: Any,
+    collection_name: str,
+    query_key: str,
+    prefetch: Mapping[str, Callable[[], object]] | None = None,
+) -> bool:
+    """Whether a search of ``collection_name`` for ``query_key`` should read its in-memory
+    copies: once they are held, or once the collection has been searched with more than
+    :data:`SEARCHES_BEFORE_COPY` different queries. The steps of one search ask with the same
+    key and count once. Until then Milvus answers, which ranks the same (tests compare the
+    default and BM25 modes, and the sentence search, both ways).
+
+    ``prefetch`` names the copies the search reads (:func:`memory_copy` slots, each with the
+    call that reads it). With it, and :data:`BACKGROUND_COPIES`, copies that fall due are read
+    in a background thread and this stays ``False`` (Milvus answers) until they are held; a
+    copy that could not be read there is read by the search, which reports why."""
+    with _LOCK:
+        held = _COPIES.get(client, {})
+        if prefetch is None:
+            if any(key[0] == collection_name for key in held):
+                return True
+        elif all((collection_name, slot) in held for slot in prefetch):
             return True
         try:
             seen = _SEARCHES.setdefault(client, {}).setdefault(collection_name, set())
@@ -126,7 +187,41 @@ def copy_due(client: Any, collection_name: str, query_key: str) -> bool:
             return True
         if len(seen) <= SEARCHES_BEFORE_COPY:
             seen.add(query_key)
-        return len(seen) > SEARCHES_BEFORE_COPY
+        if len(seen) <= SEARCHES_BEFORE_COPY:
+            return False
+        if not (prefetch and BACKGROUND_COPIES):
+            return True
+        if set(prefetch) <= _READ.get(client, {}).get(collection_name, set()):
+            return True  # read in the background, yet not held: the search reads it itself
+        reader = (id(client), collection_name)
+        if reader not in _READERS:
+            _start_reader(client, collection_name, dict(prefetch))
+        return False
+
+
+def _start_reader(
+    client: Any, collection_name: str, prefetch: dict[str, Callable[[], object]]
+) -> None:
+    """Read ``prefetch``'s copies in a daemon thread (called holding ``_LOCK``)."""
+    reader, generation = (id(client), collection_name), _GENERATIONS.get(collection_name, 0)
+
+    def read() -> None:
+        try:
+            with _ONE_READ:
+                for build in prefetch.values():
+                    build()
+        except Exception as e:  # any client or server failure: the search reads it itself
+            logger.info("Collection %r: copy not read in the background: %s", collection_name, e)
+        finally:
+            with _LOCK:
+                _READERS.pop(reader, None)
+                if _GENERATIONS.get(collection_name, 0) == generation:
+                    slots = _READ.setdefault(client, {}).setdefault(collection_name, set())
+                    slots.update(prefetch)
+
+    thread = threading.Thread(target=read, name=f"rag-pack-copy-{collection_name}", daemon=True)
+    _READERS[reader] = thread
+    thread.start()
 
 
 def vector_key(vector: Sequence[float]) -> str:
@@ -160,15 +255,24 @@ def matching_ids(client: Any, collection_name: str, expr: str) -> frozenset[str]
 
 def memory_copy(client: Any, collection_name: str, slot: str, build: Callable[[], T]) -> T:
     """What ``build()`` reads from ``collection_name``, built once per client and ``slot`` and
-    dropped with the collection's other copies (:func:`forget_vectors`)."""
+    dropped with the collection's other copies (:func:`forget_vectors`). A copy whose collection
+    was written to while it was read is returned but not kept."""
     key = (collection_name, slot)
     with _LOCK:
-        cached = _COPIES.get(client, {}).get(key, _MISSING)
+        try:
+            slot_lock = _SLOT_LOCKS.setdefault(client, {}).setdefault(key, threading.Lock())
+        except TypeError:  # a client without weak references: nothing is kept
+            slot_lock = threading.Lock()
+    with slot_lock:  # one read of a copy at a time; the others wait for it
+        with _LOCK:
+            cached = _COPIES.get(client, {}).get(key, _MISSING)
+            generation = _GENERATIONS.get(collection_name, 0)
         if cached is not _MISSING:
             return cast(T, cached)
         built = build()
-        with contextlib.suppress(TypeError):
-            _COPIES.setdefault(client, {})[key] = built
+        with _LOCK, contextlib.suppress(TypeError):
+            if _GENERATIONS.get(collection_name, 0) == generation:
+                _COPIES.setdefault(client, {})[key] = built
         return built
 
 
@@ -222,13 +326,23 @@ def memory_vectors(
         # each batch becomes float32 at once: a list of every row's Python floats would take
         # eight times the matrix (1.2 GB for 100,000 384-d vectors) before it is converted
         parts: list[np.ndarray] = []
-        page = vector_page_rows(client, collection_name, vector_field)
-        for batch in read_rows(client, collection_name, [key_field, vector_field], page):
-            keys.extend(str(row[key_field]) for row in batch)
-            parts.append(np.asarray([row[vector_field] for row in batch], dtype=np.float32))
-        flat = np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+        direct = lite_columns(client, collection_name, [key_field, vector_field])
+        if direct is not None:  # Lite's own rows, without a query per page
+            keys = [str(key) for key in direct[key_field]]
+            parts = [np.asarray(direct[vector_field], dtype=np.float32)] if keys else []
+            del direct
+        else:
+            page = vector_page_rows(client, collection_name, vector_field)
+            for batch in read_rows(client, collection_name, [key_field, vector_field], page):
+                keys.extend(str(row[key_field]) for row in batch)
+                parts.append(np.asarray([row[vector_field] for row in batch], dtype=np.float32))
+        if not parts:
+            flat = np.zeros((0, 0), dtype=np.float32)
+        else:  # a matrix of this read's own (fresh arrays): scaled in place
+            flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            flat = np.require(flat.reshape(len(keys), -1), np.float32, ["C", "W"])
         del parts
-        matrix = normalize_rows(flat.reshape(len(keys), -1) if keys else flat)
+        matrix = normalize_rows_in_place(flat) if keys else flat
         logger.info(
             "Collection %r: %d vectors held in memory (%.0f MB)",
             collection_name,
@@ -237,7 +351,7 @@ def memory_vectors(
         )
         return keys, matrix
 
-    return memory_copy(client, collection_name, f"vectors:{key_field}:{vector_field}", read)
+    return memory_copy(client, collection_name, vectors_slot(key_field, vector_field), read)
 
 
 def read_rows(
@@ -278,53 +392,5 @@ def id_filter(client: Any, collection_name: str, expr: str) -> str:
     return _ID_EXPRESSIONS.setdefault(ids, ids_expression("id", sorted(ids)))
 
 
-def top_scores(
-    keys: Sequence[str],
-    matrix: np.ndarray,
-    embedding: Sequence[float],
-    limit: int,
-    only: frozenset[str] | None = None,
-) -> list[tuple[str, float]]:
-    """The ``limit`` rows most similar to ``embedding`` (cosine), as ``(key, score)``; with
-    ``only``, among the rows whose key is in it.
-
-    A key that appears on several rows keeps its best score. Best first; equal scores by key.
-    """
-    if not keys or limit <= 0:
-        return []
-    query = np.asarray(embedding, dtype=np.float32)
-    norm = float(np.linalg.norm(query))
-    scores = matrix @ (query / norm if norm > 0 else query)
-    if only is not None:
-        keep = key_mask(keys, only)
-        scores = np.where(keep, scores, -np.inf)
-        limit = min(limit, int(keep.sum()))
-        if limit <= 0:
-            return []
-    k = min(limit, len(keys))
-    top = np.argpartition(-scores, k - 1)[:k]
-    best: dict[str, float] = {}
-    for i in top.tolist():
-        key, score = keys[i], float(scores[i])
-        if score > best.get(key, float("-inf")):
-            best[key] = score
-    return sorted(best.items(), key=lambda item: (-item[1], item[0]))
-
-
 # an id set -> its ``id in [...]`` expression (dropped with the set)
 _ID_EXPRESSIONS: weakref.WeakKeyDictionary[frozenset[str], str] = weakref.WeakKeyDictionary()
-# (id of the keys list, the id set) -> boolean mask over the keys
-_MASKS: dict[tuple[int, int], tuple[Sequence[str], frozenset[str], np.ndarray]] = {}
-
-
-def key_mask(keys: Sequence[str], only: frozenset[str]) -> np.ndarray:
-    """Which of ``keys`` are in ``only`` (cached while both objects live)."""
-    slot = (id(keys), id(only))
-    cached = _MASKS.get(slot)
-    if cached is not None and cached[0] is keys and cached[1] is only:
-        return cached[2]
-    mask = np.fromiter((k in only for k in keys), dtype=bool, count=len(keys))
-    if len(_MASKS) > 32:
-        _MASKS.clear()
-    _MASKS[slot] = (keys, only, mask)
-    return mask

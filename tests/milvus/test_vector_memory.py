@@ -5,6 +5,8 @@ filter still applied, chunks gone from the collection never returned."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.fusion.score_fusion import MilvusScoreFusionRetriever
 from llama_index_rag_pack.milvus import connection as milvus_utils
 from llama_index_rag_pack.milvus import vector_memory
+from llama_index_rag_pack.milvus.bm25 import bm25_memory
 from llama_index_rag_pack.milvus.vector_memory import forget_vectors, memory_vectors, top_scores
 
 TOPICS = {
@@ -81,6 +84,33 @@ def test_top_scores_keeps_each_keys_best_row_among_the_best_rows(case):
 def test_top_scores_of_nothing_is_empty():
     assert top_scores([], np.zeros((0, 3), dtype=np.float32), [1.0, 0.0, 0.0], 5) == []
     assert top_scores(["a"], np.ones((1, 3), dtype=np.float32), [1.0, 0.0, 0.0], 0) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 9).flatmap(
+        lambda n: st.lists(
+            st.lists(
+                st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=3, max_size=3
+            )
+            | st.just([0.0, 0.0, 0.0]),
+            min_size=n,
+            max_size=n,
+        )
+    ),
+    st.integers(1, 4),
+)
+def test_rows_scaled_in_place_equal_normalize_rows_bit_for_bit(rows, block):
+    """A copy's matrix is scaled in place, block by block (milvus/vector_memory.py): the same
+    float32 values as core's normalize_rows, whatever the blocks."""
+    from llama_index_rag_pack.core import similarity
+
+    matrix = np.asarray(rows, dtype=np.float32).reshape(len(rows), 3)
+    expected = similarity.normalize_rows(matrix)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(similarity, "_BLOCK_ROWS", block)
+        got = similarity.normalize_rows_in_place(matrix.copy())
+    assert got.dtype == np.float32 and np.array_equal(got, expected)
 
 
 # ----------------------------------------------------------------------------- Milvus Lite
@@ -210,11 +240,88 @@ def test_milvus_answers_the_first_queries_then_the_copy_does_the_same(pack, monk
     assert _ids(fast.retrieve(QUESTIONS[3])) == expected[QUESTIONS[3]]
 
 
+@pytest.fixture()
+def gated_reads(monkeypatch):
+    """Copies read in the background (the default) after two searches, each copy's read held
+    until the returned event is set."""
+    monkeypatch.setattr(vector_memory, "SEARCHES_BEFORE_COPY", 2)
+    monkeypatch.setattr(vector_memory, "BACKGROUND_COPIES", True)
+    gate, real = threading.Event(), vector_memory.lite_columns
+
+    def held(*args, **kwargs):
+        assert gate.wait(30)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vector_memory, "lite_columns", held)
+    monkeypatch.setattr(bm25_memory, "lite_columns", held)
+    yield gate
+    gate.set()
+    assert vector_memory.wait_for_copies(30)
+
+
+@pytest.mark.slow
+def test_a_due_copy_is_read_in_the_background_while_milvus_answers(pack, gated_reads):
+    fast = pack.retriever("hybrid_convex", similarity_top_k=5)
+    slow = _in_milvus(pack, similarity_top_k=5, concurrent_searches=False)
+    expected = {q: _ids(slow.retrieve(q)) for q in QUESTIONS}
+    for question in QUESTIONS:  # the third makes the copies due: none of them waits for it
+        assert _ids(fast.retrieve(question)) == expected[question]
+    assert _ids(asyncio.run(fast.aretrieve(QUESTIONS[3]))) == expected[QUESTIONS[3]]
+    assert not _held(pack) and not vector_memory.wait_for_copies(0.05)  # still reading
+    gated_reads.set()
+    assert vector_memory.wait_for_copies(30)
+    assert {"docs", "docs__sentences"} <= _held(pack)
+    for question in QUESTIONS:  # from the copies now, ranked the same
+        assert _ids(fast.retrieve(question)) == expected[question]
+
+
+@pytest.mark.slow
+def test_a_write_during_a_background_read_keeps_nothing_it_read(pack, gated_reads):
+    fast = pack.retriever("hybrid_convex", similarity_top_k=3)
+    for question in QUESTIONS:
+        fast.retrieve(question)  # the copies are due and being read
+    pack.insert([Document(id_="planets", text="Jupiter, Saturn, Uranus and Neptune are giants.")])
+    gated_reads.set()  # the read goes on, of a collection written to since it began
+    assert vector_memory.wait_for_copies(30)
+    held = vector_memory._COPIES.get(pack.vector_store.client, {})
+    assert ("docs", vector_memory.vectors_slot("id")) not in held  # begun before: thrown away
+    question = "the four largest planets of the solar system"
+    assert fast.retrieve(question)[0].node.ref_doc_id == "planets"  # Milvus, reading again
+    assert vector_memory.wait_for_copies(30)
+    keys, _ = memory_vectors(pack.vector_store.client, "docs", key_field="id")
+    assert len(keys) == pack.count()  # the copy read after the write holds the new chunk
+    assert fast.retrieve(question)[0].node.ref_doc_id == "planets"
+
+
+@pytest.mark.slow
+def test_a_copy_the_background_could_not_read_is_read_by_the_search(pack, monkeypatch, caplog):
+    monkeypatch.setattr(vector_memory, "SEARCHES_BEFORE_COPY", 0)
+    monkeypatch.setattr(vector_memory, "BACKGROUND_COPIES", True)
+    real, failures = vector_memory.lite_columns, []
+
+    def failing_once(*args, **kwargs):
+        if not failures:
+            failures.append(args[1])
+            raise ConnectionError("server gone for a moment")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vector_memory, "lite_columns", failing_once)
+    caplog.set_level(logging.INFO, logger=vector_memory.__name__)
+    fast = pack.retriever("hybrid_convex", similarity_top_k=3)
+    expected = _ids(fast.retrieve(QUESTIONS[2]))  # Milvus answers; the copy is read meanwhile
+    assert vector_memory.wait_for_copies(30) and failures
+    assert "copy not read in the background: server gone" in caplog.text
+    assert _ids(fast.retrieve(QUESTIONS[2])) == expected  # the search read it itself
+    assert failures[0] in _held(pack)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("dim", "rows"), [(8, vector_memory.MAX_VECTOR_PAGE), (4096, 4032)])
 def test_a_copy_reads_its_vectors_in_pages_bounded_by_bytes(tmp_path, monkeypatch, dim, rows):
-    """Milvus Lite scans the collection for each page of a query iterator, so a copy reads as
-    many vectors a page as fit VECTOR_PAGE_BYTES (up to Milvus' largest page), every row once."""
+    """Where the rows cannot be read from Lite's segments (a server, another Lite release), a
+    copy reads them with a query iterator, which Milvus Lite answers page by page by scanning the
+    collection: as many vectors a page as fit VECTOR_PAGE_BYTES (up to Milvus' largest page),
+    every row once."""
     from llama_index.core.schema import TextNode
 
     store = milvus_utils.open_vector_store(str(tmp_path / "pages.db"), "pages", dim=dim)
@@ -233,6 +340,7 @@ def test_a_copy_reads_its_vectors_in_pages_bounded_by_bytes(tmp_path, monkeypatc
 
     monkeypatch.setattr(client, "query_iterator", recording)
     monkeypatch.setattr(vector_memory, "VECTOR_PAGE_BYTES", 64 * 1024 * 1024)
+    monkeypatch.setattr(vector_memory, "lite_columns", lambda *args: None)  # e.g. a server
     keys, matrix = memory_vectors(client, "pages", key_field="id")
     assert asked == [rows] and rows * 4 * dim <= vector_memory.VECTOR_PAGE_BYTES
     assert sorted(keys) == [f"n{i}" for i in range(5)] and matrix.shape == (5, dim)
@@ -263,3 +371,50 @@ def test_a_copy_of_texts_reads_pages_sized_by_its_widest_sampled_row(tmp_path) -
     assert (
         vector_memory.text_page_rows(store.client, "texts", ["id"]) == vector_memory.MAX_VECTOR_PAGE
     )
+
+
+@pytest.mark.slow
+def test_lite_rows_are_read_from_its_segments_as_its_queries_read_them(tmp_path) -> None:
+    """The copies' source on a Lite file (``milvus.lite.lite_columns``): every live row once,
+    whether flushed or not, written twice or deleted, and the same as a query iterator reads."""
+    from pymilvus import DataType, MilvusClient
+
+    from llama_index_rag_pack.milvus.lite import lite_columns
+
+    client = MilvusClient(str(tmp_path / "rows.db"))
+    schema = client.create_schema(auto_id=False)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=16)
+    schema.add_field("chunk_id", DataType.VARCHAR, max_length=16)
+    schema.add_field("embedding", DataType.FLOAT_VECTOR, dim=4)
+    index = client.prepare_index_params()
+    index.add_index("embedding", index_type="FLAT", metric_type="COSINE")
+    client.create_collection("rows", schema=schema, index_params=index)
+
+    def rows(ids, version):
+        return [
+            {"id": f"s{i}", "chunk_id": f"c{i // 3}.{version}", "embedding": [i, version, 1, 0]}
+            for i in ids
+        ]
+
+    client.insert("rows", rows(range(0, 40), 1))
+    client.flush("rows")  # one segment
+    client.insert("rows", rows(range(40, 60), 1))
+    client.flush("rows")  # a second one
+    client.upsert("rows", rows(range(30, 45), 2))  # written again, spanning both, unflushed
+    client.delete("rows", filter='id in ["s1", "s41", "s50"]')  # flushed rows, deleted later
+    client.insert("rows", rows(range(60, 64), 1))  # unflushed
+    client.delete("rows", filter='id in ["s62"]')  # unflushed, deleted before a flush
+
+    direct = lite_columns(client, "rows", ["id", "chunk_id", "embedding"])
+    assert direct is not None  # this Milvus Lite release is read from its segments
+    got = sorted(zip(direct["id"], direct["chunk_id"], direct["embedding"].tolist(), strict=True))
+    queried = sorted(
+        (row["id"], row["chunk_id"], [float(x) for x in row["embedding"]])
+        for batch in vector_memory.read_rows(client, "rows", ["id", "chunk_id", "embedding"])
+        for row in batch
+    )
+    assert got == queried
+    assert len(got) == 60 and {"s1", "s41", "s50", "s62"}.isdisjoint(direct["id"])
+    assert dict((i, c) for i, c, _ in got)["s44"] == "c14.2"  # the newer write
+    assert lite_columns(object(), "rows", ["id"]) is None  # not a client Lite serves here
+    assert lite_columns(client, "missing", ["id"]) is None

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from scipy import sparse
 
+from llama_index_rag_pack.milvus.lite import lite_columns
 from llama_index_rag_pack.milvus.vector_memory import (
     key_mask,
     memory_copy,
@@ -49,7 +50,7 @@ from llama_index_rag_pack.milvus.vector_memory import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LITE_BM25_B", "LITE_BM25_K1", "MemoryBM25", "memory_bm25"]
+__all__ = ["LITE_BM25_B", "LITE_BM25_K1", "MemoryBM25", "bm25_slot", "memory_bm25"]
 
 #: Milvus Lite's BM25 parameters (it does not read ``bm25_k1``/``bm25_b`` from an index).
 LITE_BM25_K1 = 1.5
@@ -141,6 +142,12 @@ class MemoryBM25:
         return " ".join(dict.fromkeys(terms))
 
 
+def bm25_slot(text_field: str) -> str:
+    """The name under which :func:`memory_bm25` holds a copy (a
+    :func:`~llama_index_rag_pack.milvus.vector_memory.copy_due` slot)."""
+    return f"bm25:{text_field}"
+
+
 def memory_bm25(
     client: Any,
     collection_name: str,
@@ -157,10 +164,15 @@ def memory_bm25(
         keys: list[str] = []
         texts: list[str] = []
         fields = ["id", text_field]
-        page = text_page_rows(client, collection_name, fields)
-        for batch in read_rows(client, collection_name, fields, page):
-            keys.extend(str(row["id"]) for row in batch)
-            texts.extend(str(row.get(text_field) or "") for row in batch)
+        direct = lite_columns(client, collection_name, fields)
+        if direct is not None:  # Lite's own rows, without a query per page
+            keys = [str(key) for key in direct["id"]]
+            texts = [str(text or "") for text in direct[text_field]]
+        else:
+            page = text_page_rows(client, collection_name, fields)
+            for batch in read_rows(client, collection_name, fields, page):
+                keys.extend(str(row["id"]) for row in batch)
+                texts.extend(str(row.get(text_field) or "") for row in batch)
         index = MemoryBM25(keys, texts)
         probe = index.probe_query()
         if probe:
@@ -182,4 +194,4 @@ def memory_bm25(
         )
         return index
 
-    return memory_copy(client, collection_name, f"bm25:{text_field}", read)
+    return memory_copy(client, collection_name, bm25_slot(text_field), read)
