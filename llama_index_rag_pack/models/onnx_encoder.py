@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.models.model_key import model_key
 
 __all__ = [
     "OnnxSentenceEncoder",
@@ -114,15 +115,15 @@ def _weights(root: Path) -> Path:
 
 
 def onnx_export_path(model_dir: str | Path, directory: str | Path | None = None) -> Path:
-    """Where the export of ``model_dir`` lives: named by the model directory, its weights file
-    (size and modification time) and the export format, so a changed model is exported again."""
+    """Where the export of ``model_dir`` lives: named by the content of its weights and
+    configuration (:func:`~llama_index_rag_pack.models.model_key.model_key`) and the export
+    format, so every installation of one model shares it and a changed model is exported again."""
     root = Path(model_dir).resolve()
-    weights = _weights(root)
-    stat = weights.stat()
-    key = f"{root}|{weights.name}|{stat.st_size}|{stat.st_mtime_ns}|{EXPORT_FORMAT}"
+    folder = Path(directory or cache_dir()) / "onnx"
+    key = f"{model_key(root, _weights(root), folder)}|{EXPORT_FORMAT}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     name = root.name if root.name != "model" else root.parent.name
-    return Path(directory or cache_dir()) / "onnx" / f"{name}-{digest}.onnx"
+    return folder / f"{name}-{digest}.onnx"
 
 
 def _max_length(root: Path) -> int:
@@ -201,8 +202,8 @@ def export_lock(target: Path, timeout: float = EXPORT_WAIT_S) -> Iterator[None]:
 
 
 def prune_exports(kept: Path, keep: int = KEEP_EXPORTS) -> None:
-    """Delete all but the ``keep`` most recently used exports of ``kept``'s model (each
-    installation of a model, e.g. one per virtual environment, has its own export)."""
+    """Delete all but the ``keep`` most recently used exports of ``kept``'s model (a model whose
+    files changed, or an older export format, has exports of its own)."""
     model = kept.stem.rsplit("-", 1)[0]
     with contextlib.suppress(OSError):
         kept.touch()

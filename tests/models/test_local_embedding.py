@@ -182,12 +182,40 @@ def test_an_existing_export_is_reused(embed_model, exported_copy, monkeypatch):
     assert model.query_backend == "onnx"
 
 
-def test_a_changed_model_gets_a_new_export_path(embed_model, tmp_path):
-    model_dir = _copy_model(embed_model, tmp_path)
-    before = onnx_encoder.onnx_export_path(model_dir, tmp_path)
+def test_an_export_is_named_by_the_models_content_not_its_installation(embed_model, tmp_path):
+    """Every installation of one model (a virtual environment each) shares its export; a
+    changed model gets a new one."""
+    from llama_index_rag_pack.models import model_key
+
+    cache = tmp_path / "cache"
+    (cache / "onnx").mkdir(parents=True)  # where the exports and the digests go
+    original = onnx_encoder.onnx_export_path(embed_model.model_name, cache)
+    installed = Path(embed_model.model_name)
+    model_dir = tmp_path / "another-venv" / installed.parent.name / installed.name
+    shutil.copytree(installed, model_dir)  # another installation: new path, new times
+    assert onnx_encoder.onnx_export_path(model_dir, cache) == original
     weights = model_dir / "model.safetensors"
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))
-    assert onnx_encoder.onnx_export_path(model_dir, tmp_path) != before
+    assert onnx_encoder.onnx_export_path(model_dir, cache) == original  # touched, same content
+    digests = json.loads((cache / "onnx" / "digests.json").read_text())
+    assert len(digests) == 3 and len(set(digests.values())) == 1  # hashed once per file state
+    with weights.open("r+b") as f:  # one byte of the weights changed, the size kept
+        f.seek(4096)
+        byte = f.read(1)
+        f.seek(4096)
+        f.write(bytes([byte[0] ^ 1]))
+    changed = onnx_encoder.onnx_export_path(model_dir, cache)
+    assert changed != original
+    (model_dir / "config.json").write_text(
+        (model_dir / "config.json").read_text().replace("}", ', "note": 1}', 1)
+    )
+    assert onnx_encoder.onnx_export_path(model_dir, cache) not in (original, changed)
+    calls = []
+    real = model_key.hashlib.sha256
+    with pytest.MonkeyPatch.context() as patch:  # known file states are never read again
+        patch.setattr(model_key.hashlib, "sha256", lambda *a: calls.append(a) or real(*a))
+        assert onnx_encoder.onnx_export_path(embed_model.model_name, cache) == original
+    assert all(a for a in calls)  # only the key's own digest of the config, no file hash
 
 
 @pytest.mark.slow
