@@ -7,16 +7,12 @@ search it with one matrix product instead: 0.1 ms for 3,600 chunk vectors agains
 2 ms for 25,000 sentence vectors against 80 ms.
 
 A copy is read once per client and collection, from the collection's fourth different query on
-(:func:`copy_due`: Milvus answers the first ones, faster than reading a copy for a process that
-asks one question), and :func:`forget_vectors` drops it; every write
-through the package (``RagPack.insert``, ``delete``, the sentence index) calls it, so a copy never
-outlives the rows it was read from. The copy is read in a background thread while Milvus keeps
-answering, so no question waits for it; the first search after it is read uses it, and a write
-during the read throws the read away (:func:`wait_for_copies` waits for the reads under way).
-On a Lite file served in this process the rows come straight from Lite's segments
-(:func:`~llama_index_rag_pack.milvus.lite.lite_columns`: 120,000 vectors in 0.5 s); elsewhere
-from a query iterator, which Lite answers page by page by gathering the whole collection
-(14.6 s for the same vectors; 99 s for the copies of 100,000 documents with their sentences).
+(:func:`copy_due`), and :func:`forget_vectors`, which every write through the package calls,
+drops it. A collection of more than :data:`SEARCH_READS_UP_TO` rows is read in a background
+thread while Milvus keeps answering, so no question waits for it (:func:`wait_for_copies`); a
+write during the read throws the read away. The rows come straight from Lite's segments
+(:func:`~llama_index_rag_pack.milvus.lite.lite_columns`: 120,000 vectors in 0.5 s), elsewhere
+from a query iterator (Lite gathers the whole collection for each page: 14.6 s).
 
 A metadata filter is resolved the same way: once, to the set of ids it keeps
 (:func:`matching_ids`), which masks the in-memory search and becomes an ``id in [...]``
@@ -54,6 +50,7 @@ __all__ = [
     "MAX_ID_SET",
     "SEARCHES_BEFORE_COPY",
     "BACKGROUND_COPIES",
+    "SEARCH_READS_UP_TO",
     "copy_due",
     "forget_vectors",
     "id_filter",
@@ -76,22 +73,21 @@ __all__ = [
 
 #: The most ids a resolved filter keeps as a set (larger ones stay Milvus expressions).
 MAX_ID_SET = 20_000
-#: Different queries Milvus answers for a collection before the process copies it into memory
-#: (:func:`copy_due`): reading the demo's 316 chunks and 2,276 sentences with their BM25 texts
-#: takes about 0.4 s against about 50 ms for one search in Lite, so it pays for itself only over
-#: several searches, while a one-question ``rag-pack ask`` makes one.
+#: Different queries Milvus answers for a collection before the process reads its copies
+#: (:func:`copy_due`): a one-question ``rag-pack ask`` reads none.
 SEARCHES_BEFORE_COPY = 3
-#: Whether a copy that :func:`copy_due` finds due is read in a background thread while Milvus
-#: keeps answering (``True``), or by the search that finds it due (``False``: the test suite,
-#: which compares both paths query by query).
+#: Whether a large copy that falls due is read in a background thread while Milvus answers
+#: (``True``), or by the search that finds it due (``False``: the test suite).
 BACKGROUND_COPIES = True
+#: Rows up to which a collection's copies are read by the search that finds them due even with
+#: :data:`BACKGROUND_COPIES`: read from Lite's segments, 50,000 rows take about 0.2 s, less
+#: than the Lite searches a background read would run beside (each gathers the collection).
+SEARCH_READS_UP_TO = 50_000
 
 _READ_BATCH = 2000
-#: Rows a page of a vector copy holds: as many as fit :data:`VECTOR_PAGE_BYTES`, between
-#: :data:`MIN_PAGE` and :data:`MAX_VECTOR_PAGE` (Milvus' largest query page). Milvus Lite finds
-#: each page of a query iterator by scanning the collection, so small pages make a copy's read
-#: grow with the square of the rows: 14.0 s for 60,000 384-d vectors in pages of 2,000 rows,
-#: 8.3 s in pages of 16,384.
+#: Rows a query iterator's page of a vector copy holds: as many as fit :data:`VECTOR_PAGE_BYTES`,
+#: up to Milvus' largest page (Lite scans the collection per page: 60,000 384-d vectors took
+#: 14.0 s in pages of 2,000 rows, 8.3 s in pages of 16,384).
 MAX_VECTOR_PAGE = 16_384
 #: The fewest rows a page of a copy holds, however wide its rows.
 MIN_PAGE = 256
@@ -118,8 +114,7 @@ _GENERATIONS: dict[str, int] = {}
 _READ: weakref.WeakKeyDictionary[Any, dict[str, set[str]]] = weakref.WeakKeyDictionary()
 # (id of the client, collection) -> the thread reading its copies
 _READERS: dict[tuple[int, str], threading.Thread] = {}
-# held by a background read: one at a time, so their pages are not in memory together
-_ONE_READ = threading.Lock()
+_ONE_READ = threading.Lock()  # one background read at a time
 # client -> {(collection, slot): the lock held while that copy is read}
 _SLOT_LOCKS: weakref.WeakKeyDictionary[Any, dict[tuple[str, str], threading.Lock]]
 _SLOT_LOCKS = weakref.WeakKeyDictionary()
@@ -131,7 +126,7 @@ def forget_vectors(client: Any, collection_name: str) -> None:
     Copies held for other clients are dropped too: two clients may open the same Lite file, and
     a write through one must not leave the other's copy behind.
     """
-    del client  # kept for symmetry with memory_vectors; every client's copy goes
+    del client  # every client's copy goes
     with _LOCK:
         _GENERATIONS[collection_name] = _GENERATIONS.get(collection_name, 0) + 1
         for copies in [*_COPIES.values(), *_ID_SETS.values(), *_COUNTS.values()]:
@@ -147,8 +142,7 @@ def vectors_slot(key_field: str, vector_field: str = "embedding") -> str:
 
 
 def wait_for_copies(timeout: float | None = None) -> bool:
-    """Wait until the copies being read in the background are read (or ``timeout`` seconds
-    pass); ``True`` when none is being read any more."""
+    """Wait for the background reads (at most ``timeout`` s); ``True`` when none is left."""
     with _LOCK:
         readers = list(_READERS.values())
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -170,10 +164,10 @@ def copy_due(
     key and count once. Until then Milvus answers, which ranks the same (tests compare the
     default and BM25 modes, and the sentence search, both ways).
 
-    ``prefetch`` names the copies the search reads (:func:`memory_copy` slots, each with the
-    call that reads it). With it, and :data:`BACKGROUND_COPIES`, copies that fall due are read
-    in a background thread and this stays ``False`` (Milvus answers) until they are held; a
-    copy that could not be read there is read by the search, which reports why."""
+    ``prefetch``: the copies the search reads (:func:`memory_copy` slots, each with the call
+    that reads it). With it and :data:`BACKGROUND_COPIES`, a due collection of more than
+    :data:`SEARCH_READS_UP_TO` rows is read in a background thread and this stays ``False``
+    until it is held (a copy that fails there is read by the search, which reports why)."""
     with _LOCK:
         held = _COPIES.get(client, {})
         if prefetch is None:
@@ -191,11 +185,22 @@ def copy_due(
             return False
         if not (prefetch and BACKGROUND_COPIES):
             return True
+    if _small(client, collection_name):
+        return True  # read by this search, at once
+    with _LOCK:
         if set(prefetch) <= _READ.get(client, {}).get(collection_name, set()):
             return True  # read in the background, yet not held: the search reads it itself
         reader = (id(client), collection_name)
         if reader not in _READERS:
             _start_reader(client, collection_name, dict(prefetch))
+        return False
+
+
+def _small(client: Any, collection_name: str) -> bool:
+    """Whether the collection has at most :data:`SEARCH_READS_UP_TO` rows (``False``: unknown)."""
+    try:
+        return row_count(client, collection_name) <= SEARCH_READS_UP_TO
+    except Exception:  # any client or server failure
         return False
 
 
@@ -290,8 +295,7 @@ def vector_page_rows(client: Any, collection_name: str, vector_field: str) -> in
     return max(MIN_PAGE, min(MAX_VECTOR_PAGE, VECTOR_PAGE_BYTES // (4 * dim + 256)))
 
 
-#: Rows sampled to size the pages of a copy of text fields (:func:`text_page_rows`).
-_PAGE_SAMPLE = 64
+_PAGE_SAMPLE = 64  # rows sampled to size the pages of a copy of text fields
 
 
 def text_page_rows(client: Any, collection_name: str, fields: list[str]) -> int:

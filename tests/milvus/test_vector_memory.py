@@ -246,6 +246,7 @@ def gated_reads(monkeypatch):
     until the returned event is set."""
     monkeypatch.setattr(vector_memory, "SEARCHES_BEFORE_COPY", 2)
     monkeypatch.setattr(vector_memory, "BACKGROUND_COPIES", True)
+    monkeypatch.setattr(vector_memory, "SEARCH_READS_UP_TO", 0)  # even the tests' small ones
     gate, real = threading.Event(), vector_memory.lite_columns
 
     def held(*args, **kwargs):
@@ -276,6 +277,20 @@ def test_a_due_copy_is_read_in_the_background_while_milvus_answers(pack, gated_r
 
 
 @pytest.mark.slow
+def test_a_small_collections_copy_is_read_by_the_search_that_makes_it_due(pack, monkeypatch):
+    monkeypatch.setattr(vector_memory, "SEARCHES_BEFORE_COPY", 2)
+    monkeypatch.setattr(vector_memory, "BACKGROUND_COPIES", True)  # the default, as shipped
+    fast = pack.retriever("hybrid_convex", similarity_top_k=5)
+    expected = _ids(_in_milvus(pack, similarity_top_k=5).retrieve(QUESTIONS[2]))
+    for question in QUESTIONS[:2]:
+        fast.retrieve(question)
+    assert not _held(pack)
+    assert _ids(fast.retrieve(QUESTIONS[2])) == expected
+    assert {"docs", "docs__sentences"} <= _held(pack)  # read by that search: no thread
+    assert not vector_memory._READERS
+
+
+@pytest.mark.slow
 def test_a_write_during_a_background_read_keeps_nothing_it_read(pack, gated_reads):
     fast = pack.retriever("hybrid_convex", similarity_top_k=3)
     for question in QUESTIONS:
@@ -297,6 +312,7 @@ def test_a_write_during_a_background_read_keeps_nothing_it_read(pack, gated_read
 def test_a_copy_the_background_could_not_read_is_read_by_the_search(pack, monkeypatch, caplog):
     monkeypatch.setattr(vector_memory, "SEARCHES_BEFORE_COPY", 0)
     monkeypatch.setattr(vector_memory, "BACKGROUND_COPIES", True)
+    monkeypatch.setattr(vector_memory, "SEARCH_READS_UP_TO", 0)
     real, failures = vector_memory.lite_columns, []
 
     def failing_once(*args, **kwargs):
