@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from typing import Any
 
 from llama_index_rag_pack.documents.bm25_analysis import Bm25Analysis
@@ -88,14 +89,24 @@ class PackStoreMixin:
         return add_analysed_nodes(self, nodes, analysis, prepared=prepared, **add_kwargs)
 
 
-@functools.lru_cache(maxsize=1)
 def loop_safe_store_class() -> type:
     """``MilvusVectorStore`` whose async methods run the sync client in a worker thread.
 
     pymilvus' ``AsyncMilvusClient`` binds to the event loop of its first call, so a second
     ``asyncio.run`` call on the same store fails with "Event loop is closed". Running the
     (thread-safe) sync client in a worker thread keeps async callers non-blocking on any loop.
+    Made once, under a lock: stores opened by several threads at once are all of this one class
+    (``open_vector_store`` configures a store found to be an instance of it).
     """
+    with _CLASS_LOCK:
+        return _loop_safe_store_class()
+
+
+_CLASS_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _loop_safe_store_class() -> type:
     from llama_index.core.bridge.pydantic import PrivateAttr
     from llama_index.vector_stores.milvus import MilvusVectorStore
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -265,3 +269,27 @@ def test_row_inserts_check_each_string_as_one_value(tmp_path: Path) -> None:
         client.insert("rows", data=[{"id": 9, "text": "y" * 65, "embedding": [1.0, 0.0]}])
     got = client.query("rows", filter="id >= 0", output_fields=["text"])
     assert sorted(r["text"] for r in got) == sorted(texts)
+
+
+def test_threads_opening_their_first_stores_at_once_get_one_store_class(monkeypatch) -> None:
+    """Two packs created at once in threads (a server opening tenants' collections) once got
+    two store classes, and the store whose class was not the cached one was never configured:
+    its tenant field was lost."""
+    from llama_index_rag_pack.milvus import store_classes
+
+    make = store_classes._loop_safe_store_class.__wrapped__
+
+    def slow_make() -> type:
+        time.sleep(0.05)  # every thread inside at once, were there no lock
+        return make()
+
+    monkeypatch.setattr(store_classes, "_loop_safe_store_class", functools.lru_cache(1)(slow_make))
+    barrier = threading.Barrier(6)
+
+    def first_call(_: int) -> type:
+        barrier.wait()
+        return store_classes.loop_safe_store_class()
+
+    with ThreadPoolExecutor(6) as pool:
+        classes = set(pool.map(first_call, range(6)))
+    assert len(classes) == 1
