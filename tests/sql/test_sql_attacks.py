@@ -702,7 +702,11 @@ def test_generated_sql_never_depends_on_hidden_data(backend: Backend, sql: str) 
     a = _outcome(backend.dbs["a"], sql)
     assert not any(marker in a[1] for marker in HIDDEN_MARKERS if marker not in sql), a
     if a[0] != "refused":  # the checker never reads data: only what ran can differ
-        assert _outcome(backend.dbs["b"], sql) == a
+        b = _outcome(backend.dbs["b"], sql)
+        # timing is out of scope, as in _assert_safe: a busy machine may stop either twin's
+        # checking or query at the tight time-out
+        if "time-out" not in a[1] + b[1]:
+            assert b == a
     backend.assert_unchanged()
 
 
