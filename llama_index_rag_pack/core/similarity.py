@@ -34,11 +34,7 @@ def normalize_rows(matrix: ArrayLike, *, dtype: DTypeLike = np.float32) -> np.nd
         >>> normalize_rows([[3.0, 4.0], [0.0, 0.0]]).tolist()
         [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
     """
-    matrix = np.atleast_2d(np.asarray(matrix, dtype=dtype))
-    scale = np.max(np.abs(matrix), axis=1, keepdims=True) if matrix.size else matrix[:, :1]
-    scaled = matrix / np.where(scale == 0, 1, scale)
-    norms = np.linalg.norm(scaled, axis=1, keepdims=True)
-    return scaled / np.where(norms == 0, 1, norms)
+    return normalize_rows_in_place(np.atleast_2d(np.array(matrix, dtype=dtype)))
 
 
 #: Rows :func:`normalize_rows_in_place` scales at a time (its temporaries are one block's).
@@ -46,8 +42,8 @@ _BLOCK_ROWS = 65_536
 
 
 def normalize_rows_in_place(matrix: np.ndarray) -> np.ndarray:
-    """:func:`normalize_rows` of a writable 2-D float array, written into it block by block:
-    the same values, without two more arrays of its size (1.4 GB each for a million 384-d rows).
+    """:func:`normalize_rows` of a writable 2-D float array, written into it block by block
+    (the one implementation: no further array of its size, 1.4 GB for a million 384-d rows).
 
     Example:
         >>> normalize_rows_in_place(np.array([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)).tolist()

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
-import os
 from pathlib import Path
+
+from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.json_files import read_json_file, write_json_atomic
 
 __all__ = ["CONFIG_FILES", "model_key", "weights_digest"]
 
@@ -24,7 +25,6 @@ __all__ = ["CONFIG_FILES", "model_key", "weights_digest"]
 CONFIG_FILES = ("config.json", "modules.json", "1_Pooling/config.json")
 #: Digests kept in ``digests.json`` (the most recently added).
 KEEP_DIGESTS = 64
-_CHUNK = 1 << 20
 
 
 def weights_digest(weights: Path, directory: Path) -> str:
@@ -34,27 +34,19 @@ def weights_digest(weights: Path, directory: Path) -> str:
     key = f"{weights.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
     store = directory / "digests.json"
     try:
-        known = json.loads(store.read_text(encoding="utf-8"))
-        known = known if isinstance(known, dict) else {}
-    except (OSError, ValueError):
+        known = read_json_file(store, what="the model digests")
+    except ConfigurationError:  # none yet, or unreadable: hashed again, and written anew
         known = {}
+    known = known if isinstance(known, dict) else {}
     if isinstance(known.get(key), str):
         return known[key]
-    sha = hashlib.sha256()
     with weights.open("rb") as f:
-        while block := f.read(_CHUNK):
-            sha.update(block)
-    digest = sha.hexdigest()
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
     known[key] = digest
-    kept = dict(list(known.items())[-KEEP_DIGESTS:])
-    if not directory.is_dir():  # nothing exported there yet: made with the first export
-        return digest
-    partial = store.with_name(f"{store.name}.{os.getpid()}.partial")
-    with contextlib.suppress(OSError):  # an unwritable cache: hashed again next time
-        partial.write_text(json.dumps(kept), encoding="utf-8")
-        os.replace(partial, store)
-    with contextlib.suppress(OSError):
-        partial.unlink(missing_ok=True)
+    if directory.is_dir():  # nothing exported there yet: written with the first export's folder
+        with contextlib.suppress(ConfigurationError):  # unwritable: hashed again next time
+            kept = dict(list(known.items())[-KEEP_DIGESTS:])
+            write_json_atomic(store, kept, what="the model digests")
     return digest
 
 

@@ -210,12 +210,14 @@ def test_an_export_is_named_by_the_models_content_not_its_installation(embed_mod
         (model_dir / "config.json").read_text().replace("}", ', "note": 1}', 1)
     )
     assert onnx_encoder.onnx_export_path(model_dir, cache) not in (original, changed)
-    calls = []
-    real = model_key.hashlib.sha256
+    hashed = []
+    real = model_key.hashlib.file_digest
     with pytest.MonkeyPatch.context() as patch:  # known file states are never read again
-        patch.setattr(model_key.hashlib, "sha256", lambda *a: calls.append(a) or real(*a))
+        patch.setattr(model_key.hashlib, "file_digest", lambda *a: hashed.append(a) or real(*a))
         assert onnx_encoder.onnx_export_path(embed_model.model_name, cache) == original
-    assert all(a for a in calls)  # only the key's own digest of the config, no file hash
+        assert hashed == []
+        assert onnx_encoder.onnx_export_path(model_dir, cache) not in (original, changed)
+        assert hashed == []  # the changed weights' state too, hashed once above
 
 
 @pytest.mark.slow
