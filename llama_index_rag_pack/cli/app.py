@@ -254,7 +254,18 @@ def _add_index_command(sub: Any) -> None:
             flag, type=int, default=default, help=f"{what} in tokens (default {default})"
         )
     p.add_argument("--no-recursive", action="store_true", help="do not descend into subdirectories")
+    _add_ocr_option(p)
     p.set_defaults(func=cmd_index)
+
+
+def _add_ocr_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--ocr",
+        choices=("auto", "off", "force"),
+        default="auto",
+        help="scanned PDF pages and images: auto (default) reads by OCR the pages without a "
+        "usable text layer, force every page, off none (needs the [ocr] extra or Tesseract)",
+    )
 
 
 def _add_ask_command(sub: Any, modes: Sequence[str]) -> None:

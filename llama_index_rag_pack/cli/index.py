@@ -60,6 +60,7 @@ def _index_once(args: argparse.Namespace, index_files: Any, *, overwrite: bool) 
             chunk_overlap=args.chunk_overlap,
             sentence_index=not args.no_sentence_index,
             bm25_analyzer=args.bm25_analyzer or "auto",
+            ocr=getattr(args, "ocr", "auto"),
             **{k: v for k, v in pack_kwargs(args).items() if k != "llm"},
         )
         out(f"  {report.summary()}")  # each unreadable file was logged with its reason

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
@@ -25,6 +26,13 @@ from llama_index.core.utils import get_tokenizer, get_tqdm_iterable
 
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.text_decoding import split_at_breaks
+from llama_index_rag_pack.documents.sections import (
+    SECTION_KEY,
+    format_section,
+    heading_positions,
+    parse_section,
+    section_at,
+)
 from llama_index_rag_pack.documents.tables import (
     MarkdownTable,
     find_tables,
@@ -38,6 +46,7 @@ __all__ = [
     "MAX_SPLIT_CHARS",
     "check_chunking",
     "chunk_id",
+    "section_paths_on",
     "split_documents",
 ]
 
@@ -128,7 +137,7 @@ def split_documents(
     nodes: list[BaseNode] = []
     for batch in _distinct_id_runs(documents):
         try:  # one call for many documents: core's per-call instrumentation paid once
-            nodes += splitter.get_nodes_from_documents(batch)
+            nodes += _with_sections(batch, splitter.get_nodes_from_documents)
         except (ValueError, TimeoutError) as error:
             culprit, e = batch[0], error
             for doc in batch:  # which one: the same error, for that document alone
@@ -142,6 +151,65 @@ def split_documents(
                 "use a larger chunk size, or split the file into smaller ones"
             ) from e
     return nodes
+
+
+def section_paths_on() -> bool:
+    """Whether chunks get their section paths (``RAG_PACK_SECTION_PATHS=off`` turns them off,
+    to measure what they bring)."""
+    return os.environ.get("RAG_PACK_SECTION_PATHS", "on").strip().lower() not in ("off", "0")
+
+
+def _with_sections(
+    documents: list[Document], split: Callable[[list[Document]], list[BaseNode]]
+) -> list[BaseNode]:
+    """``split(documents)``, each chunk given the section path open where it starts
+    (:mod:`~llama_index_rag_pack.documents.sections`) in its ``section`` metadata. While the
+    documents are split, each carries its longest path, so every chunk keeps room for its own."""
+    if not section_paths_on():
+        return split(documents)
+    plans = {}
+    for doc in documents:
+        positions = heading_positions(doc.text)
+        start = parse_section(doc.metadata.get(SECTION_KEY))
+        if positions or start:
+            paths = [format_section(section_at(positions, start, p)) for p, _ in positions]
+            plans[doc.doc_id] = (positions, start, doc.metadata.get(SECTION_KEY, None))
+            doc.metadata[SECTION_KEY] = max([format_section(start), *paths], key=len)
+    try:
+        nodes = split(documents)
+    finally:
+        for doc in documents:
+            if doc.doc_id in plans:
+                original = plans[doc.doc_id][2]
+                if original is None:
+                    doc.metadata.pop(SECTION_KEY, None)
+                else:
+                    doc.metadata[SECTION_KEY] = original
+    texts = {doc.doc_id: doc.text for doc in documents}
+    after: dict[str, int] = {}  # where the document's last chunk was found
+    for node in nodes:
+        doc_id = node.ref_doc_id or ""
+        plan = plans.get(doc_id)
+        if plan is None:
+            continue
+        offset = _chunk_offset(texts[doc_id], node.get_content(), after.get(doc_id, 0))
+        after[doc_id] = offset
+        path = format_section(section_at(plan[0], plan[1], offset))
+        if path:
+            node.metadata[SECTION_KEY] = path
+        else:
+            node.metadata.pop(SECTION_KEY, None)
+    return nodes
+
+
+def _chunk_offset(text: str, chunk: str, start: int) -> int:
+    """Where ``chunk`` starts in ``text``, looked for from ``start`` (the document's chunks
+    come in order): the chunk, else its first line, else ``start``."""
+    for probe in (chunk, chunk.strip().split("\n", 1)[0][:200]):
+        found = text.find(probe, start) if probe else -1
+        if found >= 0:
+            return found
+    return start
 
 
 def _name(doc: Document) -> str:

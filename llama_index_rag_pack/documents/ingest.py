@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from llama_index.core import SimpleDirectoryReader
+from llama_index.core.readers.file.base import default_file_metadata_func
 from llama_index.core.schema import Document
 from llama_index.core.utils import get_tqdm_iterable
 
@@ -23,15 +24,27 @@ from llama_index_rag_pack.core.text_decoding import (
 from llama_index_rag_pack.documents.office_files import (
     OFFICE_EXTENSIONS,
     UnreadableFileError,
+    html_text,
     read_office_file,
+)
+from llama_index_rag_pack.documents.pdf.ocr_pages import OcrOptions
+from llama_index_rag_pack.documents.pdf_documents import (
+    IMAGE_EXTENSIONS,
+    PageSkips,
+    UnreadablePdfError,
+    read_image_documents,
+    read_pdf_documents,
 )
 
 logger = logging.getLogger(__name__)
 
-#: The file types read: text, then office and data files (.docx .pptx .xlsx .csv .epub).
-SUPPORTED_EXTENSIONS = (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".rst") + (
-    OFFICE_EXTENSIONS
+#: The file types read: text, office and data files (.docx .pptx .xlsx .csv .epub), images.
+SUPPORTED_EXTENSIONS = (
+    (".txt", ".md", ".markdown", ".pdf", ".html", ".htm", ".rst")
+    + OFFICE_EXTENSIONS
+    + IMAGE_EXTENSIONS
 )
+_HTML = (".html", ".htm")
 #: Larger files are skipped (a PDF's size is mostly images): 32 MiB of text is ~36,000 chunks,
 #: 27 s and 0.6 GB to split, about an hour to embed on 2 cores; bigger is a log or a dump.
 #: .docx/.pptx/.xlsx/.epub (zip archives, mostly images) have the PDF limit, .csv the other.
@@ -71,6 +84,7 @@ def load_documents(
     recursive: bool = True,
     extensions: Sequence[str] = SUPPORTED_EXTENSIONS,
     show_progress: bool = False,
+    ocr: str | OcrOptions = "auto",
 ) -> list[Document]:
     """Read files and directories into LlamaIndex ``Document`` objects.
 
@@ -79,14 +93,21 @@ def load_documents(
     PDFs and office files (damaged, encrypted, a text file named .docx), FIFOs and devices, and
     files over :data:`MAX_FILE_BYTES` (32 MiB; PDFs, .docx, .pptx, .xlsx and .epub
     :data:`MAX_PDF_BYTES`, 512 MiB) are skipped with a warning each (:func:`read_documents`).
-    Office and data files: :mod:`~llama_index_rag_pack.documents.office_files`.
+    Office and data files: :mod:`~llama_index_rag_pack.documents.office_files`; PDFs and
+    images (read by OCR where they have no text layer, as ``ocr`` says: ``"auto"``,
+    ``"force"``, ``"off"`` or an :class:`~llama_index_rag_pack.documents.pdf.ocr_pages.OcrOptions`):
+    :mod:`~llama_index_rag_pack.documents.pdf_documents`.
 
     Raises:
         ConfigurationError: a path does not exist.
         EmptyCorpusError: no supported file was found, or no file had any text.
     """
     return read_documents(
-        paths, recursive=recursive, extensions=extensions, show_progress=show_progress
+        paths,
+        recursive=recursive,
+        extensions=extensions,
+        show_progress=show_progress,
+        ocr=ocr,
     ).documents
 
 
@@ -96,6 +117,7 @@ def read_documents(
     recursive: bool = True,
     extensions: Sequence[str] = SUPPORTED_EXTENSIONS,
     show_progress: bool = False,
+    ocr: str | OcrOptions = "auto",
 ) -> LoadedDocuments:
     """:func:`load_documents`, also returning the files skipped and why.
 
@@ -106,10 +128,11 @@ def read_documents(
         ConfigurationError: a path does not exist.
         EmptyCorpusError: no supported file was found, or no file had any text.
     """
+    options = ocr_options(ocr, show_progress)
     files = find_files(paths, recursive=recursive, extensions=extensions)
     loaded = LoadedDocuments()
     for path in get_tqdm_iterable(files, show_progress, "Reading files"):
-        docs, skipped = read_file_documents(path)
+        docs, skipped = read_file_documents(path, options)
         if skipped is not None:
             loaded.skipped.append(skipped)
         loaded.documents.extend(docs)
@@ -121,12 +144,31 @@ def read_documents(
     return loaded
 
 
-def read_file_documents(path: Path) -> tuple[list[Document], SkippedFile | None]:
-    """The documents of one file with text (blank ones dropped), or none and why it was
-    skipped (logged as a warning)."""
-    name = escape_undecodable(str(path))  # printable and loggable whatever its bytes
+def ocr_options(ocr: str | OcrOptions | None, show_progress: bool = False) -> OcrOptions:
+    """``ocr`` as :class:`~llama_index_rag_pack.documents.pdf.ocr_pages.OcrOptions` (a mode
+    name: ``"auto"``, ``"force"`` or ``"off"``), checked before any file is read.
+
+    Raises:
+        ConfigurationError: an unknown mode.
+    """
+    if isinstance(ocr, OcrOptions):
+        return ocr
     try:
-        docs = _read_file(path)
+        return OcrOptions(mode=ocr or "auto", show_progress=show_progress)
+    except ValueError as e:
+        raise ConfigurationError(str(e)) from e
+
+
+def read_file_documents(
+    path: Path, ocr: str | OcrOptions | None = None
+) -> tuple[list[Document], SkippedFile | None]:
+    """The documents of one file with text (blank ones dropped), or none and why it was
+    skipped (logged as a warning). ``ocr``: how scanned pages and images are read
+    (:func:`ocr_options`)."""
+    name = escape_undecodable(str(path))  # printable and loggable whatever its bytes
+    options = ocr_options(ocr)
+    try:
+        docs = _read_file(path, options)
     except _Skip as skip:
         logger.warning("Skipped %s: %s", name, skip)
         return [], SkippedFile(name, str(skip))
@@ -193,7 +235,7 @@ NOT_TEXT = (
 )
 
 
-def _read_file(path: Path) -> list[Document]:
+def _read_file(path: Path, options: OcrOptions) -> list[Document]:
     """The documents of one file (a PDF may give one per page), ids and metadata valid UTF-8.
 
     Raises:
@@ -202,18 +244,21 @@ def _read_file(path: Path) -> list[Document]:
     """
     suffix = path.suffix.lower()
     is_pdf = suffix == ".pdf"
-    big = is_pdf or (suffix in OFFICE_EXTENSIONS and suffix != ".csv")
+    big = is_pdf or suffix in IMAGE_EXTENSIONS or (suffix in OFFICE_EXTENSIONS and suffix != ".csv")
     _check_regular_file(path, MAX_PDF_BYTES if big else MAX_FILE_BYTES)
-    if is_pdf:
-        return _valid_utf8(_read_pdf(path))
+    if is_pdf or suffix in IMAGE_EXTENSIONS:
+        return _valid_utf8(_read_pages(path, options))
     if suffix in OFFICE_EXTENSIONS:
         try:
             return _valid_utf8(read_office_file(path))
         except UnreadableFileError as e:
             raise _Skip(str(e)) from e
-    encoding = detect_text_encoding(path.read_bytes())
+    raw = path.read_bytes()
+    encoding = detect_text_encoding(raw)
     if encoding is None:
         raise _Skip(NOT_TEXT)
+    if suffix in _HTML:
+        return _valid_utf8(_read_html(path, raw.decode(encoding.encoding, encoding.errors)))
     reader = SimpleDirectoryReader(
         input_files=[str(path)],
         filename_as_id=True,
@@ -254,25 +299,35 @@ def _valid_utf8(documents: list[Document]) -> list[Document]:
     return documents
 
 
-def _read_pdf(path: Path) -> list[Document]:
-    pdf_logger = logging.getLogger("pypdf")
-    level = pdf_logger.level
-    pdf_logger.setLevel(logging.ERROR)  # pypdf logs each repair attempt of a broken file
+def _read_pages(path: Path, options: OcrOptions) -> list[Document]:
+    """A PDF's or an image's pages with text; why a file yields none is its skip reason."""
     try:
-        reader = SimpleDirectoryReader(
-            input_files=[str(path)], filename_as_id=True, raise_on_error=True
-        )
-        return reader.load_data()
-    except ImportError:
+        if path.suffix.lower() == ".pdf":
+            return read_pdf_documents(path, options)
+        return read_image_documents(path, options)
+    except (UnreadablePdfError, PageSkips) as e:
+        raise _Skip(str(e)) from e
+    except (ImportError, MemoryError):
         raise
-    except Exception as e:
+    except Exception as e:  # whatever a damaged file makes a library raise: this file only
         cause = _root_cause(e)
+        kind = "PDF" if path.suffix.lower() == ".pdf" else "image"
         raise _Skip(
-            f"the PDF cannot be read ({type(cause).__name__}: {cause}); it may be damaged or "
-            "truncated: open and re-save (or re-export) it as PDF, or save its text as .txt"
+            f"the {kind} cannot be read ({type(cause).__name__}: {cause}); it may be damaged "
+            f"or truncated: open and re-save it, or save its text as .txt"
         ) from e
-    finally:
-        pdf_logger.setLevel(level)
+
+
+def _read_html(path: Path, markup: str) -> list[Document]:
+    """An HTML file's text: blocks apart, ``h1``-``h6`` as ``#`` headings, tables as Markdown
+    rows, scripts and styles left out."""
+    text, _ = html_text(markup)
+    metadata = default_file_metadata_func(str(path))
+    document = Document(text=text, id_=str(path), metadata=metadata)
+    hidden = ["file_name", "file_type", "file_size", "creation_date", "last_modified_date"]
+    document.excluded_embed_metadata_keys = [*hidden, "last_accessed_date"]
+    document.excluded_llm_metadata_keys = [*hidden, "last_accessed_date"]
+    return [document]
 
 
 def _root_cause(e: BaseException) -> BaseException:
@@ -316,6 +371,7 @@ def drop_blank_documents(documents: Iterable[Document]) -> list[Document]:
 __all__ = [
     "find_files",
     "LoadedDocuments",
+    "ocr_options",
     "load_documents",
     "read_documents",
     "read_file_documents",

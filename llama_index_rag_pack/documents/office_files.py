@@ -23,6 +23,7 @@ from __future__ import annotations
 import csv
 import datetime
 import logging
+import re
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -34,7 +35,7 @@ from llama_index.core.schema import Document
 from llama_index_rag_pack.core.text_decoding import detect_text_encoding
 from llama_index_rag_pack.documents.tables import markdown_table
 
-__all__ = ["OFFICE_EXTENSIONS", "UnreadableFileError", "read_office_file"]
+__all__ = ["OFFICE_EXTENSIONS", "UnreadableFileError", "html_text", "read_office_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ def _read_epub(path: Path) -> list[Part]:
         item = book.get_item_with_id(idref)
         if item is None or item.get_type() != ITEM_DOCUMENT or not item.is_chapter():
             continue  # the EPUB 3 navigation page (a table of contents) is not a chapter
-        text, title = _html_text(item.get_content())
+        text, title = html_text(item.get_content())
         metadata: dict[str, Any] = {"chapter": len(parts) + 1}
         if title:
             metadata["chapter_title"] = title
@@ -292,13 +293,17 @@ _BLOCKS |= {"figcaption", "caption", "aside", "header", "footer", "ul", "ol", "d
 _BLOCKS |= {"h1", "h2", "h3", "h4", "h5", "h6", "table", "body", "main"}
 
 
-def _html_text(html: bytes) -> tuple[str, str | None]:
-    """An XHTML chapter's text (blocks apart, headings as ``#`` lines, tables as Markdown) and
-    its first heading."""
+def html_text(html: bytes | str) -> tuple[str, str | None]:
+    """An (X)HTML page's text (blocks apart, headings as ``#`` lines, tables as Markdown) and
+    its first heading: EPUB chapters and ``.html`` files."""
     import lxml.html
 
     if not html.strip():
         return "", None
+    if isinstance(html, str):  # lxml refuses text that declares its own encoding
+        html = re.sub(r"^\s*<\?xml[^>]*\?>", "", html)
+        if not html.strip():
+            return "", None
     root = lxml.html.document_fromstring(html)
     for bad in root.xpath("//script|//style|//head"):
         bad.drop_tree()

@@ -46,8 +46,10 @@ from llama_index_rag_pack.documents.ingest import (
     SUPPORTED_EXTENSIONS,
     SkippedFile,
     find_files,
+    ocr_options,
     read_file_documents,
 )
+from llama_index_rag_pack.documents.pdf.ocr_pages import OcrOptions
 from llama_index_rag_pack.milvus.document_rows import (
     ABSOLUTE_PATH_KEY,
     FILE_PATH_KEY,
@@ -183,12 +185,15 @@ def _rows_by_id(store: Any, ids: list[str], fields: list[str]) -> dict[str, dict
 
 
 def _batches(
-    files: Sequence[Path], skipped: list[SkippedFile], done: Callable[[int], None]
+    files: Sequence[Path],
+    skipped: list[SkippedFile],
+    done: Callable[[int], None],
+    ocr: OcrOptions,
 ) -> Iterator[list[Document]]:
     batch: list[Document] = []
     chars = count = 0
     for path in files:
-        docs, skip = read_file_documents(path)
+        docs, skip = read_file_documents(path, ocr)
         count += 1
         if skip is not None:
             skipped.append(skip)
@@ -210,6 +215,7 @@ def index_files(
     overwrite: bool = False,
     sync: bool = False,
     show_progress: bool = False,
+    ocr: str | OcrOptions = "auto",
     **pack_kwargs: Any,
 ) -> FileIndexReport:
     """Index files and folders into a pack's collection in batches (see the module).
@@ -220,7 +226,9 @@ def index_files(
     deletes the documents of files under ``paths`` that are gone (and the parts a file lost),
     everywhere the pack keeps them
     (:func:`~llama_index_rag_pack.milvus.document_rows.gone_documents`); a folder emptied of
-    supported files is then synced to nothing.
+    supported files is then synced to nothing. ``ocr`` says how scanned PDF pages and images
+    are read (``"auto"``, ``"force"``, ``"off"``:
+    :func:`~llama_index_rag_pack.documents.ingest.ocr_options`).
 
     Raises:
         ConfigurationError: a path does not exist, or a bad setting.
@@ -229,6 +237,7 @@ def index_files(
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
     start = time.perf_counter()
+    ocr_settings = ocr_options(ocr, show_progress)
     # the pack's own bars (chunking, embeddings) show progress inside each batch
     pack_kwargs.setdefault("show_progress", show_progress)
     try:
@@ -252,7 +261,7 @@ def index_files(
     read_ids: dict[Path, set[str]] = defaultdict(set)
     try:
         with _progress(len(files), show_progress) as advance:
-            for batch in _batches(files, report.skipped, advance.files):
+            for batch in _batches(files, report.skipped, advance.files, ocr_settings):
                 for doc in batch:
                     _stamp(doc, chunk_size, chunk_overlap)
                     if sync and isinstance(doc.metadata.get(FILE_PATH_KEY), str):

@@ -1,0 +1,1 @@
+"""PDF and image reading: text layer, tables, OCR."""
