@@ -49,6 +49,7 @@ __all__ = [
     "OcrText",
     "OcrUnavailableError",
     "available_engines",
+    "first_tesseract_languages",
     "ocr_image",
     "read_image_file",
 ]
@@ -202,7 +203,7 @@ def ocr_image(
     return OcrText(read.text, used, round(seconds, 3), read.timed_out, read.confidence)
 
 
-def _latin_languages() -> str:
+def first_tesseract_languages() -> str:
     """Tesseract's first languages: ``$RAG_PACK_OCR_LANGUAGES`` (``"deu+eng"``), else up to
     three installed Latin-script ones, else every installed one."""
     chosen = os.environ.get("RAG_PACK_OCR_LANGUAGES", "").strip()
@@ -218,7 +219,7 @@ def _tesseract_first(
 ) -> tuple[str, ocr_engines.EngineRead]:
     """Tesseract in Latin languages; on a low confidence, the page's script decides a second
     reading (Tesseract in that script's language, else PP-OCR when ``rapidocr``)."""
-    first = ocr_engines.run_tesseract(page, _latin_languages(), deadline)
+    first = ocr_engines.run_tesseract(page, first_tesseract_languages(), deadline)
     if first.timed_out or first.confidence is None or first.confidence >= LOW_CONFIDENCE:
         return "tesseract", first
     try:

@@ -1,7 +1,7 @@
 """The two OCR engines behind :func:`~llama_index_rag_pack.documents.pdf.ocr.ocr_image`.
 
 Tesseract runs as a subprocess (the ``tesseract`` binary, one OpenMP thread: on a small
-machine its thread pool made a page 6x slower), killed at the page's deadline. PP-OCR runs
+machine its thread pool made a page 5-6x slower), killed at the page's deadline. PP-OCR runs
 in-process on ONNX Runtime through ``rapidocr-onnxruntime`` (its models ship in the wheel), its
 detection, angle and recognition steps driven here so that each step's ONNX run is stopped at the
 deadline (``RunOptions.terminate``) and the lines read before it are kept. Lines come out in
@@ -144,6 +144,8 @@ def run_tesseract(image: Any, languages: str, deadline: float) -> EngineRead:
         tsv = _tesseract(image, ["-l", languages, "tsv"], deadline)
     except TimeoutError:
         return EngineRead("", None, timed_out=True)
+    if tsv is None:
+        logger.warning("Tesseract (-l %s) failed on a page: it reads as empty", languages)
     return _from_tsv(tsv or "")
 
 
@@ -193,7 +195,7 @@ def rapidocr_installed() -> bool:
 
 def _threads() -> int:
     """ONNX Runtime threads: ``OMP_NUM_THREADS`` when set, else this process's cores (at most
-    4: the models gain little beyond)."""
+    4)."""
     try:
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
     except (KeyError, ValueError):
@@ -347,9 +349,9 @@ def _rows(boxes: Sequence[Box], ids: list[int]) -> list[list[int]]:
     return [sorted(members, key=lambda i: boxes[i][0]) for _, _, members in rows]
 
 
-def _gutters(boxes: Sequence[Box], row: list[int], gap: float, width: float) -> list[Box]:
-    """The wide gaps between the parts of a row (x0, 0, x1, 0) when every part is wide enough
-    to be a column of text, else ``[]``."""
+def _gutters(boxes: Sequence[Box], row: list[int], gap: float, width: float) -> list[float]:
+    """The middles of the gaps of at least ``gap`` between the parts of a row, when every part
+    is wide enough (a quarter of ``width``) to be a column of text, else ``[]``."""
     parts: list[list[float]] = []
     for i in row:
         x0, _, x1, _ = boxes[i]
@@ -359,39 +361,37 @@ def _gutters(boxes: Sequence[Box], row: list[int], gap: float, width: float) -> 
             parts.append([x0, x1])
     if len(parts) < 2 or min(p[1] - p[0] for p in parts) < 0.25 * width:
         return []
-    return [(a[1], 0.0, b[0], 0.0) for a, b in zip(parts, parts[1:], strict=False)]
+    return [(a[1] + b[0]) / 2 for a, b in zip(parts, parts[1:], strict=False)]
 
 
 def order_boxes(boxes: Sequence[Box]) -> list[int]:
     """Reading order of text boxes ``(x0, y0, x1, y1)``: rows top to bottom, left to right,
-    except that a run of rows split by the same wide gaps (columns of text) is read one column
-    after the other. Returns the box indices in order."""
+    except that rows split by the same wide gaps (columns of text) are read one column after
+    the other, the rows just above that fit the columns (a heading beside a column's first
+    line) included. Returns the box indices in order."""
     if not boxes:
         return []
     heights = sorted(b[3] - b[1] for b in boxes)
-    gap = 1.5 * heights[len(heights) // 2]
+    gap = 0.6 * heights[len(heights) // 2]  # a column gutter: word gaps are ~0.3 line heights
     width = max(b[2] for b in boxes) - min(b[0] for b in boxes)
-    order: list[int] = []
-    block: list[int] = []
-    gutters: list[Box] = []
+    runs: list[tuple[list[float], list[int]]] = []  # (gutters, ids): a row, or a block of rows
 
-    def flush() -> None:
-        def column(i: int) -> int:
-            return sum(boxes[i][0] >= g[2] - 1e-6 for g in gutters)
-
-        order.extend(sorted(block, key=lambda i: (column(i), boxes[i][1], boxes[i][0])))
-        block.clear()
+    def crosses(ids: list[int], gutters: list[float]) -> bool:
+        return any(boxes[i][0] < g < boxes[i][2] for i in ids for g in gutters)
 
     for row in _rows(boxes, list(range(len(boxes)))):
-        crosses = any(boxes[i][0] < g[2] and boxes[i][2] > g[0] for i in row for g in gutters)
-        if gutters and not crosses:
-            block.extend(row)
+        if runs and runs[-1][0] and not crosses(row, runs[-1][0]):
+            runs[-1][1].extend(row)
             continue
-        flush()
         gutters = _gutters(boxes, row, gap, width)
         if gutters:
-            block.extend(row)
-        else:
-            order.extend(row)
-    flush()
+            while runs and not runs[-1][0] and not crosses(runs[-1][1], gutters):
+                row = runs.pop()[1] + row
+        runs.append((gutters, row))
+    order: list[int] = []
+    for gutters, ids in runs:
+        column = {i: sum(boxes[i][0] >= g for g in gutters) for i in ids}
+        order.extend(
+            sorted(ids, key=lambda i: (column[i], boxes[i][1], boxes[i][0])) if gutters else ids
+        )
     return order

@@ -14,6 +14,7 @@ above it. Multi-column prose is not a table: its pieces are long lines of text.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from llama_index_rag_pack.documents.pdf.layout import Run, group_lines
 __all__ = ["MIN_COLUMNS", "MIN_ROWS", "PageTable", "find_tables"]
 
 MIN_COLUMNS = 3
+_NUMBER = re.compile(r"^[(\-–−+$€£]?[\d][\d.,]*%?\)?$|^[-–—*]$")
 MIN_ROWS = 3
 #: A table's cells are short: the median piece of a row is at most this many characters.
 MAX_MEDIAN_CELL_CHARS = 30
@@ -66,12 +68,30 @@ def find_tables(runs: Sequence[Run], size: float) -> list[PageTable]:
     return tables
 
 
+def _numbers_apart(run: Run) -> list[Run]:
+    """A run of two numbers or more (``23.65 20.81 3.04``, drawn as one piece of text) as one
+    run per number, each placed by its characters' share of the run's width."""
+    tokens = run.text.split()
+    if len(tokens) < 2 or not all(_NUMBER.match(t) for t in tokens):
+        return [run]
+    width = (run.x1 - run.x0) / max(len(run.text), 1)
+    out, offset = [], 0
+    for token in tokens:
+        offset = run.text.index(token, offset)
+        x0 = run.x0 + offset * width
+        out.append(Run(token, x0, run.y0, x0 + len(token) * width, run.y1, run.size))
+        offset += len(token)
+    return out
+
+
 def _phrases(line: list[Run], size: float) -> list[Run]:
-    """A line's runs with the ones a word space apart merged: one piece per cell."""
+    """A line's runs with the ones a word space apart merged: one piece per cell (a run of
+    numbers is one piece per number)."""
     out: list[Run] = []
-    for run in line:
+    for run in [piece for run in line for piece in _numbers_apart(run)]:
         last = out[-1] if out else None
-        if last is not None and run.x0 - last.x1 < 0.4 * max(size, 1.0):
+        numbers = last is not None and _NUMBER.match(last.text) and _NUMBER.match(run.text)
+        if last is not None and not numbers and run.x0 - last.x1 < 0.4 * max(size, 1.0):
             out[-1] = Run(
                 f"{last.text} {run.text}",
                 last.x0,

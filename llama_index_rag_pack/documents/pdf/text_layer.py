@@ -134,8 +134,33 @@ def _line_runs(
         size = _font_size(textpage, pdfium_c, index) if index >= 0 else 0.0
         turn = _quadrant(textpage, pdfium_c, index) if index >= 0 else None
         x0, y0, x1, y1 = transform_box(matrix, (left, bottom, right, top))
-        runs.append((Run(text, x0, y0, x1, y1, float(size)), turn))
+        run = Run(text, x0, y0, x1, y1, float(size))
+        if len(groups) == 1 and sum(any(c.isdigit() for c in t) for t in line.split()) >= 2:
+            runs += [(piece, turn) for piece in _split_at_gaps(matrix, textpage, start, line, run)]
+        else:
+            runs.append((run, turn))
     return runs
+
+
+def _split_at_gaps(matrix: Matrix, textpage: Any, start: int, line: str, run: Run) -> list[Run]:
+    """``run`` (all of PDFium line ``line``) cut where a space stands for a gap wider than
+    a word space: the cells of a table row that the PDF draws as one piece of text."""
+    pieces: list[Run] = []
+    begin = 0  # where the current piece starts in ``line``
+    left = None
+    for k, ch in enumerate(line):
+        if ch != " " or k == 0 or k + 1 >= len(line) or line[k + 1] == " ":
+            continue
+        before = transform_box(matrix, textpage.get_charbox(start + k - 1))
+        after = transform_box(matrix, textpage.get_charbox(start + k + 1))
+        if after[0] - before[2] > 0.8 * max(run.size, 1.0):
+            x0 = left if left is not None else run.x0
+            pieces.append(Run(line[begin:k].strip(), x0, run.y0, before[2], run.y1, run.size))
+            begin, left = k + 1, after[0]
+    if not pieces:
+        return [run]
+    pieces.append(Run(line[begin:].strip(), left or run.x0, run.y0, run.x1, run.y1, run.size))
+    return [p for p in pieces if p.text]
 
 
 def page_images(page: Any) -> int:
