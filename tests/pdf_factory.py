@@ -48,8 +48,8 @@ def _content(page: Page) -> bytes:
     for t in page.texts:
         matrix = "1 0 0 1" if t.angle == 0 else "0 1 -1 0"
         out.append(
-            b"BT /F1 %s Tf %s %s %s Tm (" % (str(t.size).encode(), matrix.encode(),
-                                             str(t.x).encode(), str(t.y).encode())
+            b"BT /F1 %s Tf %s %s %s Tm ("
+            % (str(t.size).encode(), matrix.encode(), str(t.x).encode(), str(t.y).encode())
             + _escape(t.text)
             + b") Tj ET"
         )
@@ -70,39 +70,61 @@ def pdf_bytes(pages: Sequence[Page], *, outline: Sequence[tuple[str, int]] = ())
     kids = []
     for page in pages:
         data = zlib.compress(_content(page))
-        stream = add(b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(data) + data
-                     + b"\nendstream")
+        stream = add(
+            b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(data) + data + b"\nendstream"
+        )
         resources = b"/Font << /F1 %d 0 R >>" % font
         if page.image is not None:
             w, h, image, filt = page.image
-            extra = b"/BitsPerComponent 1 /ColorSpace /DeviceGray" if filt != "/DCTDecode" else (
-                b"/BitsPerComponent 8 /ColorSpace /DeviceGray")
-            img = add(b"<< /Type /XObject /Subtype /Image /Width %d /Height %d %s /Filter %s "
-                      b"/Length %d >>\nstream\n" % (w, h, extra, filt.encode(), len(image))
-                      + image + b"\nendstream")
+            extra = (
+                b"/BitsPerComponent 1 /ColorSpace /DeviceGray"
+                if filt != "/DCTDecode"
+                else (b"/BitsPerComponent 8 /ColorSpace /DeviceGray")
+            )
+            img = add(
+                b"<< /Type /XObject /Subtype /Image /Width %d /Height %d %s /Filter %s "
+                b"/Length %d >>\nstream\n"
+                % (w, h, extra, filt.encode(), len(image))
+                + image
+                + b"\nendstream"
+            )
             resources += b" /XObject << /Im1 %d 0 R >>" % img
-        kids.append(add(
-            b"<< /Type /Page /Parent %d 0 R /MediaBox [0 0 %s %s] /Rotate %d "
-            b"/Resources << %s >> /Contents %d 0 R >>"
-            % (pages_id, str(page.width).encode(), str(page.height).encode(), page.rotate,
-               resources, stream)
-        ))
+        kids.append(
+            add(
+                b"<< /Type /Page /Parent %d 0 R /MediaBox [0 0 %s %s] /Rotate %d "
+                b"/Resources << %s >> /Contents %d 0 R >>"
+                % (
+                    pages_id,
+                    str(page.width).encode(),
+                    str(page.height).encode(),
+                    page.rotate,
+                    resources,
+                    stream,
+                )
+            )
+        )
     objects[pages_id - 1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (
-        b" ".join(b"%d 0 R" % k for k in kids), len(kids))
+        b" ".join(b"%d 0 R" % k for k in kids),
+        len(kids),
+    )
     outlines = b""
     if outline:
         root = len(objects) + 1
         items = list(range(root + 1, root + 1 + len(outline)))
-        add(b"<< /Type /Outlines /First %d 0 R /Last %d 0 R /Count %d >>"
-            % (items[0], items[-1], len(items)))
+        add(
+            b"<< /Type /Outlines /First %d 0 R /Last %d 0 R /Count %d >>"
+            % (items[0], items[-1], len(items))
+        )
         for i, (title, index) in enumerate(outline):
             links = b""
             if i:
                 links += b" /Prev %d 0 R" % items[i - 1]
             if i + 1 < len(items):
                 links += b" /Next %d 0 R" % items[i + 1]
-            add(b"<< /Title (%s) /Parent %d 0 R /Dest [%d 0 R /XYZ 0 792 0]%s >>"
-                % (_escape(title), root, kids[index], links))
+            add(
+                b"<< /Title (%s) /Parent %d 0 R /Dest [%d 0 R /XYZ 0 792 0]%s >>"
+                % (_escape(title), root, kids[index], links)
+            )
         outlines = b" /Outlines %d 0 R" % root
     objects[catalog - 1] = b"<< /Type /Catalog /Pages %d 0 R%s >>" % (pages_id, outlines)
     out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
@@ -114,7 +136,10 @@ def pdf_bytes(pages: Sequence[Page], *, outline: Sequence[tuple[str, int]] = ())
     out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
     out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
     out += b"trailer\n<< /Size %d /Root %d 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, catalog, xref)
+        len(objects) + 1,
+        catalog,
+        xref,
+    )
     return bytes(out)
 
 
@@ -123,8 +148,9 @@ def write_pdf(path: Path, pages: Sequence[Page], **kwargs: object) -> Path:
     return path
 
 
-def prose_lines(words: str, x: float, top: float, width_chars: int = 60, leading: float = 12,
-                size: float = 10) -> list[Text]:
+def prose_lines(
+    words: str, x: float, top: float, width_chars: int = 60, leading: float = 12, size: float = 10
+) -> list[Text]:
     """``words`` set as lines of at most ``width_chars`` characters from ``top`` down."""
     lines, line = [], ""
     for word in words.split():

@@ -42,7 +42,8 @@ def heading_positions(text: str) -> list[tuple[int, Heading]]:
     """The ``#`` headings of ``text`` (outside fenced code) with the offset of each line.
 
     Example:
-        >>> heading_positions("# Guide\\n\\nIntro.\\n\\n## Install\\n\\n```\\n# not a heading\\n```")
+        >>> text = "# Guide\\n\\nIntro.\\n\\n## Install\\n\\n```\\n# not a heading\\n```"
+        >>> heading_positions(text)
         [(0, (1, 'Guide')), (17, (2, 'Install'))]
     """
     out: list[tuple[int, Heading]] = []

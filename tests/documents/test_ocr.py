@@ -293,8 +293,9 @@ def test_a_multi_page_tiff_gives_one_image_per_frame(tmp_path: Path) -> None:
     assert pages[1].getpixel((0, 0)) == (255, 255, 255)  # transparency laid on white
 
 
-def test_an_enormous_image_is_scaled_down(tmp_path: Path) -> None:
-    path = tmp_path / "big.png"
+@pytest.mark.parametrize("suffix", [".png", ".jpg"])
+def test_an_enormous_image_is_scaled_down(tmp_path: Path, suffix: str) -> None:
+    path = tmp_path / f"big{suffix}"
     Image.new("L", (5000, 3000), 255).save(path)
     (page,) = read_image_file(path)
     assert page.size[0] * page.size[1] <= ocr.MAX_OCR_PIXELS
@@ -358,12 +359,13 @@ def test_sixteen_bit_greys_are_stretched_to_eight_bits(tmp_path: Path) -> None:
 
 def test_columns_are_read_one_after_the_other() -> None:
     title = (0, 0, 1000, 30)
-    left = [(0, 60 + 40 * i, 480, 90 + 40 * i) for i in range(3)]
-    right = [(540, 60 + 40 * i, 1000, 90 + 40 * i) for i in range(3)]
-    footer = (0, 200, 1000, 230)
-    boxes = [footer, *right, title, *left]  # shuffled
+    heading = (0, 60, 150, 90)  # beside the right column's first line
+    left = [(0, 100 + 40 * i, 480, 130 + 40 * i) for i in range(3)]
+    right = [(500, 60 + 40 * i, 1000, 90 + 40 * i) for i in range(4)]  # a 20-unit gutter
+    footer = (0, 240, 1000, 270)
+    boxes = [footer, *right, title, *left, heading]  # shuffled
     order = ocr_engines.order_boxes(boxes)
-    assert [boxes[i] for i in order] == [title, *left, *right, footer]
+    assert [boxes[i] for i in order] == [title, heading, *left, *right, footer]
 
 
 def test_a_table_row_of_short_cells_is_read_across() -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import io
 import resource
+import shutil
 import threading
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 from llama_index.core.schema import MetadataMode
@@ -83,8 +85,13 @@ def test_words_hyphenated_across_lines_are_joined(tmp_path):
 def test_headings_by_size_give_every_chunk_its_section(tmp_path):
     body = "The consultation ran for six weeks and drew answers from residents. " * 12
     pages = [
-        Page([Text("Plan directeur", 72, 740, 20), Text("2. Methodologie", 72, 700, 15),
-              *prose_lines(body, 72, 670)]),
+        Page(
+            [
+                Text("Plan directeur", 72, 740, 20),
+                Text("2. Methodologie", 72, 700, 15),
+                *prose_lines(body, 72, 670),
+            ]
+        ),
         Page(prose_lines(body, 72, 740)),
     ]
     docs = _read(tmp_path, pages).documents
@@ -99,7 +106,9 @@ def test_headings_by_size_give_every_chunk_its_section(tmp_path):
 
 
 def test_a_pdf_outline_gives_the_section_path(tmp_path):
-    pages = [Page(prose_lines(f"Findings of part {n} on water quality.", 72, 700)) for n in range(3)]
+    pages = [
+        Page(prose_lines(f"Findings of part {n} on water quality.", 72, 700)) for n in range(3)
+    ]
     docs = _read(tmp_path, pages, outline=[("Introduction", 0), ("Results", 2)]).documents
     assert docs[0].text.startswith("# Introduction")
     assert docs[1].metadata[SECTION_KEY] == "Introduction"
@@ -110,7 +119,8 @@ def test_a_pdf_outline_gives_the_section_path(tmp_path):
 
 def _table_texts(rows, x=72, top=700, widths=(0, 150, 250, 350)):
     return [
-        Text(cell, x + widths[j], top - 14 * i, 9) for i, row in enumerate(rows)
+        Text(cell, x + widths[j], top - 14 * i, 9)
+        for i, row in enumerate(rows)
         for j, cell in enumerate(row)
     ]
 
@@ -204,8 +214,9 @@ def test_a_decompression_bomb_page_stays_bounded(tmp_path):
     raw = pdf_bytes([page, *GOOD])
     empty = zlib.compress(b"")
     marker = b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(empty) + empty
-    raw = raw.replace(marker, b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(data)
-                      + data, 1)
+    raw = raw.replace(
+        marker, b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(data) + data, 1
+    )
     # the xref offsets are now wrong: PDFium rebuilds them, as for any damaged file
     (tmp_path / "bomb.pdf").write_bytes(raw)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -251,3 +262,81 @@ def test_reading_is_thread_safe_for_separate_files(tmp_path):
         t.join()
     assert not errors
     assert results == {n: f"File number {n} here." for n in range(4)}
+
+
+# --- scanned pages: image encodings, OCR modes, the cache ------------------------------------
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "pdfs"
+
+
+@pytest.mark.parametrize("name", ["jbig2_mmr", "ccitt_fax", "jpeg2000"])
+def test_scanner_image_encodings_render_for_ocr(name):
+    import pypdfium2 as pdfium
+
+    document = pdfium.PdfDocument(str(DATA / f"{name}.pdf"))
+    image = render_page(document[0], 100)
+    low, high = image.getextrema()
+    assert low < 64 and high > 192  # ink on paper: the image was decoded
+
+
+def test_a_scanned_page_with_ocr_off_is_skipped_saying_how_to_read_it(tmp_path):
+    shutil.copy(DATA / "ccitt_fax.pdf", tmp_path / "fax.pdf")
+    write_pdf(tmp_path / "text.pdf", GOOD)
+    loaded = read_documents(tmp_path, ocr="off")
+    assert [d.metadata["file_name"] for d in loaded.documents] == ["text.pdf"]
+    (skip,) = loaded.skipped
+    assert "no text layer" in skip.reason and "--ocr auto" in skip.reason
+
+
+def test_without_an_ocr_engine_the_skip_reason_names_the_extra(tmp_path, monkeypatch):
+    from llama_index_rag_pack.documents.pdf import ocr
+
+    monkeypatch.setattr(ocr, "available_engines", lambda: ())
+    shutil.copy(DATA / "ccitt_fax.pdf", tmp_path / "fax.pdf")
+    write_pdf(tmp_path / "text.pdf", GOOD)
+    (skip,) = read_documents(tmp_path).skipped
+    assert "llama-index-rag-pack[ocr]" in skip.reason
+
+
+@pytest.fixture
+def ocr_calls(monkeypatch, tmp_path):
+    """Counts the pages the OCR engine reads (the real engine), with an empty cache."""
+    from llama_index_rag_pack.documents.pdf import ocr
+
+    if not ocr.available_engines():
+        pytest.skip("no OCR engine installed (the [ocr] extra or Tesseract)")
+    monkeypatch.setenv("RAG_PACK_OCR_CACHE", str(tmp_path / "ocr-cache"))
+    calls = []
+    real = ocr.ocr_image
+
+    def counted(image, **kwargs):
+        calls.append(image.size)
+        return real(image, **kwargs)
+
+    monkeypatch.setattr(ocr, "ocr_image", counted)
+    return calls
+
+
+def test_a_scanned_fax_page_is_read_by_ocr_and_cached(tmp_path, ocr_calls):
+    shutil.copy(DATA / "ccitt_fax.pdf", tmp_path / "fax.pdf")
+    (doc,) = load_documents(tmp_path / "fax.pdf")
+    assert doc.text.strip()  # the fax's low-resolution "/K -1" boxes: read as something
+    assert doc.metadata["page_label"] == "1" and doc.metadata["ocr"]
+    assert "ocr" not in doc.get_content(MetadataMode.EMBED)
+    assert len(ocr_calls) == 1
+    (again,) = load_documents(tmp_path / "fax.pdf")  # a re-index reads the cache
+    assert again.text == doc.text and len(ocr_calls) == 1
+    load_documents(tmp_path / "fax.pdf", ocr="force")  # other settings: read again
+    assert len(ocr_calls) == 2
+
+
+def test_an_image_file_is_read_by_ocr_like_a_page(tmp_path, ocr_calls):
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.new("L", (900, 160), 255)
+    font = ImageFont.load_default(size=48)
+    ImageDraw.Draw(image).text((30, 50), "Invoice total 4,250 EUR", fill=0, font=font)
+    image.save(tmp_path / "invoice.png")
+    (doc,) = load_documents(tmp_path / "invoice.png")
+    assert "4,250" in doc.text or "4250" in doc.text
+    assert doc.id_.endswith("invoice.png_part_0") and doc.metadata["page_label"] == "1"

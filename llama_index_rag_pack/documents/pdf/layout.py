@@ -165,10 +165,8 @@ def join_lines(lines: Sequence[str]) -> str:
         if not line:
             continue
         if out and out[-1] in _HYPHENS and line[0].islower():
-            if _HYPHENATED_LOWER.search(out[-2:]):
-                out = out[:-1] + line
-            else:
-                out = out[:-1] + "-" + line
+            joint = "" if _HYPHENATED_LOWER.search(out[-2:]) else "-"
+            out = out[:-1] + joint + line
         elif out:
             out = f"{out[:-1] + '-' if out[-1] in _SOFT_HYPHENS else out} {line}"
         else:

@@ -105,8 +105,9 @@ def read_image(path: Path, skipped: list[str], options: OcrOptions) -> dict[int,
     frames = ocr.read_image_file(path)
     digest = file_digest(path)
     reasons = dict.fromkeys(range(len(frames)), "an image")
-    return _read_pages(path, digest, list(range(len(frames))), frames.__getitem__, reasons,
-                       skipped, options)
+    return _read_pages(
+        path, digest, list(range(len(frames))), frames.__getitem__, reasons, skipped, options
+    )
 
 
 def _read_pages(

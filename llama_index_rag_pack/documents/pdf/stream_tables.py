@@ -88,7 +88,7 @@ def _phrases(line: list[Run], size: float) -> list[Run]:
     """A line's runs with the ones a word space apart merged: one piece per cell (a run of
     numbers is one piece per number)."""
     out: list[Run] = []
-    for run in [piece for run in line for piece in _numbers_apart(run)]:
+    for run in [piece for whole in line for piece in _numbers_apart(whole)]:
         last = out[-1] if out else None
         numbers = last is not None and _NUMBER.match(last.text) and _NUMBER.match(run.text)
         if last is not None and not numbers and run.x0 - last.x1 < 0.4 * max(size, 1.0):
