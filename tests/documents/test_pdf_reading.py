@@ -20,6 +20,7 @@ from pdf_factory import Page, Text, pdf_bytes, prose_lines, write_pdf
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.documents.chunking import split_documents
 from llama_index_rag_pack.documents.ingest import load_documents, read_documents
+from llama_index_rag_pack.documents.pdf.ocr_pages import OcrOptions
 from llama_index_rag_pack.documents.pdf.text_layer import MAX_RENDER_PIXELS, render_page
 from llama_index_rag_pack.documents.sections import SECTION_KEY
 
@@ -326,7 +327,9 @@ def test_a_scanned_fax_page_is_read_by_ocr_and_cached(tmp_path, ocr_calls):
     assert len(ocr_calls) == 1
     (again,) = load_documents(tmp_path / "fax.pdf")  # a re-index reads the cache
     assert again.text == doc.text and len(ocr_calls) == 1
-    load_documents(tmp_path / "fax.pdf", ocr="force")  # other settings: read again
+    load_documents(tmp_path / "fax.pdf", ocr="force")  # the same page and settings: cached
+    assert len(ocr_calls) == 1
+    load_documents(tmp_path / "fax.pdf", ocr=OcrOptions(dpi=150))  # another dpi: read again
     assert len(ocr_calls) == 2
 
 

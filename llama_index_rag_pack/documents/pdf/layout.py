@@ -182,9 +182,9 @@ def block_text(block: Block) -> str:
 def reading_order(runs: Sequence[Run]) -> list[Block]:
     """``runs`` cut into blocks in reading order (recursive XY-cut).
 
-    A region is cut down a vertical gap that crosses it from top to bottom, at least as wide
-    as its body text's font size and with two lines or more on each side (columns, read left
-    to right); else across its widest horizontal gaps between lines, when those are wider than
+    A region is cut down a vertical gap that crosses it from top to bottom, at least 0.6 of
+    its body text's font size wide and with two lines or more on each side (columns, read left
+    to right; a few wide runs bridging the gutters are read before or after them); else across its widest horizontal gaps between lines, when those are wider than
     its usual line spacing (read top to bottom); else it is one block.
 
     Example:
@@ -234,7 +234,30 @@ def _split(runs: list[Run], cuts: list[float], key: str) -> list[list[Run]]:
 
 
 def _columns(runs: list[Run], size: float) -> list[list[Run]]:
-    cuts = _gaps([(r.x0, r.x1) for r in runs], max(size, 4.0))
+    """``runs`` cut down the gutters that cross the region, left to right; where a few wide
+    runs (a title, a rule of text across the page) bridge the gutters, they are read before
+    or after the columns, by where they stand."""
+    parts = _column_parts(runs, size)
+    if len(parts) > 1:
+        return parts
+    width = max(r.x1 for r in runs) - min(r.x0 for r in runs)
+    wide = [r for r in runs if r.x1 - r.x0 > 0.5 * width]
+    if not wide or len(wide) > 0.2 * len(runs):
+        return [runs]
+    narrow = [r for r in runs if r.x1 - r.x0 <= 0.5 * width]
+    parts = _column_parts(narrow, size)
+    if len(parts) < 2:
+        return [runs]
+    top = min(r.y0 for r in narrow)
+    above = [r for r in wide if r.y1 <= top + 0.5 * size]
+    below = [r for r in wide if r.y1 > top + 0.5 * size]
+    return [p for p in (above, *parts, below) if p]
+
+
+def _column_parts(runs: list[Run], size: float) -> list[list[Run]]:
+    if not runs:
+        return [runs]
+    cuts = _gaps([(r.x0, r.x1) for r in runs], max(0.6 * size, 4.0))
     if not cuts:
         return [runs]
     parts = _split(runs, cuts, "x")

@@ -24,7 +24,13 @@ from llama_index_rag_pack.documents.pdf.page_text import (
     page_tables,
 )
 from llama_index_rag_pack.documents.pdf.stream_tables import PageTable
-from llama_index_rag_pack.documents.pdf.text_layer import PDFIUM_LOCK, page_layer, unusable_reason
+from llama_index_rag_pack.documents.pdf.text_layer import (
+    FEW_TEXT_CHARS,
+    PDFIUM_LOCK,
+    image_cover,
+    page_layer,
+    unusable_reason,
+)
 from llama_index_rag_pack.documents.sections import Heading, outline_headings, section_after
 
 __all__ = ["PdfPage", "PdfRead", "UnreadablePdfError", "read_pdf"]
@@ -99,17 +105,21 @@ def _open_error(error: Exception) -> str:
 def _read(document: Any, path: Path, options: OcrOptions) -> PdfRead:
     contents: list[PageContent] = []
     unusable: dict[int, str] = {}
+    pictures: set[int] = set()  # pages with a text layer, read by OCR too
     for index in range(len(document)):
         page = document[index]
         try:
             layer = page_layer(page)
+            reason = unusable_reason(layer.text)
+            if reason is None and _mostly_picture(page, layer.text):
+                reason = "mostly a picture, with little text in its text layer"
+                pictures.add(index)
         finally:
             page.close()
         contents.append(PageContent(layer.runs, layer.vertical, layer.width, layer.height))
-        reason = unusable_reason(layer.text)
         if reason is not None:
             unusable[index] = reason
-    usable = [i for i in range(len(contents)) if i not in unusable]
+    usable = [i for i in range(len(contents)) if i not in unusable or i in pictures]
     keys = furniture_keys([contents[i] for i in usable])
     tables = {i: page_tables(contents[i], keys) for i in usable}
     _continue_headers(contents, tables)
@@ -118,17 +128,29 @@ def _read(document: Any, path: Path, options: OcrOptions) -> PdfRead:
     texts = {i: page_markdown(contents[i], keys, sizes, tables[i]) for i in usable}
     read = PdfRead()
     ocr_texts = ocr_pages(document, path, file_digest(path), unusable, read.skipped, options)
+    for index in pictures:  # its text layer (a caption, a label) where OCR found nothing
+        if index not in ocr_texts:
+            read.skipped[:] = [r for r in read.skipped if not r.startswith(f"page {index + 1}:")]
     section: tuple[Heading, ...] = ()
     for index in range(len(document)):
         text, engine = texts.get(index), None
         if index in ocr_texts:
+            layer_text = text if index in pictures else None
             text, engine = ocr_texts[index]
+            if layer_text and layer_text.strip() not in text:
+                text = f"{text}\n\n{layer_text}"
         text = _with_outline(text or "", outline.get(index, ()))
         if text.strip():
             label = _label(document, index)
             read.pages.append(PdfPage(index, label, text, section, engine))
         section = section_after(text, section)
     return read
+
+
+def _mostly_picture(page: Any, text: str) -> bool:
+    """A page with a text layer of a few words that is mostly a picture (a scanned figure)."""
+    letters = sum(ch.isalnum() for ch in text)
+    return letters < FEW_TEXT_CHARS and image_cover(page) >= 0.5
 
 
 def _continue_headers(contents: Sequence[PageContent], tables: dict[int, list[PageTable]]) -> None:

@@ -18,11 +18,12 @@ from typing import Any
 from llama_index_rag_pack.documents.pdf.layout import Run
 
 __all__ = [
+    "FEW_TEXT_CHARS",
     "MAX_RENDER_PIXELS",
     "PDFIUM_LOCK",
     "PageLayer",
     "transform_box",
-    "page_images",
+    "image_cover",
     "page_layer",
     "render_page",
     "unusable_reason",
@@ -35,6 +36,9 @@ PDFIUM_LOCK = threading.RLock()
 MAX_RENDER_PIXELS = 12_000_000
 #: A page whose text has fewer letters or digits than this has no usable text layer.
 MIN_TEXT_CHARS = 12
+#: A page with fewer letters than this, mostly covered by pictures, is also read by OCR (a
+#: scanned figure with a caption or a stray label in its text layer).
+FEW_TEXT_CHARS = 200
 #: A page whose text is more than this share of unreadable characters is mojibake.
 MAX_BAD_SHARE = 0.2
 
@@ -112,10 +116,11 @@ def _line_runs(
     """The runs of one PDFium line (its characters ``start`` to ``start + len(line)``) on the
     page turned so its text reads left to right, each with the direction it is written in."""
     boxes = [textpage.get_rect(i) for i in range(textpage.count_rects(start, len(line)))]
-    groups: list[list[float]] = []  # touching boxes merged: left, bottom, right, top
+    groups: list[list[float]] = []  # boxes a letter space apart merged: l, b, r, t
     for left, bottom, right, top in sorted(boxes):
         last = groups[-1] if groups else None
-        if last is not None and left <= last[2] + 1.0 and bottom < last[3] and top > last[1]:
+        near = 0.3 * max(top - bottom, last[3] - last[1] if last else 0.0, 3.0)
+        if last is not None and left <= last[2] + near and bottom < last[3] and top > last[1]:
             last[:] = [last[0], min(last[1], bottom), max(last[2], right), max(last[3], top)]
         else:
             groups.append([left, bottom, right, top])
@@ -163,11 +168,21 @@ def _split_at_gaps(matrix: Matrix, textpage: Any, start: int, line: str, run: Ru
     return [p for p in pieces if p.text]
 
 
-def page_images(page: Any) -> int:
-    """How many image objects a pypdfium2 page draws (a scanned page draws one or more)."""
+def image_cover(page: Any) -> float:
+    """The share of a pypdfium2 page covered by the pictures it draws (0 to 1; overlapping
+    pictures counted once each, so a collage may pass 1 and is capped)."""
     import pypdfium2.raw as pdfium_c
 
-    return sum(1 for _ in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=2))
+    left, bottom, right, top = page.get_cropbox()
+    area = max((right - left) * (top - bottom), 1.0)
+    covered = 0.0
+    for picture in page.get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE], max_depth=2):
+        x0, y0, x1, y1 = picture.get_bounds()
+        width = min(x1, right) - max(x0, left)
+        height = min(y1, top) - max(y0, bottom)
+        if width > 0 and height > 0:
+            covered += width * height
+    return min(covered / area, 1.0)
 
 
 def _font_size(textpage: Any, pdfium_c: Any, index: int) -> float:
