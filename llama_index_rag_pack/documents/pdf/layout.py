@@ -184,8 +184,9 @@ def reading_order(runs: Sequence[Run]) -> list[Block]:
 
     A region is cut down a vertical gap that crosses it from top to bottom, at least 0.6 of
     its body text's font size wide and with two lines or more on each side (columns, read left
-    to right; a few wide runs bridging the gutters are read before or after them); else across its widest horizontal gaps between lines, when those are wider than
-    its usual line spacing (read top to bottom); else it is one block.
+    to right; a few wide runs bridging the gutters are read before or after them); else across
+    its widest horizontal gaps between lines, when those are wider than its usual line spacing
+    (read top to bottom); else it is one block.
 
     Example:
         >>> left = [Run(f"left {i}", 0, 12 * i, 80, 12 * i + 10, 10) for i in range(3)]

@@ -149,8 +149,9 @@ def _read(document: Any, path: Path, options: OcrOptions) -> PdfRead:
 
 def _mostly_picture(page: Any, text: str) -> bool:
     """A page with a text layer of a few words that is mostly a picture (a scanned figure)."""
-    letters = sum(ch.isalnum() for ch in text)
-    return letters < FEW_TEXT_CHARS and image_cover(page) >= 0.5
+    if len(text) > 4 * FEW_TEXT_CHARS or sum(ch.isalnum() for ch in text) >= FEW_TEXT_CHARS:
+        return False
+    return image_cover(page) >= 0.5
 
 
 def _continue_headers(contents: Sequence[PageContent], tables: dict[int, list[PageTable]]) -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 import threading
-import unicodedata
 from dataclasses import dataclass
 from typing import Any
+
+import regex
 
 from llama_index_rag_pack.documents.pdf.layout import Run
 
@@ -39,6 +40,8 @@ MIN_TEXT_CHARS = 12
 #: A page with fewer letters than this, mostly covered by pictures, is also read by OCR (a
 #: scanned figure with a caption or a stray label in its text layer).
 FEW_TEXT_CHARS = 200
+_BAD_CHARS = regex.compile(r"[\p{Co}\p{Cn}\p{Cs}\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_GOOD_CHARS = regex.compile(r"[\p{L}\p{N}]")
 #: A page whose text is more than this share of unreadable characters is mojibake.
 MAX_BAD_SHARE = 0.2
 
@@ -76,14 +79,14 @@ def page_layer(page: Any) -> PageLayer:
     textpage = page.get_textpage()
     try:
         full = textpage.get_text_range()
-        quadrant = _dominant_quadrant(textpage, pdfium_c, len(full))
+        quadrant, mixed = _dominant_quadrant(textpage, pdfium_c, len(full))
         matrix, width, height = _reading_matrix(page, quadrant)
         runs: list[Run] = []
         vertical: list[Run] = []
         start = 0
         for line in full.split("\r\n"):
             if line.strip():
-                for run, turn in _line_runs(matrix, textpage, pdfium_c, start, line):
+                for run, turn in _line_runs(matrix, textpage, pdfium_c, start, line, mixed):
                     (runs if turn in (quadrant, None) else vertical).append(run)
             start += len(line) + 2
     finally:
@@ -100,21 +103,24 @@ def _quadrant(textpage: Any, pdfium_c: Any, index: int) -> int | None:
     return round(angle / (math.pi / 2)) % 4
 
 
-def _dominant_quadrant(textpage: Any, pdfium_c: Any, count: int) -> int:
-    """The direction most of the page's text is written in (sampled: at most 400 characters)."""
+def _dominant_quadrant(textpage: Any, pdfium_c: Any, count: int) -> tuple[int, bool]:
+    """The direction most of the page's text is written in (sampled: at most 400 characters),
+    and whether the sample holds text written in another direction too."""
     votes = [0, 0, 0, 0]
     for index in range(0, count, max(1, count // 400)):
         turn = _quadrant(textpage, pdfium_c, index)
         if turn is not None:
             votes[turn] += 1
-    return max(range(4), key=lambda q: (votes[q], -q))
+    dominant = max(range(4), key=lambda q: (votes[q], -q))
+    return dominant, sum(1 for v in votes if v) > 1
 
 
 def _line_runs(
-    matrix: Matrix, textpage: Any, pdfium_c: Any, start: int, line: str
+    matrix: Matrix, textpage: Any, pdfium_c: Any, start: int, line: str, mixed: bool = True
 ) -> list[tuple[Run, int | None]]:
     """The runs of one PDFium line (its characters ``start`` to ``start + len(line)``) on the
-    page turned so its text reads left to right, each with the direction it is written in."""
+    page turned so its text reads left to right, each with the direction it is written in
+    (``None`` when the page's text is all written one way: not ``mixed``)."""
     boxes = [textpage.get_rect(i) for i in range(textpage.count_rects(start, len(line)))]
     groups: list[list[float]] = []  # boxes a letter space apart merged: l, b, r, t
     for left, bottom, right, top in sorted(boxes):
@@ -137,7 +143,7 @@ def _line_runs(
         if not text:
             continue
         size = _font_size(textpage, pdfium_c, index) if index >= 0 else 0.0
-        turn = _quadrant(textpage, pdfium_c, index) if index >= 0 else None
+        turn = _quadrant(textpage, pdfium_c, index) if mixed and index >= 0 else None
         x0, y0, x1, y1 = transform_box(matrix, (left, bottom, right, top))
         run = Run(text, x0, y0, x1, y1, float(size))
         if len(groups) == 1 and sum(any(c.isdigit() for c in t) for t in line.split()) >= 2:
@@ -237,15 +243,8 @@ def unusable_reason(text: str) -> str | None:
         >>> unusable_reason("\\ue001\\ue002\\ue003 \\ue004\\ue005\\ue006\\ue007 \\ue008\\ue009" * 3)
         'an unreadable text layer (mojibake: its fonts map no characters)'
     """
-    good = bad = 0
-    for ch in text:
-        if ch.isspace():
-            continue
-        category = unicodedata.category(ch)
-        if category in ("Co", "Cn", "Cs") or ch == "\ufffd" or category == "Cc":
-            bad += 1
-        elif category[0] in "LN":
-            good += 1
+    bad = len(_BAD_CHARS.findall(text))
+    good = len(_GOOD_CHARS.findall(text))
     if good + bad < MIN_TEXT_CHARS:
         return "no text layer"
     if bad > MAX_BAD_SHARE * (good + bad):
