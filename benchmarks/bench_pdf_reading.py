@@ -22,14 +22,16 @@ Lite database in a temporary directory, the embedding model loaded before the cl
 Scored: answer@5, a question is a hit when one of the 5 nodes retrieved for it comes from the
 question's file (``file_name``) and holds one of its answers, compared after collapsing
 whitespace and casefolding, and again with all whitespace removed (so OCR spacing and Chinese
-text spaced differently by a reader still match). Overall and per kind, with every question's
+text spaced differently by a reader still match); the cell borders of a Markdown table (``|``)
+count as whitespace, so a row ``| 159 | g/L |`` holds ``159 g/L`` as the same row printed as
+plain text does. Overall and per kind, with every question's
 rank of the first hit on each side, and each side's folder index time (reading included).
 
 Also measured over the PDFs with a text layer: pages per second of ``pypdf``
 (``PdfReader`` + ``extract_text``), ``pypdfium2`` (``get_text_bounded``) and the pack's reader
-(``read_documents``). Hooks that report ``n/a`` until the pack has an OCR module
-(``llama_index_rag_pack.documents.pdf.ocr``): OCR seconds per scanned page and the word recall
-of the pack's text of ``linn.pdf`` against its transcription ``linn.txt``. Every step that may
+(``read_documents``). With the pack's OCR module (``llama_index_rag_pack.documents.pdf.ocr``;
+``n/a`` for a checkout without it): OCR seconds per scanned page and the word recall of the
+pack's text of ``linn.pdf`` against its transcription ``linn.txt``. Every step that may
 OCR (the pack side, the pack's reader, the hooks) starts with an empty OCR disk cache
 (``RAG_PACK_OCR_CACHE`` set to a new temporary directory), so nothing comes from an earlier
 run. ``--sections-ablation`` indexes the pack side again with ``RAG_PACK_SECTION_PATHS=off`` (in
@@ -82,17 +84,21 @@ def load_questions(split: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
+_CELL_BORDERS = re.compile(r"^\|(?:-{3,}\|)+$|\|", re.M)
+
+
 def _spaced(text: str) -> str:
-    return " ".join(text.split()).casefold()
+    return " ".join(_CELL_BORDERS.sub(" ", text).split()).casefold()
 
 
 def _unspaced(text: str) -> str:
-    return "".join(text.split()).casefold()
+    return "".join(_CELL_BORDERS.sub(" ", text).split()).casefold()
 
 
 def holds_answer(text: str, answers: list[str]) -> bool:
     """Whether ``text`` contains one of ``answers``, whitespace collapsed and casefolded, or
-    with all whitespace removed."""
+    with all whitespace removed; a Markdown table's cell borders count as whitespace (a row
+    ``| 159 | g/L |`` holds ``159 g/L``, as the same row printed as text does)."""
     spaced, unspaced = _spaced(text), _unspaced(text)
     return any(_spaced(a) in spaced or _unspaced(a) in unspaced for a in answers)
 
@@ -561,7 +567,8 @@ def main() -> None:
         f"{len(scans)} of them without a text layer), {len(questions)} questions. Pack side: "
         f"{code} (`{pack['code']}`), default mode `{pack['mode']}`. answer@5: a question is a "
         "hit when one of the 5 retrieved chunks comes from its file and holds an answer string "
-        "(whitespace collapsed and casefolded, or all whitespace removed)."
+        "(whitespace collapsed and casefolded, or all whitespace removed; a Markdown table's cell "
+        "borders `|` count as whitespace)."
     )
     notes = [
         "Index time is the whole folder, reading included, with the embedding model loaded "
