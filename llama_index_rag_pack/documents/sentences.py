@@ -12,10 +12,14 @@ Example:
     ['Dr. Smith arrived.', 'He spoke at length about the budget.']
     >>> chunk_sentences("RAPTOR 先对文本块聚类。然后总结每个聚类！")
     ['RAPTOR 先对文本块聚类。', '然后总结每个聚类！']
+    >>> table = "| No. | Ministry | Total |\\n|---|---|---|\\n| 12. | Posts | 6912.76 |"
+    >>> chunk_sentences(f"Budget 2014.\\n\\n{table}")
+    ['Budget 2014.', '| No. | Ministry | Total |', '| 12. | Posts | 6912.76 |']
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -87,8 +91,13 @@ def chunk_sentences(
     so citation markers can be put back into the answer text."""
     out: list[str] = []
     pending = ""
-    pieces = (split or _splitter())(text)
-    for piece in (part for whole in pieces for part in split_cjk_sentences(whole)):
+    for piece in _pieces(text, split or _splitter()):
+        if _TABLE_ROW.match(piece):  # a table row: a unit of its own, never joined or cut
+            if pending:
+                out.append(pending)
+                pending = ""
+            out.append(piece)
+            continue
         sentence = join_sentence_parts(pending, piece)
         if not sentence:
             continue
@@ -98,10 +107,40 @@ def chunk_sentences(
         out.append(sentence)
         pending = ""
     if pending:
-        if out:
+        if out and not _TABLE_ROW.match(out[-1]):
             out[-1] = join_sentence_parts(out[-1], pending)
         else:
             out.append(pending)
+    return out
+
+
+#: A Markdown table row (what readers write tables as), and its header's separator row.
+_TABLE_ROW = re.compile(r"^\|.*\|$")
+_SEPARATOR_ROW = re.compile(r"^\|(?:\s*:?-{3,}:?\s*\|)+$")
+
+
+def _pieces(text: str, split: Callable[[str], list[str]]) -> list[str]:
+    """``text`` cut into sentences, each row of a Markdown table one piece (separator rows
+    left out): a row is what holds a table's fact, and a sentence splitter cuts rows at the
+    period of ``12.`` or joins them."""
+    out: list[str] = []
+    prose: list[str] = []
+
+    def flush() -> None:
+        if prose:
+            for whole in split("\n".join(prose)):
+                out.extend(split_cjk_sentences(whole))
+            prose.clear()
+
+    for line in text.splitlines():
+        row = " ".join(line.split())
+        if _TABLE_ROW.match(row):
+            flush()
+            if not _SEPARATOR_ROW.match(row):
+                out.append(row)
+        else:
+            prose.append(line)
+    flush()
     return out
 
 

@@ -191,6 +191,7 @@ def test_pp_ocr_reads_a_chinese_line(rapidocr: None) -> None:
     assert sum(c in result.text for c in CHINESE[0]) >= 0.8 * len(CHINESE[0]), result.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("chi_sim", [True, False], ids=["tesseract-chi_sim", "pp-ocr"])
 def test_auto_reads_a_chinese_page_in_its_script(
     tesseract: None, rapidocr: None, monkeypatch: Any, chi_sim: bool
