@@ -60,6 +60,7 @@ from llama_index_rag_pack.documents.language_analysis import (
     english_terms,
     fixed_analyzer,
 )
+from llama_index_rag_pack.documents.sections import SECTION_KEY, SectionPaths
 from llama_index_rag_pack.documents.stop_words import ENGLISH_STOP_WORDS
 from llama_index_rag_pack.documents.words import word_tokens
 
@@ -272,7 +273,9 @@ class Bm25Analysis:
 
 #: Metadata keys whose values head a chunk's analysed copy, in this order: the document's
 #: title, then section headings as document parsers record them (LlamaIndex's
-#: ``MarkdownNodeParser`` writes ``header_path``, e.g. ``/Install/From source/``).
+#: ``MarkdownNodeParser`` writes ``header_path``, e.g. ``/Install/From source/``). ``section``,
+#: the path the pack's chunker writes, only under ``RAG_PACK_SECTION_PATHS=all``
+#: (:class:`~llama_index_rag_pack.documents.sections.SectionPaths`).
 HEADING_KEYS = ("title", "header_path", "section_title", "section", "heading")
 
 
@@ -289,6 +292,8 @@ def document_headings(metadata: Mapping[str, Any] | None) -> list[str]:
     meta = metadata or {}
     out: list[str] = []
     for key in HEADING_KEYS:
+        if key == SECTION_KEY and SectionPaths.from_env() is not SectionPaths.ALL:
+            continue  # the pack's section path: in the BM25 text only when asked for
         value = meta.get(key)
         if isinstance(value, str):
             parts = value.strip("/").split("/") if key == "header_path" else [value]

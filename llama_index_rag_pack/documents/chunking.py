@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 
@@ -28,6 +27,7 @@ from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.text_decoding import split_at_breaks
 from llama_index_rag_pack.documents.sections import (
     SECTION_KEY,
+    SectionPaths,
     format_section,
     heading_positions,
     parse_section,
@@ -46,7 +46,6 @@ __all__ = [
     "MAX_SPLIT_CHARS",
     "check_chunking",
     "chunk_id",
-    "section_paths_on",
     "split_documents",
 ]
 
@@ -153,38 +152,21 @@ def split_documents(
     return nodes
 
 
-def section_paths_on() -> bool:
-    """Whether chunks get their section paths (``RAG_PACK_SECTION_PATHS=off`` turns them off,
-    to measure what they bring)."""
-    return os.environ.get("RAG_PACK_SECTION_PATHS", "on").strip().lower() not in ("off", "0")
-
-
 def _with_sections(
     documents: list[Document], split: Callable[[list[Document]], list[BaseNode]]
 ) -> list[BaseNode]:
     """``split(documents)``, each chunk given the section path open where it starts
-    (:mod:`~llama_index_rag_pack.documents.sections`) in its ``section`` metadata. While the
-    documents are split, each carries its longest path, so every chunk keeps room for its own."""
-    if not section_paths_on():
+    (:mod:`~llama_index_rag_pack.documents.sections`) in its ``section`` metadata. The chunks
+    are the ones the documents give without paths: a path never takes room from the text."""
+    if SectionPaths.from_env() is SectionPaths.OFF:
         return split(documents)
     plans = {}
     for doc in documents:
         positions = heading_positions(doc.text)
         start = parse_section(doc.metadata.get(SECTION_KEY))
         if positions or start:
-            paths = [format_section(section_at(positions, start, p)) for p, _ in positions]
-            plans[doc.doc_id] = (positions, start, doc.metadata.get(SECTION_KEY, None))
-            doc.metadata[SECTION_KEY] = max([format_section(start), *paths], key=len)
-    try:
-        nodes = split(documents)
-    finally:
-        for doc in documents:
-            if doc.doc_id in plans:
-                original = plans[doc.doc_id][2]
-                if original is None:
-                    doc.metadata.pop(SECTION_KEY, None)
-                else:
-                    doc.metadata[SECTION_KEY] = original
+            plans[doc.doc_id] = (positions, start)
+    nodes = split(documents)
     texts = {doc.doc_id: doc.text for doc in documents}
     after: dict[str, int] = {}  # where the document's last chunk was found
     for node in nodes:
@@ -192,14 +174,26 @@ def _with_sections(
         plan = plans.get(doc_id)
         if plan is None:
             continue
-        offset = _chunk_offset(texts[doc_id], node.get_content(), after.get(doc_id, 0))
+        content = node.get_content()
+        offset = _chunk_offset(texts[doc_id], content, after.get(doc_id, 0))
         after[doc_id] = offset
-        path = format_section(section_at(plan[0], plan[1], offset))
+        path = format_section(section_at(plan[0], plan[1], offset + _headings_first(content)))
         if path:
             node.metadata[SECTION_KEY] = path
         else:
             node.metadata.pop(SECTION_KEY, None)
     return nodes
+
+
+def _headings_first(chunk: str) -> int:
+    """How many characters of ``chunk`` its opening headings and blank lines take: a chunk
+    that starts with headings sits under them."""
+    skipped = 0
+    for line in chunk.splitlines(keepends=True):
+        if line.strip() and not heading_positions(line):
+            break
+        skipped += len(line)
+    return min(skipped, max(len(chunk) - 1, 0))
 
 
 def _chunk_offset(text: str, chunk: str, start: int) -> int:

@@ -13,12 +13,17 @@ the quotes of citations.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
+from enum import Enum
+
+from llama_index_rag_pack.core.errors import ConfigurationError
 
 __all__ = [
     "SECTION_KEY",
     "Heading",
+    "SectionPaths",
     "format_section",
     "heading_positions",
     "outline_headings",
@@ -33,9 +38,42 @@ SEPARATOR = " > "
 #: A longer path keeps its innermost headings (``… > 4.2 Costs > Table 3``).
 MAX_SECTION_CHARS = 200
 MAX_HEADING_CHARS = 120
+#: Deeper headings (``#####``, ``######``: captions, run-in titles) open no section.
+MAX_SECTION_LEVEL = 4
 Heading = tuple[int, str]  # level (1 = outermost) and title
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
 _FENCE = re.compile(r"^[ \t]*(```|~~~)")
+
+
+class SectionPaths(str, Enum):
+    """Where a chunk's section path goes (``RAG_PACK_SECTION_PATHS``).
+
+    ``embed`` (the default): into what is embedded and what the LLM reads; ``all``: into the
+    BM25 text as well; ``off``: nowhere (no ``section`` metadata). Measured
+    (``benchmarks/results/section_paths_quality.md``): in the BM25 text the path lifts whole
+    sections for a question that names their heading, and costs 4 of 60 ``zh_qa`` dev
+    questions at evidence@1, so only ``all`` puts it there.
+    """
+
+    EMBED = "embed"
+    ALL = "all"
+    OFF = "off"
+
+    @classmethod
+    def from_env(cls) -> SectionPaths:
+        """The setting of ``RAG_PACK_SECTION_PATHS`` (``embed`` when unset).
+
+        Raises:
+            ConfigurationError: a value that is none of ``embed``, ``all``, ``off``.
+        """
+        value = os.environ.get("RAG_PACK_SECTION_PATHS", "").strip().lower() or "embed"
+        try:
+            return cls(value)
+        except ValueError:
+            valid = ", ".join(m.value for m in cls)
+            raise ConfigurationError(
+                f"RAG_PACK_SECTION_PATHS={value!r} is not a valid setting; use one of {valid}."
+            ) from None
 
 
 def heading_positions(text: str) -> list[tuple[int, Heading]]:
@@ -54,7 +92,7 @@ def heading_positions(text: str) -> list[tuple[int, Heading]]:
             fenced = not fenced
         elif not fenced and line.startswith("#"):
             match = _HEADING.match(line.rstrip("\r\n"))
-            if match and match.group(2).strip():
+            if match and match.group(2).strip() and len(match.group(1)) <= MAX_SECTION_LEVEL:
                 title = " ".join(match.group(2).split())[:MAX_HEADING_CHARS]
                 out.append((offset, (len(match.group(1)), title)))
         offset += len(line)

@@ -111,3 +111,51 @@ def test_a_section_line_reads_back_to_its_titles(titles):
     path = tuple(enumerate(titles, 1))
     line = format_section(path)
     assert [t for _, t in parse_section(line)] == [t for t in titles if t] or len(line) >= 200
+
+
+# --- where section paths go --------------------------------------------------------------------
+
+
+def _chunks(text):
+    from llama_index.core import Document
+
+    from llama_index_rag_pack.documents.chunking import split_documents
+
+    return split_documents([Document(text=text, id_="guide")], chunk_size=48, chunk_overlap=0)
+
+
+GUIDE = "# Guide\n\nWelcome.\n\n## Install\n\n" + "Run the installer as an administrator. " * 6
+
+
+def test_a_chunk_that_starts_with_headings_sits_under_them():
+    chunks = _chunks("# Guide\n\n## Install\n\n" + "Run the installer as an administrator. " * 6)
+    assert chunks[0].metadata["section"] == "Guide > Install"
+
+
+def test_captions_and_run_in_headings_open_no_section():
+    text = "# Report\n\n###### Figure 3. A flow chart\n\n" + "The flow goes left to right. " * 8
+    assert {c.metadata["section"] for c in _chunks(text)} == {"Report"}
+
+
+def test_section_paths_are_embedded_and_kept_out_of_bm25_unless_asked(monkeypatch):
+    from llama_index.core.schema import MetadataMode
+
+    from llama_index_rag_pack.documents.bm25_analysis import document_headings
+
+    chunk = _chunks(GUIDE)[-1]
+    assert "section: Guide > Install" in chunk.get_content(MetadataMode.EMBED)
+    assert "Guide > Install" not in document_headings(chunk.metadata)
+    monkeypatch.setenv("RAG_PACK_SECTION_PATHS", "all")
+    assert "Guide > Install" in document_headings(chunk.metadata)
+    monkeypatch.setenv("RAG_PACK_SECTION_PATHS", "off")
+    assert all("section" not in c.metadata for c in _chunks(GUIDE))
+
+
+def test_an_unknown_section_paths_setting_is_one_clear_error(monkeypatch):
+    import pytest
+
+    from llama_index_rag_pack.core.errors import ConfigurationError
+
+    monkeypatch.setenv("RAG_PACK_SECTION_PATHS", "sometimes")
+    with pytest.raises(ConfigurationError, match="embed, all, off"):
+        _chunks(GUIDE)
