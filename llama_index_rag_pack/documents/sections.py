@@ -16,9 +16,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Sequence
-from enum import Enum
 
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.choices import Choice
 
 __all__ = [
     "SECTION_KEY",
@@ -45,7 +44,7 @@ _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$")
 _FENCE = re.compile(r"^[ \t]*(```|~~~)")
 
 
-class SectionPaths(str, Enum):
+class SectionPaths(Choice):
     """Where a chunk's section path goes (``RAG_PACK_SECTION_PATHS``).
 
     ``embed`` (the default): into what is embedded and what the LLM reads; ``all``: into the
@@ -66,14 +65,11 @@ class SectionPaths(str, Enum):
         Raises:
             ConfigurationError: a value that is none of ``embed``, ``all``, ``off``.
         """
-        value = os.environ.get("RAG_PACK_SECTION_PATHS", "").strip().lower() or "embed"
-        try:
-            return cls(value)
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ConfigurationError(
-                f"RAG_PACK_SECTION_PATHS={value!r} is not a valid setting; use one of {valid}."
-            ) from None
+        return cls.parse(os.environ.get("RAG_PACK_SECTION_PATHS", "").strip() or "embed")
+
+    @classmethod
+    def label(cls) -> str:
+        return "RAG_PACK_SECTION_PATHS setting"
 
 
 def heading_positions(text: str) -> list[tuple[int, Heading]]:

@@ -136,7 +136,7 @@ def rapidocr() -> None:
 def test_ocr_mode_parse_accepts_any_case_and_lists_the_valid_modes() -> None:
     assert OcrMode.parse("Force") is OcrMode.FORCE
     assert OcrMode.parse(OcrMode.OFF) is OcrMode.OFF
-    with pytest.raises(ValueError, match="valid modes: auto, off, force"):
+    with pytest.raises(ValueError, match="valid values: auto, off, force"):
         OcrMode.parse("sometimes")
 
 

@@ -157,5 +157,5 @@ def test_an_unknown_section_paths_setting_is_one_clear_error(monkeypatch):
     from llama_index_rag_pack.core.errors import ConfigurationError
 
     monkeypatch.setenv("RAG_PACK_SECTION_PATHS", "sometimes")
-    with pytest.raises(ConfigurationError, match="embed, all, off"):
+    with pytest.raises(ConfigurationError, match="valid values: embed, all, off"):
         _chunks(GUIDE)

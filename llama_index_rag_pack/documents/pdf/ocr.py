@@ -29,10 +29,10 @@ import re
 import time
 import warnings
 from dataclasses import asdict, dataclass, fields, replace
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from llama_index_rag_pack.core.choices import Choice
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.json_files import read_json_file, write_json_atomic
 from llama_index_rag_pack.documents.pdf import ocr_engines
@@ -97,26 +97,18 @@ _INSTALL = (
 )
 
 
-class OcrMode(str, Enum):
+class OcrMode(Choice):
     """Which pages are read by OCR: ``auto`` the pages without a usable text layer, ``force``
-    every page, ``off`` none."""
+    every page, ``off`` none (``OcrMode.parse`` takes any case; an unknown mode is a
+    :class:`~llama_index_rag_pack.core.errors.ConfigurationError` listing the valid ones)."""
 
     AUTO = "auto"
     OFF = "off"
     FORCE = "force"
 
     @classmethod
-    def parse(cls, value: str | OcrMode) -> OcrMode:
-        """The mode named ``value`` (any case).
-
-        Raises:
-            ValueError: an unknown mode; the message lists the valid ones.
-        """
-        try:
-            return cls(value.lower() if isinstance(value, str) else value)
-        except ValueError:
-            valid = ", ".join(m.value for m in cls)
-            raise ValueError(f"Unknown OCR mode {value!r}; valid modes: {valid}.") from None
+    def label(cls) -> str:
+        return "OCR mode"
 
 
 @dataclass(frozen=True)
