@@ -343,3 +343,17 @@ def test_an_image_file_is_read_by_ocr_like_a_page(tmp_path, ocr_calls):
     (doc,) = load_documents(tmp_path / "invoice.png")
     assert "4,250" in doc.text or "4250" in doc.text
     assert doc.id_.endswith("invoice.png_part_0") and doc.metadata["page_label"] == "1"
+
+
+def test_a_long_pdf_is_read_in_blocks_that_keep_sections_and_furniture(tmp_path, monkeypatch):
+    from llama_index_rag_pack.documents.pdf import pdf_reader
+
+    monkeypatch.setattr(pdf_reader, "BLOCK_PAGES", 3)
+    pages = [Page([Text("Handbook", 72, 700, 20), *prose_lines("Intro text here.", 72, 660)])]
+    for n in range(2, 8):
+        head = Text(f"Staff handbook, page {n}", 72, 770, 8)
+        pages.append(Page([head, *prose_lines(f"Rule number {n} of the handbook.", 72, 600)]))
+    docs = _read(tmp_path, pages).documents
+    assert [d.metadata["page_label"] for d in docs] == [str(n) for n in range(1, 8)]
+    assert all("Staff handbook" not in d.text for d in docs)
+    assert all(d.metadata.get(SECTION_KEY) == "Handbook" for d in docs[1:])

@@ -102,11 +102,46 @@ def _open_error(error: Exception) -> str:
     )
 
 
+#: Pages read together: running heads, heading sizes and continued tables are found among
+#: them, and only their text runs are held in memory at once, however long the PDF.
+BLOCK_PAGES = 200
+
+
 def _read(document: Any, path: Path, options: OcrOptions) -> PdfRead:
-    contents: list[PageContent] = []
+    read = PdfRead()
+    outline = outline_headings(_outline(document))
+    digest = file_digest(path)
+    state = _Carried()
+    for first in range(0, len(document), BLOCK_PAGES):
+        indices = range(first, min(first + BLOCK_PAGES, len(document)))
+        _read_block(document, path, digest, indices, outline, options, read, state)
+    return read
+
+
+@dataclass
+class _Carried:
+    """What one block of pages hands the next: the headings open at its end and its running
+    heads and feet (a short last block has too few pages to find them again)."""
+
+    section: tuple[Heading, ...] = ()
+    furniture: set[str] = field(default_factory=set)
+
+
+def _read_block(
+    document: Any,
+    path: Path,
+    digest: str,
+    indices: range,
+    outline: dict[int, list[Heading]],
+    options: OcrOptions,
+    read: PdfRead,
+    state: _Carried,
+) -> None:
+    """Read the pages ``indices`` into ``read``, carrying ``state`` from block to block."""
+    contents: dict[int, PageContent] = {}
     unusable: dict[int, str] = {}
     pictures: set[int] = set()  # pages with a text layer, read by OCR too
-    for index in range(len(document)):
+    for index in indices:
         page = document[index]
         try:
             layer = page_layer(page)
@@ -116,23 +151,22 @@ def _read(document: Any, path: Path, options: OcrOptions) -> PdfRead:
                 pictures.add(index)
         finally:
             page.close()
-        contents.append(PageContent(layer.runs, layer.vertical, layer.width, layer.height))
+        contents[index] = PageContent(layer.runs, layer.vertical, layer.width, layer.height)
         if reason is not None:
             unusable[index] = reason
-    usable = [i for i in range(len(contents)) if i not in unusable or i in pictures]
-    keys = furniture_keys([contents[i] for i in usable])
+    usable = [i for i in indices if i not in unusable or i in pictures]
+    keys = state.furniture = furniture_keys([contents[i] for i in usable]) | state.furniture
     tables = {i: page_tables(contents[i], keys) for i in usable}
     _continue_headers(contents, tables)
-    outline = outline_headings(_outline(document))
     sizes = {} if outline else heading_sizes([contents[i] for i in usable])
     texts = {i: page_markdown(contents[i], keys, sizes, tables[i]) for i in usable}
-    read = PdfRead()
-    ocr_texts = ocr_pages(document, path, file_digest(path), unusable, read.skipped, options)
-    for index in pictures:  # its text layer (a caption, a label) where OCR found nothing
-        if index not in ocr_texts:
-            read.skipped[:] = [r for r in read.skipped if not r.startswith(f"page {index + 1}:")]
-    section: tuple[Heading, ...] = ()
-    for index in range(len(document)):
+    contents.clear()
+    skipped: list[str] = []
+    ocr_texts = ocr_pages(document, path, digest, unusable, skipped, options)
+    # a picture page OCR did not read keeps its text layer (a caption, a label) unremarked
+    unread = tuple(f"page {i + 1}:" for i in pictures if i not in ocr_texts)
+    read.skipped += [reason for reason in skipped if not reason.startswith(unread)]
+    for index in indices:
         text, engine = texts.get(index), None
         if index in ocr_texts:
             layer_text = text if index in pictures else None
@@ -142,9 +176,8 @@ def _read(document: Any, path: Path, options: OcrOptions) -> PdfRead:
         text = _with_outline(text or "", outline.get(index, ()))
         if text.strip():
             label = _label(document, index)
-            read.pages.append(PdfPage(index, label, text, section, engine))
-        section = section_after(text, section)
-    return read
+            read.pages.append(PdfPage(index, label, text, state.section, engine))
+        state.section = section_after(text, state.section)
 
 
 def _mostly_picture(page: Any, text: str) -> bool:
