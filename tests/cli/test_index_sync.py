@@ -96,7 +96,7 @@ def test_ctrl_c_stops_watching_cleanly(tmp_path) -> None:
 
 def test_snapshot_sees_supported_files_only(tmp_path) -> None:
     (tmp_path / "a.txt").write_text("x", encoding="utf-8")
-    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    (tmp_path / "clip.gif").write_bytes(b"GIF89a")
     assert list(watch.snapshot([tmp_path], True)) == [str(tmp_path / "a.txt")]
     (tmp_path / "a.txt").unlink()
     assert watch.snapshot([tmp_path], True) == {}
