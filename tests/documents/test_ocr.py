@@ -155,8 +155,9 @@ def test_an_engine_not_installed_or_unknown_is_refused(monkeypatch: Any) -> None
         ocr_image(Image.new("L", (50, 20), 255), engine="tesseract")
     with pytest.raises(ValueError, match="valid engines: auto, tesseract, rapidocr"):
         ocr_image(Image.new("L", (50, 20), 255), engine="easyocr")
-    with pytest.raises(ValueError, match="time_limit must be > 0"):
-        ocr_image(Image.new("L", (50, 20), 255), time_limit=0)
+    for limit in (0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="time_limit must be a finite number > 0"):
+            ocr_image(Image.new("L", (50, 20), 255), time_limit=limit)
 
 
 def test_available_engines_are_known_names() -> None:
