@@ -22,6 +22,7 @@ from llama_index_rag_pack.core.text_decoding import (
     without_lone_surrogates,
 )
 from llama_index_rag_pack.documents.office_files import (
+    FILE_METADATA_HIDDEN,
     OFFICE_EXTENSIONS,
     UnreadableFileError,
     html_text,
@@ -324,9 +325,8 @@ def _read_html(path: Path, markup: str) -> list[Document]:
     text, _ = html_text(markup)
     metadata = default_file_metadata_func(str(path))
     document = Document(text=text, id_=str(path), metadata=metadata)
-    hidden = ["file_name", "file_type", "file_size", "creation_date", "last_modified_date"]
-    document.excluded_embed_metadata_keys = [*hidden, "last_accessed_date"]
-    document.excluded_llm_metadata_keys = [*hidden, "last_accessed_date"]
+    document.excluded_embed_metadata_keys = list(FILE_METADATA_HIDDEN)
+    document.excluded_llm_metadata_keys = list(FILE_METADATA_HIDDEN)
     return [document]
 
 

@@ -35,15 +35,29 @@ from llama_index.core.schema import Document
 from llama_index_rag_pack.core.text_decoding import detect_text_encoding
 from llama_index_rag_pack.documents.tables import markdown_table
 
-__all__ = ["OFFICE_EXTENSIONS", "UnreadableFileError", "html_text", "read_office_file"]
+__all__ = [
+    "FILE_METADATA_HIDDEN",
+    "OFFICE_EXTENSIONS",
+    "UnreadableFileError",
+    "html_text",
+    "read_office_file",
+]
 
 logger = logging.getLogger(__name__)
 
 #: Expanded XML (and XHTML) a zip-based file may hold: more is a damaged file or a zip bomb.
 MAX_EXPANDED_BYTES = 512 * 2**20
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # encrypted OOXML, or an old .doc/.xls/.ppt
-_HIDDEN = ["file_name", "file_type", "file_size", "creation_date", "last_modified_date"]
-_HIDDEN += ["last_accessed_date", "slide", "chapter"]  # kept from embeddings and prompts
+#: File metadata kept from embeddings and prompts, as LlamaIndex's own readers keep it.
+FILE_METADATA_HIDDEN = (
+    "file_name",
+    "file_type",
+    "file_size",
+    "creation_date",
+    "last_modified_date",
+    "last_accessed_date",
+)
+_HIDDEN = [*FILE_METADATA_HIDDEN, "slide", "chapter"]  # kept from embeddings and prompts
 
 Part = tuple[str, dict[str, Any]]  # a document's text and its own metadata
 

@@ -17,6 +17,7 @@ from typing import Any
 from llama_index.core.readers.file.base import default_file_metadata_func
 from llama_index.core.schema import Document
 
+from llama_index_rag_pack.documents.office_files import FILE_METADATA_HIDDEN
 from llama_index_rag_pack.documents.pdf.ocr_pages import OcrOptions, read_image
 from llama_index_rag_pack.documents.pdf.pdf_reader import PdfPage, UnreadablePdfError, read_pdf
 from llama_index_rag_pack.documents.sections import SECTION_KEY, format_section
@@ -27,9 +28,7 @@ logger = logging.getLogger(__name__)
 
 #: Image files read by OCR, one document per image (per frame of a multi-page TIFF).
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".tif", ".tiff")
-#: Kept from embeddings and prompts, as LlamaIndex's own readers keep them.
-_HIDDEN = ["file_name", "file_type", "file_size", "creation_date", "last_modified_date"]
-_HIDDEN += ["last_accessed_date", "ocr"]
+_HIDDEN = [*FILE_METADATA_HIDDEN, "ocr"]  # kept from embeddings and prompts
 
 
 class PageSkips(Exception):

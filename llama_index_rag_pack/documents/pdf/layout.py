@@ -86,16 +86,8 @@ class Block:
     runs: tuple[Run, ...]
 
     @property
-    def x0(self) -> float:
-        return min(r.x0 for r in self.runs)
-
-    @property
     def y0(self) -> float:
         return min(r.y0 for r in self.runs)
-
-    @property
-    def y1(self) -> float:
-        return max(r.y1 for r in self.runs)
 
     @property
     def size(self) -> float:
