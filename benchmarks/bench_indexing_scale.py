@@ -5,8 +5,11 @@ synthetic documents (about 180 words each, one chunk each) with a cheap hashed 3
 so the model is out of the picture (``profile_indexing.py`` has the bundled model's 8-article
 point).
 
-Each side runs in a fresh process pinned to ``--cores`` CPUs. Measured: index time, peak RSS
-(Milvus Lite runs inside the process, so its memory counts), and the median query time of 20
+Each side runs in a fresh process pinned to ``--cores`` CPUs. Measured: index time, the peak
+resident set of the whole process tree (Milvus Lite runs inside the process, the pack's BM25
+analysis helper is its child; sampled from the parent every 0.2 s) while indexing and up to the
+end of the questions, the resident set of a new process that opened the built collection and
+asked one question, and the median query time of 20
 questions per mode after one warm-up question: the pack's default mode (``hybrid_convex``),
 ``vector`` and ``bm25`` as a new process meets them (the in-memory copies fall due on the
 fourth question and are read in a background thread meanwhile; the slowest question shows a
@@ -15,8 +18,13 @@ with the in-memory copies off (``RAG_PACK_MEMORY_COPIES=off``: every search in L
 its top 10 equal the copies' (up to ties) for every question, and the stock recipes' dense and
 hybrid retrievers.
 
-Run:  python benchmarks/bench_indexing_scale.py [--sizes 2000,20000,60000,100000] [--cores 2]
-Writes ``indexing_scale.json``, ``indexing_scale.md`` and ``indexing_scale.png`` (log-log).
+``--shape wide`` swaps the documents for 120-240 words drawn Zipf-like from a 20,000-word
+vocabulary, in sentences, at chunk size 512 (a shape the pack was not tuned on).
+
+Run:  python benchmarks/bench_indexing_scale.py [--sizes 2000,20000,100000] [--shape bench|wide]
+      [--cores 2] [--alone]
+Writes ``indexing_scale.json``, ``.md`` and ``.png`` (log-log); ``indexing_scale_wide.*`` for
+``--shape wide``.
 """
 
 from __future__ import annotations
@@ -35,22 +43,71 @@ from pathlib import Path
 from typing import Any
 
 from _results import add_out_argument, md_table, resolve_out, write_results
-from profile_indexing import WORDS, corpus, rss_mb, stock_retriever, stock_store
+from profile_indexing import WORDS, corpus, hashed_embedding, rss_mb, stock_retriever, stock_store
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 QUESTIONS = 20
 PACK_MODES = ("hybrid_convex", "vector", "bm25")
+#: Document shapes: ``bench``, about 180 words from a 41-word vocabulary, one sentence and one
+#: chunk each, chunk size 256 (the default); ``wide``, about 180 words drawn Zipf-like from a
+#: 20,000-word vocabulary in sentences of 6 to 30 words, chunk size 512.
+SHAPES = ("bench", "wide")
+WIDE_VOCABULARY = 20_000
+WIDE_CHUNK_SIZE = 512
 
 
-def questions() -> list[str]:
+def wide_words() -> list[str]:
+    """20,000 distinct pronounceable words, the same in every run."""
+    rng = random.Random(7)
+    syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
+    words: dict[str, None] = {}
+    while len(words) < WIDE_VOCABULARY:
+        words["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4)))] = None
+    return list(words)
+
+
+def wide_corpus(count: int) -> list[Any]:
+    """``count`` documents of 120-240 words, Zipf-like over :func:`wide_words`, in sentences."""
+    from itertools import accumulate
+
+    from llama_index.core import Document
+
+    words = wide_words()
+    weights = list(accumulate(1.0 / (rank + 10) for rank in range(len(words))))
+    rng = random.Random(0)
+    docs = []
+    for i in range(count):
+        sentences, left = [], rng.randint(120, 240)
+        while left > 0:
+            n = min(left, rng.randint(6, 30))
+            drawn = rng.choices(words, cum_weights=weights, k=n)
+            sentences.append(" ".join(drawn).capitalize() + ".")
+            left -= n
+        docs.append(
+            Document(text=" ".join(sentences), id_=f"doc-{i}", metadata={"title": f"doc {i}"})
+        )
+    return docs
+
+
+def shape_corpus(shape: str, n: int) -> tuple[list[Any], Any, int | None]:
+    """The documents, the embedding and the chunk size (``None``: the default) of a shape."""
+    if shape == "wide":
+        os.environ["PYTHONHASHSEED"] = "0"
+        return wide_corpus(n), hashed_embedding(), WIDE_CHUNK_SIZE
+    docs, embed = corpus(f"synthetic:{n}")
+    return docs, embed, None
+
+
+def questions(shape: str = "bench") -> list[str]:
     rng = random.Random(1)
-    return [" ".join(rng.sample(WORDS, 3)) for _ in range(QUESTIONS + 1)]
+    vocabulary = WORDS if shape == "bench" else wide_words()[:2000]
+    return [" ".join(rng.sample(vocabulary, 3)) for _ in range(QUESTIONS + 1)]
 
 
-def timed_queries(retrieve: Any) -> tuple[float, float, float, list[Any]]:
+def timed_queries(retrieve: Any, shape: str) -> tuple[float, float, float, list[Any]]:
     """First question's seconds, the median and the slowest of the others (a question that
     waits for a copy to be read into memory shows there), and every answer."""
-    asked = questions()
+    asked = questions(shape)
     start = time.perf_counter()
     answers = [retrieve(asked[0])]
     first = time.perf_counter() - start
@@ -79,41 +136,46 @@ def same_top(a: list[Any], b: list[Any]) -> bool:
     return ga[:-1] == gb[:-1] and (len(ga[-1]) == len(gb[-1]) if ga else not gb)
 
 
-class ChildPeak(threading.Thread):
-    """The largest resident set of this process's child processes (the BM25 analysis helper),
-    and the largest sum of this process's and its children's, polled every 0.2 s.
-    ``RUSAGE_CHILDREN``'s ``ru_maxrss`` is no use here: it counts the parent's pages a child
-    shares between its fork and its exec."""
+class TreePeak(threading.Thread):
+    """The largest resident set of a process and all its descendants together (Milvus Lite runs
+    in the process; the BM25 analysis helper is a child), sampled from outside every 0.2 s.
+    ``peak_mb`` is read at any time; ``mark()`` keeps the peak so far under a name."""
 
-    def __init__(self) -> None:
+    def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
+        import psutil
+
+        self.root = psutil.Process(pid)
         self.peak_mb = 0.0
-        self.together_mb = 0.0
+        self.marks: dict[str, float] = {}
         self._stop_event = threading.Event()
+
+    def sample(self) -> None:
+        import psutil
+
+        total = 0
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except psutil.Error:
+            return
+        for proc in procs:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                continue
+        self.peak_mb = max(self.peak_mb, total / 2**20)
 
     def run(self) -> None:
         while not self._stop_event.wait(0.2):
-            children = 0.0
-            for task in Path("/proc/self/task").iterdir():
-                try:
-                    pids = (task / "children").read_text().split()
-                except OSError:
-                    continue
-                for pid in pids:
-                    try:
-                        status = Path(f"/proc/{pid}/status").read_text()
-                    except OSError:
-                        continue
-                    for line in status.splitlines():
-                        if line.startswith("VmRSS:"):
-                            children += int(line.split()[1]) / 1024
-            self.peak_mb = max(self.peak_mb, children)
-            self.together_mb = max(self.together_mb, rss_mb()[0] + children)
+            self.sample()
 
-    def stop(self) -> float:
+    def mark(self, name: str) -> None:
+        self.sample()
+        self.marks[name] = self.peak_mb
+
+    def stop(self) -> None:
         self._stop_event.set()
         self.join()
-        return self.peak_mb
 
 
 def row_check() -> str:
@@ -127,52 +189,49 @@ def row_check() -> str:
     return "per character" if getattr(check, "__name__", "") == "<lambda>" else "per value"
 
 
-def run_pack(n: int, uri: str) -> dict[str, Any]:
+def phase(name: str) -> None:
+    """Tell the parent (sampling this process tree) that a phase ended."""
+    print(f"PHASE {name}", flush=True)
+
+
+def run_pack(n: int, uri: str, shape: str) -> dict[str, Any]:
     from llama_index_rag_pack.milvus.vector_memory import forget_vectors, wait_for_copies
     from llama_index_rag_pack.pack.rag_pack import RagPack
 
-    docs, embed = corpus(f"synthetic:{n}")
-    helper = ChildPeak()
-    helper.start()
+    docs, embed, chunk_size = shape_corpus(shape, n)
+    sizes = {"chunk_size": chunk_size} if chunk_size else {}
     start = time.perf_counter()
-    pack = RagPack(docs, uri=uri, collection_name="scale", embed_model=embed, llm="none")
+    pack = RagPack(docs, uri=uri, collection_name="scale", embed_model=embed, llm="none", **sizes)
     index_s = time.perf_counter() - start
     del docs
-    # the BM25 analysis helper process ends when the insert ends: the peak of the two is the
-    # pack's own high-water mark or the largest sum of both sampled while the helper ran;
-    # ``*_upper_mb`` counts the helper as if it peaked at the pack's own peak
-    helper_mb = helper.stop()
-    together = helper.together_mb
+    phase("indexed")
     result: dict[str, Any] = {
         "chunks": pack.count(),
         "index_s": index_s,
-        "index_peak_mb": max(rss_mb()[1], together),
-        "index_peak_upper_mb": rss_mb()[1] + helper_mb,
-        "helper_peak_mb": helper_mb,
+        "own_index_peak_mb": rss_mb()[1],
         "row_check": row_check(),
     }
     answers = {}
     start = time.perf_counter()
     for mode in PACK_MODES:  # the copies fall due on the fourth question, read meanwhile
         retriever = pack.retriever(mode, similarity_top_k=10)
-        first, p50, worst, answers[mode] = timed_queries(retriever.retrieve)
+        first, p50, worst, answers[mode] = timed_queries(retriever.retrieve, shape)
         result[mode] = {"first_s": first, "p50_s": p50, "max_s": worst}
     asked_s = time.perf_counter() - start
     wait_for_copies()
     result["copies_after_s"] = time.perf_counter() - start  # from the modes' first question
     result["copies_read_by_then"] = result["copies_after_s"] <= asked_s + 0.01
     retriever = pack.retriever("hybrid_convex", similarity_top_k=10)
-    first, p50, worst, answers["hybrid_convex"] = timed_queries(retriever.retrieve)
+    first, p50, worst, answers["hybrid_convex"] = timed_queries(retriever.retrieve, shape)
     result["hybrid_convex_held"] = {"first_s": first, "p50_s": p50, "max_s": worst}
-    result["peak_mb"] = max(rss_mb()[1], together)
-    result["peak_upper_mb"] = rss_mb()[1] + helper_mb
+    phase("asked")
     os.environ["RAG_PACK_MEMORY_COPIES"] = "off"
     pack.forget_engines()
     store = pack.vector_store
     for name in (store.collection_name, f"{store.collection_name}__sentences"):
         forget_vectors(store.client, name)
     retriever = pack.retriever("hybrid_convex", similarity_top_k=10)
-    first, p50, worst, off = timed_queries(retriever.retrieve)
+    first, p50, worst, off = timed_queries(retriever.retrieve, shape)
     result["hybrid_convex_copies_off"] = {"first_s": first, "p50_s": p50, "max_s": worst}
     result["same_top10_copies_off"] = sum(
         same_top(a, b) for a, b in zip(answers["hybrid_convex"], off, strict=True)
@@ -181,15 +240,16 @@ def run_pack(n: int, uri: str) -> dict[str, Any]:
     return result
 
 
-def run_stock(n: int, uri: str, hybrid: bool = False) -> dict[str, Any]:
+def run_stock(n: int, uri: str, shape: str, hybrid: bool = False) -> dict[str, Any]:
     """The stock recipe: dense, or ``hybrid`` (Milvus' own BM25 function, hybrid search)."""
     from llama_index.core import StorageContext, VectorStoreIndex
 
     from llama_index_rag_pack.documents.chunking import split_documents
 
-    docs, embed = corpus(f"synthetic:{n}")
+    docs, embed, chunk_size = shape_corpus(shape, n)
+    sizes = {"chunk_size": chunk_size} if chunk_size else {}
     start = time.perf_counter()
-    nodes = split_documents(docs)
+    nodes = split_documents(docs, **sizes)
     store = stock_store(uri, hybrid)
     index = VectorStoreIndex(
         nodes, storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embed
@@ -197,38 +257,107 @@ def run_stock(n: int, uri: str, hybrid: bool = False) -> dict[str, Any]:
     store.client.flush("stock")
     index_s = time.perf_counter() - start
     del docs, nodes
+    phase("indexed")
     result: dict[str, Any] = {
+        "chunks": store.client.get_collection_stats("stock")["row_count"],
         "index_s": index_s,
-        "index_peak_mb": rss_mb()[1],
+        "own_index_peak_mb": rss_mb()[1],
         "row_check": row_check(),  # pymilvus as installed: nothing of the pack's changes it
     }
     mode = "hybrid" if hybrid else "vector"
-    first, p50, worst, _ = timed_queries(stock_retriever(index, hybrid, top_k=10).retrieve)
+    retrieve = stock_retriever(index, hybrid, top_k=10).retrieve
+    first, p50, worst, _ = timed_queries(retrieve, shape)
     result[mode] = {"first_s": first, "p50_s": p50, "max_s": worst}
-    result["peak_mb"] = rss_mb()[1]
+    phase("asked")
     return result
 
 
-SIDES = ("stock", "stock_hybrid", "pack", "pack_alone")
+def run_opened(uri: str, shape: str, side: str) -> dict[str, Any]:
+    """A new process that opens the collection the ``pack`` or ``stock_hybrid`` side built and
+    asks one question (the default mode; the stock recipe's hybrid search)."""
+    _, embed, _ = shape_corpus(shape, 0)
+    question = questions(shape)[0]
+    start = time.perf_counter()
+    if side == "pack_open":
+        from llama_index_rag_pack.pack.rag_pack import RagPack
+
+        pack = RagPack.open(uri=uri, collection_name="scale", embed_model=embed, llm="none")
+        retriever = pack.retriever("hybrid_convex", similarity_top_k=10)
+    else:
+        from llama_index.core import VectorStoreIndex
+        from llama_index.vector_stores.milvus import MilvusVectorStore
+        from llama_index.vector_stores.milvus.utils import BM25BuiltInFunction
+
+        store = MilvusVectorStore(
+            uri=uri,
+            collection_name="stock",
+            overwrite=False,
+            enable_sparse=True,
+            sparse_embedding_function=BM25BuiltInFunction(),
+        )
+        store.client.load_collection("stock")  # Lite keeps a reopened collection released
+        index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
+        retriever = stock_retriever(index, hybrid=True, top_k=10)
+    opened_s = time.perf_counter() - start
+    hits = retriever.retrieve(question)
+    return {
+        "opened_s": opened_s,
+        "answered_s": time.perf_counter() - start,
+        "hits": len(hits),
+        "rss_mb": rss_mb()[0],
+        "own_peak_mb": rss_mb()[1],
+    }
+
+
+#: Sides, each in a fresh process: the two that open a built collection run after its builder.
+SIDES = ("stock", "stock_hybrid", "pack", "pack_alone", "stock_hybrid_open", "pack_open")
 #: The pack without its BM25 analysis helper process (``RAG_PACK_INDEX_WORKER=off``), run at
-#: sizes up to this one: the helper's share of the time, in the same run.
+#: sizes up to this one with ``--alone``: the helper's share of the time, in the same run.
 ALONE_UP_TO = 20_000
 
 
-def child(side: str, n: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        uri = str(Path(tmp) / "scale.db")
-        if side == "pack_alone":
-            os.environ["RAG_PACK_INDEX_WORKER"] = "off"
-            result = run_pack(n, uri)
-        elif side == "pack":
-            result = run_pack(n, uri)
-        else:
-            result = run_stock(n, uri, hybrid=side == "stock_hybrid")
+def child(side: str, n: int, uri: str, shape: str) -> None:
+    if side in ("pack_open", "stock_hybrid_open"):
+        result = run_opened(uri, shape, side)
+    elif side == "pack_alone":
+        os.environ["RAG_PACK_INDEX_WORKER"] = "off"
+        result = run_pack(n, uri, shape)
+    elif side == "pack":
+        result = run_pack(n, uri, shape)
+    else:
+        result = run_stock(n, uri, shape, hybrid=side == "stock_hybrid")
     print("RESULT " + json.dumps(result), flush=True)
 
 
-def plot(rows: list[dict[str, Any]], out: str) -> str:
+def run_side(side: str, n: int, uri: str, shape: str, cores: int) -> dict[str, Any]:
+    """One side in a fresh process, its whole process tree sampled from here: ``index_peak_mb``
+    up to the end of indexing, ``peak_mb`` up to the end of the questions with the copies held
+    (the pack's questions with the copies off come after), ``open_peak_mb`` for an opening
+    side."""
+    command = [sys.executable, __file__, "--child", side, str(n), uri, "--shape", shape]
+    proc = subprocess.Popen([*command, "--cores", str(cores)], stdout=subprocess.PIPE, text=True)
+    tree = TreePeak(proc.pid)
+    tree.start()
+    result: dict[str, Any] = {}
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.startswith("PHASE "):
+            tree.mark(line.split()[1])
+        elif line.startswith("RESULT "):
+            tree.mark("done")
+            result = json.loads(line[len("RESULT ") :])
+    tree.stop()
+    if proc.wait() != 0 or not result:
+        raise SystemExit(f"{side} at {n} failed (exit {proc.returncode})")
+    if side.endswith("_open"):
+        result["open_peak_mb"] = tree.marks["done"]
+    else:
+        result["index_peak_mb"] = tree.marks["indexed"]
+        result["peak_mb"] = tree.marks["asked"]
+    return result
+
+
+def plot(rows: list[dict[str, Any]], out: str, name: str) -> str:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -273,7 +402,7 @@ def plot(rows: list[dict[str, Any]], out: str) -> str:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     fig.suptitle("Indexing and query cost against corpus size (hashed 384-d embedding, Lite)")
-    path = resolve_out(out) / "indexing_scale.png"
+    path = resolve_out(out) / f"{name}.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
@@ -282,133 +411,119 @@ def plot(rows: list[dict[str, Any]], out: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="2000,20000,60000,100000")
+    parser.add_argument("--sizes", default="2000,20000,100000")
+    parser.add_argument("--shape", default="bench", choices=SHAPES)
     parser.add_argument("--cores", type=int, default=2, help="pin to this many CPUs (0: all)")
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--alone", action="store_true", help="also the pack without its helper, up to 20,000"
+    )
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     add_out_argument(parser)
     args = parser.parse_args()
     if args.cores and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[: args.cores]))
     if args.child:
-        child(args.child[0], int(args.child[1]))
+        child(args.child[0], int(args.child[1]), args.child[2], args.shape)
         return
     rows = []
     for n in (int(x) for x in args.sizes.split(",")):
         row: dict[str, Any] = {"n": n}
-        for side in SIDES:
-            if side == "pack_alone" and n > ALONE_UP_TO:
-                continue
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", side, str(n), "--cores", str(args.cores)],
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-            row[side] = json.loads(out.split("RESULT ", 1)[1])
-            print(n, side, f"{row[side]['index_s']:.1f} s", f"{row[side]['peak_mb']:.0f} MB",
-                  flush=True)  # fmt: skip
+        with tempfile.TemporaryDirectory() as tmp:
+            for side in SIDES:
+                if side == "pack_alone" and (not args.alone or n > ALONE_UP_TO):
+                    continue
+                db = "pack" if side.startswith("pack") else side.removesuffix("_open")
+                uri = str(Path(tmp) / f"{db}.db")
+                row[side] = run_side(side, n, uri, args.shape, args.cores)
+                shown = {k: round(v, 1) for k, v in row[side].items() if k.endswith(("_mb", "_s"))}
+                print(n, side, shown, flush=True)
         rows.append(row)
-    cost = []
-    queries = []
+    name = "indexing_scale" if args.shape == "bench" else f"indexing_scale_{args.shape}"
+    note = plot(rows, args.out, name)
+    write_results(name, {"shape": args.shape, "rows": rows}, tables(rows), out=args.out,
+                  description=describe(args.shape, args.cores, note))  # fmt: skip
+    print(f"wrote {name}.json, {name}.md and {name}.png")
+
+
+def tables(rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    cost, queries = [], []
     for r in rows:
         p, s, h = r["pack"], r["stock"], r["stock_hybrid"]
         alone = r.get("pack_alone")
+        po, ho = r["pack_open"], r["stock_hybrid_open"]
         cost.append(
-            [f"{r['n']:,}", f"{p['index_s']:.1f}",
+            [f"{r['n']:,}", f"{p['chunks']:,}", f"{p['index_s']:.1f}", f"{h['index_s']:.1f}",
+             f"**{p['index_s'] / h['index_s']:.2f}x**",
              f"{alone['index_s']:.1f} ({alone['index_s'] / h['index_s']:.2f}x)" if alone else "",
-             f"{s['index_s']:.1f}", f"{h['index_s']:.1f}",
-             f"**{p['index_s'] / h['index_s']:.2f}x**", f"{p['peak_mb']:.0f}",
-             f"{p['peak_upper_mb']:.0f}" if "peak_upper_mb" in p else "",
-             f"{p['helper_peak_mb']:.0f}", f"{s['peak_mb']:.0f}", f"{h['peak_mb']:.0f}",
-             f"**{p['peak_mb'] / h['peak_mb']:.2f}x**"]
+             f"{s['index_s']:.1f}",
+             f"{p['index_peak_mb']:.0f}", f"{h['index_peak_mb']:.0f}",
+             f"**{p['index_peak_mb'] / h['index_peak_mb']:.2f}x**",
+             f"{p['peak_mb']:.0f}", f"{h['peak_mb']:.0f}",
+             f"**{p['peak_mb'] / h['peak_mb']:.2f}x**", f"{s['peak_mb']:.0f}",
+             f"{po['rss_mb']:.0f}", f"{ho['rss_mb']:.0f}",
+             f"**{po['rss_mb'] / ho['rss_mb']:.2f}x**",
+             f"{po['answered_s']:.2f}", f"{ho['answered_s']:.2f}"]
         )  # fmt: skip
         held = p.get("hybrid_convex_held", p["hybrid_convex"])
         queries.append(
             [f"{r['n']:,}", f"{1000 * held['p50_s']:.1f}"]
             + [f"{1000 * p[m]['p50_s']:.1f}" for m in PACK_MODES]
-            + [f"{p['copies_after_s']:.1f}" if "copies_after_s" in p else "",
+            + [f"{p['copies_after_s']:.1f}",
                f"{1000 * p['hybrid_convex_copies_off']['p50_s']:.1f}",
                f"{p['same_top10_copies_off']}/{p['questions']}",
                f"{1000 * s['vector']['p50_s']:.1f}",
                f"{1000 * h['hybrid']['p50_s']:.1f}",
                f"{p['hybrid_convex']['first_s']:.2f}",
-               f"{p['hybrid_convex'].get('max_s', float('nan')):.2f}",
-               f"{h['hybrid'].get('max_s', float('nan')):.2f}"]
+               f"{p['hybrid_convex']['max_s']:.2f}",
+               f"{h['hybrid']['max_s']:.2f}"]
         )  # fmt: skip
-    note = plot(rows, args.out)
-    write_results(
-        "indexing_scale",
-        {"rows": rows},
-        [
-            (
-                "Index time and peak memory",
-                md_table(
-                    [
-                        "documents",
-                        "pack s",
-                        "pack without helper s (/ hybrid)",
-                        "stock dense s",
-                        "stock hybrid s",
-                        "pack / hybrid time",
-                        "pack peak MB (with helper)",
-                        "the same, helper at its peak throughout",
-                        "helper peak MB",
-                        "stock dense peak MB",
-                        "stock hybrid peak MB",
-                        "pack / hybrid memory",
-                    ],
-                    cost,
-                    "rrrrrrrrrrrr",
-                ),
-            ),
-            (
-                "Query p50 (ms, 20 questions after one warm-up, top 10); the slowest of them (s)",
-                md_table(
-                    [
-                        "documents",
-                        "pack default, copies held",
-                        "pack default, first 21",
-                        "pack vector",
-                        "pack bm25",
-                        "copies held after s",
-                        "pack default, copies off",
-                        "same top 10 with copies off",
-                        "stock dense",
-                        "stock hybrid",
-                        "pack first question s",
-                        "pack default slowest s",
-                        "stock hybrid slowest s",
-                    ],
-                    queries,
-                    "rrrrrrrrrrrrr",
-                ),
-            ),
-        ],  # fmt: skip
-        out=args.out,
-        description=(
-            "Synthetic documents of about 180 words (one chunk each) with a hashed 384-d "
-            "embedding; `RagPack(documents)` (sentence index on, BM25 on: the defaults) beside "
-            "the stock `VectorStoreIndex` over `MilvusVectorStore` on Milvus Lite, dense and "
-            "hybrid (`enable_sparse=True` with Milvus' own `BM25BuiltInFunction`, queried with "
-            "`vector_store_query_mode='hybrid'`), on the same chunks, each in a fresh process "
-            f"pinned to {args.cores} cores. The pack's questions: 21 per mode as a new process "
-            "meets them (its copies fall due on the fourth question of the default mode and "
-            "are read in a background thread while Lite answers; `copies held after s`, from "
-            "the first question, includes the wait for them after the 63 questions when they "
-            "took longer), then the default's 21 again from the copies. Peak RSS (after "
-            "indexing, the questions and the copies) "
-            "includes Milvus Lite (it runs in the process); the pack's is its own high-water "
-            "mark or the largest sum of its and its BM25 analysis helper's resident sets, "
-            "sampled every 0.2 s while the helper runs, whichever is larger (beside it, the "
-            "upper bound that adds the helper's peak to the pack's own). `pack without "
-            f"helper`: `RAG_PACK_INDEX_WORKER=off`, up to {ALONE_UP_TO:,} documents. The "
-            "stock sides run pymilvus as installed, whose row inserts check each VARCHAR value "
-            "one character at a time; the pack's client checks each value once (the same "
-            "check, `milvus.client_open.check_varchar_rows_by_value`); the json records each "
-            f"side's `row_check`. {note}"
-        ),
+    cost_head = [
+        "documents", "pack chunks", "pack s", "stock hybrid s", "pack / hybrid time",
+        "pack without helper s (/ hybrid)", "stock dense s",
+        "pack indexing peak MB", "stock hybrid indexing peak MB", "pack / hybrid indexing peak",
+        "pack peak with questions MB", "stock hybrid peak with questions MB",
+        "pack / hybrid peak with questions", "stock dense peak MB",
+        "pack opened + 1 question MB", "stock hybrid opened + 1 question MB",
+        "pack / hybrid opened",
+        "pack open + 1 question s", "stock hybrid open + 1 question s",
+    ]  # fmt: skip
+    query_head = [
+        "documents", "pack default, copies held", "pack default, first 21", "pack vector",
+        "pack bm25", "copies held after s", "pack default, copies off",
+        "same top 10 with copies off", "stock dense", "stock hybrid", "pack first question s",
+        "pack default slowest s", "stock hybrid slowest s",
+    ]  # fmt: skip
+    return [
+        ("Index time and peak memory (whole process tree)",
+         md_table(cost_head, cost, "r" * len(cost_head))),
+        ("Query p50 (ms, 20 questions after one warm-up, top 10); the slowest of them (s)",
+         md_table(query_head, queries, "r" * len(query_head))),
+    ]  # fmt: skip
+
+
+def describe(shape: str, cores: int, note: str) -> str:
+    documents = (
+        "Synthetic documents of about 180 words from a 41-word vocabulary (one sentence, one "
+        "chunk each, chunk size 256)"
+        if shape == "bench"
+        else "Synthetic documents of 120-240 words drawn Zipf-like from a 20,000-word "
+        "vocabulary in sentences of 6-30 words (chunk size 512)"
     )
-    print("wrote indexing_scale.json, indexing_scale.md and indexing_scale.png")
+    return (
+        f"{documents} with a hashed 384-d embedding; `RagPack(documents)` (sentence index on, "
+        "BM25 on: the defaults) beside the stock `VectorStoreIndex` over `MilvusVectorStore` on "
+        "Milvus Lite, dense and hybrid (`enable_sparse=True` with Milvus' own "
+        "`BM25BuiltInFunction`, queried with `vector_store_query_mode='hybrid'`), on the same "
+        f"chunks, each in a fresh process pinned to {cores} cores. Memory is the resident set "
+        "of the whole process tree (Milvus Lite runs in the process; the pack's BM25 analysis "
+        "helper is a child), sampled from the parent every 0.2 s: the indexing peak up to the "
+        "end of the insert and its flush, the peak with questions up to the end of the "
+        "questions with the in-memory copies held (the pack: 21 per mode as a new process "
+        "meets them, its copies read in a background thread from the fourth, then the "
+        "default's 21 again from the copies; the stock hybrid recipe: 21). `opened + 1 "
+        "question`: the resident set of a new process that opened the built collection and "
+        f"asked one question of the default mode (the stock recipe's hybrid search). {note}"
+    )
 
 
 if __name__ == "__main__":

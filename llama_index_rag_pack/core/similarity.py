@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
 __all__ = [
+    "UnitRows",
     "cosine_similarities",
     "key_mask",
     "normalize_rows",
@@ -56,6 +57,81 @@ def normalize_rows_in_place(matrix: np.ndarray) -> np.ndarray:
         norms = np.linalg.norm(block, axis=1, keepdims=True)
         np.divide(block, np.where(norms == 0, 1, norms), out=block)
     return matrix
+
+
+class UnitRows:
+    """Rows of other float32 matrices read as one matrix of unit-length rows, without a copy of
+    them: ``UnitRows(blocks) @ query`` is ``normalize_rows(rows) @ query``, where ``rows`` are
+    the rows each block keeps, block after block. A block is ``(matrix, kept)``: a 2-D float32
+    array, and the indices of the rows it keeps in increasing order (``None``: all of them).
+
+    What it holds of its own is one float32 scale per row (and the blocks' ``kept``): the
+    vectors stay where they are (Milvus Lite's segments, for the in-memory copies), so the
+    arrays must not change while it is used. Each product scores every row of a block, then
+    keeps the block's rows.
+
+    Example:
+        >>> rows = UnitRows([(np.array([[3.0, 4.0], [0.0, 0.0], [0.0, 2.0]], np.float32), [0, 2])])
+        >>> (rows @ np.array([1.0, 0.0], np.float32)).tolist()
+        [0.6000000238418579, 0.0]
+    """
+
+    def __init__(self, blocks: Sequence[tuple[np.ndarray, ArrayLike | None]]) -> None:
+        self.blocks: list[tuple[np.ndarray, np.ndarray | None]] = []
+        scales = []
+        dim = 0
+        for matrix, kept in blocks:
+            if matrix.ndim != 2 or matrix.dtype != np.float32:
+                raise ValueError("UnitRows takes 2-D float32 blocks")
+            if dim and matrix.shape[1] != dim:
+                raise ValueError(f"blocks of {dim} and {matrix.shape[1]} columns")
+            dim = dim or matrix.shape[1]
+            index = None if kept is None else np.asarray(kept, dtype=np.int64)
+            self.blocks.append((matrix, index))
+            scales.append(_inverse_norms(matrix, index))
+        self.inverse_norms = np.concatenate(scales) if scales else np.zeros(0, np.float32)
+        self.shape = (len(self.inverse_norms), dim)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of vectors it reads (the blocks' rows it keeps, as one float32 matrix)."""
+        return self.shape[0] * self.shape[1] * 4
+
+    def rows(self) -> np.ndarray:
+        """The kept rows as they are stored (not scaled), in one new float32 matrix."""
+        parts = [m if index is None else m[index] for m, index in self.blocks]
+        if not parts:
+            return np.zeros((0, self.shape[1]), np.float32)
+        return np.concatenate(parts)
+
+    def __matmul__(self, query: np.ndarray) -> np.ndarray:
+        query = np.asarray(query, dtype=np.float32)
+        parts = []
+        for matrix, index in self.blocks:
+            scores = matrix @ query
+            parts.append(scores if index is None else scores[index])
+        if not parts:
+            return np.zeros(0, np.float32)
+        scores = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return scores * self.inverse_norms
+
+
+def _inverse_norms(matrix: np.ndarray, index: np.ndarray | None) -> np.ndarray:
+    """One over the L2 norm of each kept row (0 for a zero row), computed as
+    :func:`normalize_rows_in_place` scales (by the largest entry first), block by block."""
+    rows = len(matrix) if index is None else len(index)
+    out = np.empty(rows, np.float32)
+    for start in range(0, rows, _BLOCK_ROWS):
+        stop = min(rows, start + _BLOCK_ROWS)
+        block = matrix[start:stop] if index is None else matrix[index[start:stop]]
+        scale = np.max(np.abs(block), axis=1) if block.size else np.zeros(len(block), np.float32)
+        safe = np.where(scale == 0, 1, scale).astype(np.float32)
+        norms = np.linalg.norm(block / safe[:, None], axis=1) * safe
+        out[start:stop] = np.where(norms == 0, 0, 1 / np.where(norms == 0, 1, norms))
+    return out
 
 
 def normalize_vector(vector: ArrayLike, *, dtype: DTypeLike = np.float64) -> np.ndarray:

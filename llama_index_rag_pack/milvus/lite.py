@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from llama_index_rag_pack.core.similarity import UnitRows
+
 logger = logging.getLogger(__name__)
 
 LOCK_FILENAME = "LOCK"
@@ -192,9 +194,10 @@ __all__ = [
 def lite_columns(client: Any, collection_name: str, fields: Sequence[str]) -> dict[str, Any] | None:
     """``fields`` of every live row of ``collection_name``, read from the segments and the
     unflushed rows of the Milvus Lite database ``client`` is served by in this process: the
-    collection's vector field as one float32 matrix (filled segment by segment, without another
-    array of its size), any other field as a list, row ``i`` of each the same row. A row deleted
-    or written again counts as Lite's own queries count it (Lite's own mask of live rows).
+    collection's vector field as a :class:`~llama_index_rag_pack.core.similarity.UnitRows` over
+    Lite's own arrays (no copy of the vectors), any other field as a list, row ``i`` of each
+    the same row. A row deleted or written again counts as Lite's own queries count it
+    (Lite's own mask of live rows).
 
     ``None`` when the client is not served by Milvus Lite in this process, or this Lite release
     keeps its rows differently: then read the rows with queries (the result is the same,
@@ -234,30 +237,28 @@ def _live_column(
     field: str, vectors: bool, sources: list[Any], live: np.ndarray, memtable: Any
 ) -> Any:
     """One field of :func:`lite_columns`: the live rows of each source in turn (a segment, then
-    the unflushed rows' snapshot ``(pks, seqs, vectors, row references, table)``)."""
+    the unflushed rows' snapshot ``(pks, seqs, vectors, row references, table)``). Vectors are
+    not copied: a :class:`~llama_index_rag_pack.core.similarity.UnitRows` over each source's
+    own array and the rows it keeps."""
     from milvus_lite.search.assembler import materialize_record
 
-    matrix = np.empty((int(live.sum()), 0), np.float32)
+    blocks: list[tuple[np.ndarray, np.ndarray | None]] = []
     values: list[Any] = []
-    filled = start = 0
+    start = 0
     for source in sources:
         unflushed = isinstance(source, tuple)
         rows = len(source[0]) if unflushed else source.num_rows
         keep = live[start : start + rows]
         start += rows
         if vectors:
-            block = np.asarray(source[2] if unflushed else source.vectors, dtype=np.float32)
-            if not rows:
-                continue
-            if not matrix.shape[1]:  # the first rows give the dimension
-                matrix = np.empty((len(matrix), block.shape[1]), np.float32)
-            count = int(keep.sum())
-            np.compress(keep, block, axis=0, out=matrix[filled : filled + count])
-            filled += count
+            if rows and keep.any():
+                block = np.asarray(source[2] if unflushed else source.vectors, dtype=np.float32)
+                kept = None if keep.all() else np.flatnonzero(keep)
+                blocks.append((block.reshape(rows, -1), kept))
         elif unflushed:  # materialised as Lite's query does
             kept = [ref for ref, k in zip(source[3], keep.tolist(), strict=True) if k]
             values.extend(materialize_record((memtable, ref))[field] for ref in kept)
         else:  # a flushed segment's column
             column = source.table.column(field).to_pylist()
             values.extend(v for v, k in zip(column, keep.tolist(), strict=True) if k)
-    return matrix if vectors else values
+    return UnitRows(blocks) if vectors else values

@@ -40,7 +40,12 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 
-from llama_index_rag_pack.core.similarity import key_mask, normalize_rows_in_place, top_scores
+from llama_index_rag_pack.core.similarity import (
+    UnitRows,
+    key_mask,
+    normalize_rows_in_place,
+    top_scores,
+)
 from llama_index_rag_pack.milvus.document_rows import ids_expression
 from llama_index_rag_pack.milvus.lite import lite_columns
 
@@ -318,37 +323,27 @@ def text_page_rows(client: Any, collection_name: str, fields: list[str]) -> int:
 
 def memory_vectors(
     client: Any, collection_name: str, *, key_field: str, vector_field: str = "embedding"
-) -> tuple[list[str], np.ndarray]:
+) -> tuple[list[str], np.ndarray | UnitRows]:
     """The ``key_field`` value and unit-length vector of every row, read once per client.
 
     Returns:
-        ``(keys, matrix)``: row ``i`` of the float32 ``matrix`` is the vector of ``keys[i]``.
+        ``(keys, matrix)``: row ``i`` of ``matrix`` is the vector of ``keys[i]``; ``matrix @
+        query`` scores them all. On Milvus Lite in this process it is a
+        :class:`~llama_index_rag_pack.core.similarity.UnitRows` over Lite's own arrays (the
+        vectors are not held twice), elsewhere a float32 matrix read with queries.
     """
 
-    def read() -> tuple[list[str], np.ndarray]:
-        keys: list[str] = []
-        # each batch becomes float32 at once: a list of every row's Python floats would take
-        # eight times the matrix (1.2 GB for 100,000 384-d vectors) before it is converted
-        parts: list[np.ndarray] = []
+    def read() -> tuple[list[str], np.ndarray | UnitRows]:
         direct = lite_columns(client, collection_name, [key_field, vector_field])
-        if direct is not None:  # Lite's own rows, without a query per page
-            keys = [str(key) for key in direct[key_field]]
-            parts = [np.asarray(direct[vector_field], dtype=np.float32)] if keys else []
-            del direct
+        if direct is not None:  # Lite's own rows and arrays: no copy of the vectors
+            shared: dict[str, str] = {}  # a chunk's sentences share one string of its id
+            keys = [shared.setdefault(k, k) for k in map(str, direct[key_field])]
+            matrix: np.ndarray | UnitRows = direct[vector_field]
+            del direct, shared
         else:
-            page = vector_page_rows(client, collection_name, vector_field)
-            for batch in read_rows(client, collection_name, [key_field, vector_field], page):
-                keys.extend(str(row[key_field]) for row in batch)
-                parts.append(np.asarray([row[vector_field] for row in batch], dtype=np.float32))
-        if not parts:
-            flat = np.zeros((0, 0), dtype=np.float32)
-        else:  # a matrix of this read's own (fresh arrays): scaled in place
-            flat = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            flat = np.require(flat.reshape(len(keys), -1), np.float32, ["C", "W"])
-        del parts
-        matrix = normalize_rows_in_place(flat) if keys else flat
+            keys, matrix = _read_vectors(client, collection_name, key_field, vector_field)
         logger.info(
-            "Collection %r: %d vectors held in memory (%.0f MB)",
+            "Collection %r: %d vectors searched in memory (%.0f MB)",
             collection_name,
             len(keys),
             matrix.nbytes / 1e6,
@@ -356,6 +351,27 @@ def memory_vectors(
         return keys, matrix
 
     return memory_copy(client, collection_name, vectors_slot(key_field, vector_field), read)
+
+
+def _read_vectors(
+    client: Any, collection_name: str, key_field: str, vector_field: str
+) -> tuple[list[str], np.ndarray]:
+    """Keys and unit-length float32 rows of a collection read with queries (a server, or a
+    Lite release read otherwise), page by page."""
+    keys: list[str] = []
+    # each batch becomes float32 at once: a list of every row's Python floats would take
+    # eight times the matrix (1.2 GB for 100,000 384-d vectors) before it is converted
+    parts: list[np.ndarray] = []
+    page = vector_page_rows(client, collection_name, vector_field)
+    for batch in read_rows(client, collection_name, [key_field, vector_field], page):
+        keys.extend(str(row[key_field]) for row in batch)
+        parts.append(np.asarray([row[vector_field] for row in batch], dtype=np.float32))
+    if not parts:
+        return keys, np.zeros((0, 0), dtype=np.float32)
+    flat = parts[0] if len(parts) == 1 else np.concatenate(parts)  # a fresh array: scaled here
+    del parts
+    flat = np.require(flat.reshape(len(keys), -1), np.float32, ["C", "W"])
+    return keys, normalize_rows_in_place(flat) if keys else flat
 
 
 def read_rows(

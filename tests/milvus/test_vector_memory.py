@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from llama_index.core import Document
 
 from llama_index_rag_pack import RagPack
+from llama_index_rag_pack.core.similarity import UnitRows, normalize_rows
 from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.fusion.score_fusion import MilvusScoreFusionRetriever
 from llama_index_rag_pack.milvus import connection as milvus_utils
@@ -79,6 +80,36 @@ def test_top_scores_keeps_each_keys_best_row_among_the_best_rows(case):
     for key, score in returned.items():
         best = max(s for k, s in zip(keys, scores, strict=True) if k == key)
         assert score == pytest.approx(float(best), abs=1e-6)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 6), st.lists(st.booleans(), min_size=6, max_size=6)),
+        min_size=0,
+        max_size=4,
+    ),
+    st.integers(0, 2**31 - 1),
+)
+@settings(max_examples=60, deadline=None)
+def test_unit_rows_score_the_kept_rows_as_a_normalised_copy_would(blocks, seed):
+    """``UnitRows(blocks) @ q`` equals the normalised matrix of the kept rows times ``q``, with
+    zero rows, huge and tiny rows, and blocks that keep some, all or none of their rows."""
+    rng = np.random.default_rng(seed)
+    parts, kept_rows = [], []
+    for rows, keep in blocks:
+        matrix = rng.normal(size=(rows, 3)).astype(np.float32)
+        matrix[0] *= 0  # a zero row
+        matrix[-1] *= np.float32(rng.choice([1e-30, 1e30, 1.0]))
+        kept = [i for i in range(rows) if keep[i]]
+        parts.append((matrix, None if len(kept) == rows else kept))
+        kept_rows.append(matrix[kept])
+    unit = UnitRows(parts)
+    query = rng.normal(size=3).astype(np.float32)
+    expected = normalize_rows(np.concatenate(kept_rows)) @ query if kept_rows else np.zeros(0)
+    assert len(unit) == len(expected)
+    np.testing.assert_allclose(unit @ query, expected, rtol=1e-5, atol=1e-6)
+    assert unit.rows().shape == (len(expected), 3 if parts else 0)
+    assert all(m is p[0] for (m, _), p in zip(unit.blocks, parts, strict=True))  # not copied
 
 
 def test_top_scores_of_nothing_is_empty():
@@ -390,6 +421,19 @@ def test_a_copy_of_texts_reads_pages_sized_by_its_widest_sampled_row(tmp_path) -
 
 
 @pytest.mark.slow
+def client_collection(client, name: str):
+    """Milvus Lite's own collection object behind ``client`` (served in this process)."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    address = client._config.address
+    (db,) = [
+        db
+        for _, db, port in server_manager_instance._servers.values()
+        if address.endswith(f":{port}")
+    ]
+    return db.get_collection(name, "default")
+
+
 def test_lite_rows_are_read_from_its_segments_as_its_queries_read_them(tmp_path) -> None:
     """The copies' source on a Lite file (``milvus.lite.lite_columns``): every live row once,
     whether flushed or not, written twice or deleted, and the same as a query iterator reads."""
@@ -423,7 +467,8 @@ def test_lite_rows_are_read_from_its_segments_as_its_queries_read_them(tmp_path)
 
     direct = lite_columns(client, "rows", ["id", "chunk_id", "embedding"])
     assert direct is not None  # this Milvus Lite release is read from its segments
-    got = sorted(zip(direct["id"], direct["chunk_id"], direct["embedding"].tolist(), strict=True))
+    vectors = direct["embedding"]
+    got = sorted(zip(direct["id"], direct["chunk_id"], vectors.rows().tolist(), strict=True))
     queried = sorted(
         (row["id"], row["chunk_id"], [float(x) for x in row["embedding"]])
         for batch in vector_memory.read_rows(client, "rows", ["id", "chunk_id", "embedding"])
@@ -432,5 +477,12 @@ def test_lite_rows_are_read_from_its_segments_as_its_queries_read_them(tmp_path)
     assert got == queried
     assert len(got) == 60 and {"s1", "s41", "s50", "s62"}.isdisjoint(direct["id"])
     assert dict((i, c) for i, c, _ in got)["s44"] == "c14.2"  # the newer write
+    # the flushed segments' vectors are Lite's own arrays, not copies of them
+    segments, _ = client_collection(client, "rows")._read_snapshot()
+    assert all(
+        any(np.shares_memory(block, s.vectors) for block, _ in vectors.blocks)
+        for s in segments
+        if s.num_rows
+    )
     assert lite_columns(object(), "rows", ["id"]) is None  # not a client Lite serves here
     assert lite_columns(client, "missing", ["id"]) is None
