@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import PurePath
 from typing import Any
 
+import numpy as np
 from llama_index.core.schema import BaseNode, MetadataMode
 
 from llama_index_rag_pack.documents.words import (
@@ -178,18 +179,37 @@ def sentence_units(
     return units
 
 
+#: Distinct sentence texts embedded per call: each call's reply (Python floats, about eight
+#: times a float32 row) becomes float32 before the next, so an insert never holds every
+#: sentence's vector as a list.
+EMBED_BATCH = 2048
+
+
 def embed_sentence_units(
     units: Sequence[SentenceUnit], embed_model: Any, *, show_progress: bool = False
-) -> list[list[float]]:
-    """The embeddings of ``units``: one batch call of ``embed_model`` (its ``embed_sentences``
-    where it has one, e.g. :class:`~llama_index_rag_pack.models.local_embedding.LocalEmbedding`'s
-    int8 sentence pass), each distinct text embedded once (the sentences a chunk shares with its
-    neighbour through the chunk overlap are the usual repeats)."""
+) -> np.ndarray:
+    """The embeddings of ``units``, row ``i`` the vector of ``units[i]`` (float32): calls of
+    ``embed_model`` (its ``embed_sentences`` where it has one, e.g.
+    :class:`~llama_index_rag_pack.models.local_embedding.LocalEmbedding`'s int8 sentence pass)
+    of :data:`EMBED_BATCH` texts, each distinct text embedded once (the sentences a chunk
+    shares with its neighbour through the chunk overlap are the usual repeats)."""
     if not units:
-        return []
-    distinct = list(dict.fromkeys(u.text for u in units))
+        return np.zeros((0, 0), np.float32)
+    position: dict[str, int] = {}
+    for u in units:
+        position.setdefault(u.text, len(position))
+    distinct = list(position)
     embed = getattr(embed_model, "embed_sentences", None)
     if not callable(embed):
         embed = embed_model.get_text_embedding_batch
-    vectors = dict(zip(distinct, embed(distinct, show_progress=show_progress), strict=True))
-    return [vectors[u.text] for u in units]
+    matrix: np.ndarray | None = None
+    for start in range(0, len(distinct), EMBED_BATCH):
+        part = distinct[start : start + EMBED_BATCH]
+        block = np.asarray(embed(part, show_progress=show_progress), dtype=np.float32)
+        if block.ndim != 2 or len(block) != len(part):
+            raise ValueError(f"{len(part)} sentences embedded as an array of shape {block.shape}")
+        if matrix is None:
+            matrix = np.empty((len(distinct), block.shape[1]), np.float32)
+        matrix[start : start + len(part)] = block
+    assert matrix is not None
+    return matrix[[position[u.text] for u in units]]

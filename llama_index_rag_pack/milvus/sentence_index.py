@@ -48,6 +48,11 @@ _INSERT_BATCH = 1000
 _DELETE_BATCH = 500
 
 
+def _floats(vector: Any) -> list[float]:
+    """A vector as the list of floats a row carries (from a numpy row or any sequence)."""
+    return vector.tolist() if hasattr(vector, "tolist") else [float(x) for x in vector]
+
+
 def sentence_collection_name(collection_name: str) -> str:
     """The name of the sentence collection of chunk collection ``collection_name``."""
     return f"{collection_name}{SENTENCE_COLLECTION_SUFFIX}"
@@ -144,16 +149,17 @@ class MilvusSentenceIndex:
         """
         if len(units) != len(vectors):
             raise ValueError(f"{len(units)} sentences but {len(vectors)} vectors")
-        rows = [
-            {"id": u.id, "chunk_id": u.chunk_id, "doc_id": u.doc_id, "embedding": list(v)}
-            for u, v in zip(units, vectors, strict=True)
-        ]
         self._forget_memory()
-        for start in range(0, len(rows), _INSERT_BATCH):
-            self.client.upsert(self.collection_name, data=rows[start : start + _INSERT_BATCH])
-        if rows and flush:
+        for start in range(0, len(units), _INSERT_BATCH):  # rows made batch by batch
+            stop = start + _INSERT_BATCH
+            rows = [
+                {"id": u.id, "chunk_id": u.chunk_id, "doc_id": u.doc_id, "embedding": _floats(v)}
+                for u, v in zip(units[start:stop], vectors[start:stop], strict=True)
+            ]
+            self.client.upsert(self.collection_name, data=rows)
+        if len(units) and flush:
             self.flush()
-        return len(rows)
+        return len(units)
 
     def flush(self) -> None:
         """Seal what was inserted (when the collection exists)."""

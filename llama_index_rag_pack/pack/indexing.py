@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 from llama_index.core.indices.utils import embed_nodes
 
 from llama_index_rag_pack.core.errors import ConfigurationError
@@ -332,7 +333,7 @@ def embed_for_index(
         found = embed_sentence_units([units[i] for i in missing], embed_model)
         for i, vector in zip(missing, found, strict=True):
             vectors[i] = vector
-    return units, [v.tolist() if hasattr(v, "tolist") else v for v in vectors]
+    return units, np.asarray(vectors, dtype=np.float32)
 
 
 def store_sentences(index: MilvusSentenceIndex | None, units: list[Any], vectors: list[Any]) -> int:
@@ -342,7 +343,7 @@ def store_sentences(index: MilvusSentenceIndex | None, units: list[Any], vectors
     flushes both); the number written."""
     if index is None or not units:
         return 0
-    index.create(dim=len(vectors[0]))
+    index.create(dim=int(np.shape(vectors)[1]))
     written = index.insert(units, vectors, flush=False)  # flushed with the chunks
     logger.info("Indexed %d sentences", written)
     return written
