@@ -21,7 +21,9 @@ their sentences took 99 s page by page.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import operator
 import os
 import shutil
 import threading
@@ -181,6 +183,7 @@ def _release_lite_server(path: Path) -> None:
 
 __all__ = [
     "discard_new_lite_db_on_failure",
+    "flush_rows_by_column",
     "lite_columns",
     "is_lite_path",
     "LITE_OPEN_LOCK",
@@ -262,3 +265,40 @@ def _live_column(
             column = source.table.column(field).to_pylist()
             values.extend(v for v, k in zip(column, keep.tolist(), strict=True) if k)
     return UnitRows(blocks) if vectors else values
+
+
+def flush_rows_by_column() -> bool:
+    """Milvus Lite (3.2) seals its unflushed rows by reading every cell back as a Python value
+    (``MemTable._build_data_table``: per row, per column, ``as_py()``) and building the segment's
+    table from those lists: a flush of 50,000 384-d sentence rows held about 900 MB of Python
+    floats at once, and took a fifth of the write time. The same table is taken column by
+    column from the rows' own Arrow batches (``RecordBatch.take``, in the same order); where a
+    batch's columns are not the segment's schema, Lite's own function builds it. Nothing changes
+    where Lite's memtable is not this one; whether it was changed is returned."""
+    try:
+        from milvus_lite.storage.memtable import MemTable
+    except ImportError:  # pragma: no cover - milvus-lite is a dependency
+        return False
+    given = getattr(MemTable, "_build_data_table", None)
+    if getattr(given, "_rag_pack_columnar", False):
+        return True
+    if getattr(given, "__qualname__", "") != "MemTable._build_data_table":
+        return False  # not Lite's own function: left alone
+
+    def build_data_table(self: Any, rows: list[tuple[int, int]]) -> Any:
+        import pyarrow as pa
+
+        schema = self._data_schema
+        pieces = []
+        for batch_index, group in itertools.groupby(rows, key=operator.itemgetter(0)):
+            batch = self._insert_batches[batch_index].select(schema.names)
+            if not batch.schema.equals(schema):
+                return given(self, rows)
+            pieces.append(batch.take(pa.array([row for _, row in group], pa.int64())))
+        if not pieces:
+            return given(self, rows)
+        return pa.Table.from_batches(pieces, schema=schema)
+
+    build_data_table._rag_pack_columnar = True  # type: ignore[attr-defined]
+    MemTable._build_data_table = build_data_table
+    return True
