@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 
 from llama_index.core.node_parser import SentenceSplitter
-from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
 from llama_index.core.schema import BaseNode, Document, MetadataMode
 from llama_index.core.utils import get_tokenizer, get_tqdm_iterable
 
@@ -33,6 +32,7 @@ from llama_index_rag_pack.documents.sections import (
     parse_section,
     section_at,
 )
+from llama_index_rag_pack.documents.sentences import punkt_sentences
 from llama_index_rag_pack.documents.tables import (
     MarkdownTable,
     find_tables,
@@ -122,7 +122,7 @@ def split_documents(
         chunk_overlap=chunk_overlap,
         id_func=ids,
         tokenizer=tokenizer,
-        chunking_tokenizer_fn=split_table_rows(split_by_sentence_tokenizer()),
+        chunking_tokenizer_fn=split_table_rows(punkt_sentences),
     )
     for doc in get_tqdm_iterable(documents, show_progress, "Splitting documents"):
         modes = (MetadataMode.EMBED, MetadataMode.LLM)

@@ -42,6 +42,7 @@ __all__ = [
     "chunk_sentences",
     "context_header",
     "embed_sentence_units",
+    "punkt_sentences",
     "sentence_units",
 ]
 
@@ -68,11 +69,32 @@ class SentenceUnit:
 
 
 @lru_cache(maxsize=1)
-def _splitter() -> Callable[[str], list[str]]:
+def _punkt() -> Callable[[str], list[str]]:
     # LlamaIndex's own sentence tokenizer (NLTK punkt, shipped with llama-index-core)
     from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
 
     return split_by_sentence_tokenizer()
+
+
+#: Punkt's sentence-end characters: a text with none of them but one at its very end is one
+#: sentence to punkt, which needs no candidate break to say so.
+_SENTENCE_ENDS = frozenset(".?!")
+
+
+def punkt_sentences(text: str) -> list[str]:
+    """LlamaIndex's punkt sentence splitter, which NLTK (about 100 MB with the scikit-learn and
+    SciPy modules it imports, and 2 s) is loaded for only when ``text`` holds a sentence-end
+    character before its last one: a text without one is one sentence, as punkt returns it."""
+    body = text.rstrip()
+    if body[-1:] in _SENTENCE_ENDS:
+        body = body[:-1]
+    if _SENTENCE_ENDS.isdisjoint(body):
+        return [text] if text.strip() else []
+    return _punkt()(text)
+
+
+def _splitter() -> Callable[[str], list[str]]:
+    return punkt_sentences
 
 
 def chunk_sentences(

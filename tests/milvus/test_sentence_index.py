@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -19,6 +21,7 @@ from llama_index_rag_pack.documents.sentences import (
     chunk_sentences,
     context_header,
     embed_sentence_units,
+    punkt_sentences,
     sentence_units,
 )
 from llama_index_rag_pack.fusion.convex_fusion import convex_fusion
@@ -85,6 +88,34 @@ def test_sentences_keep_every_word_in_order(sentences):
     assert all(s == " ".join(s.split()) and s for s in out)
     # fragments are joined: only a lone sentence may stay shorter than min_words
     assert len(out) == 1 or all(len(s.split()) >= 3 for s in out[:-1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([*"ab Z.?!\"')\n\t,:;", "Dr.", "e.g.", "..."]), max_size=30).map(
+        "".join
+    )
+)
+def test_sentences_are_split_as_punkt_splits_them_without_loading_it_for_one(text):
+    """``punkt_sentences`` answers texts without a break candidate itself (no NLTK load) with
+    what punkt answers: whitespace, sentence ends before the last, quotes and brackets."""
+    from llama_index.core.node_parser.text.utils import split_by_sentence_tokenizer
+
+    assert punkt_sentences(text) == split_by_sentence_tokenizer()(text)
+
+
+def test_one_sentence_is_split_without_nltk():
+    """A chunk of one sentence costs no NLTK import (about 100 MB with scikit-learn)."""
+    code = (
+        "import sys\n"
+        "from llama_index_rag_pack.documents.sentences import chunk_sentences\n"
+        "assert chunk_sentences('One sentence about the river, and no other one.') == "
+        "['One sentence about the river, and no other one.']\n"
+        "assert 'nltk' not in sys.modules, 'nltk loaded'\n"
+        "assert len(chunk_sentences('First one here. Second one there.')) == 2\n"
+        "assert 'nltk' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_blank_text_has_no_sentences():
