@@ -185,6 +185,7 @@ __all__ = [
     "discard_new_lite_db_on_failure",
     "flush_rows_by_column",
     "lite_columns",
+    "served_here",
     "is_lite_path",
     "LITE_OPEN_LOCK",
     "describe_process",
@@ -192,6 +193,28 @@ __all__ = [
     "lock_holders",
     "lock_is_held",
 ]
+
+
+def _lite_database(client: Any) -> Any:
+    """The Milvus Lite database this process serves ``client`` from, else ``None``."""
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+    except ImportError:  # pragma: no cover - milvus-lite is a dependency
+        return None
+    config = getattr(client, "_config", None)  # MilvusClient: its server, its database
+    address = getattr(config, "address", None)
+    servers = getattr(server_manager_instance, "_servers", {})
+    dbs = [db for _, db, port in list(servers.values()) if f"127.0.0.1:{port}" == address]
+    return dbs[0] if len(dbs) == 1 else None
+
+
+def served_here(client: Any) -> bool:
+    """Whether ``client`` is served by Milvus Lite in this process, so :func:`lite_columns`
+    reads its collections' vectors without copying them."""
+    try:
+        return _lite_database(client) is not None
+    except Exception:  # any other client
+        return False
 
 
 def lite_columns(client: Any, collection_name: str, fields: Sequence[str]) -> dict[str, Any] | None:
@@ -208,16 +231,12 @@ def lite_columns(client: Any, collection_name: str, fields: Sequence[str]) -> di
     """
     try:
         from milvus_lite.search.bitmap import build_valid_mask
-        from milvus_lite.server_manager import server_manager_instance
 
-        config = getattr(client, "_config", None)  # MilvusClient: its server, its database
-        servers = getattr(server_manager_instance, "_servers", {})
-        dbs = [
-            db for _, db, port in list(servers.values()) if f"127.0.0.1:{port}" == config.address
-        ]
-        if len(dbs) != 1:
+        db = _lite_database(client)
+        if db is None:
             return None
-        collection = dbs[0].get_collection(collection_name, config.db_name or "default")
+        config = client._config
+        collection = db.get_collection(collection_name, config.db_name or "default")
         segments, deltas = collection._read_snapshot()  # as Lite's own query reads them
         memtable, vector_field = collection._memtable, collection._vector_name
         segments = [segment for segment in segments if segment.num_rows]

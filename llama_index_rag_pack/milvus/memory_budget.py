@@ -2,8 +2,10 @@
 
 On a Lite file the retrievers search copies of the chunk vectors, the sentence vectors and the
 BM25 index held in the process (:mod:`~llama_index_rag_pack.milvus.vector_memory`): a few ms per
-question instead of a scan in Lite. Their size grows with the collection (about 1.6 KB per chunk
-and per sentence with a 384-d model, plus about 1 KB of BM25 index per chunk), so they are
+question instead of a scan in Lite. The vectors are read where Lite keeps them (no copy of
+them), so what they add grows with the collection by a key and a scale per vector (about 100
+bytes per chunk, 12 per sentence) plus about 1 KB of BM25 index per chunk; read with queries
+(another Lite release) the vectors are copied (about 1.6 KB each with a 384-d model). They are
 bounded:
 
 * ``RAG_PACK_MEMORY_COPIES=off`` never makes them: every search runs in Milvus Lite, as it would
@@ -36,8 +38,11 @@ __all__ = [
 DEFAULT_BUDGET_MB = 4096
 #: The BM25 copy's size per chunk (its terms' weights and ids), estimated.
 BM25_BYTES_PER_CHUNK = 1024
-#: A vector's key (its id, a Python string) beside its float32 row.
-_KEY_BYTES = 96
+#: A chunk vector's key (its id, a Python string) and its scale (float32).
+_KEY_BYTES = 100
+#: A sentence vector's key (its chunk's id string, shared with the chunk's other sentences:
+#: a pointer) and its scale.
+_SENTENCE_KEY_BYTES = 12
 _WARNED: set[tuple[str, int]] = set()
 
 
@@ -66,17 +71,21 @@ def copies_budget_mb() -> float:
     return budget
 
 
-def estimated_copies_mb(chunks: int, sentences: int, dim: int) -> float:
+def estimated_copies_mb(chunks: int, sentences: int, dim: int, *, copied: bool = False) -> float:
     """The estimated size in MB of the copies of ``chunks`` chunk vectors with their BM25
-    index and ``sentences`` sentence vectors of dimension ``dim``."""
-    vector = dim * 4 + _KEY_BYTES
-    return (chunks * (vector + BM25_BYTES_PER_CHUNK) + sentences * vector) / 2**20
+    index and ``sentences`` sentence vectors of dimension ``dim``: read from Lite's segments
+    (the vectors stay Lite's), or ``copied`` (read with queries: a float32 row each)."""
+    row = dim * 4 if copied else 0
+    return (
+        chunks * (row + _KEY_BYTES + BM25_BYTES_PER_CHUNK) + sentences * (row + _SENTENCE_KEY_BYTES)
+    ) / 2**20
 
 
 def copies_fit(store: Any, sentence_index: Any = None) -> bool:
     """Whether the copies of ``store``'s collection (and of its ``sentence_index``) fit the
     budget (:func:`copies_budget_mb`)."""
     from llama_index_rag_pack.milvus.connection import count_entities
+    from llama_index_rag_pack.milvus.lite import served_here
 
     budget = copies_budget_mb()
     if budget <= 0:
@@ -84,7 +93,7 @@ def copies_fit(store: Any, sentence_index: Any = None) -> bool:
     chunks = count_entities(store)
     sentences = sentence_index.count() if sentence_index is not None else 0
     dim = int(getattr(store, "dim", None) or 384)
-    need = estimated_copies_mb(chunks, sentences, dim)
+    need = estimated_copies_mb(chunks, sentences, dim, copied=not served_here(store.client))
     if need <= budget:
         return True
     key = (str(getattr(store, "collection_name", "")), chunks)

@@ -29,6 +29,7 @@ from typing import Any
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.milvus.document_rows import ids_expression
 from llama_index_rag_pack.milvus.index_creation import create_indexes
+from llama_index_rag_pack.milvus.lite import served_here
 from llama_index_rag_pack.milvus.vector_memory import (
     copy_due,
     forget_vectors,
@@ -200,6 +201,9 @@ class MilvusSentenceIndex:
         search): the chunk ids that may be returned."""
         if self.in_memory and (
             only is not None  # only the in-memory search can keep to it
+            # Lite's vectors are searched where they are (no copy): at once, a Lite search
+            # would normalise a copy of every vector per question
+            or served_here(self.client)
             or copy_due(
                 self.client,
                 self.collection_name,
