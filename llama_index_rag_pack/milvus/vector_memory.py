@@ -1,25 +1,19 @@
 """In-memory copies of a Milvus collection's vectors, for brute-force search with numpy.
 
 Milvus Lite answers every request from Python in the process that opened the file, scanning
-every vector of a collection (about 3 µs each on a 2-core machine) and decoding each hit's
-payload. A Lite file belongs to one process, so that process may hold a copy of the vectors and
-search it with one matrix product instead: 0.1 ms for 3,600 chunk vectors against 10 ms in Lite,
-2 ms for 25,000 sentence vectors against 80 ms.
+every vector (about 3 µs each on 2 cores). That process may search the vectors itself with one
+matrix product instead (0.1 ms for 3,600 chunk vectors against 10 ms in Lite): on Lite they are
+read where Lite keeps them, without a copy (:func:`~llama_index_rag_pack.milvus.lite.
+lite_columns`), elsewhere copied from a query iterator (14.6 s for 120,000 rows on Lite).
 
-A copy is read once per client and collection, from the collection's fourth different query on
-(:func:`copy_due`), and :func:`forget_vectors`, which every write through the package calls,
-drops it. A collection of more than :data:`SEARCH_READS_UP_TO` rows is read in a background
-thread while Milvus keeps answering, so no question waits for it (:func:`wait_for_copies`); a
-write during the read throws the read away. The rows come straight from Lite's segments
-(:func:`~llama_index_rag_pack.milvus.lite.lite_columns`: 120,000 vectors in 0.5 s), elsewhere
-from a query iterator (Lite gathers the whole collection for each page: 14.6 s).
-
-A metadata filter is resolved the same way: once, to the set of ids it keeps
-(:func:`matching_ids`), which masks the in-memory search and becomes an ``id in [...]``
-condition on the BM25 side (a primary-key lookup instead of a JSON scan per row). The BM25 side
-keeps its own copy the same way (:mod:`~llama_index_rag_pack.milvus.bm25.bm25_memory`). Writes
-made around the package (another ``MilvusVectorStore`` on the same file) are not seen until
-:func:`forget_vectors` is called or the client is closed.
+A chunk collection's copy is read once per client from its fourth different query on
+(:func:`copy_due`; a sentence index searches Lite's vectors from the first), in a background
+thread past :data:`SEARCH_READS_UP_TO` rows while Milvus keeps answering
+(:func:`wait_for_copies`); :func:`forget_vectors`, which every write through the package calls,
+drops it, and a write during a read throws the read away. A metadata filter is resolved once to
+the ids it keeps (:func:`matching_ids`): a mask here, an ``id in [...]`` condition on the BM25
+side (:mod:`~llama_index_rag_pack.milvus.bm25.bm25_memory`, which keeps its own copy). Writes
+around the package are not seen until :func:`forget_vectors` or the client is closed.
 
 Example:
     >>> keys, matrix = memory_vectors(client, "docs", key_field="id")  # doctest: +SKIP
@@ -78,21 +72,17 @@ __all__ = [
 
 #: The most ids a resolved filter keeps as a set (larger ones stay Milvus expressions).
 MAX_ID_SET = 20_000
-#: Different queries Milvus answers for a collection before the process reads its copies
-#: (:func:`copy_due`): a one-question ``rag-pack ask`` reads none.
+#: Different queries Milvus answers for a collection before its copies are read (:func:`copy_due`).
 SEARCHES_BEFORE_COPY = 3
-#: Whether a large copy that falls due is read in a background thread while Milvus answers
-#: (``True``), or by the search that finds it due (``False``: the test suite).
+#: Whether a large due copy is read in a background thread (``False``: by the search; tests).
 BACKGROUND_COPIES = True
-#: Rows up to which a collection's copies are read by the search that finds them due even with
-#: :data:`BACKGROUND_COPIES`: read from Lite's segments, 50,000 rows take about 0.2 s, less
-#: than the Lite searches a background read would run beside (each gathers the collection).
+#: Rows up to which a due copy is read by the search even with :data:`BACKGROUND_COPIES`: from
+#: Lite's segments, 50,000 rows take about 0.2 s, less than the Lite searches run meanwhile.
 SEARCH_READS_UP_TO = 50_000
 
 _READ_BATCH = 2000
-#: Rows a query iterator's page of a vector copy holds: as many as fit :data:`VECTOR_PAGE_BYTES`,
-#: up to Milvus' largest page (Lite scans the collection per page: 60,000 384-d vectors took
-#: 14.0 s in pages of 2,000 rows, 8.3 s in pages of 16,384).
+#: Rows a query iterator's page holds: as many as fit :data:`VECTOR_PAGE_BYTES`, up to Milvus'
+#: largest page (Lite scans per page: 60,000 vectors, 14.0 s in pages of 2,000, 8.3 s of 16,384).
 MAX_VECTOR_PAGE = 16_384
 #: The fewest rows a page of a copy holds, however wide its rows.
 MIN_PAGE = 256
@@ -163,16 +153,13 @@ def copy_due(
     query_key: str,
     prefetch: Mapping[str, Callable[[], object]] | None = None,
 ) -> bool:
-    """Whether a search of ``collection_name`` for ``query_key`` should read its in-memory
-    copies: once they are held, or once the collection has been searched with more than
-    :data:`SEARCHES_BEFORE_COPY` different queries. The steps of one search ask with the same
-    key and count once. Until then Milvus answers, which ranks the same (tests compare the
-    default and BM25 modes, and the sentence search, both ways).
-
-    ``prefetch``: the copies the search reads (:func:`memory_copy` slots, each with the call
-    that reads it). With it and :data:`BACKGROUND_COPIES`, a due collection of more than
-    :data:`SEARCH_READS_UP_TO` rows is read in a background thread and this stays ``False``
-    until it is held (a copy that fails there is read by the search, which reports why)."""
+    """Whether a search of ``collection_name`` for ``query_key`` should read its copies: once
+    held, or after more than :data:`SEARCHES_BEFORE_COPY` different queries (one search's
+    steps count once); until then Milvus answers, ranking the same (tested both ways).
+    ``prefetch``: the copies the search reads (:func:`memory_copy` slots and their reads). With
+    it and :data:`BACKGROUND_COPIES`, a due collection of more than :data:`SEARCH_READS_UP_TO`
+    rows is read in a background thread, ``False`` until held (one failing there is read by
+    the search, which reports why)."""
     with _LOCK:
         held = _COPIES.get(client, {})
         if prefetch is None:
@@ -342,12 +329,7 @@ def memory_vectors(
             del direct, shared
         else:
             keys, matrix = _read_vectors(client, collection_name, key_field, vector_field)
-        logger.info(
-            "Collection %r: %d vectors searched in memory (%.0f MB)",
-            collection_name,
-            len(keys),
-            matrix.nbytes / 1e6,
-        )
+        logger.info("Collection %r: %d vectors searched in memory", collection_name, len(keys))
         return keys, matrix
 
     return memory_copy(client, collection_name, vectors_slot(key_field, vector_field), read)
@@ -356,11 +338,9 @@ def memory_vectors(
 def _read_vectors(
     client: Any, collection_name: str, key_field: str, vector_field: str
 ) -> tuple[list[str], np.ndarray]:
-    """Keys and unit-length float32 rows of a collection read with queries (a server, or a
-    Lite release read otherwise), page by page."""
+    """Keys and unit-length float32 rows read with queries, page by page, each page float32 at
+    once (a list of every row's Python floats would take eight times the matrix)."""
     keys: list[str] = []
-    # each batch becomes float32 at once: a list of every row's Python floats would take
-    # eight times the matrix (1.2 GB for 100,000 384-d vectors) before it is converted
     parts: list[np.ndarray] = []
     page = vector_page_rows(client, collection_name, vector_field)
     for batch in read_rows(client, collection_name, [key_field, vector_field], page):
