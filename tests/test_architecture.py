@@ -327,6 +327,7 @@ def test_the_cli_never_imports_the_milvus_door() -> None:
 #: serves (docs/ARCHITECTURE.md lists them with the reason): (module, the expression's head).
 THIRD_PARTY_REACHES = {
     (f"{ROOT}.documents.languages", "full._full_model"),  # py3langid: restrict a copy
+    (f"{ROOT}.documents.languages", "source._full_model"),
     (f"{ROOT}.documents.languages", "ident._decide"),  # py3langid: raw log-probabilities
     (f"{ROOT}.fusion.rag_fusion", "type(retriever)._aretrieve"),  # core: is async native?
     (f"{ROOT}.fusion.rag_fusion", "BaseRetriever._aretrieve"),

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import regex
 
 from llama_index_rag_pack.core.errors import ConfigurationError
@@ -256,8 +257,7 @@ class Identification:
 _IDENTIFIER_LOCK = threading.Lock()
 
 
-@functools.lru_cache(maxsize=1)
-def _full_model() -> Any:
+def _load_model() -> Any:
     try:
         from py3langid.langid import MODEL_FILE, LanguageIdentifier
     except ImportError as e:  # a regular dependency: only a broken install gets here
@@ -268,20 +268,46 @@ def _full_model() -> Any:
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=False)
 
 
+@functools.lru_cache(maxsize=1)
+def _full_model() -> Any:
+    """The identifier over every language (loaded for a candidate off the defaults only)."""
+    return _load_model()
+
+
+@functools.lru_cache(maxsize=1)
+def _base_model() -> tuple[Any, frozenset[str]]:
+    """The identifier restricted to :data:`DEFAULT_CANDIDATES`, what the identifiers of those
+    languages are cut from (the model's other languages are not kept: half its 28 MB table),
+    and every language the model knows."""
+    from py3langid.langid import LanguageIdentifier
+
+    full = _full_model() if _full_model.cache_info().currsize else _load_model()
+    nb_ptc, nb_pc, nb_classes = full._full_model
+    keep = [i for i, code in enumerate(nb_classes) if code in set(DEFAULT_CANDIDATES)]
+    base = LanguageIdentifier(
+        np.ascontiguousarray(nb_ptc[:, keep]), nb_pc[keep], [nb_classes[i] for i in keep],
+        full.tk_nextmove, full.tk_output, tk_row=full.tk_row,
+    )  # fmt: skip
+    return base, frozenset(nb_classes)
+
+
 @functools.lru_cache(maxsize=32)
 def _identifier(candidates: tuple[str, ...] | None) -> Any:
     """A py3langid identifier restricted to ``candidates`` (unnormalised log-probabilities)."""
     from py3langid.langid import LanguageIdentifier
 
-    full = _full_model()
     if candidates is None:
-        return full
-    nb_ptc, nb_pc, nb_classes = full._full_model
-    known = [c for c in candidates if c in set(nb_classes)]
+        return _full_model()
+    base, known_to_model = _base_model()
+    known = {c for c in candidates if c in known_to_model}
+    if known == set(base.nb_classes):
+        return base
+    source = base if known and known <= set(base.nb_classes) else _full_model()
+    nb_ptc, nb_pc, nb_classes = source._full_model
     ident = LanguageIdentifier(
-        nb_ptc, nb_pc, nb_classes, full.tk_nextmove, full.tk_output, tk_row=full.tk_row
+        nb_ptc, nb_pc, nb_classes, source.tk_nextmove, source.tk_output, tk_row=source.tk_row
     )
-    ident.set_languages(known or None)
+    ident.set_languages(sorted(known) or None)
     return ident
 
 

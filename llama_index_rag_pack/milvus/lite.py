@@ -185,6 +185,7 @@ __all__ = [
     "discard_new_lite_db_on_failure",
     "check_vector_elements_at_once",
     "flush_rows_by_column",
+    "release_arrow_memory",
     "lite_columns",
     "served_here",
     "is_lite_path",
@@ -379,3 +380,14 @@ def check_vector_elements_at_once() -> bool:
     validate_record.rag_pack_elements_at_once = True  # type: ignore[attr-defined]
     engine.validate_record = validate_record
     return True
+
+
+def release_arrow_memory() -> None:
+    """Hand back to the system the memory Arrow's pool keeps after it was freed. Milvus Lite
+    reads and writes its data files through Arrow, whose pool (mimalloc) keeps what a read
+    freed: opening a collection of 21,000 sentences left about 100 MB of it resident. Called
+    after the pack opens its collections, after each slice of an insert and after a flush."""
+    with contextlib.suppress(Exception):  # pyarrow comes with milvus-lite; any failure: kept
+        import pyarrow
+
+        pyarrow.default_memory_pool().release_unused()

@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 from llama_index_rag_pack.core.errors import MilvusOperationError, MilvusUnavailableError
 from llama_index_rag_pack.milvus.bm25 import client_writes
+from llama_index_rag_pack.milvus.lite import release_arrow_memory
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,19 @@ def _with_reload(client: Any, method: Any, name: str, args: Any, kwargs: Any) ->
         return method(*args, **kwargs)
 
 
+#: The calls after whose first one per collection Arrow's freed memory is handed back: Milvus
+#: Lite reads the collection's files (and builds its indexes) then.
+_FIRST_READS = ("load_collection", "search", "hybrid_search", "query")
+
+
+def _after_first_read(client: Any, collection: str | None) -> None:
+    """Hand back what Lite's first read of ``collection`` through ``client`` freed (once)."""
+    seen = client.__dict__.setdefault("rag_pack_read_collections", set())
+    if collection not in seen:
+        seen.add(collection)
+        release_arrow_memory()
+
+
 def _recovering(base: type, name: str) -> Any:
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         import tenacity
@@ -155,6 +169,8 @@ def _recovering(base: type, name: str) -> Any:
             raise
         if name == "query_iterator":
             return _MappedIterator(result, self.rag_pack_uri, _collection_of(args, kwargs))
+        if name in _FIRST_READS:
+            _after_first_read(self, _collection_of(args, kwargs))
         return result
 
     call.__name__ = name

@@ -41,7 +41,7 @@ from llama_index_rag_pack.core.similarity import (
     top_scores,
 )
 from llama_index_rag_pack.milvus.document_rows import ids_expression
-from llama_index_rag_pack.milvus.lite import lite_columns
+from llama_index_rag_pack.milvus.lite import lite_columns, release_arrow_memory
 
 logger = logging.getLogger(__name__)
 
@@ -267,6 +267,7 @@ def memory_copy(client: Any, collection_name: str, slot: str, build: Callable[[]
         if cached is not _MISSING:
             return cast(T, cached)
         built = build()
+        release_arrow_memory()  # what reading Lite's columns freed
         with _LOCK, contextlib.suppress(TypeError):
             if _GENERATIONS.get(collection_name, 0) == generation:
                 _COPIES.setdefault(client, {})[key] = built

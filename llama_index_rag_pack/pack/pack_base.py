@@ -15,10 +15,7 @@ from llama_index.core.base.response.schema import RESPONSE_TYPE
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import Document
 
-from llama_index_rag_pack.core.errors import (
-    CollectionNotFoundError,
-    ConfigurationError,
-)
+from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
 from llama_index_rag_pack.core.query_bases import checked_question
 from llama_index_rag_pack.documents.chunking import (
     DEFAULT_CHUNK_OVERLAP,
@@ -28,7 +25,7 @@ from llama_index_rag_pack.documents.chunking import (
 from llama_index_rag_pack.documents.ingest import drop_blank_documents, load_documents
 from llama_index_rag_pack.fusion.fusion_config import FusionConfig, resolve_fusion_config
 from llama_index_rag_pack.milvus import connection as milvus_utils
-from llama_index_rag_pack.milvus.lite import discard_new_lite_db_on_failure
+from llama_index_rag_pack.milvus.lite import discard_new_lite_db_on_failure, release_arrow_memory
 from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
 from llama_index_rag_pack.milvus.tenants import check_tenants
 from llama_index_rag_pack.models.answer_style import describe_answer_style
@@ -163,6 +160,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
             if to_index:
                 with milvus_utils.drop_new_collection_on_failure(vector_store):
                     self.insert(to_index, flush=flush)
+            release_arrow_memory()  # what Lite's reads of the collections freed
 
     # ------------------------------------------------------------------ construction helpers
     @classmethod
@@ -261,6 +259,7 @@ class RagPackBase(RaptorBuildMixin, SQLEngineMixin, JudgeEngineMixin, BaseLlamaP
         if self.sentence_index is not None:  # first: the chunks' flush takes more memory
             self.sentence_index.flush()
         milvus_utils.flush(self.vector_store)
+        release_arrow_memory()
 
     def delete(self, *, filters: Any = None, tenant: str | None = None) -> int:
         """Delete the documents with a chunk matching ``filters`` (of ``tenant``): their chunks,

@@ -573,3 +573,25 @@ def _joined_word_by_word(*parts: str) -> str:
 )
 def test_sentence_parts_join_as_word_by_word(parts: list[str]) -> None:
     assert join_sentence_parts(*parts) == _joined_word_by_word(*parts)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(alphabet="abcdefghijklmnopqrstuvwxyz äöüéçñßøœ日本語中文한국어русский", max_size=80))
+def test_the_default_languages_score_as_the_full_model_restricted_to_them(text) -> None:
+    """The identifier cut to the default candidates (the model's other languages not kept)
+    gives each of them the log-probability the whole model restricted to them gives."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    from llama_index_rag_pack.documents import languages
+
+    reference = _REFERENCE.get("full")
+    if reference is None:
+        reference = _REFERENCE["full"] = LanguageIdentifier.from_model_file(MODEL_FILE)
+        reference.set_languages(list(languages.DEFAULT_CANDIDATES))
+    expected = dict(zip(reference.nb_classes, reference._decide(text).tolist(), strict=True))
+    got = languages._scores(text, languages.DEFAULT_CANDIDATES)
+    assert got.keys() == expected.keys()
+    assert all(abs(got[c] - expected[c]) <= 1e-9 * max(1.0, abs(expected[c])) for c in got)
+
+
+_REFERENCE: dict[str, object] = {}

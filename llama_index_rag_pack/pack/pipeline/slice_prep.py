@@ -13,6 +13,7 @@ from llama_index_rag_pack.documents.analysis_worker import start_worker, worker_
 from llama_index_rag_pack.documents.bm25_analysis import resolve_analyzer
 from llama_index_rag_pack.documents.language_analysis import LanguageAnalyzer
 from llama_index_rag_pack.milvus.bm25.bm25_rows import chunks_to_analyse, node_text
+from llama_index_rag_pack.milvus.lite import release_arrow_memory
 from llama_index_rag_pack.pack import indexing
 
 __all__ = ["helper_analysis", "write_slices"]
@@ -58,6 +59,7 @@ def write_slices(pack: Any, documents: Sequence[Any], *, replace: bool = True) -
             written += indexing.write_slice(
                 pack, part, nodes=nodes, found=found, check_language=not written, replace=replace
             )
+            release_arrow_memory()  # what Lite's writes of the slice freed
             found = worker.result() if following is not None and worker is not None else None
             if found is not None and len(found) != len(following or ()):  # never: analysed here
                 found = None
