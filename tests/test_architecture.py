@@ -346,6 +346,7 @@ THIRD_PARTY_REACHES = {
     (f"{ROOT}.milvus.lite", "getattr(server_manager_instance, '_servers')"),
     (f"{ROOT}.milvus.lite", "getattr(client, '_config')"),  # the copies read Lite's rows
     (f"{ROOT}.milvus.lite", "collection._read_snapshot"),
+    (f"{ROOT}.milvus.lite", "collection._wait_for_bg"),  # Lite's background merge, drained
     (f"{ROOT}.milvus.lite", "getattr(MemTable, '_build_data_table')"),  # Lite's flush
     (f"{ROOT}.milvus.lite", "MemTable._build_data_table"),
     (f"{ROOT}.milvus.lite", "memtable._data_schema"),

@@ -182,8 +182,10 @@ def _release_lite_server(path: Path) -> None:
 
 
 __all__ = [
+    "BACKGROUND_WAIT_S",
     "discard_new_lite_db_on_failure",
     "check_vector_elements_at_once",
+    "columnar_table",
     "flush_rows_by_column",
     "release_arrow_memory",
     "lite_columns",
@@ -195,6 +197,10 @@ __all__ = [
     "lock_holders",
     "lock_is_held",
 ]
+
+
+#: The longest :func:`lite_columns` waits for Lite's background merge of a flush's files.
+BACKGROUND_WAIT_S = 600
 
 
 def _lite_database(client: Any) -> Any:
@@ -239,6 +245,9 @@ def lite_columns(client: Any, collection_name: str, fields: Sequence[str]) -> di
             return None
         config = getattr(client, "_config", None)
         collection = db.get_collection(collection_name, config.db_name or "default")
+        # Lite merges a flush's data files in the background: the arrays read are the merged
+        # ones, not those about to be dropped (which the search would keep alive)
+        collection._wait_for_bg(timeout=BACKGROUND_WAIT_S)
         segments, deltas = collection._read_snapshot()  # as Lite's own query reads them
         memtable, vector_field = collection._memtable, collection._vector_name
         segments = [segment for segment in segments if segment.num_rows]
@@ -342,14 +351,12 @@ class _ElementsChecked(list):  # type: ignore[type-arg]
 
 
 def check_vector_elements_at_once() -> bool:
-    """Milvus Lite (3.2) checks a row's float vector element by element in Python (two
-    ``isinstance`` calls per number: a tenth of an insert's time with 384-d vectors). A vector
-    that is a ``list`` of the field's dimension holding only ``int`` and ``float`` values (what
-    its gRPC adapter makes of every row) passes that check; that is decided here with one
-    C-level pass (``set(map(type, vector))``) and Lite's own ``validate_record`` checks the
-    rest of the row, skipping the elements. Any other vector goes through Lite's check as it
-    is. Nothing changes where Lite's validation is not this one; whether it was changed is
-    returned."""
+    """Milvus Lite (3.2) checks a row's vector element by element in Python (a tenth of an
+    insert's time at 384-d). A ``list`` of the field's dimension of only ``int`` and ``float``
+    values (what its gRPC adapter makes of every row) passes that check: decided here in one
+    C-level pass, Lite's own ``validate_record`` checking the rest of the row. Any other vector
+    goes through Lite's check as it is. Nothing changes where Lite's validation is not this
+    one; whether it was changed is returned."""
     try:
         from milvus_lite.engine import collection as engine
         from milvus_lite.schema import validation
