@@ -14,12 +14,8 @@ from urllib.parse import urlparse
 
 from llama_index_rag_pack.core import lite_install
 from llama_index_rag_pack.core.errors import ConfigurationError, MilvusUnavailableError
-from llama_index_rag_pack.milvus.lite import (
-    LITE_OPEN_LOCK,
-    check_vector_elements_at_once,
-    flush_rows_by_column,
-    lite_lock_problem,
-)
+from llama_index_rag_pack.milvus.lite import LITE_OPEN_LOCK, lite_lock_problem
+from llama_index_rag_pack.milvus.lite_engine.fast_paths import tune_lite
 from llama_index_rag_pack.milvus.recovery import recovering_client_class
 from llama_index_rag_pack.models.settings import default_milvus_uri
 
@@ -189,8 +185,7 @@ def open_client(uri: str | None = None, *, token: str | None = None) -> Any:
     client_class = recovering_client_class()
     _quiet_lite_server_logs()
     check_varchar_rows_by_value()
-    flush_rows_by_column()
-    check_vector_elements_at_once()
+    tune_lite()
     # two threads opening one Lite path at once would lock each other out
     with LITE_OPEN_LOCK if not is_remote_uri(uri) else contextlib.nullcontext():
         try:

@@ -21,9 +21,7 @@ their sentences took 99 s page by page.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
-import operator
 import os
 import shutil
 import threading
@@ -184,10 +182,6 @@ def _release_lite_server(path: Path) -> None:
 __all__ = [
     "BACKGROUND_WAIT_S",
     "discard_new_lite_db_on_failure",
-    "check_vector_elements_at_once",
-    "columnar_table",
-    "flush_rows_by_column",
-    "release_arrow_memory",
     "lite_columns",
     "served_here",
     "is_lite_path",
@@ -295,106 +289,3 @@ def _live_column(
             column = source.table.column(field).to_pylist()
             values.extend(v for v, k in zip(column, keep.tolist(), strict=True) if k)
     return UnitRows(blocks) if vectors else values
-
-
-def columnar_table(memtable: Any, rows: list[tuple[int, int]]) -> Any:
-    """The segment table of Lite's ``MemTable`` for ``rows`` (``(batch, row)`` pairs, in
-    order), taken from the batches column by column; ``None`` where a batch's columns are not
-    the segment's schema (or there is no row)."""
-    import pyarrow as pa
-
-    schema = memtable._data_schema
-    pieces = []
-    for batch_index, group in itertools.groupby(rows, key=operator.itemgetter(0)):
-        batch = memtable._insert_batches[batch_index].select(schema.names)
-        if not batch.schema.equals(schema):
-            return None
-        pieces.append(batch.take(pa.array([row for _, row in group], pa.int64())))
-    return pa.Table.from_batches(pieces, schema=schema) if pieces else None
-
-
-def flush_rows_by_column() -> bool:
-    """Milvus Lite (3.2) seals its unflushed rows by reading every cell back as a Python value
-    (``MemTable._build_data_table``: per row, per column, ``as_py()``) and building the segment's
-    table from those lists: a flush of 50,000 384-d sentence rows held about 900 MB of Python
-    floats at once, and took a fifth of the write time. The same table is taken column by
-    column from the rows' own Arrow batches (``RecordBatch.take``, in the same order); where a
-    batch's columns are not the segment's schema, Lite's own function builds it. Nothing changes
-    where Lite's memtable is not this one; whether it was changed is returned."""
-    try:
-        from milvus_lite.storage.memtable import MemTable
-    except ImportError:  # pragma: no cover - milvus-lite is a dependency
-        return False
-    given = getattr(MemTable, "_build_data_table", None)
-    if getattr(given, "rag_pack_columnar", False):
-        return True
-    if getattr(given, "__qualname__", "") != "MemTable._build_data_table":
-        return False  # not Lite's own function: left alone
-
-    def build_data_table(self: Any, rows: list[tuple[int, int]]) -> Any:
-        table = columnar_table(self, rows)
-        return given(self, rows) if table is None else table
-
-    build_data_table.rag_pack_columnar = True  # type: ignore[attr-defined]
-    MemTable._build_data_table = build_data_table
-    return True
-
-
-_NUMBERS = frozenset((int, float))
-
-
-class _ElementsChecked(list):  # type: ignore[type-arg]
-    """A vector whose elements were checked: Lite's own check finds none left to walk."""
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(())
-
-
-def check_vector_elements_at_once() -> bool:
-    """Milvus Lite (3.2) checks a row's vector element by element in Python (a tenth of an
-    insert's time at 384-d). A ``list`` of the field's dimension of only ``int`` and ``float``
-    values (what its gRPC adapter makes of every row) passes that check: decided here in one
-    C-level pass, Lite's own ``validate_record`` checking the rest of the row. Any other vector
-    goes through Lite's check as it is. Nothing changes where Lite's validation is not this
-    one; whether it was changed is returned."""
-    try:
-        from milvus_lite.engine import collection as engine
-        from milvus_lite.schema import validation
-    except ImportError:  # pragma: no cover - milvus-lite is a dependency
-        return False
-    given = getattr(engine, "validate_record", None)
-    if getattr(given, "rag_pack_elements_at_once", False):
-        return True
-    find = getattr(validation, "_find_float_vector", None)
-    if given is not getattr(validation, "validate_record", None) or not callable(find):
-        return False  # not Lite's own validation: left alone
-
-    def validate_record(record: Any, schema: Any, *args: Any, **kwargs: Any) -> Any:
-        field = find(schema) if isinstance(record, dict) else None
-        vector = record.get(field.name) if field is not None else None
-        if (
-            type(vector) is not list
-            or len(vector) != field.dim
-            or not _NUMBERS.issuperset(map(type, vector))
-        ):
-            return given(record, schema, *args, **kwargs)
-        record[field.name] = _ElementsChecked(vector)
-        try:
-            return given(record, schema, *args, **kwargs)
-        finally:
-            record[field.name] = vector
-
-    validate_record.rag_pack_elements_at_once = True  # type: ignore[attr-defined]
-    engine.validate_record = validate_record
-    return True
-
-
-def release_arrow_memory() -> None:
-    """Hand back to the system the memory Arrow's pool keeps after it was freed. Milvus Lite
-    reads and writes its data files through Arrow, whose pool (mimalloc) keeps what a read
-    freed: opening a collection of 21,000 sentences left about 100 MB of it resident. Called
-    after the pack opens its collections, after each slice of an insert and after a flush."""
-    with contextlib.suppress(Exception):  # pyarrow comes with milvus-lite; any failure: kept
-        import pyarrow
-
-        pyarrow.default_memory_pool().release_unused()

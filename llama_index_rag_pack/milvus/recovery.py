@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from llama_index_rag_pack.core.errors import MilvusOperationError, MilvusUnavailableError
 from llama_index_rag_pack.milvus.bm25 import client_writes
-from llama_index_rag_pack.milvus.lite import release_arrow_memory
+from llama_index_rag_pack.milvus.lite_engine.fast_paths import release_arrow_memory
 
 logger = logging.getLogger(__name__)
 

@@ -41,7 +41,8 @@ from llama_index_rag_pack.core.similarity import (
     top_scores,
 )
 from llama_index_rag_pack.milvus.document_rows import ids_expression
-from llama_index_rag_pack.milvus.lite import lite_columns, release_arrow_memory
+from llama_index_rag_pack.milvus.lite import lite_columns
+from llama_index_rag_pack.milvus.lite_engine.fast_paths import release_arrow_memory
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,8 @@ from llama_index_rag_pack.documents.chunking import (
 from llama_index_rag_pack.documents.ingest import drop_blank_documents, load_documents
 from llama_index_rag_pack.fusion.fusion_config import FusionConfig, resolve_fusion_config
 from llama_index_rag_pack.milvus import connection as milvus_utils
-from llama_index_rag_pack.milvus.lite import discard_new_lite_db_on_failure, release_arrow_memory
+from llama_index_rag_pack.milvus.lite import discard_new_lite_db_on_failure
+from llama_index_rag_pack.milvus.lite_engine.fast_paths import release_arrow_memory
 from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
 from llama_index_rag_pack.milvus.tenants import check_tenants
 from llama_index_rag_pack.models.answer_style import describe_answer_style

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llama_index_rag_pack.core.errors import MilvusOperationError
-from llama_index_rag_pack.milvus import lite
 from llama_index_rag_pack.milvus.client_open import open_client
+from llama_index_rag_pack.milvus.lite_engine import fast_paths as lite
 
 
 def _lite_own(name: str):
@@ -155,3 +155,32 @@ def test_rows_written_through_the_pack_are_checked_and_stored(tmp_path) -> None:
     assert stored["embedding"] == pytest.approx(good["embedding"]) and stored["n"] == 1
     with pytest.raises(MilvusOperationError, match="must be real number"):
         client.insert("rows", [{**good, "id": "r2", "embedding": [1.0, "x", 0.0, 0.0]}])
+
+
+def test_a_reopened_flat_index_is_its_segments_own_vectors(tmp_path) -> None:
+    """After the database is closed and opened again, each segment's FLAT index searches the
+    segment's own vectors (no second copy read from the index file), and ranks as before."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    assert lite.share_flat_vectors()
+    path = str(tmp_path / "flat.db")
+    client = open_client(path)
+    _schema(client, "rows", dynamic=False)
+    rows = _rows(range(40), 1)
+    for row in rows:
+        del row["extra"]
+    client.insert("rows", rows)
+    client.flush("rows")
+    query = [[3.0, 1.0, 0.5, -1.0]]
+    before = client.search("rows", data=query, limit=5, search_params={"metric_type": "COSINE"})
+    client.close()
+    server_manager_instance.release_server(path)
+
+    client = open_client(path)
+    client.load_collection("rows")
+    after = client.search("rows", data=query, limit=5, search_params={"metric_type": "COSINE"})
+    assert [h["id"] for h in after[0]] == [h["id"] for h in before[0]]
+    db = server_manager_instance._servers[str(tmp_path / "flat.db")][1]
+    segments, _ = db.get_collection("rows", "default")._read_snapshot()
+    assert segments and all(s.index is not None for s in segments if s.num_rows)
+    assert all(s.index._vectors is s.vectors for s in segments if s.num_rows)

@@ -13,7 +13,7 @@ from llama_index_rag_pack.documents.analysis_worker import start_worker, worker_
 from llama_index_rag_pack.documents.bm25_analysis import resolve_analyzer
 from llama_index_rag_pack.documents.language_analysis import LanguageAnalyzer
 from llama_index_rag_pack.milvus.bm25.bm25_rows import chunks_to_analyse, node_text
-from llama_index_rag_pack.milvus.lite import release_arrow_memory
+from llama_index_rag_pack.milvus.lite_engine.fast_paths import release_arrow_memory
 from llama_index_rag_pack.pack import indexing
 
 __all__ = ["helper_analysis", "write_slices"]

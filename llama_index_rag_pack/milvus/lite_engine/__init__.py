@@ -1,0 +1,1 @@
+"""Changes to Milvus Lite's writes and loads (:mod:`.fast_paths`)."""
