@@ -347,11 +347,12 @@ THIRD_PARTY_REACHES = {
     (f"{ROOT}.milvus.lite", "getattr(client, '_config')"),  # the copies read Lite's rows
     (f"{ROOT}.milvus.lite", "collection._read_snapshot"),
     (f"{ROOT}.milvus.lite", "collection._wait_for_bg"),  # Lite's background merge, drained
-    (f"{ROOT}.milvus.lite_engine.fast_paths", "getattr(MemTable, '_build_data_table')"),  # Lite's flush
+    # Lite's flush, and its row check
+    (f"{ROOT}.milvus.lite_engine.fast_paths", "getattr(MemTable, '_build_data_table')"),
     (f"{ROOT}.milvus.lite_engine.fast_paths", "MemTable._build_data_table"),
     (f"{ROOT}.milvus.lite_engine.fast_paths", "memtable._data_schema"),
     (f"{ROOT}.milvus.lite_engine.fast_paths", "memtable._insert_batches"),
-    (f"{ROOT}.milvus.lite_engine.fast_paths", "getattr(validation, '_find_float_vector')"),  # Lite's row check
+    (f"{ROOT}.milvus.lite_engine.fast_paths", "getattr(validation, '_find_float_vector')"),
     (f"{ROOT}.milvus.lite", "collection._memtable"),
     (f"{ROOT}.milvus.lite", "collection._vector_name"),
     (f"{ROOT}.milvus.client_open", "getattr(helper, '_ROW_SCALAR_NORMALIZERS')"),
