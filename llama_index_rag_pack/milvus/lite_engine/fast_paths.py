@@ -161,11 +161,13 @@ def share_flat_vectors() -> bool:
 
     def load_index_from_spec(spec: Any, path: str, dim: int) -> Any:
         vectors = _LOADING.get(path)
-        if vectors is not None and spec.index_type in ("BRUTE_FORCE", "FLAT"):
+        if vectors is not None:
             return factory.build_index_from_spec(spec, vectors)
         return given(spec, path, dim)
 
     def build_or_load_index(self: Any, spec: Any, index_dir: str, *args: Any, **kwargs: Any) -> Any:
+        if spec.index_type not in ("BRUTE_FORCE", "FLAT") or not self.num_rows:
+            return build_or_load(self, spec, index_dir, *args, **kwargs)  # as Lite does it
         path = self.index_file_path(index_dir, spec.index_type, spec.field_name)
         _LOADING[path] = self.vector_data(spec.field_name)[0]
         try:
