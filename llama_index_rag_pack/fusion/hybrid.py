@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
@@ -47,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.postprocessor.types import BaseNodePostprocessor
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 __all__ = ["MilvusHybridRetriever", "MilvusRanker", "MilvusSearchType"]
 
@@ -242,25 +244,36 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
     def _hits(self, query: str, embedding: list[float] | None, limit: int) -> list[dict[str, Any]]:
         """At most ``limit`` hits, best first: higher score, then lower id."""
         if self.search_type is MilvusSearchType.DENSE:
-            hits = self._field_search(self.dense_field, embedding, self._dense_params(), limit)
+            hits = self.dense_search(embedding, limit)
         elif self.search_type is MilvusSearchType.SPARSE:
-            terms = self.bm25_query(query)  # only stop words: no chunk holds a query term
-            hits = self._memory_bm25_hits(query, limit) if terms else []
-            if hits is None:
-                hits = self._resolved_bm25(query, limit)
-            if hits is None:
-                data = self.sparse_data(terms)
-                hits = (
-                    self._field_search(self.sparse_field, data, self._sparse_params(), limit)
-                    if data
-                    else []
-                )
+            hits = self.bm25_search(query, limit)
         else:
             # RRF gives nodes at the same rank on opposite sides the same score, often right at
             # the cut: the whole fused pool is fetched and ranked with ties by id, then cut, so
             # which of two tied nodes is returned never depends on the order Milvus sends them.
-            hits = self._hybrid_search(query, embedding, max(self.candidate_pool, limit))
+            hits = self.hybrid_search(query, embedding, max(self.candidate_pool, limit))
         return sorted(hits, key=lambda hit: (-self._hit_score(hit), str(hit.get("id"))))[:limit]
+
+    @dispatcher.span
+    def dense_search(self, embedding: list[float] | None, limit: int) -> list[dict[str, Any]]:
+        """The dense side: Milvus hits nearest ``embedding``."""
+        return self._field_search(self.dense_field, embedding, self._dense_params(), limit)
+
+    @dispatcher.span
+    def bm25_search(self, query: str, limit: int) -> list[dict[str, Any]]:
+        """The BM25 side: from the in-memory index, the resolved filter's ids, or Milvus."""
+        terms = self.bm25_query(query)  # only stop words: no chunk holds a query term
+        hits = self._memory_bm25_hits(query, limit) if terms else []
+        if hits is None:
+            hits = self._resolved_bm25(query, limit)
+        if hits is None:
+            data = self.sparse_data(terms)
+            hits = (
+                self._field_search(self.sparse_field, data, self._sparse_params(), limit)
+                if data
+                else []
+            )
+        return hits
 
     def _field_search(
         self, field: str, data: Any, params: dict[str, Any], limit: int, filtered: bool = True
@@ -276,7 +289,8 @@ class MilvusHybridRetriever(Bm25SearchMixin, PackRetriever):
         )
         return list(res[0]) if res else []
 
-    def _hybrid_search(
+    @dispatcher.span
+    def hybrid_search(
         self, query: str, embedding: list[float] | None, pool: int
     ) -> list[dict[str, Any]]:
         """One dense and one BM25 request of ``pool`` candidates each, fused by the ranker."""

@@ -15,6 +15,7 @@ import numpy as np
 from llama_index.core.async_utils import run_jobs
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 __all__ = ["DEFAULT_HYDE_PROMPT", "HyDERetriever", "clean_passage", "mean_embedding"]
 
@@ -160,14 +162,33 @@ class HyDERetriever(LLMQueryRetriever):
     def _finish(self, nodes: list[NodeWithScore], passages: list[str]) -> list[NodeWithScore]:
         return [annotate_node(n, {"hyde_passages": list(passages)}) for n in nodes]
 
-    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+    @dispatcher.span
+    def write_passages(self, query: str) -> list[str]:
+        """The hypothetical passages the LLM writes for ``query`` (failed or empty ones left
+        out)."""
         replies: list[Any] = []
         for _ in range(self.num_hypotheses):
             try:
                 replies.append(self.llm.complete(self.hyde_prompt.format(query=query)).text)
             except Exception as e:  # LLM output is untrusted; failures fall back
                 replies.append(e)
-        passages = self._collect(replies, query)
+        return self._collect(replies, query)
+
+    @dispatcher.span
+    async def awrite_passages(self, query: str) -> list[str]:
+        """Async :meth:`write_passages` (up to ``max_concurrency`` at once)."""
+
+        async def write() -> str | BaseException:
+            try:
+                return (await self.llm.acomplete(self.hyde_prompt.format(query=query))).text
+            except Exception as e:  # one failed passage does not sink the others
+                return e
+
+        writes = [write() for _ in range(self.num_hypotheses)]
+        return self._collect(list(await run_jobs(writes, workers=self.max_concurrency)), query)
+
+    def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
+        passages = self.write_passages(query)
         doc_vecs = self.embed_model.get_text_embedding_batch(passages) if passages else []
         query_vec = None
         if self.include_query or not passages:
@@ -177,16 +198,7 @@ class HyDERetriever(LLMQueryRetriever):
         return self._finish(nodes, passages)
 
     async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
-
-        async def write() -> str | BaseException:
-            try:
-                return (await self.llm.acomplete(self.hyde_prompt.format(query=query))).text
-            except Exception as e:  # one failed passage does not sink the others
-                return e
-
-        writes = [write() for _ in range(self.num_hypotheses)]
-        replies = await run_jobs(writes, workers=self.max_concurrency)
-        passages = self._collect(list(replies), query)
+        passages = await self.awrite_passages(query)
         doc_vecs = await self.embed_model.aget_text_embedding_batch(passages) if passages else []
         query_vec = None
         if self.include_query or not passages:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 __all__ = ["FusionRetriever", "FUSION_METADATA_KEYS", "annotate_node"]
 
@@ -156,6 +158,7 @@ class FusionRetriever(LLMQueryRetriever):
         logger.debug("Fusion queries: %s", [q.query_str for q in queries])
         return queries
 
+    @dispatcher.span
     def generate_queries(self, query: str) -> list[str]:
         """The generated variants for ``query`` (without the original)."""
         if self._num_generated <= 0:
@@ -168,6 +171,7 @@ class FusionRetriever(LLMQueryRetriever):
             raise_on_failure=self.raise_on_failure,
         )
 
+    @dispatcher.span
     async def agenerate_queries(self, query: str) -> list[str]:
         """Async :meth:`generate_queries`."""
         if self._num_generated <= 0:
@@ -183,7 +187,20 @@ class FusionRetriever(LLMQueryRetriever):
     def _jobs(self, queries: list[QueryBundle]) -> list[tuple[int, int]]:
         return [(qi, ri) for qi in range(len(queries)) for ri in range(len(self.retrievers))]
 
-    def _fuse(
+    @dispatcher.span
+    def search_variant(self, query_bundle: QueryBundle, retriever: str) -> list[NodeWithScore]:
+        """One query variant searched by the retriever named ``retriever``."""
+        return self.retrievers[self.retriever_names.index(retriever)].retrieve(query_bundle)
+
+    @dispatcher.span
+    async def asearch_variant(
+        self, query_bundle: QueryBundle, retriever: str
+    ) -> list[NodeWithScore]:
+        """Async :meth:`search_variant`."""
+        return await self.retrievers[self.retriever_names.index(retriever)].aretrieve(query_bundle)
+
+    @dispatcher.span
+    def fuse_ranks(
         self,
         queries: list[QueryBundle],
         jobs: list[tuple[int, int]],
@@ -232,7 +249,7 @@ class FusionRetriever(LLMQueryRetriever):
 
         def run(job: tuple[int, int]) -> list[NodeWithScore]:
             qi, ri = job
-            return self.retrievers[ri].retrieve(queries[qi])
+            return self.search_variant(queries[qi], self.retriever_names[ri])
 
         if self.max_concurrency == 1 or len(jobs) == 1:
             results = [run(j) for j in jobs]
@@ -244,7 +261,7 @@ class FusionRetriever(LLMQueryRetriever):
                 max_workers=min(self.max_concurrency, len(jobs)), thread_name_prefix="fusion-search"
             ) as pool:
                 results = list(pool.map(lambda ctx, job: ctx.run(run, job), contexts, jobs))
-        return self._fuse(queries, jobs, results)
+        return self.fuse_ranks(queries, jobs, results)
 
     async def _asearch(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         generated = await self.agenerate_queries(query)
@@ -271,16 +288,16 @@ class FusionRetriever(LLMQueryRetriever):
                     # serialise every search: run it in a worker thread instead
                     ctx = contextvars.copy_context()  # keeps the span parent in the thread
                     return await loop.run_in_executor(
-                        pool, ctx.run, retriever.retrieve, queries[qi]
+                        pool, ctx.run, self.search_variant, queries[qi], self.retriever_names[ri]
                     )
-                return await retriever.aretrieve(queries[qi])
+                return await self.asearch_variant(queries[qi], self.retriever_names[ri])
 
         try:
             results = list(await asyncio.gather(*(run(j) for j in jobs)))
         finally:
             if pool is not None:
                 pool.shutdown(wait=False)
-        return self._fuse(queries, jobs, results)
+        return self.fuse_ranks(queries, jobs, results)
 
 
 def _sync_only(retriever: BaseRetriever) -> bool:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import NodeWithScore, QueryBundle
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 __all__ = ["DEFAULT_REWRITE_PROMPT", "MAX_REWRITE_READ", "RewriteRetriever", "parse_rewrite"]
 
@@ -135,6 +137,7 @@ class RewriteRetriever(LLMQueryRetriever):
             return query
         return rewritten
 
+    @dispatcher.span
     def rewrite(self, query: str) -> str:
         """The rewritten query (the original one when the LLM gives nothing usable, or when it
         is blank: nothing to rewrite)."""
@@ -146,6 +149,7 @@ class RewriteRetriever(LLMQueryRetriever):
             text, error = None, e
         return self._parse(text, error, query)
 
+    @dispatcher.span
     async def arewrite(self, query: str) -> str:
         """Async :meth:`rewrite`."""
         if not query.strip():

@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.core.query_bases import PackRetriever
 from llama_index_rag_pack.fusion.convex_fusion import (
@@ -31,23 +30,16 @@ from llama_index_rag_pack.fusion.convex_fusion import (
     check_candidate_pool,
     check_convex_settings,
     check_sentence_weight,
-    convex_fusion,
 )
 from llama_index_rag_pack.fusion.hybrid import MilvusHybridRetriever
 from llama_index_rag_pack.fusion.hybrid_options import check_pre_top_k, check_top_k
+from llama_index_rag_pack.fusion.memory_fusion import MemoryFusionMixin
 from llama_index_rag_pack.fusion.sentence_retriever import (
     DEFAULT_SENTENCE_POOL,
     MilvusSentenceRetriever,
 )
 from llama_index_rag_pack.milvus.metadata_filters import Filters
 from llama_index_rag_pack.milvus.sentence_index import MilvusSentenceIndex
-from llama_index_rag_pack.milvus.vector_memory import (
-    copy_due,
-    matching_ids,
-    memory_vectors,
-    top_scores,
-    vectors_slot,
-)
 from llama_index_rag_pack.models.settings import embed_model_languages
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,7 +50,7 @@ __all__ = ["MilvusScoreFusionRetriever"]
 logger = logging.getLogger(__name__)
 
 
-class MilvusScoreFusionRetriever(PackRetriever):
+class MilvusScoreFusionRetriever(MemoryFusionMixin, PackRetriever):
     """Dense and BM25 search on one Milvus collection, fused by normalized scores.
 
     ``score = alpha * norm(dense) + (1 - alpha) * norm(bm25)``, each side normalized over its
@@ -222,15 +214,7 @@ class MilvusScoreFusionRetriever(PackRetriever):
         sparse: list[NodeWithScore],
         sentences: list[NodeWithScore] | None = None,
     ) -> list[NodeWithScore]:
-        fused = convex_fusion(
-            dense,
-            sparse,
-            alpha=weights[0],
-            normalization=self.normalization,
-            top_n=self.pre_top_k,
-            sentences=sentences or (),
-            sentence_weight=weights[1] if sentences is not None else 0.0,
-        )
+        fused = self.fuse_scores(weights, dense, sparse, sentences)
         for n in fused:
             # the node objects were built for this query by the side that found them
             n.node.metadata["retrieval_search_type"] = "hybrid"
@@ -307,81 +291,6 @@ class MilvusScoreFusionRetriever(PackRetriever):
         dense = await self.dense.aretrieve(bundle)
         return self._fuse(weights, dense, sparse, await self.sentences.aretrieve(bundle))
 
-    # ------------------------------------------------------------------ in-memory search
-    def _searches_memory(self, query: str) -> bool:
-        return (
-            self.in_memory
-            and copy_due(self.dense.client, self.dense.collection_name, query, self._copies())
-            and (not self.dense.filter or self._only() is not None)
-        )
-
-    def _copies(self) -> dict[str, Callable[[], Any]]:
-        """The chunk collection's in-memory copies a search reads, with the calls reading them."""
-        dense = vectors_slot("id", self.dense.dense_field)
-        return {dense: self._dense_copy, **self.sparse.bm25_copy_slots()}
-
-    def _dense_copy(self) -> tuple[list[str], Any]:
-        d = self.dense
-        return memory_vectors(
-            d.client, d.collection_name, key_field="id", vector_field=d.dense_field
-        )
-
-    def _only(self) -> frozenset[str] | None:
-        """The ids the filter keeps (``None``: no filter, or too many to hold)."""
-        if not self.dense.filter:
-            return None
-        return matching_ids(self.dense.client, self.dense.collection_name, self.dense.filter)
-
-    def _fused_in_memory(
-        self, query_bundle: QueryBundle, query: str, weights: tuple[float, float]
-    ) -> list[NodeWithScore]:
-        """BM25, dense and sentence scores from in-memory copies, all as bare ids; fused on
-        ids; then one read of the chunks returned. The steps run in turn: each is a few ms of
-        Python and numpy holding the GIL, so worker threads would only wait for each other."""
-        limit, only = self.dense.similarity_top_k, self._only()
-        sparse = [_bare(key, score) for key, score in self.sparse.bm25_ids(query, limit, only)]
-        dense, sentences = self._memory_sides(query_bundle, query, limit, only)
-        fused = convex_fusion(
-            dense,
-            sparse,
-            alpha=weights[0],
-            normalization=self.normalization,
-            # room for chunks whose sentences outlived them (skipped below)
-            top_n=2 * self.pre_top_k,
-            sentences=sentences or (),
-            sentence_weight=weights[1] if sentences is not None else 0.0,
-        )
-        return self._with_payloads(fused)[: self.pre_top_k]
-
-    def _memory_sides(
-        self, query_bundle: QueryBundle, query: str, limit: int, only: frozenset[str] | None
-    ) -> tuple[list[NodeWithScore], list[NodeWithScore] | None]:
-        """The dense and sentence candidates (bare ids) from the in-memory vectors."""
-        embedding = query_bundle.embedding
-        if embedding is None:
-            embedding = self.embed_model.get_query_embedding(query)
-        keys, matrix = self._dense_copy()
-        dense = [_bare(k, s) for k, s in top_scores(keys, matrix, embedding, limit, only)]
-        if self.sentences is None:
-            return dense, None
-        best = self.sentences.sentences.search(
-            embedding, max(self.sentences.sentence_pool, limit), only
-        )
-        return dense, [_bare(key, score) for key, score in best[:limit]]
-
-    def _with_payloads(self, fused: list[NodeWithScore]) -> list[NodeWithScore]:
-        """``fused`` with each bare id replaced by its chunk (dropped when the chunk is gone)."""
-        rows = self.dense.rows_in_rank([n.node.node_id for n in fused], self.pre_top_k)
-        hits = [{"id": key, "distance": 0.0, "entity": row} for key, row in rows.items()]
-        read = {n.node.node_id: n.node for n in self.dense.to_nodes(hits)}
-        out = []
-        for n in fused:
-            node = read.get(n.node.node_id)
-            if node is not None:
-                node.metadata["retrieval_search_type"] = "hybrid"
-                out.append(NodeWithScore(node=node, score=n.score))
-        return out
-
     def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         nodes = self._fused(query_bundle, query)
         if self.reranker is not None and nodes:
@@ -393,8 +302,3 @@ class MilvusScoreFusionRetriever(PackRetriever):
         if self.reranker is not None and nodes:
             nodes = await self.reranker.apostprocess_nodes(nodes, query_bundle=query_bundle)
         return nodes[: self.similarity_top_k]
-
-
-def _bare(node_id: str, score: float) -> NodeWithScore:
-    """A candidate known by id and score only (its payload is read once it is returned)."""
-    return NodeWithScore(node=TextNode(id_=node_id, text=""), score=score)

@@ -31,6 +31,7 @@ from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import BasePromptTemplate
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
@@ -53,6 +54,7 @@ from llama_index_rag_pack.models.json_output import json_output
 from llama_index_rag_pack.models.settings import resolve_llm
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 __all__ = ["NO_ANSWER", "JudgeQueryEngine", "JudgeResponse"]
 
@@ -261,7 +263,9 @@ class JudgeQueryEngine(PromptAttributes, PackQueryEngine):
         return JudgeResponse(**{**fields, "metadata": metadata}, search_tree=tree)
 
     # ------------------------------------------------------------------ sync
-    def _judge(self, question: str, chunk: JudgedChunk, run: _Run) -> str | BaseException:
+    @dispatcher.span
+    def judge_chunk(self, question: str, chunk: JudgedChunk, run: _Run) -> str | BaseException:
+        """The judge's reply on one chunk for ``question`` (an error is returned, not raised)."""
         with run.lock, json_output(JUDGE_REPLY_SCHEMA):
             try:
                 return self._llm.predict(
@@ -270,35 +274,43 @@ class JudgeQueryEngine(PromptAttributes, PackQueryEngine):
             except Exception as e:  # an untrusted reply path: logged, scored as irrelevant
                 return e
 
-    def _search(self, question: str, depth: int, run: _Run) -> tuple[SearchNode, CitedResponse]:
+    @dispatcher.span
+    def search_step(self, question: str, depth: int, run: _Run) -> tuple[SearchNode, CitedResponse]:
+        """One node of the search tree: retrieve, judge each chunk, follow up, answer."""
         nodes = self._retriever.retrieve(QueryBundle(question))
         node, to_judge = self._start_node(question, depth, nodes, run)
         for chunk, reply in zip(
-            to_judge, run.map(lambda c: self._judge(question, c, run), to_judge), strict=True
+            to_judge, run.map(lambda c: self.judge_chunk(question, c, run), to_judge), strict=True
         ):
             self._record(chunk, reply, question)
         follow = self._plan_follow_ups(node, run)
 
         def child(chunk: JudgedChunk) -> None:
-            chunk.child = self._search(chunk.follow_up or "", depth + 1, run)[0]
+            chunk.child = self.search_step(chunk.follow_up or "", depth + 1, run)[0]
 
         run.map(child, follow)
         context = self._context(node, nodes)
-        raw = None
-        if context:
-            with run.lock:
-                raw = self._llm.predict(
-                    self._answer_template, **self._answer_kwargs(question, context)
-                )
+        raw = self.write_answer(question, context, run) if context else None
         return node, self._finish(node, context, raw, run)
+
+    @dispatcher.span
+    def write_answer(self, question: str, context: list[NodeWithScore], run: _Run) -> str:
+        """The LLM's answer to ``question`` from the chunks judged relevant."""
+        with run.lock:
+            kwargs = self._answer_kwargs(question, context)
+            return self._llm.predict(self._answer_template, **kwargs)
 
     def _answer(self, query_bundle: QueryBundle, query: str) -> JudgeResponse:
         run = self._new_run()
-        node, response = self._search(query, 0, run)
+        node, response = self.search_step(query, 0, run)
         return self._response(node, response, run)
 
     # ------------------------------------------------------------------ async
-    async def _ajudge(self, question: str, chunk: JudgedChunk, run: _Run) -> str | BaseException:
+    @dispatcher.span
+    async def ajudge_chunk(
+        self, question: str, chunk: JudgedChunk, run: _Run
+    ) -> str | BaseException:
+        """Async :meth:`judge_chunk`."""
         async with run.alock:
             try:
                 kwargs = self._judge_kwargs(question, chunk)
@@ -307,31 +319,35 @@ class JudgeQueryEngine(PromptAttributes, PackQueryEngine):
             except Exception as e:
                 return e
 
-    async def _asearch(
+    @dispatcher.span
+    async def asearch_step(
         self, question: str, depth: int, run: _Run
     ) -> tuple[SearchNode, CitedResponse]:
+        """Async :meth:`search_step`: the chunks judged and the follow-ups searched at once."""
         nodes = await self._retriever.aretrieve(QueryBundle(question))
         node, to_judge = self._start_node(question, depth, nodes, run)
-        replies = await asyncio.gather(*(self._ajudge(question, c, run) for c in to_judge))
+        replies = await asyncio.gather(*(self.ajudge_chunk(question, c, run) for c in to_judge))
         for chunk, reply in zip(to_judge, replies, strict=True):
             self._record(chunk, reply, question)
         follow = self._plan_follow_ups(node, run)
         children = await asyncio.gather(
-            *(self._asearch(c.follow_up or "", depth + 1, run) for c in follow)
+            *(self.asearch_step(c.follow_up or "", depth + 1, run) for c in follow)
         )
         for chunk, (child, _) in zip(follow, children, strict=True):
             chunk.child = child
         context = self._context(node, nodes)
-        raw = None
-        if context:
-            async with run.alock:
-                raw = await self._llm.apredict(
-                    self._answer_template, **self._answer_kwargs(question, context)
-                )
+        raw = await self.awrite_answer(question, context, run) if context else None
         return node, self._finish(node, context, raw, run)
+
+    @dispatcher.span
+    async def awrite_answer(self, question: str, context: list[NodeWithScore], run: _Run) -> str:
+        """Async :meth:`write_answer`."""
+        async with run.alock:
+            kwargs = self._answer_kwargs(question, context)
+            return await self._llm.apredict(self._answer_template, **kwargs)
 
     async def _aanswer(self, query_bundle: QueryBundle, query: str) -> JudgeResponse:
         run = self._new_run()
         run.alock = asyncio.Semaphore(self.max_concurrency)
-        node, response = await self._asearch(query, 0, run)
+        node, response = await self.asearch_step(query, 0, run)
         return self._response(node, response, run)

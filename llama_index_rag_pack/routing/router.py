@@ -18,6 +18,7 @@ from llama_index.core.async_utils import run_jobs
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.base.base_selector import BaseSelector, MultiSelection
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.prompts.mixin import PromptMixinType
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.tools import RetrieverTool
@@ -29,6 +30,7 @@ from llama_index_rag_pack.core.query_bases import PackRetriever
 from llama_index_rag_pack.routing.routes import RouteSelection, route_names
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 __all__ = ["ROUTE_METADATA_KEYS", "FusionRouterRetriever"]
 
@@ -145,10 +147,12 @@ class FusionRouterRetriever(PackRetriever):
             selections=list(result.selections), names=[self._names[i] for i in result.inds]
         )
 
+    @dispatcher.span
     def select(self, query: str | QueryBundle) -> RouteSelection:
         """Only the routing decision (no retrieval)."""
         return self._as_route_selection(self._selector.select(self._metadatas, query))
 
+    @dispatcher.span
     async def aselect(self, query: str | QueryBundle) -> RouteSelection:
         """Async :meth:`select`."""
         return self._as_route_selection(await self._selector.aselect(self._metadatas, query))
@@ -161,7 +165,7 @@ class FusionRouterRetriever(PackRetriever):
         user)."""
         bundle = QueryBundle(query) if isinstance(query, str) else query
         lists = [self._retrievers[i].retrieve(bundle) for i in selection.inds]
-        return self._combine(selection, lists)
+        return self.fuse_routes(selection, lists)
 
     async def aretrieve_selected(
         self, query: str | QueryBundle, selection: RouteSelection
@@ -170,7 +174,7 @@ class FusionRouterRetriever(PackRetriever):
         bundle = QueryBundle(query) if isinstance(query, str) else query
         searches = [self._retrievers[i].aretrieve(bundle) for i in selection.inds]
         lists = await run_jobs(searches, workers=self.max_concurrency)
-        return self._combine(selection, list(lists))
+        return self.fuse_routes(selection, list(lists))
 
     def _search(self, query_bundle: QueryBundle, query: str) -> list[NodeWithScore]:
         selection = self.select(query_bundle)
@@ -185,9 +189,12 @@ class FusionRouterRetriever(PackRetriever):
     def _log(self, selection: RouteSelection) -> None:
         logger.info("Routing: %s", selection.explain())
 
-    def _combine(
+    @dispatcher.span
+    def fuse_routes(
         self, selection: RouteSelection, lists: list[list[NodeWithScore]]
     ) -> list[NodeWithScore]:
+        """The selected routes' results fused by reciprocal rank (one route: its own order),
+        each node tagged with the routes that found it."""
         names = [self._names[i] for i in selection.inds]
         reasons = dict(zip(names, selection.reasons, strict=True))
         if not lists:

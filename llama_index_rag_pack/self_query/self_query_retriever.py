@@ -17,6 +17,7 @@ from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.llms import LLM
 from llama_index.core.prompts import PromptTemplate
 from llama_index.core.schema import NodeWithScore, QueryBundle
@@ -38,6 +39,7 @@ from llama_index_rag_pack.self_query.replies import SelfQuery, parse_self_query,
 __all__ = ["DEFAULT_SELF_QUERY_PROMPT", "SelfQueryRetriever"]
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 DEFAULT_SELF_QUERY_PROMPT = PromptTemplate(
     "Turn the question into a search query and a metadata filter.\n"
@@ -142,6 +144,7 @@ class SelfQueryRetriever(LLMQueryRetriever):
         logger.info("self-query: query %r, filter %r", sq.query, sq.expression)
         return sq
 
+    @dispatcher.span
     def parse(self, question: str) -> SelfQuery:
         """The query and filter the LLM reads from ``question`` (no search). An LLM that can
         constrain its decoding (the local llama.cpp model) is held to the reply's JSON schema."""
@@ -151,6 +154,7 @@ class SelfQueryRetriever(LLMQueryRetriever):
             reply = self.llm.complete(self._format(question)).text
         return self._read(reply, question)
 
+    @dispatcher.span
     async def aparse(self, question: str) -> SelfQuery:
         """Async :meth:`parse`."""
         if not self.fields:

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import sqlalchemy as sa
+from llama_index.core.instrumentation import get_dispatcher
 from sqlalchemy.pool import NullPool
 from sqlglot import exp
 
@@ -58,6 +59,7 @@ from llama_index_rag_pack.sql.sql_sqlite import (
 __all__ = ["ROLE_CHECKS", "SQLExecutionError", "SQLResult", "SafeSQLDatabase"]
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql"}
 ROLE_CHECKS = ("refuse", "warn", "off")
@@ -250,6 +252,7 @@ class SafeSQLDatabase:
         )
 
     # ------------------------------------------------------------------ queries
+    @dispatcher.span
     def check(self, sql: str, *, deadline: float | None = None) -> CheckedSQL:
         """:func:`check_sql` against this database's allowed tables, dialect and row limit."""
         return check_sql(
@@ -291,6 +294,7 @@ class SafeSQLDatabase:
             out[table] = text
         return out
 
+    @dispatcher.span
     def run(self, sql: str) -> SQLResult:
         """Check ``sql``, then execute it read-only under the row limit and time-out.
 

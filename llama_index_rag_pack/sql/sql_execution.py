@@ -8,6 +8,7 @@ even inside one function call that no database time-out interrupts.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -77,7 +78,9 @@ def run_before(deadline: float, work: Callable[[dict[str, Any]], T]) -> T:
         except BaseException as error:  # noqa: BLE001 - handed to the caller's thread
             outcome["error"] = error
 
-    worker = threading.Thread(target=target, daemon=True, name="rag-pack-sql")
+    # in a copy of the caller's context: its instrumentation spans and usage meter reach here
+    context = contextvars.copy_context()
+    worker = threading.Thread(target=context.run, args=(target,), daemon=True, name="rag-pack-sql")
     worker.start()
     worker.join(max(deadline - time.monotonic(), 0.0))
     if worker.is_alive():

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llama_index.core.callbacks import CallbackManager
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
@@ -50,6 +51,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 # A refused query is kept (and shown to the LLM for repair) up to this many characters.
 _MAX_SHOWN_SQL = 2_000
@@ -247,6 +249,29 @@ class SQLQueryEngine(PromptAttributes, LazyLLMMixin, PackQueryEngine):
         return SQL_REPLY_SCHEMA if self._json_replies else None
 
     # ------------------------------------------------------------------ steps
+    @dispatcher.span
+    def generate_sql(self, prompt: BasePromptTemplate, args: dict[str, Any]) -> str:
+        """The LLM's reply with a query (``prompt``: the first or the repair prompt)."""
+        with json_output(self._sql_schema()):
+            return self.llm.predict(prompt, **args)
+
+    @dispatcher.span
+    async def agenerate_sql(self, prompt: BasePromptTemplate, args: dict[str, Any]) -> str:
+        """Async :meth:`generate_sql`."""
+        with json_output(self._sql_schema()):
+            return await self.llm.apredict(prompt, **args)
+
+    @dispatcher.span
+    def write_answer(self, query: str, nodes: list[NodeWithScore]) -> str:
+        """The LLM's answer to ``query`` from the result rows."""
+        return self.llm.predict(self._answer_prompt, context_str=_context(nodes), query_str=query)
+
+    @dispatcher.span
+    async def awrite_answer(self, query: str, nodes: list[NodeWithScore]) -> str:
+        """Async :meth:`write_answer`."""
+        context = _context(nodes)
+        return await self.llm.apredict(self._answer_prompt, context_str=context, query_str=query)
+
     def _try(self, reply: str, attempts: list[dict[str, Any]]) -> SQLResult | None:
         sql = extract_sql(reply)
         try:
@@ -292,17 +317,13 @@ class SQLQueryEngine(PromptAttributes, LazyLLMMixin, PackQueryEngine):
         attempts: list[dict[str, Any]] = []
         schema, tables = self._schema_for(query)
         args = self._prompt_args(query, schema)
-        with json_output(self._sql_schema()):
-            reply = self.llm.predict(self._sql_prompt, **args)
-        result = self._try(reply, attempts)
+        result = self._try(self.generate_sql(self._sql_prompt, args), attempts)
         if result is None and self.repair:
-            with json_output(self._sql_schema()):
-                reply = self.llm.predict(self._repair_prompt, **self._repair_args(args, attempts))
+            reply = self.generate_sql(self._repair_prompt, self._repair_args(args, attempts))
             result = self._try(reply, attempts)
         if result is None:
             return _with_tables(self._failed(query, attempts), tables)
-        nodes = _result_nodes(result)
-        raw = self.llm.predict(self._answer_prompt, context_str=_context(nodes), query_str=query)
+        raw = self.write_answer(query, _result_nodes(result))
         return _with_tables(self._respond(query, result, raw, attempts), tables)
 
     async def _atry(self, reply: str, attempts: list[dict[str, Any]]) -> SQLResult | None:
@@ -312,19 +333,14 @@ class SQLQueryEngine(PromptAttributes, LazyLLMMixin, PackQueryEngine):
         attempts: list[dict[str, Any]] = []
         schema, tables = await self._aschema_for(query)
         args = self._prompt_args(query, schema)
-        with json_output(self._sql_schema()):
-            reply = await self.llm.apredict(self._sql_prompt, **args)
-        result = await self._atry(reply, attempts)
+        result = await self._atry(await self.agenerate_sql(self._sql_prompt, args), attempts)
         if result is None and self.repair:
             repair_args = self._repair_args(args, attempts)
-            with json_output(self._sql_schema()):
-                reply = await self.llm.apredict(self._repair_prompt, **repair_args)
+            reply = await self.agenerate_sql(self._repair_prompt, repair_args)
             result = await self._atry(reply, attempts)
         if result is None:
             return _with_tables(self._failed(query, attempts), tables)
-        nodes = _result_nodes(result)
-        context = _context(nodes)
-        raw = await self.llm.apredict(self._answer_prompt, context_str=context, query_str=query)
+        raw = await self.awrite_answer(query, _result_nodes(result))
         return _with_tables(self._respond(query, result, raw, attempts), tables)
 
 
