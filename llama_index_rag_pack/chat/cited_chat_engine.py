@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Generator, Sequence
+from functools import partial
 from typing import Any
 
 from llama_index.core import Settings
@@ -50,6 +51,13 @@ from llama_index_rag_pack.chat.chat_store import new_memory
 from llama_index_rag_pack.chat.follow_ups import needs_context, searched_question
 from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count, check_query
+from llama_index_rag_pack.core.usage import (
+    metered,
+    metered_astream,
+    metered_stream,
+    report_usage,
+    set_usage,
+)
 from llama_index_rag_pack.fusion.rewrite import parse_rewrite
 
 logger = logging.getLogger(__name__)
@@ -273,31 +281,34 @@ class CitedChatEngine(BaseChatEngine):
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedChatResponse:
         message = self._start(message, chat_history)
-        question, extra = self.question(message)
-        nodes = self._engine.retrieve(QueryBundle(question))
-        response = self._engine.respond(nodes, question, streaming=False)
+        with metered() as meter:
+            question, extra = self.question(message)
+            nodes = self._engine.retrieve(QueryBundle(question))
+            response = self._engine.respond(nodes, question, streaming=False)
         self._memory.put_messages(turn_messages(message, response))
-        return chat_response(response, question, extra)
+        return report_usage(chat_response(response, question, extra), meter)
 
     @trace_method("chat")
     async def achat(
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedChatResponse:
         message = self._start(message, chat_history)
-        question, extra = await self.aquestion(message)
-        nodes = await self._engine.aretrieve(QueryBundle(question))
-        response = await self._engine.arespond(nodes, question, streaming=False)
+        with metered() as meter:
+            question, extra = await self.aquestion(message)
+            nodes = await self._engine.aretrieve(QueryBundle(question))
+            response = await self._engine.arespond(nodes, question, streaming=False)
         await self._memory.aput_messages(turn_messages(message, response))
-        return chat_response(response, question, extra)
+        return report_usage(chat_response(response, question, extra), meter)
 
     @trace_method("chat")
     def stream_chat(
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedStreamingChatResponse:
         message = self._start(message, chat_history)
-        question, extra = self.question(message)
-        nodes = self._engine.retrieve(QueryBundle(question))
-        streamed = self._engine.respond(nodes, question, streaming=True)
+        with metered() as meter:
+            question, extra = self.question(message)
+            nodes = self._engine.retrieve(QueryBundle(question))
+            streamed = self._engine.respond(nodes, question, streaming=True)
         chat = streaming_chat_response(streamed, question, extra)
 
         def gen() -> Generator[ChatResponse, None, None]:
@@ -308,7 +319,7 @@ class CitedChatEngine(BaseChatEngine):
             finish_stream(chat, streamed)
             self._memory.put_messages(turn_messages(message, streamed))
 
-        chat.chat_stream = gen()
+        chat.chat_stream = metered_stream(gen(), meter, partial(set_usage, chat))
         return chat
 
     @trace_method("chat")
@@ -316,9 +327,10 @@ class CitedChatEngine(BaseChatEngine):
         self, message: str, chat_history: list[ChatMessage] | None = None
     ) -> CitedStreamingChatResponse:
         message = self._start(message, chat_history)
-        question, extra = await self.aquestion(message)
-        nodes = await self._engine.aretrieve(QueryBundle(question))
-        streamed = await self._engine.arespond(nodes, question, streaming=True)
+        with metered() as meter:
+            question, extra = await self.aquestion(message)
+            nodes = await self._engine.aretrieve(QueryBundle(question))
+            streamed = await self._engine.arespond(nodes, question, streaming=True)
         chat = streaming_chat_response(streamed, question, extra)
 
         async def agen() -> AsyncGenerator[ChatResponse, None]:
@@ -329,5 +341,5 @@ class CitedChatEngine(BaseChatEngine):
             finish_stream(chat, streamed)
             await self._memory.aput_messages(turn_messages(message, streamed))
 
-        chat.achat_stream = agen()
+        chat.achat_stream = metered_astream(agen(), meter, partial(set_usage, chat))
         return chat

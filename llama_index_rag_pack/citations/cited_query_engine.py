@@ -78,6 +78,7 @@ from llama_index_rag_pack.citations.quotes import DEFAULT_FUZZY_THRESHOLD
 from llama_index_rag_pack.citations.reference_styles import ReferenceStyle
 from llama_index_rag_pack.core.errors import ConfigurationError
 from llama_index_rag_pack.core.query_bases import PromptAttributes
+from llama_index_rag_pack.core.usage import metered, report_usage
 from llama_index_rag_pack.models.answer_style import resolve_answer_style
 from llama_index_rag_pack.models.settings import resolve_llm
 
@@ -336,17 +337,17 @@ class CitedQueryEngine(PromptAttributes, BaseQueryEngine):
     def _query(self, query_bundle: QueryBundle) -> Any:
         """Retrieve and answer inside core's ``QUERY`` callback event (as ``CitationQueryEngine``
         does), so callback handlers and tracers see this engine."""
-        with self._event(CBEventType.QUERY, query_bundle) as event:
+        with self._event(CBEventType.QUERY, query_bundle) as event, metered() as meter:
             response = self.respond(self.retrieve(query_bundle), query_bundle.query_str)
             event.on_end(payload={EventPayload.RESPONSE: response})
-        return response
+        return report_usage(response, meter)
 
     async def _aquery(self, query_bundle: QueryBundle) -> Any:
-        with self._event(CBEventType.QUERY, query_bundle) as event:
+        with self._event(CBEventType.QUERY, query_bundle) as event, metered() as meter:
             nodes = await self.aretrieve(query_bundle)
             response = await self.arespond(nodes, query_bundle.query_str)
             event.on_end(payload={EventPayload.RESPONSE: response})
-        return response
+        return report_usage(response, meter)
 
     def respond(
         self, nodes: list[NodeWithScore], query: str, *, streaming: bool | None = None

@@ -42,6 +42,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 
 from llama_index_rag_pack.core.errors import ConfigurationError, check_query
 from llama_index_rag_pack.core.text_decoding import without_lone_surrogates
+from llama_index_rag_pack.core.usage import metered, report_usage
 
 __all__ = [
     "PackQueryEngine",
@@ -124,16 +125,20 @@ class PackRetriever(BaseRetriever):
 class PackQueryEngine(BaseQueryEngine):
     """A LlamaIndex query engine whose query is checked once, here, before the subclass runs.
 
-    Subclasses implement :meth:`_answer` and :meth:`_aanswer`.
+    Subclasses implement :meth:`_answer` and :meth:`_aanswer`. The response's
+    ``metadata["usage"]`` is what the LLM calls made for it spent
+    (:func:`~llama_index_rag_pack.core.usage.report_usage`).
     """
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        with checked_question(query_bundle) as text:
-            return self._answer(*_cleaned(query_bundle, text))
+        with checked_question(query_bundle) as text, metered() as meter:
+            response = self._answer(*_cleaned(query_bundle, text))
+        return report_usage(response, meter)
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        with checked_question(query_bundle) as text:
-            return await self._aanswer(*_cleaned(query_bundle, text))
+        with checked_question(query_bundle) as text, metered() as meter:
+            response = await self._aanswer(*_cleaned(query_bundle, text))
+        return report_usage(response, meter)
 
     def _answer(self, query_bundle: QueryBundle, query: str) -> RESPONSE_TYPE:
         """The response to ``query`` (``query_bundle.query_str``, checked non-empty)."""

@@ -2,9 +2,12 @@
 text deltas a subclass produces.
 
 A streamed reply, completion or chat, is the running text of its deltas: each response carries
-the text so far and the new ``delta``. The local llama.cpp model
-(:class:`~llama_index_rag_pack.models.local_llm.LocalGGUFLLM`) and the scripted test model
-(:class:`~llama_index_rag_pack.testing.ScriptedLLM`) differ only in where the deltas come from.
+the text so far and the new ``delta``. A hook may end with a ``dict``, the call's token usage
+(``prompt_tokens``, ``completion_tokens``, ``total_tokens``): it becomes a last response with an
+empty ``delta`` and the usage in ``additional_kwargs``, as OpenAI's final usage chunk does.
+The local llama.cpp model (:class:`~llama_index_rag_pack.models.local_llm.LocalGGUFLLM`) and
+the scripted test model (:class:`~llama_index_rag_pack.testing.ScriptedLLM`) differ only in
+where the deltas come from.
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ class DeltaStreamingLLM(LLM):
         def gen() -> CompletionResponseGen:
             text = ""
             for delta in deltas:
+                if isinstance(delta, dict):  # the call's token usage, reported at the end
+                    yield CompletionResponse(text=text, delta="", additional_kwargs=delta)
+                    continue
                 text += delta
                 yield CompletionResponse(text=text, delta=delta)
 
@@ -85,6 +91,9 @@ class DeltaStreamingLLM(LLM):
         async def gen() -> CompletionResponseAsyncGen:
             text = ""
             async for delta in deltas:
+                if isinstance(delta, dict):
+                    yield CompletionResponse(text=text, delta="", additional_kwargs=delta)
+                    continue
                 text += delta
                 yield CompletionResponse(text=text, delta=delta)
 
@@ -97,6 +106,9 @@ class DeltaStreamingLLM(LLM):
         def gen() -> ChatResponseGen:
             text = ""
             for delta in deltas:
+                if isinstance(delta, dict):
+                    yield _chat_response(text, "", delta)
+                    continue
                 text += delta
                 yield _chat_response(text, delta)
 
@@ -111,12 +123,15 @@ class DeltaStreamingLLM(LLM):
         async def gen() -> ChatResponseAsyncGen:
             text = ""
             async for delta in deltas:
+                if isinstance(delta, dict):
+                    yield _chat_response(text, "", delta)
+                    continue
                 text += delta
                 yield _chat_response(text, delta)
 
         return gen()
 
 
-def _chat_response(text: str, delta: str) -> ChatResponse:
+def _chat_response(text: str, delta: str, usage: dict[str, int] | None = None) -> ChatResponse:
     message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
-    return ChatResponse(message=message, delta=delta)
+    return ChatResponse(message=message, delta=delta, additional_kwargs=usage or {})

@@ -205,7 +205,8 @@ class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
             check_schema(server, schema)
         return server, body
 
-    def _run(self, body: dict[str, Any]) -> str:
+    def _run(self, body: dict[str, Any]) -> tuple[str, dict[str, int]]:
+        """The reply's text and the call's token usage."""
         server, body = self._send(dict(body))
         try:
             if "messages" in body:
@@ -217,8 +218,8 @@ class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
         raise_for_error(result)
         choice = result["choices"][0]
         if "message" in choice:
-            return choice["message"].get("content") or ""
-        return choice.get("text") or ""
+            return choice["message"].get("content") or "", _usage(result)
+        return choice.get("text") or "", _usage(result)
 
     def _stream(self, body: dict[str, Any], emit: Callable[[Any], None]) -> None:
         """Run one streaming request, calling ``emit(delta)`` per text piece, then
@@ -237,6 +238,8 @@ class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
                 if not isinstance(chunk, dict) or "choices" not in chunk:
                     failure.append(LocalLLMError(error_text(chunk)))
                     return True
+                if not chunk["choices"] and chunk.get("usage"):  # the last chunk
+                    return bool(emit(_usage(chunk)))
                 choices = chunk["choices"] or [{}]
                 piece = (
                     (choices[0].get("delta") or {}).get("content")
@@ -250,7 +253,7 @@ class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
 
         try:
             handle = server.handle_chat_completions if chat else server.handle_completions
-            handle({**body, "stream": True}, on_chunk)
+            handle({**body, "stream": True, "stream_options": _WITH_USAGE}, on_chunk)
         except Exception as e:  # ValueError, TypeError: a request llama.cpp refuses
             failure.append(LocalLLMError(f"The local LLM rejected the request: {one_line(e)}"))
         finally:  # always one last item, or the consumer would wait for ever
@@ -294,25 +297,29 @@ class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
     # ------------------------------------------------------------------ completion API
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        return CompletionResponse(text=self._run(self._prompt_body(prompt, formatted, kwargs)))
+        text, usage = self._run(self._prompt_body(prompt, formatted, kwargs))
+        return CompletionResponse(text=text, additional_kwargs=usage)
 
     @llm_completion_callback()
     async def acomplete(
         self, prompt: str, formatted: bool = False, **kwargs: Any
     ) -> CompletionResponse:
         body = self._prompt_body(prompt, formatted, kwargs)
-        return CompletionResponse(text=await asyncio.to_thread(self._run, body))
+        text, usage = await asyncio.to_thread(self._run, body)
+        return CompletionResponse(text=text, additional_kwargs=usage)
 
     # ------------------------------------------------------------------ chat API
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        text = self._run(self._chat_body(messages, kwargs))
-        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text))
+        text, usage = self._run(self._chat_body(messages, kwargs))
+        message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
+        return ChatResponse(message=message, additional_kwargs=usage)
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        text = await asyncio.to_thread(self._run, self._chat_body(messages, kwargs))
-        return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text))
+        text, usage = await asyncio.to_thread(self._run, self._chat_body(messages, kwargs))
+        message = ChatMessage(role=MessageRole.ASSISTANT, content=text)
+        return ChatResponse(message=message, additional_kwargs=usage)
 
     # ------------------------------------------------------------------ streaming
     def _completion_deltas(
@@ -336,9 +343,22 @@ class LocalGGUFLLM(DeltaStreamingLLM, CustomLLM):
         return self._stream_async(self._chat_body(messages, kwargs))
 
 
-def _delta(item: Any) -> str | None:
-    """An item :meth:`LocalGGUFLLM._stream` emitted: a text delta, ``None`` at the end of the
-    reply; a failure is raised here."""
+#: Asks llama.cpp for a last chunk with the call's token usage, as OpenAI's API does.
+_WITH_USAGE = {"include_usage": True}
+
+
+def _usage(result: dict[str, Any]) -> dict[str, int]:
+    """The token counts llama.cpp reported for a call (``{}`` when it reported none)."""
+    usage = result.get("usage") or {}
+    keys = ("prompt_tokens", "completion_tokens", "total_tokens")
+    if not all(isinstance(usage.get(k), int) for k in keys):
+        return {}
+    return {k: usage[k] for k in keys}
+
+
+def _delta(item: Any) -> str | dict[str, int] | None:
+    """An item :meth:`LocalGGUFLLM._stream` emitted: a text delta, the call's token usage (a
+    ``dict``, last), ``None`` at the end of the reply; a failure is raised here."""
     if isinstance(item, BaseException):
         raise item
     return item

@@ -213,6 +213,13 @@ def bundled_gguf_path() -> str | None:
     return str(path) if path.is_file() else None
 
 
+def stream_with_usage() -> dict[str, Any]:
+    """What the pack's OpenAI and OpenAI-compatible LLMs add to every request: a stream ends
+    with a chunk carrying the call's token usage (``stream_options``; LlamaIndex drops it from
+    requests that do not stream), so a streamed answer's ``usage`` is the server's own count."""
+    return {"stream_options": {"include_usage": True}}
+
+
 def _api_base_from_env() -> str | None:
     for var in ("RAG_PACK_LLM_API_BASE", "OPENAI_API_BASE", "OPENAI_BASE_URL"):
         value = os.environ.get(var)
@@ -235,13 +242,18 @@ def _openai_from_env(required: bool) -> LLM | None:
             is_chat_model=True,
             context_window=int(os.environ.get("RAG_PACK_LLM_CONTEXT_WINDOW", "8192")),
             max_retries=int(os.environ.get("RAG_PACK_LLM_MAX_RETRIES", "2")),
+            additional_kwargs=stream_with_usage(),
         )
         logger.info("LLM: %s via OpenAI-compatible server %s", llm.model, api_base)
         return llm
     if api_key:
         from llama_index.llms.openai import OpenAI
 
-        llm = OpenAI(model=model or DEFAULT_OPENAI_MODEL, api_key=api_key)
+        llm = OpenAI(
+            model=model or DEFAULT_OPENAI_MODEL,
+            api_key=api_key,
+            additional_kwargs=stream_with_usage(),
+        )
         logger.info("LLM: OpenAI %s", llm.model)
         return llm
     if required:

@@ -23,6 +23,7 @@ from llama_index.core.prompts.mixin import PromptDictType, PromptMixinType
 from llama_index.core.schema import QueryBundle
 
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.usage import metered, report_usage
 from llama_index_rag_pack.routing.routes import Route, RouteSelection
 from llama_index_rag_pack.routing.semantic_selector import SemanticSelector
 
@@ -187,18 +188,20 @@ class PromptRouter(BaseQueryEngine):
         )
 
     def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        selection = self.select(query_bundle)
-        logger.info("Prompt routing: %s", selection.explain())
-        text = self.llm.complete(self._prompt_for(selection.route, query_bundle.query_str)).text
-        return self._response(text, selection)
+        with metered() as meter:
+            selection = self.select(query_bundle)
+            logger.info("Prompt routing: %s", selection.explain())
+            prompt = self._prompt_for(selection.route, query_bundle.query_str)
+            text = self.llm.complete(prompt).text
+        return report_usage(self._response(text, selection), meter)
 
     async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
-        selection = await self.aselect(query_bundle)
-        logger.info("Prompt routing: %s", selection.explain())
-        text = (
-            await self.llm.acomplete(self._prompt_for(selection.route, query_bundle.query_str))
-        ).text
-        return self._response(text, selection)
+        with metered() as meter:
+            selection = await self.aselect(query_bundle)
+            logger.info("Prompt routing: %s", selection.explain())
+            prompt = self._prompt_for(selection.route, query_bundle.query_str)
+            text = (await self.llm.acomplete(prompt)).text
+        return report_usage(self._response(text, selection), meter)
 
 
 def _template_vars(template: BasePromptTemplate) -> list[str]:

@@ -4,7 +4,10 @@
 A chat completion answers the last user message through the pack's cited chat engine, the
 earlier user and assistant messages being the conversation; ``model`` picks the retrieval mode.
 Its answer carries the pack's numbered citations, and the response a ``sources`` field (also the
-last event of a stream): every passage the LLM was shown, cited or not.
+last event of a stream): every passage the LLM was shown, cited or not. ``usage`` counts the
+tokens of every LLM call made for the answer (condensing, HyDE, query variants, judge calls and
+the answer itself); a stream asked with ``stream_options: {"include_usage": true}`` carries it
+on its last chunk, as OpenAI's API does.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from llama_index_rag_pack.core.usage import TokenUsage
 from llama_index_rag_pack.serve.api_errors import ApiError, api_error_from
 from llama_index_rag_pack.serve.keys import AccessDenied, bearer_token
 from llama_index_rag_pack.serve.passages import answer_sources, passage_json
@@ -133,7 +137,7 @@ class Endpoints:
             tenant=self.service.tenant_for(token),
             citation_style=body.citation_style,
         )
-        reply = _Reply(chat.mode)
+        reply = _Reply(chat.mode, include_usage=body.stream and body.include_usage)
         if body.stream:
             return EventStream(self._events(chat, reply))
         response = await until_disconnected(request.receive, lambda: self.service.chat(chat))
@@ -155,10 +159,11 @@ class Endpoints:
 class _Reply:
     """The OpenAI objects of one chat completion (one id and creation time)."""
 
-    def __init__(self, mode: str) -> None:
+    def __init__(self, mode: str, *, include_usage: bool = False) -> None:
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.mode = mode
+        self.include_usage = include_usage
 
     def _head(self, kind: str) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.mode}
@@ -170,19 +175,34 @@ class _Reply:
             "choices": [
                 {"index": 0, "message": message, "finish_reason": "stop", "logprobs": None}
             ],
+            "usage": usage_json(response),
             "sources": answer_sources(response),
             "condensed_question": (response.metadata or {}).get("condensed_question"),
         }
 
     def chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": None}
-        return {**self._head("chat.completion.chunk"), "choices": [choice]}
+        out = {**self._head("chat.completion.chunk"), "choices": [choice]}
+        if self.include_usage:  # as OpenAI: null on every chunk but the last
+            out["usage"] = None
+        return out
 
     def sources(self, response: Any) -> dict[str, Any]:
-        """The stream's last chunk: no choices, the sources."""
-        return {
+        """The stream's last chunk: no choices, the sources (and ``usage`` when asked)."""
+        out = {
             **self._head("chat.completion.chunk"),
             "choices": [],
             "sources": answer_sources(response),
             "condensed_question": (response.metadata or {}).get("condensed_question"),
         }
+        if self.include_usage:
+            out["usage"] = usage_json(response)
+        return out
+
+
+def usage_json(response: Any) -> dict[str, Any]:
+    """OpenAI's ``usage`` object for a pack response: ``prompt_tokens``,
+    ``completion_tokens``, ``total_tokens``, plus ``llm_calls`` and ``counted`` (true when the
+    LLM did not report some calls' tokens and the pack counted them with its tokenizer)."""
+    found = (response.metadata or {}).get("usage")
+    return dict(found) if isinstance(found, dict) else TokenUsage().as_dict()

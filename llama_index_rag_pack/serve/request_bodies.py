@@ -73,7 +73,9 @@ def _optional_str(body: dict[str, Any], name: str) -> str | None:
 
 class ChatBody:
     """A checked chat completions body: ``question`` (the last user message), ``history`` (the
-    earlier user and assistant turns), ``model``, ``filters``, ``stream``, ``citation_style``.
+    earlier user and assistant turns), ``model``, ``filters``, ``stream``, ``include_usage``
+    (``stream_options.include_usage``: a stream ends with a chunk carrying ``usage``; read only
+    when streaming, as OpenAI's API does), ``citation_style``.
 
     Raises:
         ApiError: 400 naming the field that cannot work.
@@ -120,6 +122,7 @@ class ChatBody:
             raise ApiError(
                 400, "stream must be true or false.", param="stream", code="invalid_type"
             )
+        self.include_usage = _include_usage(body.get("stream_options"))
         self.citation_style = _optional_str(body, "citation_style") or "markdown"
         if self.citation_style not in CITATION_STYLES:
             raise ApiError(
@@ -128,6 +131,27 @@ class ChatBody:
                 param="citation_style",
                 code="invalid_value",
             )
+
+
+def _include_usage(options: Any) -> bool:
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise ApiError(
+            400,
+            "stream_options must be an object.",
+            param="stream_options",
+            code="invalid_type",
+        )
+    include = options.get("include_usage", False)
+    if not isinstance(include, bool):
+        raise ApiError(
+            400,
+            "stream_options.include_usage must be true or false.",
+            param="stream_options.include_usage",
+            code="invalid_type",
+        )
+    return include
 
 
 def search_args(body: dict[str, Any]) -> dict[str, Any]:
