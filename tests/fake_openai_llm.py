@@ -181,6 +181,22 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
+def pack_llm(server: FakeOpenAIServer) -> Any:
+    """The LLM the pack builds for an OpenAI-compatible server (``RAG_PACK_LLM_API_BASE``),
+    pointed at ``server``; a new HTTP client per call, as tests run several event loops."""
+    import pytest
+
+    from llama_index_rag_pack.models.settings import resolve_llm
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RAG_PACK_LLM_API_BASE", server.url)
+        mp.setenv("RAG_PACK_LLM_MODEL", MODEL)
+        mp.setenv("RAG_PACK_LLM_MAX_RETRIES", "0")
+        llm = resolve_llm("openai")
+    llm.reuse_client = False
+    return llm
+
+
 @contextlib.contextmanager
 def fake_openai_server() -> Iterator[FakeOpenAIServer]:
     server = FakeOpenAIServer()

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from fake_openai_llm import FakeOpenAIServer, fake_openai_server
+from fake_openai_llm import FakeOpenAIServer, fake_openai_server, pack_llm
 from hypothesis import given
 from hypothesis import strategies as st
 from llama_index.core import Document
@@ -128,15 +128,7 @@ def server() -> Any:
 
 @pytest.fixture(scope="module")
 def llm(server: FakeOpenAIServer) -> Any:
-    from llama_index_rag_pack.models.settings import resolve_llm
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("RAG_PACK_LLM_API_BASE", server.url)
-        mp.setenv("RAG_PACK_LLM_MODEL", "fake-gpt")
-        mp.setenv("RAG_PACK_LLM_MAX_RETRIES", "0")
-        llm = resolve_llm("openai")
-    llm.reuse_client = False  # each async test runs its own event loop
-    return llm
+    return pack_llm(server)
 
 
 @pytest.fixture()

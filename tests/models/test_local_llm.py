@@ -353,3 +353,31 @@ def test_a_request_the_engine_refuses_ends_the_stream_with_one_error(local_llm, 
     reader.join(60)
     assert not reader.is_alive(), "the stream waited for ever"
     assert len(failure) == 1 and isinstance(failure[0], LocalLLMError)
+
+
+@pytest.mark.slow
+async def test_every_call_reports_llama_cpps_token_counts(local_llm) -> None:
+    """Sync, async and streamed calls carry the counts llama.cpp gives (a stream in its last
+    response, with an empty delta): a usage meter adds them as reported, not counted."""
+    from llama_index.core.llms import ChatMessage
+
+    from llama_index_rag_pack.core.usage import metered
+
+    prompt = "Name one colour."
+    with metered() as meter:
+        whole = local_llm.complete(prompt, max_tokens=8)
+        streamed = list(local_llm.stream_complete(prompt, max_tokens=8))
+        chat = await local_llm.achat([ChatMessage(role="user", content=prompt)], max_tokens=8)
+        async for last in await local_llm.astream_chat(
+            [ChatMessage(role="user", content=prompt)], max_tokens=8
+        ):
+            pass
+    reported = [whole.additional_kwargs, streamed[-1].additional_kwargs, chat.additional_kwargs]
+    reported.append(last.additional_kwargs)
+    assert streamed[-1].delta == "" and last.delta == ""
+    assert "".join(r.delta for r in streamed) == whole.text  # the usage response adds no text
+    assert all(r["prompt_tokens"] == reported[0]["prompt_tokens"] > 3 for r in reported)
+    assert all(0 < r["completion_tokens"] <= 8 for r in reported)
+    assert meter.usage.llm_calls == 4 and not meter.usage.counted
+    assert meter.usage.prompt_tokens == sum(r["prompt_tokens"] for r in reported)
+    assert meter.usage.completion_tokens == sum(r["completion_tokens"] for r in reported)

@@ -161,6 +161,55 @@ async def test_the_bundled_local_llm_writes_the_answers(
     assert len([d for d in deltas if d]) > 1  # streamed token by token, as the model wrote it
 
 
+def test_usage_is_what_the_llm_reported_for_every_call_of_the_answer(
+    serve: Any, facts_pack: RagPack, facts_uri: str
+) -> None:
+    """Behind an LLM that reports ``usage`` (a fake OpenAI-compatible server): the answer's
+    ``usage`` adds up the condensing call and the answer, streamed (``include_usage``) or not."""
+    from fake_openai_llm import fake_openai_server, pack_llm
+    from serve_support import service_of
+
+    follow_up = [
+        {"role": "user", "content": "What is Milvus?"},
+        {"role": "assistant", "content": "A vector database [1]."},
+        {"role": "user", "content": "When was it released?"},
+    ]
+    with fake_openai_server() as fake:
+        pack = RagPack.open(
+            uri=facts_uri,
+            collection_name="facts",
+            embed_model=facts_pack.embed_model,
+            llm=pack_llm(fake),
+        )
+        url = serve(service_of(pack, answer_style="generative"))
+        whole = client(url).chat.completions.create(model="vector", messages=follow_up)
+        spent = fake.spent()
+        assert spent["llm_calls"] == 2  # the condensed question, the answer
+        usage = whole.usage
+        assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (
+            spent["prompt_tokens"],
+            spent["completion_tokens"],
+            spent["total_tokens"],
+        )
+        assert usage.model_extra == {"llm_calls": 2, "counted": False}
+        fake.clear()
+        chunks = list(
+            client(url).chat.completions.create(
+                model="vector",
+                messages=follow_up,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        assert all(c.usage is None for c in chunks[:-1])
+        assert chunks[-1].choices == []
+        assert chunks[-1].usage.model_dump(exclude_none=True) == {**fake.spent(), "counted": False}
+        plain = list(
+            client(url).chat.completions.create(model="vector", messages=follow_up, stream=True)
+        )
+        assert all(c.usage is None for c in plain)
+
+
 def test_llama_index_openai_like_llm_reads_the_server(url: str) -> None:
     """LlamaIndex's own OpenAI-compatible LLM class, pointed at the server, gets the cited
     answer, streamed and not (the sources chunk with no choices is skipped as a usage chunk)."""
