@@ -121,7 +121,8 @@ def summarise_in_groups(
     :class:`~llama_index_rag_pack.raptor.raptor_levels.LevelBuilder`), storing each group in a
     writer thread while the next is summarised (see the module). ``alongside``: other writes
     the writer thread does, one before each group's (any left over before the last group's),
-    so that none of them holds up a group (:func:`groups_of_writes`).
+    so that none of them holds up a group (:func:`groups_of_writes`). Once the builder's budget
+    refused a request, the group in hand is stored and no further group is started.
 
     Raises:
         RaptorBuildError: some summaries failed after their retries (every other group was
@@ -166,6 +167,8 @@ def summarise_in_groups(
                 settle()  # the previous group is stored before this one is handed over
                 pending = writer.submit(store, group, batch, writes)
                 pending_size = len(group)
+                if builder.gate.reached:  # the budget is spent: store this group and stop
+                    break
         finally:
             settle()
     if errors:

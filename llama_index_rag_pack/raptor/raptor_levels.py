@@ -17,9 +17,10 @@ only the missing ones are written.
 :class:`LevelBuilder` reaches the tree's store only through these methods (a
 :class:`~llama_index_rag_pack.raptor.raptor_store.RaptorStore` has them): ``exists()``,
 ``get(ids)``, ``level(level, with_embeddings=...)``, ``level_vectors(level)`` (a level's nodes
-and their vectors as one float32 matrix: a level's vectors are held once, compactly),
-``levels()``, ``add(nodes)``, ``upsert(nodes, vectors=None)``, ``membership_writes(...)``,
-``delete_ids(ids)`` and ``delete_levels_above(level)``.
+and their vectors as one float32 matrix), ``levels()``, ``add(nodes)``,
+``upsert(nodes, vectors=None)``, ``membership_writes(...)``, ``delete_ids(ids)`` and
+``delete_levels_above(level)``. Each level built opens one instrumentation span
+(``LevelBuilder.build_level``).
 """
 
 from __future__ import annotations
@@ -32,8 +33,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.schema import MetadataMode, TextNode
 
+from llama_index_rag_pack.raptor.build_budget import BudgetReachedError, SpendGate
 from llama_index_rag_pack.raptor.build_progress import (
     DEFAULT_STORE_EVERY,
     ProgressFn,
@@ -42,7 +45,7 @@ from llama_index_rag_pack.raptor.build_progress import (
     report,
     summarise_in_groups,
 )
-from llama_index_rag_pack.raptor.clustering import cluster_embeddings
+from llama_index_rag_pack.raptor.level_clustering import cluster_level, ids_key
 from llama_index_rag_pack.raptor.raptor_nodes import (
     CARRIED_KEY,
     CHILD_KEY,
@@ -59,12 +62,13 @@ from llama_index_rag_pack.raptor.raptor_summaries import (
     SummaryBatch,
     SummaryJob,
 )
-from llama_index_rag_pack.raptor.tree_options import BuildStats, ClusterOptions
+from llama_index_rag_pack.raptor.tree_options import BuildStats, ClusterOptions, LevelSpend
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 DEFAULT_MIN_COMPRESSION = 2.0
 
@@ -115,6 +119,12 @@ class LevelBuilder:
     known: dict[int, list[str]] = field(default_factory=dict, init=False, repr=False)
     topped: bool = field(default=False, init=False, repr=False)
     started_at: float = field(default_factory=time.perf_counter, init=False, repr=False)
+    #: Admits summary requests while the operation's budget lasts, and reads what it spent.
+    gate: SpendGate = field(default_factory=SpendGate)
+    #: The tree's last clustering (rows digest -> assignment), shared with its estimate.
+    memo: dict[str, list[list[int]]] | None = None
+    #: Digest of the level-0 ids the operation clustered (matches an estimate to its build).
+    leaf_key: str | None = field(default=None, init=False, repr=False)
 
     def _say(self, message: str) -> None:
         """A progress line on stderr (with ``show_progress``), between the tqdm bars."""
@@ -132,6 +142,9 @@ class LevelBuilder:
             else self.store.levels()
         )
         self.stats.seconds = time.perf_counter() - self.started_at
+        spent = self.gate.spent()
+        self.stats.prompt_tokens, self.stats.tokens_counted = spent.prompt_tokens, spent.counted
+        self.stats.completion_tokens = spent.completion_tokens
         return self.stats
 
     def summarise(self, jobs: list[SummaryJob]) -> SummaryBatch:
@@ -178,38 +191,31 @@ class LevelBuilder:
 
     # ------------------------------------------------------------------ clustering
     def groups(self, nodes: Sequence[TextNode], vectors: Any = None) -> list[list[int]]:
-        """Cluster ``nodes`` (their embeddings, or the rows of ``vectors``); member index lists,
-        numbered by cluster id."""
+        """Member index lists of the clusters of ``nodes`` (embeddings, or rows of ``vectors``)."""
         if len(nodes) == 0:
             return []
         emb = vectors if vectors is not None else np.asarray([n.embedding for n in nodes], "f4")
         lengths = [
             int(n.metadata.get(TOKENS_KEY) or self.count_tokens(n.get_content())) for n in nodes
         ]
-        assignment = cluster_embeddings(
-            emb,
-            reduction_dim=self.clustering.reduction_dim,
-            threshold=self.clustering.threshold,
-            max_clusters=self.clustering.max_clusters,
-            random_state=self.clustering.random_state,
-            topic_similarity=self.clustering.topic_similarity,
-            lengths=lengths,
-            max_length_in_cluster=self.cluster_budget(),
+        return self.cluster_rows(emb, lengths)
+
+    def cluster_rows(self, vectors: Any, lengths: Sequence[int]) -> list[list[int]]:
+        """Cluster rows as a level is clustered (see :func:`cluster_level`)."""
+        return cluster_level(
+            vectors, lengths, options=self.clustering, budget=self.cluster_budget(), memo=self.memo
         )
-        n_clusters = 1 + max(c for row in assignment for c in row)
-        groups: list[list[int]] = [[] for _ in range(n_clusters)]
-        for i, row in enumerate(assignment):
-            for c in row:
-                groups[c].append(i)
-        return [g for g in groups if g]
 
     # ------------------------------------------------------------------ growing levels
     def grow(self, start_level: int) -> None:
-        """Build (or finish building) every level above ``start_level``."""
+        """Build (or finish building) every level above ``start_level``; stop early, with
+        ``stats.stopped_at_budget``, when the LLM budget is spent."""
         level = start_level
         while True:
             # the vectors once, as float32
             nodes, vectors = self.store.level_vectors(level, self.known.get(level))
+            if level == 0:
+                self.leaf_key = ids_key(n.node_id for n in nodes)
             if len(nodes) > 1 and level < self.max_levels:
                 self._say(f"RAPTOR level {level}: clustering {len(nodes)} nodes")
                 report(self, level + 1, "clustering", 0, len(nodes))
@@ -222,46 +228,71 @@ class LevelBuilder:
                 report(self, level + 1, "clustering", len(groups), len(groups))
             else:
                 groups = []
-            if not groups or (len(groups) >= len(nodes) and all(len(g) == 1 for g in groups)):
+            if self.is_top(level, len(nodes), groups):
                 self._finish_top(level, nodes, vectors)
                 return
-            if len(nodes) < self.min_compression * len(groups):
-                self._say(
-                    f"RAPTOR level {level} is the top: {len(nodes)} nodes in {len(groups)} "
-                    f"clusters compress less than min_compression={self.min_compression:g}"
-                )
-                self._finish_top(level, nodes, vectors)
+            self.build_level(level + 1, nodes, vectors, groups)
+            if self.stats.stopped_at_budget:
                 return
-            targets: dict[str, tuple[int, list[TextNode]]] = {}
-            for cid, members in enumerate(groups):
-                children = [nodes[i] for i in members]
-                if len(members) == 1:  # carried up with its own vector
-                    children[0].embedding = vectors[members[0]].tolist()
-                targets[summary_id(level + 1, [c.node_id for c in children])] = (cid, children)
-            existing = self._drop_stale_summaries(level + 1, set(targets))
-            jobs = [
-                SummaryJob(node_id=sid, level=level + 1, children=children, source_cluster=cid)
-                for sid, (cid, children) in targets.items()
-                if sid not in existing
-            ]
-            self.stats.summaries_reused += len(targets) - len(jobs)
-            logger.info(
-                "Level %d: %d nodes → %d clusters (%d to summarise, %d already stored)",
-                *(level, len(nodes), len(targets), len(jobs), len(targets) - len(jobs)),
-            )
-            # the level's rows learn their parents in the writer thread, a piece beside each
-            # group of summaries (a resumed build records them again where they differ)
-            pieces = groups_of_writes(len(jobs), self.store_every)
-            writes = self.store.membership_writes(nodes, targets, vectors, parts=pieces)
-            if jobs:
-                summarise_in_groups(self, jobs, level + 1, alongside=writes)
-            else:
-                for write in writes:
-                    write()
-            self.store.flush()
-            if self.fresh:  # every summary of the level is stored: its rows are these
-                self.known[level + 1] = sorted(targets)
             level += 1
+
+    def is_top(self, level: int, n_nodes: int, groups: Sequence[Sequence[int]]) -> bool:
+        """Whether ``level`` (``n_nodes`` nodes in ``groups``) is the top: nothing merges, or
+        too little (``min_compression``)."""
+        if not groups or (len(groups) >= n_nodes and all(len(g) == 1 for g in groups)):
+            return True
+        if n_nodes < self.min_compression * len(groups):
+            self._say(
+                f"RAPTOR level {level} is the top: {n_nodes} nodes in {len(groups)} "
+                f"clusters compress less than min_compression={self.min_compression:g}"
+            )
+            return True
+        return False
+
+    @dispatcher.span
+    def build_level(
+        self, level: int, nodes: list[TextNode], vectors: Any, groups: list[list[int]]
+    ) -> None:
+        """Write level ``level``: one summary per cluster of the level below (``groups`` of its
+        ``nodes``), except those already stored; one instrumentation span per level."""
+        spent_before, calls_before = self.gate.spent(), self.stats.llm_calls
+        targets: dict[str, tuple[int, list[TextNode]]] = {}
+        for cid, members in enumerate(groups):
+            children = [nodes[i] for i in members]
+            if len(members) == 1:  # carried up with its own vector
+                children[0].embedding = vectors[members[0]].tolist()
+            targets[summary_id(level, [c.node_id for c in children])] = (cid, children)
+        existing = self._drop_stale_summaries(level, set(targets))
+        jobs = [
+            SummaryJob(node_id=sid, level=level, children=children, source_cluster=cid)
+            for sid, (cid, children) in targets.items()
+            if sid not in existing
+        ]
+        self.stats.summaries_reused += len(targets) - len(jobs)
+        logger.info(
+            "Level %d: %d nodes → %d clusters (%d to summarise, %d already stored)",
+            *(level - 1, len(nodes), len(targets), len(jobs), len(targets) - len(jobs)),
+        )
+        # the level's rows learn their parents in the writer thread, a piece beside each
+        # group of summaries (a resumed build records them again where they differ)
+        pieces = groups_of_writes(len(jobs), self.store_every)
+        writes = self.store.membership_writes(nodes, targets, vectors, parts=pieces)
+        if jobs:
+            summarise_in_groups(self, jobs, level, alongside=writes)
+        else:
+            for write in writes:
+                write()
+        self.store.flush()
+        if self.fresh and not self.stats.stopped_at_budget:  # its rows are these
+            self.known[level] = sorted(targets)
+        spent = self.gate.spent() - spent_before
+        self.stats.per_level[level] = LevelSpend(
+            calls=self.stats.llm_calls - calls_before,
+            carried=sum(1 for job in jobs if _carries(job)),
+            reused=len(targets) - len(jobs),
+            prompt_tokens=spent.prompt_tokens,
+            completion_tokens=spent.completion_tokens,
+        )
 
     def _drop_stale_summaries(self, level: int, wanted: set[str]) -> set[str]:
         """Delete the summaries of ``level`` that an earlier clustering made; return its ids."""
@@ -332,7 +363,9 @@ class LevelBuilder:
         failed: list[tuple[str, BaseException]] = []
         for job in jobs:
             out = batch.outcomes.get(job.node_id)
-            if isinstance(out, str):
+            if isinstance(out, BudgetReachedError):  # not sent: the next build writes it
+                self.stats.stopped_at_budget = True
+            elif isinstance(out, str):
                 done.append(self._summary_node(job, out, (inherited or {}).get(job.node_id, {})))
             else:
                 error = out if isinstance(out, BaseException) else RuntimeError("no result")

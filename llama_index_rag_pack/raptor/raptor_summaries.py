@@ -5,7 +5,10 @@ The sync path runs the summaries of a level in a thread pool, the async one with
 is retried by tenacity: up to ``max_retries`` more attempts after the first, waiting
 ``retry_backoff * 2**attempt`` seconds times a jitter factor in ``[0.5, 1.5)`` in between. An
 empty reply counts as a failure. A summary that still fails is reported in the
-:class:`SummaryBatch` (never raised here, never stored by the caller).
+:class:`SummaryBatch` (never raised here, never stored by the caller). With a
+:class:`~llama_index_rag_pack.raptor.build_budget.SpendGate`, every request (retries too) is
+admitted by it first; one it refuses is not sent, and its summary's outcome is a
+``BudgetReachedError`` (not retried).
 """
 
 from __future__ import annotations
@@ -22,9 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.schema import MetadataMode, TextNode
-from tenacity import AsyncRetrying, RetryCallState, Retrying, stop_after_attempt
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_not_exception_type,
+    stop_after_attempt,
+)
 
 from llama_index_rag_pack.core.prose_replies import unwrap_prose
+from llama_index_rag_pack.raptor.build_budget import BudgetReachedError, SpendGate
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.llms import LLM
@@ -128,6 +138,7 @@ class Summariser:
         rng: Source of the backoff jitter.
         show_progress: A tqdm bar per batch: clusters summarised of the level's total, LLM calls
             (retries included), elapsed time and ETA.
+        gate: Admits each request while the build's budget lasts (``None``: no budget).
 
     Example:
         >>> import random
@@ -151,8 +162,10 @@ class Summariser:
         retry_backoff: float,
         rng: random.Random,
         show_progress: bool = False,
+        gate: SpendGate | None = None,
     ) -> None:
         self.llm = llm
+        self.gate = gate
         self.prompt = prompt
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
@@ -164,18 +177,24 @@ class Summariser:
     def _retry_options(self, job: SummaryJob) -> dict[str, Any]:
         def log_failure(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
+            if isinstance(error, BudgetReachedError):
+                return
             logger.warning(
                 "Summary %s attempt %d failed: %s", job.node_id, state.attempt_number, error
             )
 
         return dict(
             stop=stop_after_attempt(self.max_retries + 1),
+            retry=retry_if_not_exception_type(BudgetReachedError),
             wait=self._wait,
             after=log_failure,
             reraise=True,
         )
 
     def _count_call(self) -> None:
+        """One request is about to be sent (after the budget admitted it)."""
+        if self.gate is not None and not self.gate.admit():
+            raise BudgetReachedError("the build's LLM budget is spent")
         with self._calls_lock:
             self._calls += 1
 

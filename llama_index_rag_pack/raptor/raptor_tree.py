@@ -23,14 +23,17 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.prompts import BasePromptTemplate, PromptTemplate
 from llama_index.core.prompts.mixin import PromptDictType, PromptMixin, PromptMixinType
 from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_rag_pack.core.errors import EmptyCorpusError
 from llama_index_rag_pack.documents.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
+from llama_index_rag_pack.raptor.build_budget import SpendGate, Spent, current_gate
 from llama_index_rag_pack.raptor.build_progress import DEFAULT_STORE_EVERY, ProgressFn
 from llama_index_rag_pack.raptor.clustering import DEFAULT_TOPIC_SIMILARITY
+from llama_index_rag_pack.raptor.raptor_estimate import EstimateResult, estimate_build
 from llama_index_rag_pack.raptor.raptor_leaves import make_leaves
 from llama_index_rag_pack.raptor.raptor_levels import (
     DEFAULT_MIN_COMPRESSION,
@@ -46,21 +49,25 @@ from llama_index_rag_pack.raptor.raptor_summaries import (
     SummaryBatch,
     SummaryJob,
 )
-from llama_index_rag_pack.raptor.raptor_updates import (
-    delete_documents,
-    insert_leaves,
-    refresh_stale,
-)
+from llama_index_rag_pack.raptor.spend_estimate import RaptorEstimate
 from llama_index_rag_pack.raptor.tree_options import check_tree_options
+from llama_index_rag_pack.raptor.tree_updates import TreeUpdates
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
     from llama_index.core.llms import LLM
 
 logger = logging.getLogger(__name__)
+dispatcher = get_dispatcher(__name__)
 
 
-class RaptorTree(PromptMixin):
+def _spent_fields(usage: Any) -> dict[str, Any]:
+    """A usage meter's ``TokenUsage`` as :class:`Spent` fields."""
+    names = ("llm_calls", "prompt_tokens", "completion_tokens", "counted")
+    return {name: getattr(usage, name) for name in names}
+
+
+class RaptorTree(TreeUpdates, PromptMixin):
     """A RAPTOR tree in one Milvus collection: build, resume, insert, delete.
 
     Args:
@@ -95,6 +102,10 @@ class RaptorTree(PromptMixin):
             as levels are clustered and summaries stored (rate and ETA of the level).
         store_every: Summaries are stored in groups of this many as they are written, so a
             killed build loses at most the groups in flight and resumes from the rest.
+        max_llm_calls: A build (or resume) sends at most this many summary requests, retries
+            included; then it stores what was written and stops (``stats.stopped_at_budget``).
+        max_tokens: A build starts no request once its calls spent this many tokens (prompt
+            and completion); the requests in flight may take it past.
 
     Example:
         >>> from llama_index.core import Document
@@ -130,6 +141,8 @@ class RaptorTree(PromptMixin):
         show_progress: bool = False,
         progress: ProgressFn | None = None,
         store_every: int = DEFAULT_STORE_EVERY,
+        max_llm_calls: int | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         check_tree_options(
             max_levels=max_levels,
@@ -144,6 +157,8 @@ class RaptorTree(PromptMixin):
             topic_similarity=topic_similarity,
             min_compression=min_compression,
             store_every=store_every,
+            max_llm_calls=max_llm_calls,
+            max_tokens=max_tokens,
         )
         from llama_index_rag_pack.models.settings import resolve_embed_model
 
@@ -170,8 +185,11 @@ class RaptorTree(PromptMixin):
         self.new_cluster_similarity = new_cluster_similarity
         self.topic_similarity = topic_similarity
         self.show_progress = show_progress
+        self.max_llm_calls, self.max_tokens = max_llm_calls, max_tokens
         self._tokenizer: Callable[[str], list[Any]] | None = None
         self._rng = random.Random(random_state)
+        self._memo: dict[str, list[list[int]]] = {}  # the last clustering (estimate -> build)
+        self._estimated: EstimateResult | None = None
 
     # ------------------------------------------------------------------ prompts / parts
     def _get_prompts(self) -> PromptDictType:
@@ -246,6 +264,7 @@ class RaptorTree(PromptMixin):
             retry_backoff=self.retry_backoff,
             rng=self._rng,
             show_progress=self.show_progress,
+            gate=current_gate(),
         )
 
     def _summarise(self, jobs: list[SummaryJob]) -> SummaryBatch:
@@ -254,9 +273,11 @@ class RaptorTree(PromptMixin):
     async def _asummarise(self, jobs: list[SummaryJob]) -> SummaryBatch:
         return await self._summariser().asummarise(jobs)
 
-    def _builder(self, summarise: SummariseFn) -> LevelBuilder:
+    def _builder(self, summarise: SummariseFn, gate: SpendGate | None = None) -> LevelBuilder:
         """A builder for one operation, with the options as they are now."""
         return LevelBuilder(
+            gate=gate or SpendGate(),
+            memo=self._memo,
             store=self.store,
             embed_model=self.embed_model,
             summarise_fn=summarise,
@@ -287,17 +308,69 @@ class RaptorTree(PromptMixin):
         return await asyncio.to_thread(operation, *args, summarise)
 
     # ------------------------------------------------------------------ build
-    def _build(self, documents: Sequence[BaseNode] | None, summarise: SummariseFn) -> BuildStats:
-        builder = self._builder(summarise)
-        if documents is not None:
-            builder.store_leaves(self.make_leaves(documents))
-        elif not self.store.exists() or not self.store.level(0):
-            raise EmptyCorpusError(
-                f"Collection {self.store.collection_name!r} holds no RAPTOR leaves to build on: "
-                "build from documents first."
+    def _operation(
+        self, run: Callable[[LevelBuilder], None], summarise: SummariseFn, budget: bool
+    ) -> BuildStats:
+        """Run one operation under a usage meter (and the tree's budget, for builds)."""
+        from llama_index_rag_pack.core.usage import metered
+
+        with metered() as meter:
+            gate = SpendGate(
+                self.max_llm_calls if budget else None,
+                self.max_tokens if budget else None,
+                spent=lambda: Spent(**_spent_fields(meter.usage)),
             )
-        builder.grow(0)
-        return builder.finish()
+            with gate.active():
+                builder = self._builder(summarise, gate)
+                run(builder)
+                return builder.finish()
+
+    @dispatcher.span
+    def _build(self, documents: Sequence[BaseNode] | None, summarise: SummariseFn) -> BuildStats:
+        estimated, self._estimated = self._estimated, None
+
+        def run(builder: LevelBuilder) -> None:
+            if documents is not None:
+                leaves = self.make_leaves(documents)
+                for leaf in leaves:  # the estimate embedded them already
+                    if leaf.embedding is None and estimated is not None:
+                        leaf.embedding = estimated.new_vectors.get(leaf.node_id)
+                builder.store_leaves(leaves)
+            elif not self.store.exists() or not self.store.level(0):
+                raise EmptyCorpusError(
+                    f"Collection {self.store.collection_name!r} holds no RAPTOR leaves to build "
+                    "on: build from documents first."
+                )
+            builder.grow(0)
+
+        keys: list[str | None] = []
+        stats = self._operation(lambda b: (run(b), keys.append(b.leaf_key)), summarise, True)
+        if estimated is not None and keys == [estimated.leaf_key]:
+            stats.estimate = estimated.estimate
+        return stats
+
+    def estimate(
+        self, documents: Sequence[BaseNode] | None = None, *, reuse: bool = True
+    ) -> RaptorEstimate:
+        """What the next :meth:`build` of ``documents`` (``None``: :meth:`resume`) would spend,
+        without any LLM call and without writing anything: summary calls, prompt and summary
+        tokens per level (see :mod:`~llama_index_rag_pack.raptor.spend_estimate`). Only the
+        remaining work counts: stored summaries are reused, clusters of one carried. Leaves not
+        stored yet are embedded (kept for the build). ``reuse=False``: as if the tree were empty.
+
+        A :meth:`build` right after it reuses its clustering of the leaves, and its
+        ``BuildStats.estimate`` is this estimate.
+        """
+        builder = self._builder(self._summarise)
+        leaves = self.make_leaves(documents) if documents is not None else None
+        self._estimated = estimate_build(self, builder, leaves, reuse=reuse)
+        return self._estimated.estimate
+
+    async def aestimate(
+        self, documents: Sequence[BaseNode] | None = None, *, reuse: bool = True
+    ) -> RaptorEstimate:
+        """Async :meth:`estimate` (in a worker thread)."""
+        return await asyncio.to_thread(self.estimate, documents, reuse=reuse)
 
     def build(self, documents: Sequence[BaseNode]) -> BuildStats:
         """Chunk, embed and store ``documents`` as leaves, then build every summary level.
@@ -321,47 +394,6 @@ class RaptorTree(PromptMixin):
     async def aresume(self) -> BuildStats:
         """Async :meth:`resume`."""
         return await self._run_async(self._build, None)
-
-    # ------------------------------------------------------------------ incremental updates
-    def _insert(self, documents: Sequence[BaseNode], summarise: SummariseFn) -> BuildStats:
-        builder = self._builder(summarise)
-        insert_leaves(builder, self.make_leaves(documents))
-        return builder.finish()
-
-    def _delete(
-        self, ref_doc_ids: str | Sequence[str] | None, summarise: SummariseFn
-    ) -> BuildStats:
-        builder = self._builder(summarise)  # None: refresh what lost leaves already
-        (refresh_stale(builder) if ref_doc_ids is None else delete_documents(builder, ref_doc_ids))
-        return builder.finish()
-
-    def insert(self, documents: Sequence[BaseNode]) -> BuildStats:
-        """Add documents to the tree, re-summarising only the clusters that change.
-
-        Documents whose id is already in the tree replace their old leaves.
-        """
-        return self._insert(documents, self._summarise)
-
-    async def ainsert(self, documents: Sequence[BaseNode]) -> BuildStats:
-        """Async :meth:`insert`."""
-        return await self._run_async(self._insert, documents)
-
-    def delete(self, ref_doc_ids: str | Sequence[str]) -> BuildStats:
-        """Remove the leaves of these document ids and refresh the summaries above them."""
-        return self._delete(ref_doc_ids, self._summarise)
-
-    async def adelete(self, ref_doc_ids: str | Sequence[str]) -> BuildStats:
-        """Async :meth:`delete`."""
-        return await self._run_async(self._delete, ref_doc_ids)
-
-    def refresh(self) -> BuildStats:
-        """Write again the summaries whose leaves were removed without an LLM call (a folder
-        sync, ``rag-pack index --sync``), up to the root; nothing to do costs no LLM call."""
-        return self._delete(None, self._summarise)
-
-    async def arefresh(self) -> BuildStats:
-        """Async :meth:`refresh`."""
-        return await self._run_async(self._delete, None)
 
 
 __all__ = ["RaptorTree"]

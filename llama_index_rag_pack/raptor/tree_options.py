@@ -5,11 +5,32 @@ range is one ConfigurationError line naming it, raised before anything loads).""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError, check_count
+from llama_index_rag_pack.raptor.build_budget import check_budget
 from llama_index_rag_pack.raptor.clustering import DEFAULT_TOPIC_SIMILARITY
 
-__all__ = ["BuildStats", "ClusterOptions", "check_tree_options"]
+__all__ = ["BuildStats", "ClusterOptions", "LevelSpend", "check_tree_options"]
+
+
+@dataclass
+class LevelSpend:
+    """What one summary level of an operation spent.
+
+    Attributes:
+        calls: Summary requests sent (retries included).
+        carried: Clusters of one carried up (no call).
+        reused: Summaries already stored and kept.
+        prompt_tokens: Tokens sent by the level's calls.
+        completion_tokens: Tokens the LLM wrote for them.
+    """
+
+    calls: int = 0
+    carried: int = 0
+    reused: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 @dataclass
@@ -25,6 +46,14 @@ class BuildStats:
         leaves_added: New leaves stored.
         leaves_removed: Leaves deleted.
         seconds: Wall time.
+        prompt_tokens: Tokens the summary calls sent (the usage meter's figures).
+        completion_tokens: Tokens the LLM wrote.
+        tokens_counted: The LLM reported no usage for some calls: counted with the tokenizer.
+        per_level: Per summary level built, what it spent.
+        stopped_at_budget: The build stopped at ``max_llm_calls`` / ``max_tokens``: what was
+            written is stored, build again to go on (``complete`` is then False).
+        estimate: The :class:`~llama_index_rag_pack.raptor.spend_estimate.RaptorEstimate` that
+            ``RaptorTree.estimate()`` made of this build just before it, if any.
     """
 
     levels: dict[int, int] = field(default_factory=dict)
@@ -35,6 +64,21 @@ class BuildStats:
     leaves_added: int = 0
     leaves_removed: int = 0
     seconds: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tokens_counted: bool = False
+    per_level: dict[int, LevelSpend] = field(default_factory=dict)
+    stopped_at_budget: bool = False
+    estimate: Any = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether the operation finished (it did not stop at its budget)."""
+        return not self.stopped_at_budget
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
 
 @dataclass(frozen=True)
@@ -72,8 +116,11 @@ def check_tree_options(
     topic_similarity: float | None,
     min_compression: float,
     store_every: int,
+    max_llm_calls: int | None = None,
+    max_tokens: int | None = None,
 ) -> None:
     """Raise :class:`ConfigurationError` naming the first option out of range."""
+    check_budget(max_llm_calls, max_tokens)
     for name, value, low in (
         ("max_levels", max_levels, 1),
         ("max_concurrency", max_concurrency, 1),
