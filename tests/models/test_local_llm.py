@@ -368,10 +368,10 @@ async def test_every_call_reports_llama_cpps_token_counts(local_llm) -> None:
         whole = local_llm.complete(prompt, max_tokens=8)
         streamed = list(local_llm.stream_complete(prompt, max_tokens=8))
         chat = await local_llm.achat([ChatMessage(role="user", content=prompt)], max_tokens=8)
-        async for last in await local_llm.astream_chat(
+        stream = await local_llm.astream_chat(
             [ChatMessage(role="user", content=prompt)], max_tokens=8
-        ):
-            pass
+        )
+        last = [r async for r in stream][-1]
     reported = [whole.additional_kwargs, streamed[-1].additional_kwargs, chat.additional_kwargs]
     reported.append(last.additional_kwargs)
     assert streamed[-1].delta == "" and last.delta == ""
