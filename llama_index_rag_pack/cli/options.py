@@ -138,6 +138,12 @@ def add_answer_options(p: argparse.ArgumentParser, modes: Sequence[str]) -> None
         help="print each cited passage with the sentence supporting the answer highlighted",
     )
     p.add_argument(
+        "--show-usage",
+        action="store_true",
+        help="print the LLM tokens each answer spent (every call: condensing, HyDE, query "
+        "variants, judge, the answer), and the session's total",
+    )
+    p.add_argument(
         "--route",
         action="store_true",
         help="route the question between collections and show which was chosen and why",

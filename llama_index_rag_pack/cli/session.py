@@ -12,12 +12,35 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llama_index_rag_pack.cli import checks
 from llama_index_rag_pack.cli import output as _cli
 
-__all__ = ["Session", "open_session", "progress"]
+if TYPE_CHECKING:
+    from llama_index_rag_pack.core.usage import TokenUsage
+
+__all__ = ["Session", "open_session", "progress", "usage_line"]
+
+
+def usage_line(usage: TokenUsage) -> str:
+    """``--show-usage``'s words for ``usage``.
+
+    Example:
+        >>> from llama_index_rag_pack.core.usage import TokenUsage
+        >>> usage_line(TokenUsage(1200, 85, 2))
+        '1,200 prompt + 85 completion = 1,285 tokens in 2 LLM calls'
+        >>> usage_line(TokenUsage(30, 5, 1, counted=True))
+        '30 prompt + 5 completion = 35 tokens in 1 LLM call (counted with the tokenizer where the LLM reported none)'
+    """  # noqa: E501  (doctest output)
+    calls = "call" if usage.llm_calls == 1 else "calls"
+    line = (
+        f"{usage.prompt_tokens:,} prompt + {usage.completion_tokens:,} completion = "
+        f"{usage.total_tokens:,} tokens in {usage.llm_calls} LLM {calls}"
+    )
+    if usage.counted:
+        line += " (counted with the tokenizer where the LLM reported none)"
+    return line
 
 
 @contextmanager
@@ -47,16 +70,25 @@ class Session:
     timings: dict[str, float] = field(default_factory=dict)
     scope: dict[str, Any] = field(default_factory=dict)
     answered: int = 0
+    usage: TokenUsage | None = None  # the answers' LLM tokens so far (None: no answer yet)
 
     def time_answer(self, question: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, printing and answering ``question``: its time is kept, and with
+        ``--show-usage`` the LLM tokens it spent (streamed answers included) are printed."""
+        from llama_index_rag_pack.core.usage import metered
+
         start = time.perf_counter()
         try:
-            return fn()
+            with metered() as meter:
+                return fn()
         finally:
             self.answered += 1
             label = " ".join(question.split())
             label = label if len(label) <= 60 else label[:57] + "..."
             self.timings[f"answer {self.answered}: {label}"] = time.perf_counter() - start
+            self.usage = meter.usage if self.usage is None else self.usage + meter.usage
+            if getattr(self.args, "show_usage", False):
+                _cli.err(f"(usage: {usage_line(meter.usage)})")
 
     def answer_options(self) -> dict[str, Any]:
         """How every answer of the session is printed and scoped (``output.answer``'s options,
@@ -76,6 +108,8 @@ class Session:
         _cli.err("\nTimings:")
         for name, seconds in self.timings.items():
             _cli.err(f"  {seconds:7.1f} s  {name}")
+        if getattr(self.args, "show_usage", False) and self.usage is not None:
+            _cli.err(f"Usage, all answers: {usage_line(self.usage)}")
 
 
 def open_session(args: argparse.Namespace) -> Session:

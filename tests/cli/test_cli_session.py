@@ -507,3 +507,45 @@ def test_a_tenant_on_a_collection_without_tenants_is_refused(
     code, _, err = _run(capsys, "--uri", index_uri, "ask", "What?", "--tenant", "acme")
     assert code == 2 and "has no tenants" in err
     assert counted_models == {"llm": 0, "embed": 0}
+
+
+@pytest.mark.slow
+def test_show_usage_prints_what_the_llm_reported_for_each_answer_and_the_total(
+    index_uri: str, counted_models: dict[str, int], monkeypatch, capsys
+) -> None:
+    from fake_openai_llm import fake_openai_server, pack_llm
+
+    def usage_lines(err: str) -> list[tuple[int, ...]]:
+        pattern = r"\(usage: ([\d,]+) prompt \+ ([\d,]+) completion = ([\d,]+) tokens in (\d+)"
+        found = re.findall(pattern, err)
+        return [tuple(int(n.replace(",", "")) for n in row) for row in found]
+
+    with fake_openai_server() as fake:
+        llm = pack_llm(fake)
+        monkeypatch.setattr("llama_index_rag_pack.pack.pack_base.resolve_llm", lambda s=None: llm)
+        code, out, err = _run(
+            capsys,
+            "--uri",
+            index_uri,
+            "ask",
+            "What is Milvus?",
+            "--show-usage",
+            "--answer-style",
+            "generative",
+        )  # streamed: the answer's call ends with the stream
+        assert code == 0, err
+        spent = fake.spent()
+        expected = (spent["prompt_tokens"], spent["completion_tokens"], spent["total_tokens"], 1)
+        assert usage_lines(err) == [expected]
+        assert "counted" not in err
+        fake.clear()
+        monkeypatch.setattr(sys, "stdin", io.StringIO("What is Milvus?\nIs it open source?\n"))
+        code, out, err = _run(
+            capsys, "--uri", index_uri, "chat", "--show-usage", "--answer-style", "generative"
+        )
+        assert code == 0, err
+        turns = usage_lines(err)
+        assert [t[3] for t in turns] == [1, 2]  # the follow-up was condensed first
+        assert sum(t[2] for t in turns) == fake.spent()["total_tokens"]
+        total = f"Usage, all answers: {fake.spent()['prompt_tokens']:,} prompt"
+        assert total in err
