@@ -32,40 +32,79 @@ def _open_tree(args: argparse.Namespace, *, must_exist: bool, llm: Any = None) -
     dim = len(embed.get_text_embedding("dimension probe"))
     store = open_raptor_store(uri, collection, dim=dim, token=args.token, must_exist=must_exist)
     options: dict[str, Any] = {}
-    for key in ("max_levels", "min_compression", "max_concurrency", "chunk_size", "chunk_overlap"):
+    for key in (
+        "max_levels",
+        "min_compression",
+        "max_concurrency",
+        "chunk_size",
+        "chunk_overlap",
+        "max_llm_calls",
+        "max_tokens",
+    ):
         value = getattr(args, key, None)
         if value is not None:
             options[key] = value
     return RaptorTree(store, embed_model=embed, llm=llm, show_progress=True, **options)
 
 
-def cmd_build(args: argparse.Namespace) -> int:
+def _check_build_args(args: argparse.Namespace) -> None:
+    """Budgets and prices checked before any model loads (one ConfigurationError line)."""
+    from llama_index_rag_pack.raptor.build_budget import check_budget, check_prices
+
+    check_budget(args.max_llm_calls, args.max_tokens)
+    check_prices(args.price_in, args.price_out)
+
+
+def _read_inputs(args: argparse.Namespace, uri: str, collection: str) -> list[Any]:
     from llama_index_rag_pack.core.errors import CollectionNotFoundError
     from llama_index_rag_pack.documents.ingest import load_documents
-    from llama_index_rag_pack.models.settings import describe_llm, resolve_llm
-    from llama_index_rag_pack.pack.commands import collection_leaves, drop_raptor_tree
+    from llama_index_rag_pack.pack.commands import collection_leaves
 
-    uri, collection = _names(args)
-    llm = resolve_llm(args.llm)
-    if hasattr(llm, "load"):
-        llm.load()
-    _cli.out(f"  llm       : {describe_llm(llm)}")
     if args.paths:
         with _cli.step("reading documents"):
             documents = load_documents(args.paths, show_progress=True)
             _cli.out(f"  {len(documents)} documents")
-    else:
-        with _cli.step(f"reading the chunks of collection {collection!r}"):
-            try:
-                documents = collection_leaves(uri, collection, token=args.token)
-            except CollectionNotFoundError as e:
-                raise CollectionNotFoundError(
-                    f"{e} Or give files: `rag-pack raptor build PATH`."
-                ) from None
-            _cli.out(f"  {len(documents)} chunks (their embeddings are reused)")
+        return documents
+    with _cli.step(f"reading the chunks of collection {collection!r}"):
+        try:
+            documents = collection_leaves(uri, collection, token=args.token)
+        except CollectionNotFoundError as e:
+            raise CollectionNotFoundError(
+                f"{e} Or give files: `rag-pack raptor build PATH`."
+            ) from None
+        _cli.out(f"  {len(documents)} chunks (their embeddings are reused)")
+    return documents
+
+
+def _print_estimate(tree: Any, documents: list[Any], args: argparse.Namespace) -> Any:
+    with _cli.step("estimating the build (no LLM call)"):
+        estimate = tree.estimate(documents, reuse=not args.overwrite)
+    for line in estimate.lines(args.price_in, args.price_out):
+        _cli.out(f"  {line}")
+    return estimate
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from llama_index_rag_pack.models.settings import describe_llm, resolve_llm
+    from llama_index_rag_pack.pack.commands import drop_raptor_tree
+    from llama_index_rag_pack.raptor.spend_estimate import report_lines
+
+    _check_build_args(args)
+    uri, collection = _names(args)
+    llm = resolve_llm(args.llm)
+    if hasattr(llm, "load") and not args.estimate:
+        llm.load()
+    _cli.out(f"  llm       : {describe_llm(llm)}")
+    documents = _read_inputs(args, uri, collection)
+    if args.estimate:  # nothing is written, not even with --overwrite
+        _print_estimate(_open_tree(args, must_exist=False, llm=llm), documents, args)
+        _cli.out("Build with: rag-pack raptor build (same arguments, without --estimate)")
+        return 0
     if args.overwrite:
         drop_raptor_tree(uri, collection, token=args.token)
     tree = _open_tree(args, must_exist=False, llm=llm)
+    if not args.no_estimate:
+        _print_estimate(tree, documents, args)
     with _cli.step(
         f"building the RAPTOR tree in {tree.store.collection_name!r} (resumes a partial build)"
     ):
@@ -73,6 +112,15 @@ def cmd_build(args: argparse.Namespace) -> int:
     _cli.out(f"  levels    : {stats.levels}")
     _cli.out(f"  llm calls : {stats.llm_calls} ({stats.summaries_reused} summaries reused)")
     _cli.out(f"  carried   : {stats.summaries_carried} clusters of one (no LLM call)")
+    for line in report_lines(stats, stats.estimate, args.price_in, args.price_out):
+        _cli.out(line)
+    if stats.stopped_at_budget:
+        _cli.out(
+            f"Budget reached: {stats.llm_calls} LLM calls, {stats.total_tokens:,} tokens spent; "
+            f"the {stats.summaries_written} summaries written are stored. Continue with "
+            "`rag-pack raptor build` again (a larger --max-llm-calls / --max-tokens, or none)."
+        )
+        return 0
     _cli.out(f'Ask with: rag-pack --collection {collection} ask --mode raptor "your question"')
     return 0
 
@@ -160,6 +208,31 @@ def register(subparsers: Any) -> None:
         "--chunk-overlap", type=int, default=None, help="leaf chunk overlap (default 32)"
     )
     b.add_argument("--overwrite", action="store_true", help="drop the existing tree first")
+    b.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print the summary calls and tokens the build would spend (no LLM call, nothing "
+        "written), then stop",
+    )
+    b.add_argument(
+        "--no-estimate", action="store_true", help="build without printing an estimate first"
+    )
+    b.add_argument(
+        "--max-llm-calls",
+        type=int,
+        default=None,
+        help="stop (and store what was written) before a summary request beyond N",
+    )
+    b.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="start no summary request once N tokens are spent (requests in flight finish)",
+    )
+    b.add_argument(
+        "--price-in", type=float, default=None, help="USD per million input tokens (a cost line)"
+    )
+    b.add_argument("--price-out", type=float, default=None, help="USD per million output tokens")
     b.set_defaults(func=cmd_build)
 
     u = sub.add_parser(

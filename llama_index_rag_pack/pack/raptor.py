@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.schema import Document
 
     from llama_index_rag_pack.raptor.raptor_levels import BuildStats
+    from llama_index_rag_pack.raptor.spend_estimate import RaptorEstimate
 
 logger = logging.getLogger(__name__)
 
@@ -237,7 +238,8 @@ class RaptorBuildMixin:
             tenant: On a collection with tenants, the tenant whose tree is built (from that
                 tenant's chunks only); required there.
             tree_options: :class:`~llama_index_rag_pack.RaptorTree` options (``max_levels``,
-                ``max_concurrency``, ``summary_prompt``, ...).
+                ``max_concurrency``, ``summary_prompt``, ``max_llm_calls``, ``max_tokens``,
+                ...).
 
         Raises:
             EmptyCorpusError: nothing indexed and no documents given.
@@ -268,6 +270,22 @@ class RaptorBuildMixin:
         stats = await tree.abuild(inputs)
         self._forget_tree_retrievers()
         return stats
+
+    def estimate_raptor_tree(
+        self,
+        documents: Sequence[Document] | None = None,
+        *,
+        overwrite: bool = False,
+        tenant: str | None = None,
+        **tree_options: Any,
+    ) -> RaptorEstimate:
+        """What :meth:`build_raptor_tree` with the same arguments would spend: summary calls
+        and tokens per level, without any LLM call and without writing anything (see
+        :meth:`~llama_index_rag_pack.RaptorTree.estimate`). ``overwrite=True``: as if the tree
+        were empty; otherwise only what a resumed build still has to write counts."""
+        inputs = pack_tree_inputs(self, documents, tenant)
+        tree = open_pack_tree(self, must_exist=False, tenant=tenant, **tree_options)
+        return tree.estimate(inputs, reuse=not overwrite)
 
     def _forget_tree_retrievers(self) -> None:
         self.forget_engines(*(name for name in mode_names() if get_mode(name).needs_tree))
