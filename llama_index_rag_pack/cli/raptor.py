@@ -177,6 +177,35 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spend_arguments(b: argparse.ArgumentParser) -> None:
+    """``raptor build``'s estimate, budget and price options."""
+    b.add_argument(
+        "--estimate",
+        action="store_true",
+        help="print the summary calls and tokens the build would spend (no LLM call, nothing "
+        "written), then stop",
+    )
+    b.add_argument(
+        "--no-estimate", action="store_true", help="build without printing an estimate first"
+    )
+    b.add_argument(
+        "--max-llm-calls",
+        type=int,
+        default=None,
+        help="stop (and store what was written) before a summary request beyond N",
+    )
+    b.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="start no summary request once N tokens are spent (requests in flight finish)",
+    )
+    b.add_argument(
+        "--price-in", type=float, default=None, help="USD per million input tokens (a cost line)"
+    )
+    b.add_argument("--price-out", type=float, default=None, help="USD per million output tokens")
+
+
 def register(subparsers: Any) -> None:
     """Add ``rag-pack raptor ...`` to the CLI."""
     p = subparsers.add_parser(
@@ -208,31 +237,7 @@ def register(subparsers: Any) -> None:
         "--chunk-overlap", type=int, default=None, help="leaf chunk overlap (default 32)"
     )
     b.add_argument("--overwrite", action="store_true", help="drop the existing tree first")
-    b.add_argument(
-        "--estimate",
-        action="store_true",
-        help="print the summary calls and tokens the build would spend (no LLM call, nothing "
-        "written), then stop",
-    )
-    b.add_argument(
-        "--no-estimate", action="store_true", help="build without printing an estimate first"
-    )
-    b.add_argument(
-        "--max-llm-calls",
-        type=int,
-        default=None,
-        help="stop (and store what was written) before a summary request beyond N",
-    )
-    b.add_argument(
-        "--max-tokens",
-        type=int,
-        default=None,
-        help="start no summary request once N tokens are spent (requests in flight finish)",
-    )
-    b.add_argument(
-        "--price-in", type=float, default=None, help="USD per million input tokens (a cost line)"
-    )
-    b.add_argument("--price-out", type=float, default=None, help="USD per million output tokens")
+    _spend_arguments(b)
     b.set_defaults(func=cmd_build)
 
     u = sub.add_parser(
