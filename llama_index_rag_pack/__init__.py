@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
         RagPackError,
         RerankError,
     )
+    from llama_index_rag_pack.core.usage import TokenUsage, metered
     from llama_index_rag_pack.evaluation.harness import EvalHarness
     from llama_index_rag_pack.evaluation.labelled import (
         LabelledExample,
@@ -143,6 +144,9 @@ _EXPORTS: dict[str, str] = {
     "MilvusUnavailableError": ".core.errors",
     "RagPackError": ".core.errors",
     "RerankError": ".core.errors",
+    # what an answer spent (docs/usage.md)
+    "TokenUsage": ".core.usage",
+    "metered": ".core.usage",
     # second-stage rerankers (docs/rerank.md)
     "CrossEncoderReranker": ".rerank.cross_encoder",
     "EndpointReranker": ".rerank.endpoint_reranker",
@@ -286,5 +290,8 @@ __all__ = [
     "SQLResult",
     "UnsafeSQLError",
     "check_sql",
+    # token usage
+    "TokenUsage",
+    "metered",
     "__version__",
 ]

@@ -11,10 +11,9 @@ Anthropic's ``input_tokens`` / ``output_tokens``, Ollama's ``prompt_eval_count``
 ``eval_count``. Where an LLM reports nothing, the call is counted with ``Settings.tokenizer``
 (the prompt's and the reply's text) and the total says so (``counted=True``).
 
-A call nested in another (core's ``CustomLLM.chat`` calls its own ``complete``) counts once.
-A meter opened inside another adds to both: an engine's meter inside a server's request. The
-meter follows the question into the asyncio tasks it starts, and into threads given
-:func:`in_this_context`.
+A call nested in another (core's ``CustomLLM.chat`` calls its own ``complete``) counts once; a
+meter opened inside another adds to both; a meter follows the question into the asyncio tasks
+it starts, and into threads given :func:`in_this_context`.
 
 Example:
     >>> from llama_index_rag_pack.testing import ScriptedLLM
@@ -127,11 +126,11 @@ class UsageMeter:
         return self._usage
 
     def add(self, usage: TokenUsage) -> None:
-        meter: UsageMeter | None = self
-        while meter is not None:
-            with meter._lock:
-                meter._usage = meter._usage + usage
-            meter = meter.parent
+        """Adds ``usage`` here and to the meters around this one."""
+        with self._lock:
+            self._usage = self._usage + usage
+        if self.parent is not None:
+            self.parent.add(usage)
 
     @contextmanager
     def active(self) -> Iterator[UsageMeter]:
@@ -342,6 +341,9 @@ class _CallSpans(BaseSpanHandler[Any]):
 
     def start(self, span_id: str | None) -> None:
         if span_id:
+            if len(self.open_calls) > 100_000:  # streams never read to their end
+                self.open_calls.clear()
+                self.exited.clear()
             self.open_calls.add(span_id)
 
     def end(self, span_id: str | None) -> bool:

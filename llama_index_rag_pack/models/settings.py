@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llama_index_rag_pack.core.errors import ConfigurationError, LLMNotConfiguredError
+from llama_index_rag_pack.models.openai_llm import openai_from_env
 
 if TYPE_CHECKING:  # pragma: no cover
     from llama_index.core.base.embeddings.base import BaseEmbedding
@@ -62,7 +63,6 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_DATA_DIR = "rag_pack_data"
 DEFAULT_COLLECTION = "rag_pack"
-DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 DEFAULT_EMBED_DIM = 384
 DEFAULT_EMBED_BATCH_SIZE = 64
 OPENAI_EMBED_PREFIX = "openai:"
@@ -213,58 +213,6 @@ def bundled_gguf_path() -> str | None:
     return str(path) if path.is_file() else None
 
 
-def stream_with_usage() -> dict[str, Any]:
-    """What the pack's OpenAI and OpenAI-compatible LLMs add to every request: a stream ends
-    with a chunk carrying the call's token usage (``stream_options``; LlamaIndex drops it from
-    requests that do not stream), so a streamed answer's ``usage`` is the server's own count."""
-    return {"stream_options": {"include_usage": True}}
-
-
-def _api_base_from_env() -> str | None:
-    for var in ("RAG_PACK_LLM_API_BASE", "OPENAI_API_BASE", "OPENAI_BASE_URL"):
-        value = os.environ.get(var)
-        if value:
-            return value
-    return None
-
-
-def _openai_from_env(required: bool) -> LLM | None:
-    api_base = _api_base_from_env()
-    api_key = os.environ.get("OPENAI_API_KEY")
-    model = os.environ.get("RAG_PACK_LLM_MODEL")
-    if api_base:
-        from llama_index.llms.openai_like import OpenAILike
-
-        llm = OpenAILike(
-            model=model or DEFAULT_OPENAI_MODEL,
-            api_base=api_base,
-            api_key=api_key or "not-needed",
-            is_chat_model=True,
-            context_window=int(os.environ.get("RAG_PACK_LLM_CONTEXT_WINDOW", "8192")),
-            max_retries=int(os.environ.get("RAG_PACK_LLM_MAX_RETRIES", "2")),
-            additional_kwargs=stream_with_usage(),
-        )
-        logger.info("LLM: %s via OpenAI-compatible server %s", llm.model, api_base)
-        return llm
-    if api_key:
-        from llama_index.llms.openai import OpenAI
-
-        llm = OpenAI(
-            model=model or DEFAULT_OPENAI_MODEL,
-            api_key=api_key,
-            additional_kwargs=stream_with_usage(),
-        )
-        logger.info("LLM: OpenAI %s", llm.model)
-        return llm
-    if required:
-        raise LLMNotConfiguredError(
-            "RAG_PACK_LLM=openai but neither OPENAI_API_KEY nor RAG_PACK_LLM_API_BASE is set. "
-            "Set OPENAI_API_KEY for OpenAI, or RAG_PACK_LLM_API_BASE=http://127.0.0.1:8000/v1 "
-            "(plus RAG_PACK_LLM_MODEL) for an OpenAI-compatible server."
-        )
-    return None
-
-
 def _local_from_env(path: str | None, required: bool) -> LLM | None:
     path = path or os.environ.get("RAG_PACK_LLM_PATH") or bundled_gguf_path()
     if not path:
@@ -317,7 +265,7 @@ def resolve_llm(llm: LLM | str | None = None) -> LLM:
     ):
         resolved = _local_from_env(choice, required=True)
     elif lowered == "openai":
-        resolved = _openai_from_env(required=True)
+        resolved = openai_from_env(required=True)
     elif lowered == "local":
         resolved = _local_from_env(None, required=True)
     elif lowered == "none":
@@ -326,7 +274,7 @@ def resolve_llm(llm: LLM | str | None = None) -> LLM:
             "auto, openai, local or a .gguf path."
         )
     elif lowered == "auto":
-        resolved = _openai_from_env(required=False) or _local_from_env(None, required=False)
+        resolved = openai_from_env(required=False) or _local_from_env(None, required=False)
     else:
         raise ConfigurationError(
             f"Unknown LLM choice {choice!r}: use one of {', '.join(LLM_CHOICES)} or a path to a "
