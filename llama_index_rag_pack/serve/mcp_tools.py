@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field
 
 from llama_index_rag_pack.serve.api_errors import api_error_from
 from llama_index_rag_pack.serve.keys import AccessDenied, bearer_token
-from llama_index_rag_pack.serve.passages import answer_sources, passage_json
+from llama_index_rag_pack.serve.passages import answer_sources, passage_json, usage_json
 from llama_index_rag_pack.serve.service import MAX_TOP_K, ChatRequest, PackService
 
 __all__ = ["INSTRUCTIONS", "Answer", "Passage", "SearchResult", "build_mcp_server"]
@@ -81,6 +81,10 @@ class Answer(BaseModel):
     mode: str = Field(description="The retrieval mode used.")
     answer: str = Field(description="The answer, with numbered citations [n] and references.")
     sources: list[Source] = Field(description="The passages shown to the LLM, cited or not.")
+    usage: dict[str, Any] = Field(
+        description="The LLM tokens the answer spent: prompt_tokens, completion_tokens, "
+        "total_tokens, llm_calls, and counted (true where the LLM reported none)."
+    )
 
 
 def _tool_error(error: BaseException) -> ToolError:
@@ -131,7 +135,8 @@ class _Tools:
         except Exception as e:
             raise _tool_error(e) from None
         sources = [Source(**s) for s in answer_sources(response)]
-        return Answer(mode=mode, answer=str(response.response or ""), sources=sources)
+        answer = str(response.response or "")
+        return Answer(mode=mode, answer=answer, sources=sources, usage=usage_json(response))
 
 
 def build_mcp_server(service: PackService, *, stdio_tenant: str | None = None) -> MCPServer:

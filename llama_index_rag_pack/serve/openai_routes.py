@@ -21,10 +21,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llama_index_rag_pack.core.usage import TokenUsage
 from llama_index_rag_pack.serve.api_errors import ApiError, api_error_from
 from llama_index_rag_pack.serve.keys import AccessDenied, bearer_token
-from llama_index_rag_pack.serve.passages import answer_sources, passage_json
+from llama_index_rag_pack.serve.passages import answer_sources, passage_json, usage_json
 from llama_index_rag_pack.serve.request_bodies import ChatBody, read_json, search_args
 from llama_index_rag_pack.serve.service import ChatRequest, PackService
 from llama_index_rag_pack.serve.streaming import (
@@ -198,11 +197,3 @@ class _Reply:
         if self.include_usage:
             out["usage"] = usage_json(response)
         return out
-
-
-def usage_json(response: Any) -> dict[str, Any]:
-    """OpenAI's ``usage`` object for a pack response: ``prompt_tokens``,
-    ``completion_tokens``, ``total_tokens``, plus ``llm_calls`` and ``counted`` (true when the
-    LLM did not report some calls' tokens and the pack counted them with its tokenizer)."""
-    found = (response.metadata or {}).get("usage")
-    return dict(found) if isinstance(found, dict) else TokenUsage().as_dict()

@@ -9,8 +9,9 @@ import re
 from typing import Any
 
 from llama_index_rag_pack.citations.cited_sources import evidence_spans, passage_text
+from llama_index_rag_pack.core.usage import TokenUsage
 
-__all__ = ["answer_sources", "passage_json", "public_metadata"]
+__all__ = ["answer_sources", "passage_json", "public_metadata", "usage_json"]
 
 _SPACE_BEFORE_PUNCTUATION = re.compile(r"[ \t]+([.,;:!?])")
 #: Metadata the pack keeps for itself (hashes and counts of the indexing runs).
@@ -96,3 +97,11 @@ def answer_sources(response: Any) -> list[dict[str, Any]]:
             }
         )
     return sources
+
+
+def usage_json(response: Any) -> dict[str, Any]:
+    """OpenAI's ``usage`` object for a pack response: ``prompt_tokens``,
+    ``completion_tokens``, ``total_tokens``, plus ``llm_calls`` and ``counted`` (true when the
+    LLM did not report some calls' tokens and the pack counted them with its tokenizer)."""
+    found = (response.metadata or {}).get("usage")
+    return dict(found) if isinstance(found, dict) else TokenUsage().as_dict()

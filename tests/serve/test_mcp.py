@@ -72,6 +72,7 @@ async def test_the_tools_over_http(serve: Any, facts_pack: RagPack) -> None:
     assert "Andorra la Vella" in answer["answer"] and "[1]" in answer["answer"]
     cited = [s for s in answer["sources"] if s["cited"]]
     assert cited and "Andorra la Vella" in cited[0]["text"]
+    assert answer["usage"]["llm_calls"] == 1 and answer["usage"]["total_tokens"] > 0
 
     assert bad_filter.is_error and "Bad filter" in bad_filter.content[0].text
     assert bad_mode.is_error and "no-such-mode" in bad_mode.content[0].text
