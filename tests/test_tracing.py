@@ -171,7 +171,7 @@ EXPECTED = {
     },
     "fusion": {
         "FusionRetriever.generate_queries",
-        "FusionRetriever.search_variant",
+        "MilvusHybridRetriever.retrieve",
         "MilvusHybridRetriever.dense_search",
         "MilvusHybridRetriever.bm25_search",
         "FusionRetriever.fuse_ranks",
@@ -182,7 +182,7 @@ EXPECTED = {
     "route": {"FusionRouterRetriever.select", "FusionRouterRetriever.fuse_routes"},
 }
 ASYNC_TWINS = {
-    "retrieve", "generate_queries", "search_variant", "write_passages", "rewrite", "parse", "select"
+    "retrieve", "generate_queries", "write_passages", "rewrite", "parse", "select"
 }  # fmt: skip
 MODES = [m for m in mode_names() if not get_mode(m).needs_tree]
 
@@ -227,7 +227,7 @@ def test_a_rag_fusion_variant_searched_in_a_worker_thread_keeps_its_parent(pack:
     assert retriever.max_concurrency > 1  # the variants are searched in a thread pool
     spans = _traced(lambda: retriever.retrieve(QUESTION))
     by_id = {s.id_: s for s in spans}
-    variants = [s for s in spans if _name(s) == "FusionRetriever.search_variant"]
+    variants = [s for s in spans if _name(s) == "MilvusHybridRetriever.retrieve"]
     assert len(variants) == retriever.num_queries * len(retriever.retrievers)
     assert {_name(by_id[s.parent_id]) for s in variants} == {"FusionRetriever._retrieve"}
 

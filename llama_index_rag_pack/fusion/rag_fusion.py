@@ -187,12 +187,11 @@ class FusionRetriever(LLMQueryRetriever):
     def _jobs(self, queries: list[QueryBundle]) -> list[tuple[int, int]]:
         return [(qi, ri) for qi in range(len(queries)) for ri in range(len(self.retrievers))]
 
-    @dispatcher.span
     def search_variant(self, query_bundle: QueryBundle, retriever: str) -> list[NodeWithScore]:
-        """One query variant searched by the retriever named ``retriever``."""
+        """One query variant searched by the retriever named ``retriever`` (its own
+        ``retrieve`` span, with the variant as its query, is the trace's record of it)."""
         return self.retrievers[self.retriever_names.index(retriever)].retrieve(query_bundle)
 
-    @dispatcher.span
     async def asearch_variant(
         self, query_bundle: QueryBundle, retriever: str
     ) -> list[NodeWithScore]:
