@@ -283,8 +283,8 @@ def test_the_pure_marker_is_where_it_says_and_core_is_mostly_pure() -> None:
     assert len(pure()) >= 40  # the algorithm modules of every feature say so
     core = {m for m in modules() if _package(m) == "core" and modules()[m].stem != "__init__"}
     # core's LlamaIndex parts: where a query enters a retriever or engine, node tags, and the
-    # usage meter (it listens to LlamaIndex's instrumentation)
-    llama_index_parts = {"query_bases", "node_tags", "usage"}
+    # usage meter and its handlers on LlamaIndex's instrumentation
+    llama_index_parts = {"query_bases", "node_tags", "usage", "usage_events"}
     assert core - pure() == {f"{ROOT}.core.{name}" for name in llama_index_parts}
 
 

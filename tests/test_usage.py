@@ -162,6 +162,32 @@ def test_a_server_that_ignores_stream_options_is_counted_and_says_so(llm: Any, f
     assert meter.usage.completion_tokens > 0
 
 
+def test_a_call_the_llm_did_not_report_is_counted_with_its_own_tokenizer(fake: Any) -> None:
+    from llama_index.llms.openai_like import OpenAILike
+
+    from llama_index_rag_pack.models.openai_llm import stream_with_usage
+
+    class Characters:  # a tokenizer: one token per character
+        def encode(self, text: str) -> list[str]:
+            return list(text)
+
+    llm = OpenAILike(
+        model="fake-gpt",
+        api_base=fake.url,
+        api_key="unused",
+        is_chat_model=True,
+        tokenizer=Characters(),
+        additional_kwargs=stream_with_usage(),
+    )
+    fake.report_stream_usage = False
+    with metered() as meter:
+        reply = "".join(
+            r.delta or ""
+            for r in llm.stream_chat([ChatMessage(role="user", content="What is Milvus?")])
+        )
+    assert meter.usage == TokenUsage(len("What is Milvus?"), len(reply), 1, counted=True)
+
+
 DOCS = [
     Document(
         text="Milvus is an open-source vector database. Zilliz created it and released it in "

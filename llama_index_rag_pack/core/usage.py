@@ -28,22 +28,15 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
 from llama_index.core.base.response.schema import AsyncStreamingResponse, StreamingResponse
-from llama_index.core.instrumentation import get_dispatcher
-from llama_index.core.instrumentation.event_handlers import BaseEventHandler
-from llama_index.core.instrumentation.events.llm import (
-    LLMChatEndEvent,
-    LLMChatStartEvent,
-    LLMCompletionEndEvent,
-    LLMCompletionStartEvent,
-)
-from llama_index.core.instrumentation.span_handlers import BaseSpanHandler
+
+from llama_index_rag_pack.core.usage_events import install_handlers, reported_usage
 
 __all__ = [
     "TokenUsage",
@@ -125,6 +118,10 @@ class UsageMeter:
         """What was spent so far."""
         return self._usage
 
+    def add_call(self, prompt_tokens: int, completion_tokens: int, counted: bool) -> None:
+        """Adds one LLM call (what the instrumentation handlers report)."""
+        self.add(TokenUsage(prompt_tokens, completion_tokens, 1, counted))
+
     def add(self, usage: TokenUsage) -> None:
         """Adds ``usage`` here and to the meters around this one."""
         with self._lock:
@@ -136,7 +133,7 @@ class UsageMeter:
     def active(self) -> Iterator[UsageMeter]:
         """This meter counts the calls that end inside the block (again, e.g. while a stream
         it started is read)."""
-        _install()
+        install_handlers(_METER.get)
         token = _METER.set(self)
         try:
             yield self
@@ -221,180 +218,3 @@ def report_usage(response: _T, meter: UsageMeter) -> _T:
     else:
         done(meter.usage)
     return response
-
-
-# ---------------------------------------------------------------------- what an LLM reported
-def _int(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-def _pair(usage: Any, prompt_key: str, completion_key: str) -> tuple[int, int] | None:
-    get = usage.get if isinstance(usage, Mapping) else lambda k: getattr(usage, k, None)
-    prompt, completion = _int(get(prompt_key)), _int(get(completion_key))
-    return (prompt, completion) if prompt is not None and completion is not None else None
-
-
-def reported_usage(response: Any) -> tuple[int, int] | None:
-    """The ``(prompt, completion)`` tokens a LlamaIndex response says its call took, or
-    ``None`` when the LLM reported none.
-
-    Example:
-        >>> from llama_index.core.llms import CompletionResponse
-        >>> reported_usage(CompletionResponse(text="Hi", raw={"usage": {
-        ...     "prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}}))
-        (12, 3)
-        >>> reported_usage(CompletionResponse(text="Hi")) is None
-        True
-    """
-    found = _pair(
-        getattr(response, "additional_kwargs", None) or {}, "prompt_tokens", "completion_tokens"
-    )
-    if found is not None:
-        return found
-    raw = getattr(response, "raw", None)
-    if raw is None:
-        return None
-    usage = raw.get("usage") if isinstance(raw, Mapping) else getattr(raw, "usage", None)
-    for keys in (("prompt_tokens", "completion_tokens"), ("input_tokens", "output_tokens")):
-        if usage is not None and (found := _pair(usage, *keys)) is not None:
-            return found
-    return _pair(raw, "prompt_eval_count", "eval_count")  # Ollama
-
-
-def _tokens(text: str) -> int:
-    from llama_index.core import Settings
-
-    return len(Settings.tokenizer(text)) if text else 0
-
-
-def _call_usage(event: Any) -> TokenUsage:
-    """One ended call's usage: reported, else counted from its prompt and reply."""
-    response = event.response
-    found = reported_usage(response)
-    if found is not None:
-        return TokenUsage(found[0], found[1], 1)
-    if isinstance(event, LLMChatEndEvent):
-        prompt = "\n".join(str(m.content or "") for m in event.messages)
-        reply = str(getattr(getattr(response, "message", None), "content", "") or "")
-    else:
-        prompt, reply = str(event.prompt or ""), str(getattr(response, "text", "") or "")
-    return TokenUsage(_tokens(prompt), _tokens(reply), 1, counted=True)
-
-
-# ---------------------------------------------------------------------- instrumentation
-class _CallSpans(BaseSpanHandler[Any]):
-    """Which span each open span was opened in, while a meter is active: a call whose span
-    lies inside another open LLM call's span is that call's own inner call."""
-
-    parents: dict[str, str | None] = {}
-    open_calls: set[str] = set()
-    exited: set[str] = set()
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "RagPackCallSpans"
-
-    def span_enter(
-        self,
-        id_: str,
-        bound_args: Any,
-        instance: Any = None,
-        parent_id: str | None = None,
-        tags: Any = None,
-        **kwargs: Any,
-    ) -> None:
-        if _METER.get() is not None:
-            if len(self.parents) > 100_000:  # streams never read to their end
-                self.parents.clear()
-            self.parents[id_] = parent_id
-
-    def _leave(self, id_: str) -> None:
-        if id_ in self.open_calls:
-            self.exited.add(id_)  # a stream: its call ends when it is read
-        else:
-            self.parents.pop(id_, None)
-
-    def span_exit(
-        self, id_: str, bound_args: Any, instance: Any = None, result: Any = None, **kwargs: Any
-    ) -> None:
-        self._leave(id_)
-
-    def span_drop(
-        self,
-        id_: str,
-        bound_args: Any,
-        instance: Any = None,
-        err: BaseException | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self.open_calls.discard(id_)
-        self._leave(id_)
-
-    def new_span(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def prepare_to_exit_span(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def prepare_to_drop_span(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def start(self, span_id: str | None) -> None:
-        if span_id:
-            if len(self.open_calls) > 100_000:  # streams never read to their end
-                self.open_calls.clear()
-                self.exited.clear()
-            self.open_calls.add(span_id)
-
-    def end(self, span_id: str | None) -> bool:
-        """Closes the call of ``span_id``; True when it is an outermost call."""
-        if not span_id:
-            return True
-        self.open_calls.discard(span_id)
-        parent, outermost, seen = self.parents.get(span_id), True, 0
-        while parent is not None and seen < 1000:
-            if parent in self.open_calls:
-                outermost = False
-                break
-            parent, seen = self.parents.get(parent), seen + 1
-        if span_id in self.exited:
-            self.exited.discard(span_id)
-            self.parents.pop(span_id, None)
-        return outermost
-
-
-class _UsageEvents(BaseEventHandler):
-    """Adds each outermost LLM call that ends under an active meter to it."""
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "RagPackUsageEvents"
-
-    def handle(self, event: Any, **kwargs: Any) -> None:
-        meter = _METER.get()
-        if meter is None:
-            return
-        if isinstance(event, LLMChatStartEvent | LLMCompletionStartEvent):
-            _SPANS.start(event.span_id)
-        elif isinstance(event, LLMChatEndEvent | LLMCompletionEndEvent) and _SPANS.end(
-            event.span_id
-        ):
-            meter.add(_call_usage(event))
-
-
-_SPANS = _CallSpans()
-_INSTALLED = threading.Lock()
-_installed = False
-
-
-def _install() -> None:
-    """Registers the handlers on LlamaIndex's root dispatcher, once per process."""
-    global _installed
-    if _installed:
-        return
-    with _INSTALLED:
-        if not _installed:
-            root = get_dispatcher()
-            root.add_span_handler(_SPANS)
-            root.add_event_handler(_UsageEvents())
-            _installed = True
