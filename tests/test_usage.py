@@ -243,6 +243,19 @@ def test_every_mode_reports_what_the_server_counted(pack: Any, fake: Any) -> Non
 
 
 @pytest.mark.slow
+async def test_the_plain_engine_without_citations_reports_usage_too(pack: Any, fake: Any) -> None:
+    response = pack.run(QUESTION, mode="hyde", citations=False)
+    assert response.metadata["usage"] == _expected(fake)
+    fake.clear()
+    streamed = pack.make_query_engine("hyde", streaming=True, citations=False).query(QUESTION)
+    assert "Milvus" in "".join(streamed.response_gen)
+    assert streamed.metadata["usage"] == _expected(fake)
+    fake.clear()
+    response = await pack.arun(QUESTION, mode="hyde", citations=False)
+    assert response.metadata["usage"] == _expected(fake)
+
+
+@pytest.mark.slow
 async def test_every_mode_async_and_streamed(pack: Any, fake: Any) -> None:
     for mode in ("vector", "hybrid", "hyde", "fusion", "rewrite", "self_query"):
         fake.clear()

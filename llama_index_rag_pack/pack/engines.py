@@ -10,11 +10,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from llama_index.core.base.base_query_engine import BaseQueryEngine
+from llama_index.core.base.response.schema import RESPONSE_TYPE
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.query_engine import RetrieverQueryEngine
+from llama_index.core.schema import QueryBundle
 
 from llama_index_rag_pack.citations.cited_query_engine import CitedQueryEngine
 from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.usage import metered, report_usage
 from llama_index_rag_pack.models.answer_style import check_answer_style
 from llama_index_rag_pack.pack.pack_view import PackView
 
@@ -161,7 +164,7 @@ def build_query_engine(
     With ``citations`` a :class:`~llama_index_rag_pack.CitedQueryEngine` (``citation_mode`` and
     ``citation_style`` are its ``mode`` and ``style``; ``embed_model`` attributes the sentences
     the LLM leaves uncited; ``answer_style`` its answer style), otherwise core's
-    ``RetrieverQueryEngine`` (whose answers are the LLM's own).
+    ``RetrieverQueryEngine`` (whose answers are the LLM's own: :class:`PlainQueryEngine`).
 
     Raises:
         ConfigurationError: ``answer_style="extractive"`` without citations (an extractive
@@ -183,9 +186,24 @@ def build_query_engine(
             answer_style=answer_style,
             callback_manager=callback_manager,
         )
-    return RetrieverQueryEngine.from_args(
+    return PlainQueryEngine.from_args(
         retriever, llm=llm, streaming=streaming, callback_manager=callback_manager
     )
+
+
+class PlainQueryEngine(RetrieverQueryEngine):
+    """Core's ``RetrieverQueryEngine`` (the answers are the LLM's own, no citations) whose
+    responses carry ``metadata["usage"]``, as every engine of the pack does."""
+
+    def _query(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        with metered() as meter:
+            response = super()._query(query_bundle)
+        return report_usage(response, meter)
+
+    async def _aquery(self, query_bundle: QueryBundle) -> RESPONSE_TYPE:
+        with metered() as meter:
+            response = await super()._aquery(query_bundle)
+        return report_usage(response, meter)
 
 
 def build_chat_engine(
