@@ -8,8 +8,9 @@ sync or async, streamed or not. It listens to LlamaIndex's instrumentation (the 
 The figures are what the LLM reported: ``usage`` of an OpenAI-compatible reply (the final
 chunk of a stream asked with ``stream_options={"include_usage": true}``), llama.cpp's counts,
 Anthropic's ``input_tokens`` / ``output_tokens``, Ollama's ``prompt_eval_count`` /
-``eval_count``. Where an LLM reports nothing, the call is counted with ``Settings.tokenizer``
-(the prompt's and the reply's text) and the total says so (``counted=True``).
+``eval_count``. Where an LLM reports nothing, the prompt's and the reply's text are counted with
+the LLM's own tokenizer where it holds one, else with ``Settings.tokenizer``, and the total says
+so (``counted=True``).
 
 A call nested in another (core's ``CustomLLM.chat`` calls its own ``complete``) counts once; a
 meter opened inside another adds to both; a meter follows the question into the asyncio tasks
@@ -150,7 +151,8 @@ def metered() -> Iterator[UsageMeter]:
 
 def in_this_context(fn: Callable[..., _T]) -> Callable[..., _T]:
     """``fn`` run in a copy of the caller's context (its meter, its tracing span), for a thread
-    pool: ``pool.submit(in_this_context(fn), *args)``. One copy per call."""
+    pool: ``pool.submit(in_this_context(fn), *args)``, wrapped once per task submitted (one
+    context cannot run in two threads at once)."""
     context = contextvars.copy_context()
     return lambda *args, **kwargs: context.run(fn, *args, **kwargs)
 
