@@ -22,29 +22,40 @@ def _names(args: argparse.Namespace) -> tuple[str, str]:
     return args.uri or default_milvus_uri(), args.collection or default_collection()
 
 
-def _open_tree(args: argparse.Namespace, *, must_exist: bool, llm: Any = None) -> Any:
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    """The tree options given on the command line."""
+    keys = ("max_levels", "min_compression", "max_concurrency", "chunk_size", "chunk_overlap")
+    keys += ("max_llm_calls", "max_tokens")
+    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+
+
+def _embedding(args: argparse.Namespace) -> tuple[Any, int]:
     from llama_index_rag_pack.models.settings import resolve_embed_model
+
+    embed = resolve_embed_model(args.embed_model)
+    return embed, len(embed.get_text_embedding("dimension probe"))
+
+
+def _open_tree(args: argparse.Namespace, *, must_exist: bool, llm: Any = None) -> Any:
     from llama_index_rag_pack.pack.raptor import open_raptor_store
     from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
 
     uri, collection = _names(args)
-    embed = resolve_embed_model(args.embed_model)
-    dim = len(embed.get_text_embedding("dimension probe"))
+    embed, dim = _embedding(args)
     store = open_raptor_store(uri, collection, dim=dim, token=args.token, must_exist=must_exist)
-    options: dict[str, Any] = {}
-    for key in (
-        "max_levels",
-        "min_compression",
-        "max_concurrency",
-        "chunk_size",
-        "chunk_overlap",
-        "max_llm_calls",
-        "max_tokens",
-    ):
-        value = getattr(args, key, None)
-        if value is not None:
-            options[key] = value
-    return RaptorTree(store, embed_model=embed, llm=llm, show_progress=True, **options)
+    return RaptorTree(store, embed_model=embed, llm=llm, show_progress=True, **_options(args))
+
+
+def _tree_to_estimate(args: argparse.Namespace, llm: Any) -> tuple[Any, bool]:
+    """The tree to estimate, and whether it exists (a tree not built yet is not created)."""
+    from llama_index_rag_pack.pack.raptor import store_to_estimate
+    from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
+
+    uri, collection = _names(args)
+    embed, dim = _embedding(args)
+    store, exists = store_to_estimate(uri, collection, dim=dim, token=args.token)
+    tree = RaptorTree(store, embed_model=embed, llm=llm, show_progress=True, **_options(args))
+    return tree, exists
 
 
 def _check_build_args(args: argparse.Namespace) -> None:
@@ -76,11 +87,19 @@ def _read_inputs(args: argparse.Namespace, uri: str, collection: str) -> list[An
     return documents
 
 
-def _print_estimate(tree: Any, documents: list[Any], args: argparse.Namespace) -> Any:
+def _print_estimate(
+    tree: Any, documents: list[Any], args: argparse.Namespace, *, exists: bool = True
+) -> Any:
     with _cli.step("estimating the build (no LLM call)"):
-        estimate = tree.estimate(documents, reuse=not args.overwrite)
+        estimate = tree.estimate(documents, reuse=exists and not args.overwrite)
     for line in estimate.lines(args.price_in, args.price_out):
         _cli.out(f"  {line}")
+    for cap, spent, what in (
+        (args.max_llm_calls, estimate.calls, "calls"),
+        (args.max_tokens, estimate.total_tokens, "tokens"),
+    ):
+        if cap is not None and spent > cap:
+            _cli.out(f"  budget  : {cap:,} of the {spent:,} {what} estimated: the build stops")
     return estimate
 
 
@@ -97,14 +116,19 @@ def cmd_build(args: argparse.Namespace) -> int:
     _cli.out(f"  llm       : {describe_llm(llm)}")
     documents = _read_inputs(args, uri, collection)
     if args.estimate:  # nothing is written, not even with --overwrite
-        _print_estimate(_open_tree(args, must_exist=False, llm=llm), documents, args)
+        tree, exists = _tree_to_estimate(args, llm)
+        _print_estimate(tree, documents, args, exists=exists)
         _cli.out("Build with: rag-pack raptor build (same arguments, without --estimate)")
         return 0
     if args.overwrite:
         drop_raptor_tree(uri, collection, token=args.token)
     tree = _open_tree(args, must_exist=False, llm=llm)
     if not args.no_estimate:
-        _print_estimate(tree, documents, args)
+        try:
+            _print_estimate(tree, documents, args)
+        except Exception as e:  # the estimate only informs: the build goes on without it
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            _cli.err(f"  (no estimate: {first})")
     with _cli.step(
         f"building the RAPTOR tree in {tree.store.collection_name!r} (resumes a partial build)"
     ):
@@ -118,7 +142,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         _cli.out(
             f"Budget reached: {stats.llm_calls} LLM calls, {stats.total_tokens:,} tokens spent; "
             f"the {stats.summaries_written} summaries written are stored. Continue with "
-            "`rag-pack raptor build` again (a larger --max-llm-calls / --max-tokens, or none)."
+            "`rag-pack raptor build` again, without --overwrite (a larger --max-llm-calls / "
+            "--max-tokens, or none)."
         )
         return 0
     _cli.out(f'Ask with: rag-pack --collection {collection} ask --mode raptor "your question"')
@@ -179,13 +204,14 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def _spend_arguments(b: argparse.ArgumentParser) -> None:
     """``raptor build``'s estimate, budget and price options."""
-    b.add_argument(
+    first = b.add_mutually_exclusive_group()
+    first.add_argument(
         "--estimate",
         action="store_true",
         help="print the summary calls and tokens the build would spend (no LLM call, nothing "
-        "written), then stop",
+        "written), then stop; with a budget, where it would stop the build",
     )
-    b.add_argument(
+    first.add_argument(
         "--no-estimate", action="store_true", help="build without printing an estimate first"
     )
     b.add_argument(

@@ -100,6 +100,47 @@ def open_raptor_store(
         raise CollectionNotFoundError(build_hint(collection_name)) from None
 
 
+class _NoCollection:
+    """The client of a tree not built yet: it has no collection, and is asked nothing else."""
+
+    def has_collection(self, name: str) -> bool:
+        return False
+
+
+class TreeNotBuilt:
+    """Where a tree not built yet will be, for an estimate: its name and no collection, so
+    nothing is created (opening the real store would create the collection)."""
+
+    client = _NoCollection()
+
+    def __init__(self, collection_name: str) -> None:
+        self.collection_name = collection_name
+
+    def add(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConfigurationError(f"No RAPTOR tree {self.collection_name!r} yet: estimate only.")
+
+    query = add
+
+
+def store_to_estimate(
+    uri: str | None,
+    collection_name: str,
+    *,
+    dim: int,
+    token: str | None = None,
+    tenant: str | None = None,
+) -> tuple[Any, bool]:
+    """The tree's store for an estimate, and whether the tree exists; a tree not built yet is
+    not created (:class:`TreeNotBuilt`)."""
+    try:
+        store = open_raptor_store(
+            uri, collection_name, dim=dim, token=token, must_exist=True, tenant=tenant
+        )
+    except CollectionNotFoundError:
+        return TreeNotBuilt(raptor_collection_name(collection_name, tenant)), False
+    return store, True
+
+
 def _require_uri(pack: PackView) -> None:
     if not getattr(pack, "uri", None):
         raise ConfigurationError(
@@ -283,9 +324,18 @@ class RaptorBuildMixin:
         and tokens per level, without any LLM call and without writing anything (see
         :meth:`~llama_index_rag_pack.RaptorTree.estimate`). ``overwrite=True``: as if the tree
         were empty; otherwise only what a resumed build still has to write counts."""
+        from llama_index_rag_pack.raptor.raptor_tree import RaptorTree
+
         inputs = pack_tree_inputs(self, documents, tenant)
-        tree = open_pack_tree(self, must_exist=False, tenant=tenant, **tree_options)
-        return tree.estimate(inputs, reuse=not overwrite)
+        _require_uri(self)
+        store, exists = store_to_estimate(
+            self.uri,
+            self.vector_store.collection_name,
+            dim=len(self.embed_model.get_text_embedding("dimension probe")),
+            tenant=tree_tenant(self, tenant),
+        )
+        tree = RaptorTree(store, embed_model=self.embed_model, llm=self.llm_or_spec, **tree_options)
+        return tree.estimate(inputs, reuse=exists and not overwrite)
 
     def _forget_tree_retrievers(self) -> None:
         self.forget_engines(*(name for name in mode_names() if get_mode(name).needs_tree))
@@ -302,4 +352,6 @@ __all__ = [
     "pack_tree_inputs",
     "pack_raptor_retriever",
     "raptor_collection_name",
+    "store_to_estimate",
+    "TreeNotBuilt",
 ]

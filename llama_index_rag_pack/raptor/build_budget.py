@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from llama_index_rag_pack.core.errors import ConfigurationError, check_count
+from llama_index_rag_pack.core.errors import ConfigurationError, RagPackError, check_count
 
 __all__ = [
     "BudgetReachedError",
@@ -36,8 +36,9 @@ __all__ = [
 ]
 
 
-class BudgetReachedError(Exception):
-    """A summary request was not started: the build's call or token budget is spent."""
+class BudgetReachedError(RagPackError):
+    """A summary request was not started: the build's call or token budget is spent (caught
+    inside the build, which then stops cleanly)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,9 @@ from llama_index_rag_pack.raptor.clustering import cluster_embeddings
 
 __all__ = ["cluster_level", "ids_key"]
 
+#: Clusterings a tree keeps (a level's is about as large as its rows' cluster ids).
+_MEMO_SIZE = 16
+
 
 def ids_key(ids: Iterable[str]) -> str:
     """Digest of a level's node ids, in their order."""
@@ -38,8 +41,9 @@ def cluster_level(
 ) -> list[list[int]]:
     """Member index lists (numbered by cluster id) of rows ``vectors`` whose texts have
     ``lengths`` tokens, clustered with ``options`` (a ``ClusterOptions``) under the cluster
-    token ``budget``. With a seeded clustering, ``memo`` keeps the last result: the same rows
-    with the same options are not clustered again."""
+    token ``budget``. With a seeded clustering, ``memo`` keeps the last results (an estimate's
+    levels, the first of which a build right after it clusters again): the same rows with the same
+    options are not clustered twice."""
     emb = np.asarray(vectors, dtype=np.float32)
     key = _memo_key(emb, lengths, budget, options)
     assignment = memo.get(key) if memo is not None else None
@@ -55,7 +59,8 @@ def cluster_level(
             max_length_in_cluster=budget,
         )
         if memo is not None and options.random_state is not None:
-            memo.clear()
+            while len(memo) >= _MEMO_SIZE:  # the oldest goes: every level of an estimate fits
+                memo.pop(next(iter(memo)))
             memo[key] = assignment
     n_clusters = 1 + max((c for row in assignment for c in row), default=-1)
     groups: list[list[int]] = [[] for _ in range(n_clusters)]

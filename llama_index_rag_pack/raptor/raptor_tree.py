@@ -30,7 +30,7 @@ from llama_index.core.schema import BaseNode, TextNode
 
 from llama_index_rag_pack.core.errors import EmptyCorpusError
 from llama_index_rag_pack.documents.chunking import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_SIZE
-from llama_index_rag_pack.raptor.build_budget import SpendGate, Spent, current_gate
+from llama_index_rag_pack.raptor.build_budget import SpendGate, Spent, check_budget, current_gate
 from llama_index_rag_pack.raptor.build_progress import DEFAULT_STORE_EVERY, ProgressFn
 from llama_index_rag_pack.raptor.clustering import DEFAULT_TOPIC_SIMILARITY
 from llama_index_rag_pack.raptor.raptor_estimate import EstimateResult, estimate_build
@@ -314,6 +314,8 @@ class RaptorTree(TreeUpdates, PromptMixin):
         """Run one operation under a usage meter (and the tree's budget, for builds)."""
         from llama_index_rag_pack.core.usage import metered
 
+        if budget:  # the attributes may have been set after construction
+            check_budget(self.max_llm_calls, self.max_tokens)
         with metered() as meter:
             gate = SpendGate(
                 self.max_llm_calls if budget else None,
@@ -357,7 +359,6 @@ class RaptorTree(TreeUpdates, PromptMixin):
         tokens per level (see :mod:`~llama_index_rag_pack.raptor.spend_estimate`). Only the
         remaining work counts: stored summaries are reused, clusters of one carried. Leaves not
         stored yet are embedded (kept for the build). ``reuse=False``: as if the tree were empty.
-
         A :meth:`build` right after it reuses its clustering of the leaves, and its
         ``BuildStats.estimate`` is this estimate.
         """

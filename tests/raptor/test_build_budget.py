@@ -13,10 +13,11 @@ import pytest
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.span_handlers import SimpleSpanHandler
 from llama_index.core.schema import TextNode
-from test_build_progress import _links, documents, shape, summary, tree_at
+from test_build_progress import OPTIONS, _links, documents, shape, summary, tree_at
 
 from llama_index_rag_pack import cli
-from llama_index_rag_pack.core.errors import ConfigurationError
+from llama_index_rag_pack.core.errors import CollectionNotFoundError, ConfigurationError
+from llama_index_rag_pack.pack.raptor import open_raptor_store
 from llama_index_rag_pack.raptor.build_budget import (
     BudgetReachedError,
     SpendGate,
@@ -123,6 +124,59 @@ async def test_a_build_stopped_at_its_call_budget_resumes_to_the_uninterrupted_t
 
 
 @pytest.mark.slow
+def test_a_build_right_after_an_estimate_clusters_the_chunks_once(
+    tmp_path: Any, embed_model: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from llama_index_rag_pack.raptor import level_clustering
+
+    clustered: list[int] = []
+    real = level_clustering.cluster_embeddings
+
+    def counted(embeddings: Any, **kwargs: Any) -> Any:
+        clustered.append(len(embeddings))
+        return real(embeddings, **kwargs)
+
+    monkeypatch.setattr(level_clustering, "cluster_embeddings", counted)
+    tree = tree_at(tmp_path / "once.db", embed_model, ScriptedLLM(replies=summary))
+    tree.estimate(documents())
+    chunks = clustered[0]
+    tree.build(documents())
+    assert clustered.count(chunks) == 1, clustered
+
+
+@pytest.mark.slow
+def test_the_packs_estimate_writes_nothing_and_its_first_level_is_what_the_build_spends(
+    tmp_path: Any, embed_model: Any
+) -> None:
+    from llama_index_rag_pack import RagPack
+
+    llm = ScriptedLLM(replies=summary)
+    uri = str(tmp_path / "pack.db")
+    pack = RagPack(documents(), uri=uri, collection_name="p", embed_model=embed_model, llm=llm)
+    estimate = pack.estimate_raptor_tree(**OPTIONS)
+    assert estimate.calls >= 1 and llm.call_count == 0
+    with pytest.raises(CollectionNotFoundError):  # no tree collection was created
+        open_raptor_store(uri, "p", dim=384, must_exist=True)
+    stats = pack.build_raptor_tree(**OPTIONS)
+    assert (
+        stats.per_level[1].calls
+        == estimate.levels[0].calls
+        == llm.call_count - sum(lv.calls for level, lv in stats.per_level.items() if level > 1)
+    )
+
+
+def test_a_budget_set_after_construction_is_checked_when_the_build_starts(
+    tmp_path: Any, embed_model: Any
+) -> None:
+    llm = ScriptedLLM(replies=summary)
+    tree = tree_at(tmp_path / "late.db", embed_model, llm)
+    tree.max_llm_calls = "5"
+    with pytest.raises(ConfigurationError, match="max_llm_calls"):
+        tree.build(documents())
+    assert llm.call_count == 0
+
+
+@pytest.mark.slow
 def test_the_token_budget_stops_the_build_once_reached(tmp_path: Any, embed_model: Any) -> None:
     llm = ScriptedLLM(replies=summary)
     tree = tree_at(tmp_path / "t.db", embed_model, llm, max_tokens=150, max_concurrency=1)
@@ -195,10 +249,14 @@ def test_cli_estimate_then_a_build_stopped_at_its_budget(
     for doc in documents():
         (folder / f"{doc.doc_id}.txt").write_text(doc.text)
     base = ["--uri", str(tmp_path / "m.db"), "--collection", "c", "raptor", "build", str(folder)]
-    code = cli.main([*base, "--estimate", "--price-in", "0.15", "--price-out", "0.6"])
+    estimate = [*base, "--estimate", "--price-in", "0.15", "--price-out", "0.6"]
+    code = cli.main([*estimate, "--max-llm-calls", "2"])
     out = capsys.readouterr().out
     assert code == 0 and llm.call_count == 0
     assert "clustering of the 24 chunks" in out and "cost" in out and "ceiling" in out
+    assert "budget  : 2 of the" in out  # where the budget would stop the build
+    with pytest.raises(CollectionNotFoundError):  # the estimate created no tree
+        open_raptor_store(str(tmp_path / "m.db"), "c", dim=384, must_exist=True)
     code = cli.main([*base, "--max-llm-calls", "2"])
     out = capsys.readouterr().out
     assert code == 0 and llm.call_count == 2
