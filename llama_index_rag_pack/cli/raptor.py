@@ -141,7 +141,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if stats.stopped_at_budget:
         _cli.out(
             f"Budget reached: {stats.llm_calls} LLM calls, {stats.total_tokens:,} tokens spent; "
-            f"the {stats.summaries_written} summaries written are stored. Continue with "
+            "every summary written is stored. Continue with "
             "`rag-pack raptor build` again, without --overwrite (a larger --max-llm-calls / "
             "--max-tokens, or none)."
         )
