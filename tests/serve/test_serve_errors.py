@@ -73,6 +73,11 @@ BAD_CHATS = [
     ("content an object", {"messages": [{"role": "user", "content": {"a": 1}}]}),
     ("an image part", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
     ("stream not a bool", {**ASK, "stream": "yes"}),
+    ("stream_options not an object", {**ASK, "stream": True, "stream_options": "usage"}),
+    (
+        "include_usage not a bool",
+        {**ASK, "stream": True, "stream_options": {"include_usage": "true"}},
+    ),
     ("filters not a string", {**ASK, "filters": {"title": "x"}}),
     ("unknown citation style", {**ASK, "citation_style": "latex"}),
 ]
